@@ -1,0 +1,1 @@
+"""Kiln: an ONNX deep-learning compiler. Public API: compile(), runtime.load()."""

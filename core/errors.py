@@ -1,0 +1,74 @@
+"""Typed errors of the compiler. Each user-facing failure is one KilnError with a stable code.
+
+The CLI prints `str(err)` as one line and exits non-zero; the service maps codes to HTTP statuses.
+"""
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base of every error Kiln reports to a user (never a bare assert)."""
+
+    code = "kiln_error"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidModelError(KilnError):
+    """The input is not a valid ONNX model (not protobuf, fails the checker, bad external data)."""
+
+    code = "invalid_model"
+
+
+class UnsupportedOpError(KilnError):
+    """The model uses ops (at their opset) that Kiln cannot compile. Lists every one of them."""
+
+    code = "unsupported_op"
+
+    def __init__(self, ops: list[tuple[str, str, int]]):
+        # ops: (domain, op_type, opset) triples, deduplicated and sorted for a stable message.
+        self.ops = sorted(set(ops))
+        listed = ", ".join(f"{op} (opset {ver}{'' if dom in ('', 'ai.onnx') else ', domain ' + dom})" for dom, op, ver in self.ops)
+        super().__init__(f"unsupported ONNX ops: {listed}")
+
+
+class ShapeError(KilnError):
+    """Shapes or dtypes do not fit together, or a dimension is symbolic and was not fixed."""
+
+    code = "shape_error"
+
+
+class UnknownTargetError(KilnError):
+    code = "unknown_target"
+
+
+class ScheduleError(KilnError):
+    """A schedule primitive was used in a way that cannot be lowered."""
+
+    code = "schedule_error"
+
+
+class CodegenError(KilnError):
+    code = "codegen_error"
+
+
+class BuildError(KilnError):
+    """The system linker or compiler failed."""
+
+    code = "build_error"
+
+
+class ValidationError(KilnError):
+    """The compiled model's outputs differ from ONNX Runtime's beyond tolerance."""
+
+    code = "validation_failed"
+
+
+class ArtifactError(KilnError):
+    """An artifact file is missing, corrupt, or was built for another machine."""
+
+    code = "bad_artifact"

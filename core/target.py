@@ -1,0 +1,130 @@
+"""Named compilation targets and their properties (triple, CPU, features, vector width, cores).
+
+`get_target("x86-64-v4")` or `get_target("native")`; options follow TVM's style
+(`"cuda -arch=sm_90"`). One registry: adding a target is one `register_target` call.
+"""
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Callable
+
+from .errors import UnknownTargetError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    kind: str  # "cpu" or "cuda"
+    triple: str
+    cpu: str  # LLVM CPU name
+    features: str  # LLVM feature string, e.g. "+avx2,+fma"
+    vector_bits: int  # SIMD register width the schedules block for
+    description: str
+    num_cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 512 * 1024
+    options: tuple[tuple[str, str], ...] = ()
+
+    def lanes(self, dtype: str = "float32") -> int:
+        """How many elements of `dtype` fit in one vector register."""
+        from numpy import dtype as np_dtype
+
+        return max(1, self.vector_bits // (8 * np_dtype(dtype).itemsize))
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-")[0]
+
+    def runs_on_host(self) -> bool:
+        """Whether code for this target executes on this machine (same ISA and every feature present)."""
+        if self.kind != "cpu" or self.arch != host_target().arch:
+            return False
+        have = set(f[1:] for f in host_target().features.split(",") if f.startswith("+"))
+        need = set(f[1:] for f in self.features.split(",") if f.startswith("+"))
+        return need <= have
+
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "triple": self.triple, "cpu": self.cpu,
+                "features": self.features, "vector_bits": self.vector_bits, "description": self.description,
+                "runs_on_host": self.runs_on_host()}
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_X86_V3 = "+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+lzcnt,+movbe,+popcnt,+sse4.1,+sse4.2,+ssse3"
+_X86_V4 = _X86_V3 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
+
+_FACTORIES: dict[str, Callable[[dict[str, str]], Target]] = {}
+
+
+def register_target(name: str):
+    def wrap(factory: Callable[[dict[str, str]], Target]):
+        _FACTORIES[name] = factory
+        return factory
+
+    return wrap
+
+
+@lru_cache(maxsize=1)
+def host_target() -> Target:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    features = llvm.get_host_cpu_features().flatten()
+    have = {f[1:] for f in features.split(",") if f.startswith("+")}
+    bits = 512 if "avx512f" in have else 256 if "avx2" in have else 128
+    machine = platform.machine().lower()
+    arch = "aarch64" if machine in ("arm64", "aarch64") else machine
+    return Target("native", "cpu", f"{arch}-unknown-linux-gnu", llvm.get_host_cpu_name(), features, bits,
+                  "the machine Kiln runs on (host CPU and features)")
+
+
+@register_target("native")
+def _native(opts: dict[str, str]) -> Target:
+    return host_target()
+
+
+@register_target("x86-64-v3")
+def _x86_v3(opts: dict[str, str]) -> Target:
+    return Target("x86-64-v3", "cpu", "x86_64-unknown-linux-gnu", "haswell", _X86_V3, 256, "x86-64 with AVX2 and FMA")
+
+
+@register_target("x86-64-v4")
+def _x86_v4(opts: dict[str, str]) -> Target:
+    return Target("x86-64-v4", "cpu", "x86_64-unknown-linux-gnu", "skylake-avx512", _X86_V4, 512,
+                  "x86-64 with AVX-512 (F, BW, CD, DQ, VL)")
+
+
+@register_target("aarch64")
+def _aarch64(opts: dict[str, str]) -> Target:
+    return Target("aarch64", "cpu", "aarch64-unknown-linux-gnu", "cortex-a72", "+neon", 128,
+                  "64-bit Arm with NEON (cross-compiled)")
+
+
+def get_target(spec: "str | Target") -> Target:
+    """Parse `"name -key=value ..."` into a Target; raises UnknownTargetError listing the known ones."""
+    if isinstance(spec, Target):
+        return spec
+    words = str(spec).split()
+    if not words or words[0] not in _FACTORIES:
+        raise UnknownTargetError(f"unknown target {spec!r}; known targets: {', '.join(target_names())}")
+    opts: dict[str, str] = {}
+    for word in words[1:]:
+        if not word.startswith("-") or "=" not in word:
+            raise UnknownTargetError(f"bad target option {word!r} in {spec!r}; expected -key=value")
+        key, value = word.lstrip("-").split("=", 1)
+        opts[key] = value
+    target = _FACTORIES[words[0]](opts)
+    return replace(target, options=tuple(sorted(opts.items()))) if opts else target
+
+
+def target_names() -> list[str]:
+    return list(_FACTORIES)
+
+
+def all_targets() -> list[Target]:
+    return [get_target(n) for n in target_names()]

@@ -1,0 +1,102 @@
+"""Statements of the loop program (TIR) and the PrimFunc that holds one kernel.
+
+Loops always start at 0 and step by 1; `For.kind` says how codegen runs them (serial, parallel
+across threads, vectorized into SIMD lanes, or fully unrolled).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .expr import Buffer, Expr, Var
+
+
+class ForKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+
+class Stmt:
+    pass
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    var: Var
+    extent: Expr
+    kind: ForKind
+    body: Stmt
+
+
+@dataclass(frozen=True)
+class Seq(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class IfThenElse(Stmt):
+    cond: Expr
+    then_case: Stmt
+    else_case: Optional[Stmt] = None
+
+
+@dataclass(frozen=True)
+class LetStmt(Stmt):
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True)
+class Allocate(Stmt):
+    """A small scratch buffer (scope "local") that lives on the stack for the duration of `body`."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True)
+class PrimFunc:
+    """One kernel: `void name(T0* p0, T1* p1, ...)` over flat global buffers that never alias.
+
+    Parameter order is inputs, then outputs, then workspaces (scratch the caller provides)."""
+
+    name: str
+    params: tuple[Buffer, ...]
+    body: Stmt
+    num_inputs: int = 0
+    num_outputs: int = 0
+    attrs: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def inputs(self) -> tuple[Buffer, ...]:
+        return self.params[: self.num_inputs]
+
+    @property
+    def outputs(self) -> tuple[Buffer, ...]:
+        return self.params[self.num_inputs : self.num_inputs + self.num_outputs]
+
+    @property
+    def workspaces(self) -> tuple[Buffer, ...]:
+        return self.params[self.num_inputs + self.num_outputs :]
+
+
+def seq(*stmts: Stmt) -> Stmt:
+    """Flattens nested Seqs; a single statement stays itself."""
+    flat: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        elif s is not None:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
