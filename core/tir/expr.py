@@ -180,6 +180,8 @@ def const(value: Union[int, float, bool], dtype: str) -> Expr:
 def as_expr(value: ExprLike, dtype: str | None = None) -> Expr:
     if isinstance(value, Expr):
         return value
+    if isinstance(getattr(value, "var", None), Expr):  # a TE IterVar stands for its variable
+        return value.var
     if isinstance(value, (bool, np.bool_)):
         return const(bool(value), dtype or "bool")
     if isinstance(value, (int, np.integer)):

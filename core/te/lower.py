@@ -1,0 +1,156 @@
+"""Lowering: a scheduled tensor expression becomes one PrimFunc (a loop program over flat buffers).
+
+Per stage, the leaf axes become nested loops; the original axes are recovered from the split/fuse
+relations; splits that do not divide get a guard; reductions get an init nest placed just outside
+their first reduce loop; inlined stages are substituted into their consumers.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..errors import ScheduleError
+from ..tir.expr import Buffer, Expr, IntImm, Var, as_expr, binop, logical_and
+from ..tir.functor import rewrite_expr, substitute
+from ..tir.simplify import simplify, simplify_stmt
+from ..tir.stmt import Allocate, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
+from .schedule import Fuse, Schedule, Split, Stage
+from .tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
+
+
+def flat_index(shape: Sequence[int], indices: Sequence[Expr]) -> Expr:
+    """Row-major flattening: ((i0 * d1 + i1) * d2 + i2) ..."""
+    if not indices:
+        return IntImm(0)
+    index = indices[0]
+    for dim, i in zip(shape[1:], indices[1:]):
+        index = index * dim + i
+    return index
+
+
+class _Lowering:
+    def __init__(self, sch: Schedule, args: Sequence[Tensor]):
+        self.sch = sch
+        self.buffers: dict[int, Buffer] = {}
+        names: set[str] = set()
+        for t in args:
+            self._add_buffer(t, names)
+        self.workspaces: list[Buffer] = []
+        self.locals: list[Buffer] = []
+        for stage in sch.stages:
+            if stage.inlined or id(stage.op) in self.buffers:
+                continue
+            buf = self._add_buffer(stage.tensor, names, scope=stage.scope)
+            (self.locals if stage.scope == "local" else self.workspaces).append(buf)
+        self._expanded: dict[int, Expr] = {}
+
+    def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global") -> Buffer:
+        name, k = t.name, 1
+        while name in names:
+            name, k = f"{t.name}_{k}", k + 1
+        names.add(name)
+        buf = Buffer(name, t.shape, t.dtype, scope)
+        self.buffers[id(t.op)] = buf
+        return buf
+
+    # -- expressions ---------------------------------------------------------------------------
+    def expand(self, expr: Expr) -> Expr:
+        """Replace reads of inlined stages by their bodies and other reads by flat buffer loads."""
+
+        def visit(e: Expr) -> Optional[Expr]:
+            if not isinstance(e, TensorRead):
+                return None
+            op = e.tensor.op
+            if isinstance(op, ComputeOp) and self.sch[e.tensor].inlined:
+                body = self._inlined_body(op)
+                return substitute(body, {ax.var: idx for ax, idx in zip(op.axis, e.indices)})
+            buf = self.buffers.get(id(op))
+            if buf is None:
+                kind = "placeholder" if isinstance(op, PlaceholderOp) else "tensor"
+                raise ScheduleError(f"{kind} {op.name} is read but not passed as an argument to lower()")
+            return buf.load(flat_index(buf.shape, e.indices))
+
+        return rewrite_expr(expr, visit)
+
+    def _inlined_body(self, op: ComputeOp) -> Expr:
+        if id(op) not in self._expanded:
+            self._expanded[id(op)] = self.expand(op.body)
+        return self._expanded[id(op)]
+
+    # -- loop nests ----------------------------------------------------------------------------
+    def stage_nest(self, stage: Stage) -> Stmt:
+        op = stage.op
+        buf = self.buffers[id(op)]
+        leaves = stage.leaf_iter_vars
+        values: dict[IterVar, Expr] = {iv: iv.var for iv in leaves}
+        guards: list[Expr] = []
+        for rel in reversed(stage.relations):
+            if isinstance(rel, Split):
+                values[rel.parent] = values[rel.outer] * rel.factor + values[rel.inner]
+                if rel.parent.extent % rel.factor:
+                    guards.append(binop("lt", values[rel.parent], rel.parent.extent))
+            elif isinstance(rel, Fuse):
+                values[rel.outer] = values[rel.fused] // rel.inner.extent
+                values[rel.inner] = values[rel.fused] % rel.inner.extent
+        root = {iv.var: values[iv] for iv in list(op.axis) + list(op.reduce_axis)}
+        out_index = flat_index(buf.shape, [values[a] for a in op.axis])
+        body = self.expand(op.body)
+
+        def guarded(stmt: Stmt, conds: list[Expr]) -> Stmt:
+            if not conds:
+                return stmt
+            cond = conds[0]
+            for c in conds[1:]:
+                cond = logical_and(cond, c)
+            return IfThenElse(cond, stmt)
+
+        def nest(ivs: Sequence[IterVar], stmt: Stmt) -> Stmt:
+            for iv in reversed(ivs):
+                stmt = For(iv.var, IntImm(iv.extent), stage.annotations.get(iv, ForKind.SERIAL), stmt)
+            return stmt
+
+        if not isinstance(body, Reduce):
+            return nest(leaves, guarded(Store(buf, out_index, substitute(body, root)), guards))
+
+        update = Store(buf, out_index, substitute(body.combine(buf.load(out_index), body.source), root))
+        first_reduce = next(k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv))
+        inner = leaves[first_reduce:]
+        inner_spatial = [iv for iv in inner if not self._is_reduce(stage, iv)]
+        # The init covers exactly the spatial leaves that sit inside the first reduce loop, so guard
+        # it only with conditions that do not mention reduce axes.
+        init_guards = [g for g in guards if not self._mentions_reduce(stage, g)]
+        init = Store(buf, out_index, body.init)
+        init_nest = nest([iv for iv in inner_spatial], guarded(init, init_guards))
+        # Vectorizing the init over a spatial axis is always safe; keep other annotations serial.
+        return nest(leaves[:first_reduce], seq(init_nest, nest(inner, guarded(update, guards))))
+
+    @staticmethod
+    def _is_reduce(stage: Stage, iv: IterVar) -> bool:
+        return iv.kind == "reduce"
+
+    @staticmethod
+    def _mentions_reduce(stage: Stage, expr: Expr) -> bool:
+        from ..tir.functor import walk_expr
+
+        reduce_vars = {iv.var for iv in stage.leaf_iter_vars if iv.kind == "reduce"}
+        return any(isinstance(e, Var) and e in reduce_vars for e in walk_expr(expr))
+
+
+def lower(sch: Schedule, args: Sequence[Tensor], name: str, num_outputs: int = 1) -> PrimFunc:
+    """Lower `sch` to a PrimFunc taking `args` (inputs then the last `num_outputs` outputs).
+
+    Intermediate stages that are neither inlined nor local become workspace parameters appended
+    after the outputs; the caller (the graph executor) provides their memory."""
+    for stage in sch.stages:
+        if stage.attach is not None:
+            raise ScheduleError(f"compute_at of {stage.op.name} is not supported by this lowering yet")
+    low = _Lowering(sch, args)
+    body_parts = [low.stage_nest(s) for s in sch.stages if not s.inlined]
+    body = seq(*body_parts)
+    for buf in low.locals:
+        body = Allocate(buf, body)
+    params = tuple(low.buffers[id(t.op)] for t in args) + tuple(low.workspaces)
+    func = PrimFunc(name, params, simplify_stmt(body), len(args) - num_outputs, num_outputs)
+    return func
+
+
+__all__ = ["lower", "flat_index", "simplify", "as_expr"]
