@@ -1,0 +1,174 @@
+"""The `kiln` command line: compile, run and list targets (service commands join with the service).
+
+User mistakes print one line `kiln: error: ...` and exit non-zero; never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+EXIT_USER_ERROR = 2
+EXIT_FAILURE = 1
+
+
+def _parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = spec.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad --input-shape {spec!r}: expected NAME=d0,d1,... (e.g. input=1,3,224,224)")
+
+
+def _parse_input(spec: str) -> tuple[str, Path]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"bad --input {spec!r}: expected NAME=FILE.npy")
+    return name, Path(path)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    import core
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if args.tune_trials:
+        from core.errors import KilnError
+
+        raise KilnError("schedule tuning (--tune-trials > 0) is not available in this version yet")
+    model = Path(args.model)
+    if not model.is_file():
+        from core.errors import InvalidModelError
+
+        raise InvalidModelError(f"no such model file: {model}")
+    with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TimeElapsedColumn(),
+                  transient=True, disable=not sys.stderr.isatty(), console=None) as bar:
+        task = bar.add_task("compile", total=1.0)
+        artifact = core.compile(model, target=args.target, opt_level=args.opt_level,
+                                input_shapes=dict(args.input_shape or []),
+                                progress=lambda stage, f: bar.update(task, description=stage, completed=f))
+        out = artifact.save(args.output)
+    report = artifact.report
+    lat, val = report["latency_ms"], report["validation"]
+    print(f"wrote {out} ({report['graph']['kernels']} kernels, {report['timings_s']['total']:.1f} s)")
+    if "max_abs_err" in val:
+        print(f"validation: max abs error {val['max_abs_err']:.2e} against ONNX Runtime")
+    if "ratio" in lat:
+        print(f"latency: {lat['kiln']:.3f} ms (ONNX Runtime {lat['onnxruntime']:.3f} ms, {lat['ratio']:.2f}x)")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from core.runtime import load
+
+    module = load(args.artifact)
+    try:
+        if args.threads:
+            module.set_num_threads(args.threads)
+        feeds = {}
+        given = dict(args.input or [])
+        rng = np.random.default_rng(0)
+        for info in module.inputs:
+            name, shape, dtype = info["name"], tuple(info["shape"]), np.dtype(info["dtype"])
+            if name in given:
+                feeds[name] = np.load(given.pop(name))
+            elif dtype.kind in "iu":
+                feeds[name] = rng.integers(0, 2, size=shape).astype(dtype)
+            elif dtype.kind == "b":
+                feeds[name] = rng.random(shape) < 0.5
+            else:
+                feeds[name] = rng.standard_normal(shape).astype(dtype)
+        if given:
+            raise ValueError(f"unknown input(s) {', '.join(given)}; the model takes {', '.join(i['name'] for i in module.inputs)}")
+        if args.bench:
+            stats = module.benchmark(feeds=feeds, repeat=args.repeat) if _takes_feeds(module) else module.benchmark(repeat=args.repeat)
+            print(json.dumps(stats, indent=2))
+            return 0
+        outputs = module.run(feeds)
+        for name, value in outputs.items():
+            if args.save:
+                Path(args.save).mkdir(parents=True, exist_ok=True)
+                np.save(Path(args.save) / f"{name}.npy", value)
+            flat = value.ravel()
+            preview = np.array2string(flat[:8], precision=5, separator=", ")
+            print(f"{name}: {value.dtype}{list(value.shape)} {preview}{' ...' if flat.size > 8 else ''}")
+    finally:
+        module.close()
+    return 0
+
+
+def _takes_feeds(module) -> bool:
+    import inspect
+
+    return "feeds" in inspect.signature(module.benchmark).parameters
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    from core.target import all_targets
+
+    targets = [t.describe() for t in all_targets()]
+    if args.json:
+        print(json.dumps(targets, indent=2))
+        return 0
+    for t in targets:
+        runs = "runs here" if t["runs_on_host"] else "cross-compile only"
+        print(f"{t['name']:<12} {t['triple']:<28} {t['vector_bits']:>3}-bit SIMD  {runs:<18} {t['description']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kiln", description="Kiln: compile ONNX models into native libraries.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("compile", help="compile an ONNX model into a deployment artifact (.tar.gz)")
+    p.add_argument("model", help="the ONNX model file")
+    p.add_argument("-t", "--target", default="native", help="target name (see `kiln targets`), default native")
+    p.add_argument("-O", "--opt-level", type=int, choices=range(4), default=3, help="graph optimization level 0-3")
+    p.add_argument("--tune-trials", type=int, default=0, help="schedule tuning budget in trials (0: none)")
+    p.add_argument("--records", help="tuning records database (JSON lines)")
+    p.add_argument("--input-shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
+                   help="fix an input's shape (repeatable), for models with symbolic dimensions")
+    p.add_argument("-o", "--output", required=True, help="where to write the artifact (.tar.gz)")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run an artifact: print its outputs, or time it with --bench")
+    p.add_argument("artifact")
+    p.add_argument("--input", type=_parse_input, action="append", metavar="NAME=FILE.npy",
+                   help="an input from a .npy file (repeatable); missing inputs are seeded random")
+    p.add_argument("--bench", action="store_true", help="print latency statistics instead of outputs")
+    p.add_argument("--repeat", type=int, default=50, help="timed runs for --bench")
+    p.add_argument("--threads", type=int, help="worker threads (default: all cores)")
+    p.add_argument("--save", metavar="DIR", help="also save each output as DIR/NAME.npy")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("targets", help="list compilation targets")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_targets)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from core.errors import KilnError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except KilnError as err:
+        print(f"kiln: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR if err.code in ("invalid_model", "unsupported_op", "shape_error", "unknown_target") else EXIT_FAILURE
+    except (OSError, ValueError) as err:
+        print(f"kiln: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("kiln: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Latency of a compiled module next to ONNX Runtime: same inputs and threads, warm-up, interleaved
+rounds, medians. Used by the pipeline's report and by the scripts in bench/."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LatencyComparison:
+    kiln_ms: float
+    onnxruntime_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.kiln_ms / self.onnxruntime_ms if self.onnxruntime_ms else float("inf")
+
+    def as_report(self) -> dict:
+        return {"kiln": round(self.kiln_ms, 4), "onnxruntime": round(self.onnxruntime_ms, 4), "ratio": round(self.ratio, 3)}
+
+
+def _time_ms(fn: Callable[[], object], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - start) * 1000.0 / number
+
+
+def compare_latency(module, session, feeds: Mapping[str, np.ndarray], rounds: int = 15, warmup: int = 3,
+                    min_round_ms: float = 20.0) -> LatencyComparison:
+    """Alternate Kiln and ONNX Runtime rounds so that drift (turbo, neighbours) hits both alike."""
+    outputs = [o.name for o in session.get_outputs()]
+    run_kiln = lambda: module.run(feeds)  # noqa: E731
+    run_ort = lambda: session.run(outputs, dict(feeds))  # noqa: E731
+    for _ in range(warmup):
+        run_kiln()
+        run_ort()
+    # Repeat each call enough times per round that a round lasts about min_round_ms.
+    single = max(_time_ms(run_kiln, 1), _time_ms(run_ort, 1), 1e-3)
+    number = max(1, int(min_round_ms / single))
+    kiln, ort = [], []
+    for _ in range(rounds):
+        kiln.append(_time_ms(run_kiln, number))
+        ort.append(_time_ms(run_ort, number))
+    return LatencyComparison(statistics.median(kiln), statistics.median(ort))

@@ -1,0 +1,143 @@
+"""compile(): import -> optimize -> (tune) -> build -> validate -> benchmark -> package -> report.
+
+The one entry point the CLI, the Python API and the service's workers all call.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Union
+
+import numpy as np
+
+from . import __version__
+from .artifact import HEADER, LIBRARY, WEIGHTS, Artifact, new_workdir, write_metadata
+from .benchmark import compare_latency
+from .codegen.build import build_library, load_kernels
+from .executor import Executable, build_executable
+from .frontend import import_onnx
+from .graph.ir import Graph
+from .graph.passes.manager import optimize
+from .report import SCHEMA_VERSION
+from .runtime.header import render_header
+from .target import Target, get_target
+from .validate import index_bounds, onnxruntime_session, random_inputs, validate as validate_against_ort
+
+ProgressFn = Callable[[str, float], None]
+ModelLike = Union[str, Path, bytes, Any]  # a path, serialized bytes or an onnx.ModelProto
+
+
+def _model_bytes(model: ModelLike) -> bytes:
+    if isinstance(model, (str, Path)):
+        return Path(model).read_bytes()
+    if isinstance(model, (bytes, bytearray)):
+        return bytes(model)
+    return model.SerializeToString()
+
+
+def _io_info(graph: Graph, names) -> list[dict]:
+    return [{"name": n, "shape": list(graph.type_of(n).shape), "dtype": graph.type_of(n).dtype} for n in names]
+
+
+def time_kernels(lib_path: Path, exe: Executable, min_ms: float = 5.0) -> dict[str, float]:
+    """Median-free quick timing of each kernel alone on zero-filled buffers (zeros keep every gather in bounds)."""
+    lib = load_kernels(lib_path)
+    times = {}
+    for func in exe.funcs:
+        arrays = [np.zeros(b.shape, dtype=b.dtype) for b in func.params]
+        lib.call(func.name, *arrays)
+        start, runs = time.perf_counter(), 0
+        while (time.perf_counter() - start) * 1000 < min_ms or runs < 3:
+            lib.call(func.name, *arrays)
+            runs += 1
+        times[func.name] = (time.perf_counter() - start) * 1000 / runs
+    return times
+
+
+def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int = 3, tuning: Optional[Mapping] = None,
+            input_shapes: Optional[Mapping[str, tuple[int, ...]]] = None, *, validate: bool = True,
+            benchmark: bool = True, progress: Optional[ProgressFn] = None, threads: Optional[int] = None) -> Artifact:
+    """Compile an ONNX model into an Artifact (native library, weights, metadata, report)."""
+    tgt = get_target(target)
+    if opt_level not in (0, 1, 2, 3):
+        from .errors import KilnError
+
+        raise KilnError(f"opt level must be 0, 1, 2 or 3, not {opt_level}")
+    notify = progress or (lambda stage, fraction: None)
+    timings: dict[str, float] = {}
+
+    @contextmanager
+    def stage(name: str, fraction: float):
+        notify(name, fraction)
+        start = time.perf_counter()
+        yield
+        timings[name] = round(time.perf_counter() - start, 4)
+
+    total_start = time.perf_counter()
+    data = _model_bytes(model)
+    with stage("import", 0.0):
+        graph = import_onnx(model if isinstance(model, (str, Path)) else data, input_shapes=input_shapes)
+    nodes_in = len(graph.nodes)
+    with stage("optimize", 0.1):
+        graph = optimize(graph, opt_level)
+    timings["tune"] = 0.0  # schedule tuning arrives with the tuning issue; default configs until then
+    workdir = new_workdir()
+    with stage("build", 0.2):
+        exe = build_executable(graph, tgt)
+        build_library(list(exe.funcs), tgt, workdir / LIBRARY, plan=exe.plan)
+        (workdir / WEIGHTS).write_bytes(exe.weights)
+    metadata = {
+        "format": "kiln-artifact", "version": 1, "compiler_version": __version__, "target": tgt.name,
+        "target_triple": tgt.triple, "target_features": tgt.features, "opt_level": opt_level,
+        "model_sha256": hashlib.sha256(data).hexdigest(), "inputs": _io_info(graph, graph.inputs),
+        "outputs": _io_info(graph, graph.outputs), "library": LIBRARY, "weights": WEIGHTS, "header": HEADER,
+        "weights_bytes": len(exe.weights), "arena_bytes": exe.memory.arena_bytes,
+    }
+    write_metadata(workdir, metadata)
+    (workdir / HEADER).write_text(render_header(metadata))
+
+    validation: dict[str, Any] = {"skipped": f"target {tgt.name} cannot run on this host"}
+    latency: dict[str, Any] = {"skipped": f"target {tgt.name} cannot run on this host"}
+    kernel_times: dict[str, float] = {}
+    nthreads = threads or tgt.num_cores
+    if tgt.runs_on_host() and (validate or benchmark):
+        session = onnxruntime_session(data, nthreads)
+        module = Artifact(workdir, metadata, {}, owns_directory=False).load()
+        module.set_num_threads(nthreads)
+        try:
+            if validate:
+                with stage("validate", 0.8):
+                    validation = validate_against_ort(module, session, graph).as_report()
+            if benchmark:
+                with stage("benchmark", 0.9):
+                    feeds = random_inputs(graph, 1, index_bounds(graph))
+                    latency = compare_latency(module, session, feeds, rounds=7).as_report()
+                    kernel_times = time_kernels(workdir / LIBRARY, exe)
+        finally:
+            module.close()
+    notify("package", 0.98)
+    timings["total"] = round(time.perf_counter() - total_start, 4)
+    report = {
+        "schema": SCHEMA_VERSION,
+        "model": {"sha256": metadata["model_sha256"], "inputs": metadata["inputs"], "outputs": metadata["outputs"]},
+        "target": tgt.name, "opt_level": opt_level, "compiler_version": __version__,
+        "graph": {"nodes_in": nodes_in, "kernels": len(exe.kernels),
+                  "fusion_groups": [{"kernel": k.name, "ops": list(k.ops)} for k in exe.kernels if len(k.ops) > 1],
+                  "layout_transforms": 0},
+        "memory": {"arena_bytes": exe.memory.arena_bytes, "naive_bytes": exe.memory.naive_bytes,
+                   "weights_bytes": len(exe.weights)},
+        "kernels": [{"name": k.name, "ops": list(k.ops), "flops": k.flops, "time_ms": kernel_times.get(k.name),
+                     "gflops": (k.flops / kernel_times[k.name] / 1e6) if kernel_times.get(k.name) else None,
+                     "tuned": False} for k in exe.kernels],
+        "tuning": {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []},
+        "validation": validation, "latency_ms": latency, "timings_s": timings,
+        "threads": nthreads,
+    }
+    if os.environ.get("DEBUG"):
+        import sys
+
+        print(f"[kiln] compiled {len(exe.kernels)} kernels in {timings['total']:.2f} s", file=sys.stderr)
+    return Artifact(workdir, metadata, report)
