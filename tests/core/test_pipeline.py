@@ -1,0 +1,112 @@
+"""End to end: ONNX model -> core.compile -> saved artifact -> core.runtime.load -> matches ONNX Runtime."""
+from __future__ import annotations
+
+import json
+import tarfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import core
+from core.errors import UnsupportedOpError
+from core.frontend import import_onnx
+from core.validate import compare, index_bounds, onnxruntime_session, random_inputs
+
+
+def run_both(model_bytes, artifact_path, seed=3, input_shapes=None):
+    graph = import_onnx(model_bytes, input_shapes=input_shapes)
+    feeds = random_inputs(graph, seed, index_bounds(graph))
+    session = onnxruntime_session(model_bytes, 2)
+    expected = dict(zip(graph.outputs, session.run(list(graph.outputs), feeds)))
+    module = core.load(artifact_path)
+    try:
+        actual = module.run(feeds)
+    finally:
+        module.close()
+    return actual, expected
+
+
+def small_cnn() -> bytes:
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((10, 8 * 4 * 4)).astype(np.float32), "w2")
+    b2 = numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "b2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p1"], ["f1"]),
+        helper.make_node("Gemm", ["f1", "w2", "b2"], ["y"], transB=1),
+        helper.make_node("Softmax", ["y"], ["prob"], axis=1),
+    ]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
+                              [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [2, 10]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], [w1, b1, w2, b2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_small_cnn_matches_onnxruntime(tmp_path):
+    model = small_cnn()
+    artifact = core.compile(model, target="native", benchmark=False)
+    path = artifact.save(tmp_path / "cnn.tar.gz")
+    actual, expected = run_both(model, path)
+    result = compare(actual, expected)
+    assert result.ok, result
+    assert artifact.report["validation"]["max_abs_err"] < 1e-4
+    with tarfile.open(path) as tar:
+        names = set(tar.getnames())
+        meta = json.load(tar.extractfile("metadata.json"))
+    assert {"libkiln_model.so", "kiln_model.h", "weights.bin", "metadata.json", "kiln_loader.py",
+            "report.json", "report.html"} <= names
+    assert [o["name"] for o in meta["outputs"]] == ["prob", "y"]
+
+
+def test_report_has_stable_keys():
+    artifact = core.compile(small_cnn(), target="native")
+    report = artifact.report
+    for key in ("schema", "model", "target", "opt_level", "compiler_version", "graph", "memory", "kernels",
+                "tuning", "validation", "latency_ms", "timings_s"):
+        assert key in report
+    assert report["latency_ms"]["kiln"] > 0 and report["latency_ms"]["onnxruntime"] > 0
+    assert all(k["time_ms"] and k["time_ms"] > 0 for k in report["kernels"])
+    assert report["memory"]["arena_bytes"] <= report["memory"]["naive_bytes"]
+
+
+def test_cross_target_compiles_without_running():
+    artifact = core.compile(small_cnn(), target="x86-64-v4")
+    assert artifact.metadata["target"] == "x86-64-v4"
+    from core.target import get_target
+
+    if not get_target("x86-64-v4").runs_on_host():
+        assert "skipped" in artifact.report["validation"]
+    assert artifact.library.stat().st_size > 0
+
+
+def test_unsupported_ops_are_all_listed():
+    # Det is a real ONNX op Kiln does not compile; FancyOp lives in a custom domain.
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Det", ["a"], ["b"]),
+             helper.make_node("FancyOp", ["b"], ["y"], domain="com.example")]
+    graph = helper.make_graph(nodes, "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(UnsupportedOpError) as err:
+        core.compile(model.SerializeToString())
+    message = str(err.value)
+    assert "Det (opset 17)" in message and "FancyOp" in message and "com.example" in message
+
+
+SHARED = ["squeezenet1_1", "bert_tiny", "mobilenet_v2", "resnet18"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHARED)
+def test_shared_model_matches_onnxruntime(name, models_dir, tmp_path):
+    path = models_dir / f"{name}.onnx"
+    artifact = core.compile(path, target="native", benchmark=False)
+    saved = artifact.save(tmp_path / f"{name}.tar.gz")
+    actual, expected = run_both(path.read_bytes(), saved, seed=11)
+    result = compare(actual, expected)
+    assert result.ok, f"{name}: {result}"
