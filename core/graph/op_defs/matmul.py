@@ -1,0 +1,32 @@
+"""MatMul: numpy matmul semantics for rank >= 2 operands, batch dimensions broadcast."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from core.errors import ShapeError
+from core.graph.ir import TensorType
+from core.graph.ops import Pattern, register_op
+
+from ._common import NUMERIC_DTYPES, broadcast_shapes, expect_arity, expect_dtype, expect_same_dtype
+
+
+def _matmul_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    a, b = inputs
+    compute = np.float32 if a.dtype == np.float16 else a.dtype
+    return [np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False)).astype(a.dtype, copy=False)]
+
+
+@register_op("MatMul", Pattern.OUT_ELEMWISE_FUSABLE, fold=_matmul_fold)
+def _matmul(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    expect_arity("MatMul", types, 2)
+    dtype = expect_same_dtype("MatMul", types)
+    expect_dtype("MatMul", types[0], NUMERIC_DTYPES)
+    a, b = types
+    if a.rank < 2 or b.rank < 2:
+        raise ShapeError(f"MatMul: operands must have rank >= 2 (the frontend reshapes vectors), got {a} and {b}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"MatMul: inner dimensions differ: {a} x {b}")
+    batch = broadcast_shapes("MatMul", a.shape[:-2], b.shape[:-2])
+    return [TensorType(batch + (a.shape[-2], b.shape[-1]), dtype)]

@@ -1,0 +1,53 @@
+"""Reductions over a sorted tuple of axes: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd."""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from core.errors import ShapeError
+from core.graph.ir import TensorType
+from core.graph.ops import Pattern, register_op
+
+from ._common import NUMERIC_DTYPES, expect_arity, expect_dtype
+
+
+def reduced_shape(op: str, x: TensorType, attrs: Mapping) -> tuple[int, ...]:
+    axes, keepdims = attrs.get("axes"), attrs.get("keepdims")
+    if not isinstance(axes, tuple) or list(axes) != sorted(set(axes)) \
+            or not all(isinstance(a, int) and 0 <= a < x.rank for a in axes):
+        raise ShapeError(f"{op}: axes must be sorted distinct axes of {x}, got {axes!r}")
+    if keepdims not in (0, 1):
+        raise ShapeError(f"{op}: keepdims must be 0 or 1, got {keepdims!r}")
+    if keepdims:
+        return tuple(1 if a in axes else d for a, d in enumerate(x.shape))
+    return tuple(d for a, d in enumerate(x.shape) if a not in axes)
+
+
+def _register_reduce(name: str, reduce: Callable, needs_nonempty: bool) -> None:
+    def infer(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+        expect_arity(name, types, 1)
+        expect_dtype(name, types[0], NUMERIC_DTYPES)
+        shape = reduced_shape(name, types[0], attrs)
+        if needs_nonempty and any(types[0].shape[a] == 0 for a in attrs["axes"]):
+            raise ShapeError(f"{name}: cannot reduce an empty axis of {types[0]}")
+        return [TensorType(shape, types[0].dtype)]
+
+    def fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+        x = inputs[0]
+        result = reduce(x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]))
+        return [np.asarray(result).astype(x.dtype)]
+
+    register_op(name, Pattern.REDUCTION, fold=fold)(infer)
+
+
+def _mean(x: np.ndarray, axis, keepdims):
+    # Accumulate in float64 so that integer means truncate the exact value, as ONNX Runtime does.
+    return np.mean(x, axis=axis, keepdims=keepdims, dtype=np.float64)
+
+
+_register_reduce("ReduceSum", np.sum, needs_nonempty=False)
+_register_reduce("ReduceMean", _mean, needs_nonempty=True)
+_register_reduce("ReduceMax", np.max, needs_nonempty=True)
+_register_reduce("ReduceMin", np.min, needs_nonempty=True)
+_register_reduce("ReduceProd", np.prod, needs_nonempty=False)
