@@ -1,0 +1,4 @@
+"""ONNX frontend: `import_onnx(model, input_shapes)` turns an ONNX model into the graph IR."""
+from .onnx_importer import import_onnx
+
+__all__ = ["import_onnx"]

@@ -1,0 +1,135 @@
+"""Unary ONNX ops: direct IR ops, Cast/CastLike, Clip, Identity/Dropout and small activations
+(PRelu, HardSigmoid, HardSwish, Elu, Gelu) decomposed into IR elementwise ops."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..onnx_values import numpy_dtype
+from .registry import ConvertContext, converter
+
+_DIRECT = {"Relu": 6, "Sigmoid": 6, "Tanh": 6, "Sqrt": 6, "Exp": 6, "Log": 6, "Neg": 6, "Abs": 6,
+           "Reciprocal": 6, "Floor": 6, "Ceil": 6, "Not": 1, "Erf": 9, "IsNaN": 9}
+
+
+def _direct(op: str):
+    def convert(ctx: ConvertContext) -> str:
+        return ctx.emit1(op, [ctx.input(0)])
+
+    return convert
+
+
+for _op, _since in _DIRECT.items():
+    converter(_op, since_version=_since)(_direct(_op))
+
+
+@converter("Identity", since_version=1)
+def identity(ctx: ConvertContext) -> str:
+    return ctx.input(0)
+
+
+@converter("Dropout", since_version=1)
+def dropout(ctx: ConvertContext) -> str:
+    # Inference semantics: Dropout is the identity unless a constant training_mode=True asks otherwise.
+    if ctx.opset >= 12 and ctx.has_input(2) and bool(ctx.constant(2, "training_mode")):
+        ctx.unsupported("Dropout in training mode")
+    if ctx.opset < 7 and ctx.attr("is_test", 0) == 0:
+        ctx.unsupported("Dropout with is_test=0")
+    ctx.reject_extra_outputs(1, "output (mask is not)")
+    return ctx.input(0)
+
+
+def _cast_to(ctx: ConvertContext, dtype: str) -> str:
+    if ctx.type_of(0).dtype == dtype:
+        return ctx.input(0)
+    return ctx.emit1("Cast", [ctx.input(0)], to=dtype)
+
+
+@converter("Cast", since_version=6)
+def cast(ctx: ConvertContext) -> str:
+    return _cast_to(ctx, numpy_dtype(ctx.attr("to"), ctx.where))
+
+
+@converter("CastLike", since_version=15)
+def cast_like(ctx: ConvertContext) -> str:
+    return _cast_to(ctx, ctx.type_of(1).dtype)
+
+
+# ONNX Clip before opset 11 defaults its bounds to the float range, which means "no bound".
+_FLOAT_LIMIT = float(np.finfo(np.float32).max)
+
+
+def _bound(value) -> float | None:
+    if value is None:
+        return None
+    value = float(np.asarray(value).reshape(()))
+    return None if abs(value) >= _FLOAT_LIMIT else value
+
+
+@converter("Clip", since_version=6)
+def clip_attrs(ctx: ConvertContext) -> str:
+    return ctx.emit1("Clip", [ctx.input(0)], min=_bound(ctx.attr("min")), max=_bound(ctx.attr("max")))
+
+
+@converter("Clip", since_version=11)
+def clip_inputs(ctx: ConvertContext) -> str:
+    low = ctx.optional_constant(1, "min")
+    high = ctx.optional_constant(2, "max")
+    if ctx.type_of(0).dtype.startswith(("int", "uint")):
+        low = None if low is None else int(low)
+        high = None if high is None else int(high)
+        return ctx.emit1("Clip", [ctx.input(0)], min=low, max=high)
+    return ctx.emit1("Clip", [ctx.input(0)], min=_bound(low), max=_bound(high))
+
+
+@converter("LeakyRelu", since_version=6)
+def leaky_relu(ctx: ConvertContext) -> str:
+    return ctx.emit1("LeakyRelu", [ctx.input(0)], alpha=float(ctx.attr("alpha", 0.01)))
+
+
+@converter("PRelu", since_version=7)
+def prelu(ctx: ConvertContext) -> str:
+    x, slope = ctx.input(0), ctx.input(1)
+    negative = ctx.emit1("Less", [x, ctx.scalar_like(0, x)])
+    return ctx.emit1("Where", [negative, ctx.emit1("Mul", [x, slope]), x])
+
+
+def _hard_sigmoid(ctx: ConvertContext, x: str, alpha: float, beta: float) -> str:
+    scaled = ctx.emit1("Add", [ctx.emit1("Mul", [x, ctx.scalar_like(alpha, x)]), ctx.scalar_like(beta, x)])
+    return ctx.emit1("Clip", [scaled], min=0.0, max=1.0)
+
+
+@converter("HardSigmoid", since_version=6)
+def hard_sigmoid(ctx: ConvertContext) -> str:
+    return _hard_sigmoid(ctx, ctx.input(0), float(ctx.attr("alpha", 0.2)), float(ctx.attr("beta", 0.5)))
+
+
+@converter("HardSwish", since_version=14)
+def hard_swish(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    return ctx.emit1("Mul", [x, _hard_sigmoid(ctx, x, 1.0 / 6.0, 0.5)])
+
+
+@converter("Elu", since_version=6)
+def elu(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    alpha = float(ctx.attr("alpha", 1.0))
+    expm1 = ctx.emit1("Sub", [ctx.emit1("Exp", [x]), ctx.scalar_like(1, x)])
+    negative = ctx.emit1("Less", [x, ctx.scalar_like(0, x)])
+    return ctx.emit1("Where", [negative, ctx.emit1("Mul", [expm1, ctx.scalar_like(alpha, x)]), x])
+
+
+@converter("Gelu", since_version=20)
+def gelu(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    if ctx.attr("approximate", "none") == "tanh":
+        cube = ctx.emit1("Mul", [ctx.emit1("Mul", [x, x]), x])
+        inner = ctx.emit1("Add", [x, ctx.emit1("Mul", [cube, ctx.scalar_like(0.044715, x)])])
+        core = ctx.emit1("Tanh", [ctx.emit1("Mul", [inner, ctx.scalar_like(math.sqrt(2 / math.pi), x)])])
+    else:
+        core = ctx.emit1("Erf", [ctx.emit1("Mul", [x, ctx.scalar_like(1 / math.sqrt(2), x)])])
+    half_x = ctx.emit1("Mul", [x, ctx.scalar_like(0.5, x)])
+    return ctx.emit1("Mul", [half_x, ctx.emit1("Add", [core, ctx.scalar_like(1, x)])])
+
+

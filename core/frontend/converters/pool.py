@@ -1,0 +1,54 @@
+"""MaxPool, AveragePool (1-D and 2-D) and the global pools (4-D as IR ops, other ranks as reductions)."""
+from __future__ import annotations
+
+from .registry import ConvertContext, converter
+from .windows import as_2d, lift_1d, lower_1d, resolve_window, spatial_rank
+
+
+def _pool(ctx: ConvertContext, op: str) -> str:
+    spatial = spatial_rank(ctx, "pooling")
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", ()))
+    if len(kernel) != spatial:
+        ctx.fail(f"kernel_shape {list(kernel)} does not match a {spatial}-D input")
+    window = resolve_window(ctx, ctx.shape(0)[2:], kernel)
+    kernel2, strides, dilations, pads = as_2d(window)
+    x = lift_1d(ctx, ctx.input(0)) if spatial == 1 else ctx.input(0)
+    attrs = dict(kernel=kernel2, strides=strides, pads=pads, ceil_mode=int(ctx.attr("ceil_mode", 0)))
+    if op == "MaxPool":
+        attrs["dilations"] = dilations
+    else:
+        if any(d != 1 for d in window.dilations):
+            ctx.unsupported("AveragePool with dilations")
+        attrs["count_include_pad"] = int(ctx.attr("count_include_pad", 0))
+    y = ctx.emit1(op, [x], **attrs)
+    return lower_1d(ctx, y) if spatial == 1 else y
+
+
+@converter("MaxPool", since_version=1)
+def max_pool(ctx: ConvertContext) -> str:
+    ctx.reject_extra_outputs(1, "Y (Indices is not)")
+    return _pool(ctx, "MaxPool")
+
+
+@converter("AveragePool", since_version=1)
+def average_pool(ctx: ConvertContext) -> str:
+    return _pool(ctx, "AveragePool")
+
+
+def _global(ctx: ConvertContext, op: str, reduction: str) -> str:
+    x = ctx.type_of(0)
+    if x.rank < 3:
+        ctx.fail(f"expects an (N, C, ...) input, got {x}")
+    if x.rank == 4:
+        return ctx.emit1(op, [ctx.input(0)])
+    return ctx.emit1(reduction, [ctx.input(0)], axes=tuple(range(2, x.rank)), keepdims=1)
+
+
+@converter("GlobalAveragePool", since_version=1)
+def global_average_pool(ctx: ConvertContext) -> str:
+    return _global(ctx, "GlobalAveragePool", "ReduceMean")
+
+
+@converter("GlobalMaxPool", since_version=1)
+def global_max_pool(ctx: ConvertContext) -> str:
+    return _global(ctx, "GlobalMaxPool", "ReduceMax")

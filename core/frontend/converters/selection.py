@@ -1,0 +1,151 @@
+"""Element selection: Slice (ONNX clamping resolved statically), Split (one Slice per output),
+Gather, GatherElements and Pad."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .registry import ConvertContext, converter
+
+
+def clamp_slice(start: int, end: int, step: int, dim: int) -> tuple[int, int]:
+    """ONNX Slice rules for one axis -> (first index, element count)."""
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+    else:
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    size = max(0, -(-(end - start) // step))
+    return (start if size else 0), size
+
+
+def emit_slice(ctx: ConvertContext, value: str, starts: Sequence[int], steps: Sequence[int],
+               sizes: Sequence[int]) -> str:
+    shape = ctx.builder.type_of(value).shape
+    if all(s == 0 and t == 1 and n == d for s, t, n, d in zip(starts, steps, sizes, shape)):
+        return value
+    return ctx.emit1("Slice", [value], starts=tuple(starts), steps=tuple(steps), sizes=tuple(sizes))
+
+
+def _slice(ctx: ConvertContext, starts, ends, axes, steps) -> str:
+    shape = ctx.shape(0)
+    rank = len(shape)
+    axes = list(range(len(starts))) if axes is None else [ctx.axis(a, rank, "axes") for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
+        ctx.fail(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} do not line up")
+    first, stride, count = [0] * rank, [1] * rank, list(shape)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        if step == 0:
+            ctx.fail("steps must not be 0")
+        first[axis], count[axis] = clamp_slice(start, end, step, shape[axis])
+        stride[axis] = step
+    return emit_slice(ctx, ctx.input(0), first, stride, count)
+
+
+def _int_list(value: np.ndarray | None) -> list[int] | None:
+    return None if value is None else [int(v) for v in value.reshape(-1)]
+
+
+@converter("Slice", since_version=1)
+def slice_attrs(ctx: ConvertContext) -> str:
+    axes = ctx.attr("axes")
+    return _slice(ctx, list(ctx.attr("starts")), list(ctx.attr("ends")), None if axes is None else list(axes), None)
+
+
+@converter("Slice", since_version=10)
+def slice_inputs(ctx: ConvertContext) -> str:
+    starts = _int_list(ctx.constant(1, "starts"))
+    ends = _int_list(ctx.constant(2, "ends"))
+    return _slice(ctx, starts, ends, _int_list(ctx.optional_constant(3, "axes")),
+                  _int_list(ctx.optional_constant(4, "steps")))
+
+
+def _split_sizes(ctx: ConvertContext, dim: int, outputs: int) -> list[int]:
+    if ctx.opset >= 13:
+        given = _int_list(ctx.optional_constant(1, "split"))
+    else:
+        given = None if ctx.attr("split") is None else [int(s) for s in ctx.attr("split")]
+    if given is not None:
+        if len(given) != outputs or sum(given) != dim or any(s < 0 for s in given):
+            ctx.fail(f"split {given} does not cut an axis of {dim} into {outputs} parts")
+        return given
+    parts = int(ctx.attr("num_outputs", outputs)) if ctx.opset >= 18 else outputs
+    if parts != outputs:
+        ctx.fail(f"num_outputs={parts} but the node has {outputs} outputs")
+    if ctx.opset >= 18 and ctx.attr("num_outputs") is not None:
+        chunk = -(-dim // parts)  # the last chunk is smaller when the axis does not divide evenly
+        sizes = [chunk] * (parts - 1) + [dim - chunk * (parts - 1)]
+        if sizes[-1] < 0:
+            ctx.fail(f"cannot split an axis of {dim} into {parts} chunks of {chunk}")
+        return sizes
+    if dim % parts:
+        ctx.fail(f"cannot split an axis of {dim} into {parts} equal parts")
+    return [dim // parts] * parts
+
+
+@converter("Split", since_version=2)
+def split(ctx: ConvertContext) -> list[str]:
+    shape = ctx.shape(0)
+    axis = ctx.axis(ctx.attr("axis", 0), len(shape))
+    sizes = _split_sizes(ctx, shape[axis], len(ctx.node.output))
+    results, offset = [], 0
+    for size in sizes:
+        starts = [offset if a == axis else 0 for a in range(len(shape))]
+        counts = [size if a == axis else d for a, d in enumerate(shape)]
+        results.append(emit_slice(ctx, ctx.input(0), starts, [1] * len(shape), counts))
+        offset += size
+    return results
+
+
+@converter("Gather", since_version=1)
+def gather(ctx: ConvertContext) -> str:
+    axis = ctx.axis(ctx.attr("axis", 0), ctx.type_of(0).rank)
+    return ctx.emit1("Gather", [ctx.input(0), ctx.input(1)], axis=axis)
+
+
+@converter("GatherElements", since_version=11)
+def gather_elements(ctx: ConvertContext) -> str:
+    axis = ctx.axis(ctx.attr("axis", 0), ctx.type_of(0).rank)
+    return ctx.emit1("GatherElements", [ctx.input(0), ctx.input(1)], axis=axis)
+
+
+def _pad(ctx: ConvertContext, pads: list[int], value: float) -> str:
+    mode = ctx.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        ctx.unsupported(f"Pad mode {mode!r}")
+    if any(p < 0 for p in pads):
+        ctx.unsupported("Pad with negative pads (cropping)")
+    if not any(pads):
+        return ctx.input(0)
+    return ctx.emit1("Pad", [ctx.input(0)], pads=tuple(pads), mode=mode, value=value)
+
+
+@converter("Pad", since_version=2)
+def pad_attrs(ctx: ConvertContext) -> str:
+    return _pad(ctx, [int(p) for p in ctx.attr("pads", ())], float(ctx.attr("value", 0.0)))
+
+
+@converter("Pad", since_version=11)
+def pad_inputs(ctx: ConvertContext) -> str:
+    rank = ctx.type_of(0).rank
+    given = _int_list(ctx.constant(1, "pads"))
+    value = ctx.optional_constant(2, "constant_value")
+    axes = _int_list(ctx.optional_constant(3, "axes")) if ctx.opset >= 18 else None
+    if axes is None:
+        pads = given
+    else:
+        axes = [ctx.axis(a, rank, "axes") for a in axes]
+        if len(given) != 2 * len(axes):
+            ctx.fail(f"pads {given} need two values per axis in {axes}")
+        pads = [0] * (2 * rank)
+        for i, a in enumerate(axes):
+            pads[a], pads[a + rank] = given[i], given[i + len(axes)]
+    if len(pads) != 2 * rank:
+        ctx.fail(f"pads {pads} need {2 * rank} values for a rank-{rank} input")
+    fill = 0.0 if value is None or value.size == 0 else float(value.reshape(-1)[0])
+    return _pad(ctx, pads, fill)

@@ -1,0 +1,123 @@
+"""Reads an ONNX model from a path, bytes or ModelProto and validates it.
+
+External data is loaded by hand, and only from files inside the model's own folder: absolute
+locations, `..` and symlinks that leave the folder are rejected before anything is opened.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Iterator, Union
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+
+from core.errors import InvalidModelError
+
+ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto]
+
+
+def load_model(model: ModelSource) -> onnx.ModelProto:
+    proto, folder = _parse(model)
+    _load_external_data(proto, folder)
+    _check(proto)
+    return proto
+
+
+def _parse(model: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # external data is filled in below; never touch the caller's proto
+        return copy, None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return _decode(bytes(model)), None
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise InvalidModelError(f"not an ONNX model: cannot read {str(path)!r} ({err.strerror or err})") from None
+        return _decode(data), path.resolve().parent
+    raise TypeError(f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}")
+
+
+def _decode(data: bytes) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as err:
+        raise InvalidModelError(f"not an ONNX model: the file is not an ONNX protobuf ({err})") from None
+    # Arbitrary bytes sometimes parse as a protobuf with only unknown fields.
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise InvalidModelError("not an ONNX model: no graph or opset_import found")
+    return proto
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                yield from _tensors(attribute.g)
+            for subgraph in attribute.graphs:
+                yield from _tensors(subgraph)
+
+
+def safe_external_path(folder: Path, location: str) -> Path:
+    """The file `location` names inside `folder`, or InvalidModelError if it would leave the folder."""
+    unsafe = (not location or "\x00" in location or PurePosixPath(location).is_absolute()
+              or PureWindowsPath(location).is_absolute() or PureWindowsPath(location).drive
+              or ".." in PurePosixPath(location.replace("\\", "/")).parts)
+    root = folder.resolve()
+    target = (root / location).resolve() if not unsafe else root
+    if unsafe or not target.is_relative_to(root) or target == root:
+        raise InvalidModelError(f"not an ONNX model: external data location {location!r} escapes the model's folder")
+    return target
+
+
+def _load_external_data(proto: onnx.ModelProto, folder: Path | None) -> None:
+    for tensor in _tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        if folder is None:
+            raise InvalidModelError(f"not an ONNX model: tensor {tensor.name!r} keeps its data in an external "
+                                    "file, which needs the model to be loaded from its path")
+        path = safe_external_path(folder, info.get("location", ""))
+        try:
+            offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else -1
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        except (ValueError, KeyError, TypeError) as err:
+            raise InvalidModelError(f"not an ONNX model: bad external data entry for {tensor.name!r} ({err})") from None
+        expected = int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+        if offset < 0 or (length >= 0 and length != expected):
+            raise InvalidModelError(f"not an ONNX model: external data of {tensor.name!r} declares {length} bytes "
+                                    f"at offset {offset}, its shape needs {expected}")
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(expected)
+        except OSError as err:
+            raise InvalidModelError(f"not an ONNX model: cannot read external data {path.name!r} ({err.strerror})") from None
+        if len(data) != expected:
+            raise InvalidModelError(f"not an ONNX model: external data {path.name!r} is too short for {tensor.name!r}")
+        tensor.raw_data = data
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _check(proto: onnx.ModelProto) -> None:
+    try:
+        onnx.checker.check_model(proto)
+    except (onnx.checker.ValidationError, ValueError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InvalidModelError(f"not an ONNX model: it fails the ONNX checker: {first_line}") from None
+    try:
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    except onnx.shape_inference.InferenceError as err:
+        first_line = str(err).strip().splitlines()[0]
+        raise InvalidModelError(f"not an ONNX model: ONNX shape inference rejects it: {first_line}") from None

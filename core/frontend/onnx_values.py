@@ -1,0 +1,46 @@
+"""ONNX protobuf values -> Python/numpy: dtypes, tensors and node attributes."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from core.errors import InvalidModelError, ShapeError
+
+_DTYPES = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT16: "int16", onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.UINT16: "uint16",
+    onnx.TensorProto.UINT32: "uint32", onnx.TensorProto.UINT64: "uint64", onnx.TensorProto.BOOL: "bool",
+}
+
+
+def numpy_dtype(elem_type: int, where: str) -> str:
+    try:
+        return _DTYPES[elem_type]
+    except KeyError:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
+        raise ShapeError(f"{where}: element type {name} is not supported") from None
+
+
+def tensor_to_array(tensor: onnx.TensorProto, where: str) -> np.ndarray:
+    numpy_dtype(tensor.data_type, where)
+    try:
+        return numpy_helper.to_array(tensor)
+    except Exception as err:  # protobuf data that does not match its declared dims or type
+        raise InvalidModelError(f"not an ONNX model: tensor {tensor.name or where!r} is malformed ({err})") from None
+
+
+def attribute_values(node: onnx.NodeProto) -> dict[str, Any]:
+    """Decoded attributes: strings as str, ints/floats as Python numbers, tensors kept as TensorProto."""
+    values: dict[str, Any] = {}
+    for attribute in node.attribute:
+        value = onnx.helper.get_attribute_value(attribute)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", errors="replace")
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8", errors="replace") for v in value]
+        values[attribute.name] = value
+    return values
