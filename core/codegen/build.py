@@ -1,0 +1,162 @@
+"""Build API: kernels (and an optional model plan) -> one LLVM module -> O3 object -> shared library.
+
+`build_library` is what the pipeline and the tuner call; `lower_to_llvm_ir`/`optimized_llvm_ir`
+show the IR (tests, DEBUG=3 prints the optimized IR and DEBUG=4 the unoptimized one too).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..errors import BuildError, CodegenError
+from ..target import Target, get_target
+from ..tir.stmt import PrimFunc
+from .codegen_llvm import ModuleContext, emit_kernel
+from .llvm_types import I8
+from .model_entry import ModelPlan, emit_model_entry
+from .toolchain import compile_c, find_compiler, link_shared
+
+RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+
+# llvmlite's global state (target registry, pass builders) is not documented as thread-safe.
+_LLVM_LOCK = threading.RLock()
+_initialized = False
+
+
+def _init_llvm() -> None:
+    global _initialized
+    if not _initialized:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _initialized = True
+
+
+def _debug_level() -> int:
+    try:
+        return int(os.environ.get("DEBUG", "0"))
+    except ValueError:
+        return 0
+
+
+def target_machine(target: Target) -> llvm.TargetMachine:
+    if target.kind != "cpu":
+        raise CodegenError(f"target {target.name}: only CPU targets have an LLVM code generator here")
+    with _LLVM_LOCK:
+        _init_llvm()
+        try:
+            llvm_target = llvm.Target.from_triple(target.triple)
+        except RuntimeError as e:
+            raise CodegenError(f"LLVM has no backend for {target.triple}: {e}") from None
+        return llvm_target.create_target_machine(cpu=target.cpu, features=target.features, opt=3, reloc="pic",
+                                                 codemodel="default")
+
+
+def lower_module(funcs: Sequence[PrimFunc], target: "Target | str", plan: ModelPlan | None = None) -> ir.Module:
+    """Every kernel (exported under its own name), the model entry when `plan` is given, and a JSON
+    description of the kernels' parameters that `load_kernels` uses to check calls."""
+    target = get_target(target)
+    names = [f.name for f in funcs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise CodegenError(f"two kernels share the name(s) {', '.join(dupes)}")
+    module = ir.Module(name="kiln")
+    module.triple = target.triple
+    module.data_layout = str(target_machine(target).target_data)
+    ctx = ModuleContext(module, target)
+    kernels = {f.name: emit_kernel(ctx, f) for f in funcs}
+    _embed_string(module, "kiln_kernels_json", json.dumps(kernel_signatures(funcs)))
+    if plan is not None:
+        emit_model_entry(module, plan, {f.name: f for f in funcs}, kernels)
+    return module
+
+
+def kernel_signatures(funcs: Sequence[PrimFunc]) -> list[dict]:
+    return [{"name": f.name, "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype} for p in f.params],
+             "num_inputs": f.num_inputs, "num_outputs": f.num_outputs} for f in funcs]
+
+
+def _embed_string(module: ir.Module, name: str, text: str) -> None:
+    data = bytearray(text.encode()) + b"\0"
+    g = ir.GlobalVariable(module, ir.ArrayType(I8, len(data)), name)
+    g.initializer = ir.Constant(ir.ArrayType(I8, len(data)), data)
+    g.global_constant = True
+
+
+def lower_to_llvm_ir(funcs: Sequence[PrimFunc], target: "Target | str" = "native", plan: ModelPlan | None = None) -> str:
+    """The unoptimized LLVM IR text of `funcs` (and the model entry)."""
+    return str(lower_module(funcs, target, plan))
+
+
+def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    text = lower_to_llvm_ir(funcs, target, plan)
+    if _debug_level() >= 4:
+        print(text, file=sys.stderr)
+    with _LLVM_LOCK:
+        tm = target_machine(target)
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as e:
+            raise CodegenError(f"generated LLVM IR is invalid (a codegen bug): {e}") from None
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pto.loop_interleaving = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+    if _debug_level() >= 3:
+        print(str(mod), file=sys.stderr)
+    return mod, tm
+
+
+def optimized_llvm_ir(funcs: Sequence[PrimFunc], target: "Target | str" = "native", plan: ModelPlan | None = None) -> str:
+    """The LLVM IR after the O3 pipeline (what becomes machine code)."""
+    mod, _ = _optimize(funcs, get_target(target), plan)
+    return str(mod)
+
+
+def assembly(funcs: Sequence[PrimFunc], target: "Target | str" = "native") -> str:
+    """The target assembly, for inspecting the generated instructions."""
+    mod, tm = _optimize(funcs, get_target(target), None)
+    with _LLVM_LOCK:
+        return tm.emit_assembly(mod)
+
+
+def build_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "str | Path",
+                  plan: ModelPlan | None = None) -> Path:
+    """Compile `funcs` (plus the model entry and C runtime when `plan` is given) into a shared library
+    at `out_path`, written atomically. Raises CodegenError for bad input, BuildError for toolchain failures."""
+    target = get_target(target)
+    out_path = Path(out_path)
+    cc = find_compiler(target)  # before the expensive part: a missing cross compiler fails fast
+    mod, tm = _optimize(funcs, target, plan)
+    with _LLVM_LOCK:
+        obj_bytes = tm.emit_object(mod)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
+        objects = [Path(tmp) / "kernels.o"]
+        objects[0].write_bytes(obj_bytes)
+        if plan is not None:
+            objects.append(Path(tmp) / "kiln_runtime.o")
+            compile_c(cc, RUNTIME_DIR / "kiln_runtime.c", objects[1])
+        fd, partial = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
+        os.close(fd)
+        try:
+            link_shared(cc, objects, Path(partial))
+            os.replace(partial, out_path)
+        except BaseException:
+            Path(partial).unlink(missing_ok=True)
+            raise
+    return out_path
+
+
+__all__ = ["build_library", "lower_to_llvm_ir", "optimized_llvm_ir", "assembly", "lower_module", "BuildError"]

@@ -1,0 +1,90 @@
+"""Calling single kernels of a built library from Python (tests, the tuner's measurements).
+
+`load_kernels(path).call("name", a, b, out)` passes C-contiguous numpy arrays as pointers after
+checking them against the parameter list the library embeds (`kiln_kernels_json`).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BuildError
+
+_NUMPY_NAMES = {"bfloat16": "uint16"}  # numpy has no bfloat16; its raw bits travel as uint16
+
+
+class KernelLibrary:
+    def __init__(self, path: "str | Path"):
+        self.path = Path(path)
+        try:
+            self._lib = ctypes.CDLL(str(self.path))
+        except OSError as e:
+            raise BuildError(f"cannot load kernel library {self.path}: {e}") from None
+        # The symbol is the string's bytes themselves (a char array), not a pointer to them.
+        try:
+            start = ctypes.addressof(ctypes.c_char.in_dll(self._lib, "kiln_kernels_json"))
+        except ValueError:
+            raise BuildError(f"{self.path} is not a Kiln kernel library (no kiln_kernels_json)") from None
+        text = ctypes.string_at(start)
+        self.signatures: dict[str, dict] = {k["name"]: k for k in json.loads(text.decode())}
+        self._funcs: dict[str, ctypes._CFuncPtr] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.signatures)
+
+    def _func(self, name: str):
+        if name not in self.signatures:
+            raise KeyError(f"kernel {name!r} is not in {self.path.name}; it has {', '.join(self.signatures)}")
+        fn = self._funcs.get(name)
+        if fn is None:
+            fn = getattr(self._lib, name)
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p] * len(self.signatures[name]["params"])
+            self._funcs[name] = fn
+        return fn
+
+    def _pointers(self, name: str, arrays) -> list[int]:
+        params = self.signatures[name]["params"]
+        if len(arrays) != len(params):
+            raise ValueError(f"kernel {name} takes {len(params)} arrays, got {len(arrays)}")
+        ptrs = []
+        for arr, p in zip(arrays, params):
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(f"kernel {name} parameter {p['name']}: expected a numpy array, got {type(arr).__name__}")
+            want = np.dtype(_NUMPY_NAMES.get(p["dtype"], p["dtype"]))
+            numel = int(np.prod(p["shape"], dtype=np.int64))
+            if arr.dtype != want and not (p["dtype"] == "bfloat16" and arr.dtype.itemsize == 2):
+                raise ValueError(f"kernel {name} parameter {p['name']}: dtype {arr.dtype}, expected {want}")
+            if arr.size != numel:
+                raise ValueError(f"kernel {name} parameter {p['name']}: {arr.size} elements, expected {numel}")
+            if not arr.flags.c_contiguous:
+                raise ValueError(f"kernel {name} parameter {p['name']}: array must be C-contiguous")
+            ptrs.append(arr.ctypes.data)
+        return ptrs
+
+    def call(self, name: str, *arrays: np.ndarray) -> None:
+        """Run kernel `name` once on `arrays` (inputs, outputs, workspaces, in parameter order)."""
+        self._func(name)(*self._pointers(name, arrays))
+
+    def time_ms(self, name: str, *arrays: np.ndarray, repeat: int = 10, number: int = 1, warmup: int = 1) -> float:
+        """Median wall time of one call in milliseconds (each sample averages `number` calls)."""
+        fn, ptrs = self._func(name), self._pointers(name, arrays)
+        for _ in range(warmup):
+            fn(*ptrs)
+        samples = []
+        for _ in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            for _ in range(max(1, number)):
+                fn(*ptrs)
+            samples.append((time.perf_counter() - t0) * 1e3 / max(1, number))
+        return statistics.median(samples)
+
+
+def load_kernels(lib_path: "str | Path") -> KernelLibrary:
+    return KernelLibrary(lib_path)

@@ -1,0 +1,149 @@
+"""The ahead-of-time executor of a whole model: a ModelPlan compiled into `kiln_graph_run`.
+
+`int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs)`
+calls the kernels in order with pointers into the arena, the weights blob, or the caller's
+inputs/outputs; nothing is allocated per call. `kiln_graph_profile` does the same and also writes
+each call's wall time (ms), for the report's per-kernel breakdown. Data symbols:
+`kiln_arena_bytes`, `kiln_weights_bytes` (int64), `kiln_graph_num_inputs`, `kiln_graph_num_outputs`,
+`kiln_graph_num_calls` (int32) and `kiln_graph_call_names` (const char*[]). The C runtime wraps
+these in its public functions (`kiln_num_inputs()`, ...), which is why the counts carry `graph_`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from llvmlite import ir
+
+from ..errors import CodegenError
+from ..tir.stmt import PrimFunc
+from .llvm_types import F64, I8, I32, I64, PTR, itemsize
+
+KINDS = ("input", "output", "weight", "arena")
+
+
+@dataclass(frozen=True)
+class BufferRef:
+    kind: str  # "input" | "output" | "weight" | "arena"
+    index: int = 0  # input/output position
+    offset: int = 0  # byte offset into the weights blob or the arena
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    func: str
+    args: tuple[BufferRef, ...]
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    calls: tuple[KernelCall, ...]
+    num_inputs: int
+    num_outputs: int
+    arena_bytes: int
+    weights_bytes: int
+
+
+def validate_plan(plan: ModelPlan, funcs: Mapping[str, PrimFunc]) -> None:
+    """Reject a plan the generated code could not run safely; every message names the call and argument."""
+    for n, what in ((plan.num_inputs, "num_inputs"), (plan.num_outputs, "num_outputs"),
+                    (plan.arena_bytes, "arena_bytes"), (plan.weights_bytes, "weights_bytes")):
+        if n < 0:
+            raise CodegenError(f"model plan: {what} is negative ({n})")
+    for pos, call in enumerate(plan.calls):
+        func = funcs.get(call.func)
+        where = f"model plan call #{pos} ({call.func})"
+        if func is None:
+            raise CodegenError(f"{where}: no kernel of that name was given to the build")
+        if len(call.args) != len(func.params):
+            raise CodegenError(f"{where}: {len(call.args)} arguments for {len(func.params)} parameters")
+        spans = []
+        for i, (ref, buf) in enumerate(zip(call.args, func.params)):
+            written = i >= func.num_inputs
+            spans.append((_span(plan, ref, buf.nbytes, itemsize(buf.dtype), f"{where} argument {i} ({buf.name})",
+                                written), written, buf.name))
+        for a in range(len(spans)):
+            for b in range(a + 1, len(spans)):
+                (ka, lo_a, hi_a), wa, na = spans[a]
+                (kb, lo_b, hi_b), wb, nb = spans[b]
+                if ka == kb and lo_a < hi_b and lo_b < hi_a and (wa or wb):
+                    raise CodegenError(f"{where}: arguments {na} and {nb} overlap and one is written "
+                                       f"(kernel parameters are noalias)")
+
+
+def _span(plan: ModelPlan, ref: BufferRef, nbytes: int, align: int, where: str, written: bool):
+    """(space, first byte, end byte) that `ref` covers; inputs/outputs are spaces of their own."""
+    if ref.kind not in KINDS:
+        raise CodegenError(f"{where}: unknown buffer kind {ref.kind!r}; expected one of {', '.join(KINDS)}")
+    if ref.kind in ("input", "output"):
+        count = plan.num_inputs if ref.kind == "input" else plan.num_outputs
+        if not 0 <= ref.index < count:
+            raise CodegenError(f"{where}: {ref.kind} index {ref.index} out of range (the model has {count})")
+        if ref.kind == "input" and written:
+            raise CodegenError(f"{where}: a model input is passed where the kernel writes (inputs are read-only)")
+        return (f"{ref.kind}{ref.index}", 0, nbytes)
+    if ref.kind == "weight" and written:
+        raise CodegenError(f"{where}: the weights are passed where the kernel writes (weights are read-only)")
+    limit = plan.arena_bytes if ref.kind == "arena" else plan.weights_bytes
+    if ref.offset < 0 or ref.offset + nbytes > limit:
+        raise CodegenError(f"{where}: bytes [{ref.offset}, {ref.offset + nbytes}) fall outside the "
+                           f"{ref.kind} of {limit} bytes")
+    if ref.offset % align:
+        raise CodegenError(f"{where}: {ref.kind} offset {ref.offset} is not a multiple of the element size {align}")
+    return (ref.kind, ref.offset, ref.offset + nbytes)
+
+
+def emit_model_entry(module: ir.Module, plan: ModelPlan, funcs: Mapping[str, PrimFunc],
+                     kernels: Mapping[str, ir.Function]) -> None:
+    validate_plan(plan, funcs)
+    _global(module, "kiln_arena_bytes", ir.Constant(I64, plan.arena_bytes))
+    _global(module, "kiln_weights_bytes", ir.Constant(I64, plan.weights_bytes))
+    _global(module, "kiln_graph_num_inputs", ir.Constant(I32, plan.num_inputs))
+    _global(module, "kiln_graph_num_outputs", ir.Constant(I32, plan.num_outputs))
+    _global(module, "kiln_graph_num_calls", ir.Constant(I32, len(plan.calls)))
+    names = [_cstring(module, f"kiln.call_name.{i}", c.func) for i, c in enumerate(plan.calls)]
+    _global(module, "kiln_graph_call_names", ir.Constant(ir.ArrayType(PTR, len(names)), names))
+    _emit_runner(module, plan, kernels, profile=False)
+    _emit_runner(module, plan, kernels, profile=True)
+
+
+def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Function], profile: bool) -> None:
+    params = [PTR, PTR, PTR, PTR] + ([PTR] if profile else [])
+    fn = ir.Function(module, ir.FunctionType(I32, params), "kiln_graph_profile" if profile else "kiln_graph_run")
+    fn.attributes.add("nounwind")
+    arena, weights, inputs, outputs = fn.args[:4]
+    for arg, name in zip(fn.args, ("arena", "weights", "inputs", "outputs", "call_ms")):
+        arg.name = name
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    now = ir.Function(module, ir.FunctionType(F64, []), "kiln_runtime_now_ms") if profile else None
+
+    def pointer(ref: BufferRef) -> ir.Value:
+        if ref.kind in ("input", "output"):
+            table = inputs if ref.kind == "input" else outputs
+            return b.load(b.gep(table, [ir.Constant(I64, ref.index)], inbounds=True, source_etype=PTR), typ=PTR)
+        base = arena if ref.kind == "arena" else weights
+        return b.gep(base, [ir.Constant(I64, ref.offset)], inbounds=True, source_etype=I8)
+
+    for pos, call in enumerate(plan.calls):
+        args = [pointer(r) for r in call.args]
+        start = b.call(now, []) if profile else None
+        b.call(kernels[call.func], args)
+        if profile:
+            slot = b.gep(fn.args[4], [ir.Constant(I64, pos)], inbounds=True, source_etype=F64)
+            b.store(b.fsub(b.call(now, []), start), slot)
+    b.ret(ir.Constant(I32, 0))
+
+
+def _global(module: ir.Module, name: str, value: ir.Constant) -> None:
+    g = ir.GlobalVariable(module, value.type, name)
+    g.initializer = value
+    g.global_constant = True
+
+
+def _cstring(module: ir.Module, name: str, text: str) -> ir.GlobalVariable:
+    data = bytearray(text.encode()) + b"\0"
+    g = ir.GlobalVariable(module, ir.ArrayType(I8, len(data)), name)
+    g.initializer = ir.Constant(g.value_type, data)
+    g.global_constant = True
+    g.linkage = "private"
+    return g

@@ -1,0 +1,70 @@
+"""The system C toolchain: finding a compiler for a target, compiling C, linking a shared library.
+
+Host targets use `cc`; another architecture needs `<arch>-linux-gnu-gcc` (e.g. aarch64-linux-gnu-gcc).
+Every failure is a BuildError carrying the first lines of the tool's stderr.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..errors import BuildError
+from ..target import Target
+
+_STDERR_LINES = 12
+
+
+def _host_arch() -> str:
+    machine = platform.machine().lower()
+    return "aarch64" if machine in ("arm64", "aarch64") else machine
+
+
+def find_compiler(target: Target) -> str:
+    """The C compiler driver that produces code (and links) for `target`."""
+    if target.kind != "cpu":
+        raise BuildError(f"target {target.name} ({target.kind}) cannot be linked into a CPU shared library")
+    override = os.environ.get("KILN_CC")
+    if override:
+        return override
+    if target.arch == _host_arch():
+        for name in ("cc", "gcc", "clang"):
+            path = shutil.which(name)
+            if path:
+                return path
+        raise BuildError("no C compiler found (looked for cc, gcc, clang); install gcc to build libraries")
+    cross = f"{target.arch}-linux-gnu-gcc"
+    path = shutil.which(cross)
+    if path:
+        return path
+    raise BuildError(f"cannot link for target {target.name} ({target.triple}): cross compiler {cross} not found; "
+                     f"install it (Debian: apt-get install gcc-{target.arch.replace('_', '-')}-linux-gnu) "
+                     f"or set KILN_CC to a compiler for {target.arch}")
+
+
+def run_tool(cmd: list[str], what: str) -> None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except OSError as e:
+        raise BuildError(f"{what} failed: cannot run {cmd[0]}: {e}") from None
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{what} failed: {cmd[0]} ran for more than 300 s") from None
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()[:_STDERR_LINES]
+        raise BuildError(f"{what} failed ({os.path.basename(cmd[0])} exit {proc.returncode}): " + " | ".join(lines))
+
+
+def compile_c(cc: str, source: Path, obj: Path, include_dirs: tuple[Path, ...] = ()) -> None:
+    cmd = [cc, "-c", "-O2", "-fPIC", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-fvisibility=default"]
+    cmd += [f"-I{d}" for d in include_dirs] + ["-o", str(obj), str(source)]
+    run_tool(cmd, f"compiling {source.name}")
+
+
+def link_shared(cc: str, objects: list[Path], out: Path) -> None:
+    # -Bsymbolic: calls between the library's own symbols stay inside it, so several models (or
+    # tuning candidates with the same kernel names) can be loaded into one process side by side.
+    cmd = [cc, "-shared", "-fPIC", "-o", str(out), *map(str, objects),
+           "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", "-lgomp", "-lm"]
+    run_tool(cmd, "linking the shared library")

@@ -1,0 +1,283 @@
+"""Load a Kiln artifact (.tar.gz or its extracted folder) and run it on numpy arrays.
+
+Imports only numpy, ctypes and the standard library: this file ships verbatim inside every
+artifact as `kiln_loader.py`, so `import kiln_loader; kiln_loader.load("model.tar.gz")` works on a
+machine that has nothing but numpy.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import shutil
+import statistics
+import tarfile
+import tempfile
+import time
+from typing import Mapping
+
+import numpy as np
+
+__all__ = ["load", "Module", "KilnRuntimeError"]
+
+# LLVM feature name -> the /proc/cpuinfo flag that says the CPU has it (only ones worth checking).
+_CPU_FLAGS = {"avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+              "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512cd": "avx512cd", "avx512dq": "avx512dq",
+              "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
+              "avx512fp16": "avx512_fp16", "bmi2": "bmi2", "neon": "asimd", "sve": "sve"}
+
+
+class KilnRuntimeError(RuntimeError):
+    """The native library refused to load or run (its message comes from kiln_last_error())."""
+
+
+def _np_dtype(name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        if name == "bfloat16":  # only known to numpy once ml_dtypes is imported; else raw bits
+            return np.dtype(np.uint16)
+        raise
+
+
+def _host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine)
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def _check_machine(meta: dict) -> None:
+    """Refuse an artifact built for another CPU with a message, instead of crashing on an illegal instruction."""
+    triple = meta.get("triple")
+    if triple and triple.split("-")[0] != _host_arch():
+        raise KilnRuntimeError(f"this artifact was built for {triple.split('-')[0]} "
+                               f"(target {meta.get('target')}), but this machine is {_host_arch()}")
+    features = meta.get("cpu_features") or ""
+    need = {_CPU_FLAGS[f[1:]] for f in features.split(",") if f.startswith("+") and f[1:] in _CPU_FLAGS}
+    have = _cpu_flags()
+    if need and have is not None and not need <= have:
+        raise KilnRuntimeError(f"this artifact (target {meta.get('target')}) needs CPU features this machine lacks: "
+                               f"{', '.join(sorted(need - have))}")
+
+
+def _extract(archive: str) -> str:
+    dest = tempfile.mkdtemp(prefix="kiln-artifact-")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:  # Python without extraction filters: accept regular files with plain names only
+                for member in tar.getmembers():
+                    if not member.isfile() or member.name.startswith("/") or ".." in member.name.split("/"):
+                        raise KilnRuntimeError(f"unsafe member {member.name!r} in {archive}")
+                tar.extractall(dest)
+    except (tarfile.TarError, OSError, EOFError) as e:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise KilnRuntimeError(f"cannot read artifact {archive}: {e}") from None
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return dest
+
+
+def load(path: "str | os.PathLike", num_threads: int | None = None) -> "Module":
+    """Open an artifact: a `.tar.gz` (extracted to a fresh temporary folder) or an extracted folder."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return Module(path, num_threads=num_threads)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no artifact at {path}")
+    folder = _extract(path)
+    try:
+        return Module(folder, num_threads=num_threads, owned_dir=True)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+class Module:
+    """A loaded model. `run({name: array}) -> {name: array}`; also a context manager."""
+
+    def __init__(self, directory: str, num_threads: int | None = None, owned_dir: bool = False):
+        self._handle = None
+        self._owned_dir = directory if owned_dir else None
+        meta_path = os.path.join(directory, "metadata.json")
+        try:
+            with open(meta_path) as f:
+                self.metadata: dict = json.load(f)
+        except (OSError, ValueError) as e:
+            raise KilnRuntimeError(f"{directory} is not a Kiln artifact: cannot read metadata.json ({e})") from None
+        _check_machine(self.metadata)
+        self._inputs = [dict(t, shape=tuple(int(d) for d in t["shape"])) for t in self.metadata.get("inputs", [])]
+        self._outputs = [dict(t, shape=tuple(int(d) for d in t["shape"])) for t in self.metadata.get("outputs", [])]
+        lib_path = os.path.join(directory, self.metadata.get("library", "libkiln_model.so"))
+        try:
+            self._lib = ctypes.CDLL(os.path.abspath(lib_path))
+        except OSError as e:
+            raise KilnRuntimeError(f"cannot load the model library {lib_path}: {e}") from None
+        self._bind()
+        if self._lib.kiln_num_inputs() != len(self._inputs) or self._lib.kiln_num_outputs() != len(self._outputs):
+            raise KilnRuntimeError("metadata.json and the library disagree on the number of inputs/outputs")
+        weights = os.path.join(directory, self.metadata.get("weights", "weights.bin"))
+        handle = self._lib.kiln_load(os.fsencode(os.path.abspath(weights)))
+        if not handle:
+            raise KilnRuntimeError(self._lib.kiln_last_error().decode(errors="replace"))
+        self._handle = handle
+        if num_threads:
+            self.set_num_threads(num_threads)
+
+    def _bind(self) -> None:
+        lib, P = self._lib, ctypes.c_void_p
+        for name, res, args in (("kiln_load", P, [ctypes.c_char_p]), ("kiln_run", ctypes.c_int, [P, P, P]),
+                                ("kiln_profile", ctypes.c_int, [P, P, P, P]), ("kiln_free", None, [P]),
+                                ("kiln_last_error", ctypes.c_char_p, []), ("kiln_set_num_threads", None, [ctypes.c_int]),
+                                ("kiln_get_num_threads", ctypes.c_int, []), ("kiln_num_inputs", ctypes.c_int, []),
+                                ("kiln_num_outputs", ctypes.c_int, []), ("kiln_num_kernel_calls", ctypes.c_int, []),
+                                ("kiln_kernel_call_name", ctypes.c_char_p, [ctypes.c_int])):
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+
+    # ------------------------------------------------------------ information
+
+    @property
+    def inputs(self) -> list[dict]:
+        """[{"name", "shape", "dtype"}, ...] in the model's input order."""
+        return [dict(t, shape=list(t["shape"])) for t in self._inputs]
+
+    @property
+    def outputs(self) -> list[dict]:
+        return [dict(t, shape=list(t["shape"])) for t in self._outputs]
+
+    def set_num_threads(self, n: int) -> None:
+        """Threads for parallel kernels; 0 restores OpenMP's default (OMP_NUM_THREADS or one per core)."""
+        self._lib.kiln_set_num_threads(int(n))
+
+    @property
+    def num_threads(self) -> int:
+        return self._lib.kiln_get_num_threads()
+
+    # ------------------------------------------------------------ running
+
+    def _prepare(self, feeds: Mapping[str, object]):
+        if self._handle is None:
+            raise ValueError("this module is closed")
+        if not isinstance(feeds, Mapping):
+            raise TypeError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
+        names = [t["name"] for t in self._inputs]
+        missing = [n for n in names if n not in feeds]
+        unknown = [n for n in feeds if n not in names]
+        if missing or unknown:
+            parts = ([f"missing input(s) {', '.join(map(repr, missing))}"] if missing else []) + \
+                    ([f"unknown input(s) {', '.join(map(repr, unknown))}"] if unknown else [])
+            raise ValueError(f"{'; '.join(parts)}; the model takes {', '.join(map(repr, names)) or 'no inputs'}")
+        arrays = []
+        for t in self._inputs:
+            want = _np_dtype(t["dtype"])
+            value = feeds[t["name"]]
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=want)
+            if arr.dtype != want:
+                raise ValueError(f"input {t['name']!r} has dtype {arr.dtype}, expected {t['dtype']} "
+                                 f"(convert it with .astype(np.{want.name}))")
+            if tuple(arr.shape) != t["shape"]:
+                raise ValueError(f"input {t['name']!r} has shape {tuple(arr.shape)}, expected {t['shape']}")
+            arrays.append(np.ascontiguousarray(arr))
+        outs = [np.empty(t["shape"], dtype=_np_dtype(t["dtype"])) for t in self._outputs]
+        return arrays, outs
+
+    @staticmethod
+    def _pointer_table(arrays) -> ctypes.Array:
+        return (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise KilnRuntimeError(f"{what} failed: {self._lib.kiln_last_error().decode(errors='replace')}")
+
+    def run(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
+        """Run once; returns fresh arrays {output name: array}."""
+        arrays, outs = self._prepare(feeds)
+        rc = self._lib.kiln_run(self._handle, self._pointer_table(arrays), self._pointer_table(outs))
+        self._check(rc, "kiln_run")
+        return {t["name"]: o for t, o in zip(self._outputs, outs)}
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random feeds of the right shapes and dtypes (for benchmarks and smoke tests)."""
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for t in self._inputs:
+            dt = _np_dtype(t["dtype"])
+            if t["dtype"] == "bool":
+                feeds[t["name"]] = rng.random(t["shape"]) < 0.5
+            elif dt.kind in "iu":
+                feeds[t["name"]] = rng.integers(0, 10, size=t["shape"]).astype(dt)
+            else:
+                feeds[t["name"]] = rng.standard_normal(t["shape"]).astype(np.float32).astype(dt)
+        return feeds
+
+    def benchmark(self, repeat: int = 50, warmup: int = 5, number: int = 1, *,
+                  feeds: Mapping[str, object] | None = None) -> dict:
+        """Latency of one run in ms: median/mean/min/p90 over `repeat` samples of `number` runs each."""
+        arrays, outs = self._prepare(feeds if feeds is not None else self.random_inputs())
+        ins, outp = self._pointer_table(arrays), self._pointer_table(outs)
+        run, handle = self._lib.kiln_run, self._handle
+        for _ in range(max(0, warmup)):
+            self._check(run(handle, ins, outp), "kiln_run")
+        samples = []
+        for _ in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            for _ in range(max(1, number)):
+                rc = run(handle, ins, outp)
+            samples.append((time.perf_counter() - t0) * 1e3 / max(1, number))
+            self._check(rc, "kiln_run")
+        return {"median_ms": statistics.median(samples), "mean_ms": statistics.fmean(samples),
+                "min_ms": min(samples), "p90_ms": float(np.percentile(samples, 90)),
+                "runs": len(samples) * max(1, number)}
+
+    def profile(self, repeat: int = 10, *, feeds: Mapping[str, object] | None = None) -> list[dict]:
+        """Per kernel call: [{"index", "name", "time_ms"}], the median over `repeat` profiled runs."""
+        arrays, outs = self._prepare(feeds if feeds is not None else self.random_inputs())
+        ins, outp = self._pointer_table(arrays), self._pointer_table(outs)
+        n = self._lib.kiln_num_kernel_calls()
+        times = np.zeros((max(1, repeat), max(1, n)), dtype=np.float64)
+        for r in range(times.shape[0]):
+            row = times[r]
+            self._check(self._lib.kiln_profile(self._handle, ins, outp, row.ctypes.data), "kiln_profile")
+        med = np.median(times, axis=0)
+        return [{"index": i, "name": self._lib.kiln_kernel_call_name(i).decode(), "time_ms": float(med[i])}
+                for i in range(n)]
+
+    # ------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._lib.kiln_free(self._handle)
+            self._handle = None
+        if self._owned_dir:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+            self._owned_dir = None
+
+    def __enter__(self) -> "Module":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        sig = lambda ts: ", ".join(f"{t['name']}: {t['dtype']}{list(t['shape'])}" for t in ts)  # noqa: E731
+        return f"<kiln Module ({sig(self._inputs)}) -> ({sig(self._outputs)})>"

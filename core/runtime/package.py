@@ -1,0 +1,109 @@
+"""Artifact packaging: one `.tar.gz` with fixed member names, written atomically (never half-written)."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+
+from ..errors import ArtifactError
+
+LIBRARY = "libkiln_model.so"
+HEADER = "kiln_model.h"
+WEIGHTS = "weights.bin"
+METADATA = "metadata.json"
+LOADER = "kiln_loader.py"
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+README = "README.txt"
+MEMBERS = (LIBRARY, HEADER, WEIGHTS, METADATA, LOADER, REPORT_JSON, REPORT_HTML, README)
+
+_LOADER_SOURCE = Path(__file__).with_name("loader.py")
+
+_README = """\
+Kiln model artifact: a native library with a C ABI, its header, weights, and a numpy-only loader.
+Python (needs only numpy):  import kiln_loader;  m = kiln_loader.load("{archive}")   # or this folder
+  out = m.run({{{example_feed}}});  print(m.inputs, m.outputs, m.benchmark())
+C:  #include "kiln_model.h"   kiln_model* m = kiln_load("weights.bin");
+  const void* in[KILN_NUM_INPUTS] = {{...}};  void* out[KILN_NUM_OUTPUTS] = {{...}};
+  if (kiln_run(m, in, out) != 0) puts(kiln_last_error());  kiln_free(m);
+Build: cc main.c -L. -lkiln_model -Wl,-rpath,'$ORIGIN' -o main   (libgomp and libm at run time)
+Tensors are dense row-major; shapes and dtypes: metadata.json and the KILN_INPUT_*/KILN_OUTPUT_* defines.
+Threads: OMP_NUM_THREADS or kiln_set_num_threads(n) / m.set_num_threads(n).
+Reports: report.json (machine-readable) and report.html (open in a browser).
+"""
+
+
+def target_metadata(target) -> dict:
+    """The metadata keys the loader uses to refuse an artifact built for another CPU (pass a Target)."""
+    return {"target": target.name, "triple": target.triple, "cpu": target.cpu, "cpu_features": target.features}
+
+
+def _readme(metadata: dict, archive_name: str) -> str:
+    feed = ", ".join(f'"{t["name"]}": x{i}' for i, t in enumerate(metadata.get("inputs", [])))
+    return _README.format(archive=archive_name, example_feed=feed)
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = mode
+    info.mtime = 0  # reproducible archives: identical inputs give identical bytes
+    info.uname = info.gname = "kiln"
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_artifact(out_path: "str | Path", *, library: "str | Path", weights: "bytes | str | Path",
+                   metadata: dict, header: str, report: dict | None = None, report_html: str | None = None) -> Path:
+    """Write the artifact `.tar.gz` at `out_path` (a temp file in the same folder, then os.replace)."""
+    out_path = Path(out_path)
+    library = Path(library)
+    if not library.is_file():
+        raise ArtifactError(f"cannot package: the library {library} does not exist")
+    weights_bytes = weights if isinstance(weights, (bytes, bytearray, memoryview)) else Path(weights).read_bytes()
+    for key in ("inputs", "outputs"):
+        if not isinstance(metadata.get(key), list):
+            raise ArtifactError(f"cannot package: metadata needs an {key!r} list of {{name, shape, dtype}}")
+    meta = dict(metadata, library=LIBRARY, weights=WEIGHTS)
+    members = [
+        (LIBRARY, library.read_bytes(), 0o755),
+        (HEADER, header.encode(), 0o644),
+        (WEIGHTS, bytes(weights_bytes), 0o644),
+        (METADATA, json.dumps(meta, indent=2, sort_keys=True).encode(), 0o644),
+        (LOADER, _LOADER_SOURCE.read_bytes(), 0o644),
+        (REPORT_JSON, json.dumps(report or {}, indent=2, sort_keys=True).encode(), 0o644),
+        (REPORT_HTML, (report_html or "<!doctype html><title>Kiln report</title><p>No report.</p>").encode(), 0o644),
+        (README, _readme(meta, out_path.name).encode(), 0o644),
+    ]
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            with tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar:
+                for name, data, mode in members:
+                    _add(tar, name, data, mode)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(partial, out_path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
+    return out_path
+
+
+def read_artifact_member(path: "str | Path", name: str) -> bytes:
+    """The bytes of one member (e.g. "metadata.json") of an artifact, without extracting the rest."""
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            try:
+                member = tar.getmember(name)
+            except KeyError:
+                raise ArtifactError(f"artifact {path} has no member {name!r}") from None
+            f = tar.extractfile(member) if member.isfile() else None
+            if f is None:
+                raise ArtifactError(f"artifact {path}: member {name!r} is not a regular file")
+            return f.read()
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise ArtifactError(f"cannot read artifact {path}: {e}") from None
