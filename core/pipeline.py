@@ -16,7 +16,7 @@ import numpy as np
 from . import __version__
 from .artifact import HEADER, LIBRARY, WEIGHTS, Artifact, new_workdir, write_metadata
 from .benchmark import compare_latency
-from .codegen.build import build_library, load_kernels
+from .codegen import build_library, load_kernels
 from .executor import Executable, build_executable
 from .frontend import import_onnx
 from .graph.ir import Graph

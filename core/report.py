@@ -15,10 +15,10 @@ def render_html(report: dict[str, Any]) -> str:
     val = report.get("validation") or {}
     mem = report.get("memory") or {}
     model = report.get("model") or {}
+    num = lambda v, fmt: "" if v is None else format(v, fmt)  # noqa: E731
     rows = "".join(
         f"<tr><td>{esc(k['name'])}</td><td>{esc(' + '.join(k['ops']))}</td><td class=n>{k['flops']:,}</td>"
-        f"<td class=n>{'' if k.get('time_ms') is None else f'{k['time_ms']:.4f}'}</td>"
-        f"<td class=n>{'' if k.get('gflops') is None else f'{k['gflops']:.2f}'}</td></tr>"
+        f"<td class=n>{num(k.get('time_ms'), '.4f')}</td><td class=n>{num(k.get('gflops'), '.2f')}</td></tr>"
         for k in report.get("kernels", []))
     io = "".join(f"<tr><td>{kind}</td><td>{esc(t['name'])}</td><td>{esc(t['dtype'])}</td><td>{esc(t['shape'])}</td></tr>"
                  for kind in ("input", "output") for t in model.get(kind + "s", []))

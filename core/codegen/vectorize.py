@@ -266,6 +266,8 @@ class VectorBody:
         else:
             tv, fv = value(t), value(f)
         tv, fv = arith.unify(b, tv, fv)
+        if lanes_of(cond) > 1:  # a lane-varying condition needs both arms as full vectors
+            tv, fv = self.full(tv), self.full(fv)
         return b.select(cond, tv, fv)
 
     def load(self, e: Load) -> ir.Value:

@@ -1,0 +1,6 @@
+"""Per-op kernels: compute definitions (what) and default schedules per target (how), in registries."""
+from .registry import (MissingKernelError, get_compute, get_schedule, register_compute, register_schedule,
+                       registered_ops, schedule_injective, schedule_reduce)
+
+__all__ = ["MissingKernelError", "get_compute", "get_schedule", "register_compute", "register_schedule",
+           "registered_ops", "schedule_injective", "schedule_reduce"]

@@ -56,7 +56,11 @@ def reshape(ctx: ConvertContext) -> str:
 @converter("Flatten", since_version=1)
 def flatten(ctx: ConvertContext) -> str:
     shape = ctx.shape(0)
-    axis = ctx.axis(ctx.attr("axis", 1), len(shape) + 1)
+    axis = int(ctx.attr("axis", 1))
+    if axis == len(shape):  # Flatten accepts axis in [-rank, rank]: rank flattens everything into rows
+        axis = len(shape)
+    else:
+        axis = ctx.axis(axis, len(shape))
     return ctx.reshape(ctx.input(0), (_numel(shape[:axis]), _numel(shape[axis:])))
 
 

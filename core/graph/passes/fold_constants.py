@@ -57,9 +57,12 @@ def fold_constants(graph: Graph) -> Graph:
         present = [i for i in node.inputs if i]
         foldable = present and all(i in constants for i in present) and get_op(node.op).fold is not None
         already_minimal = node.op == "Identity" and node.outputs[0] in outputs
+        if not foldable or already_minimal:
+            nodes.append(node)
+            continue
         arrays = [constants[i] if i else None for i in node.inputs]
         out_types = [types[o] for o in node.outputs]
-        if not foldable or already_minimal or not worth_folding(arrays, out_types):
+        if not worth_folding(arrays, out_types):
             nodes.append(node)
             continue
         for out, value in zip(node.outputs, fold_node(node.op, arrays, node.attrs, out_types)):

@@ -1,0 +1,80 @@
+"""Unary elementwise computes: out[i] = f(x[i]) (activations, math functions, Cast, Clip, IsNaN, Not)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from ..graph.ir import TensorType
+from ..te import tensor as te
+from ..tir.expr import Expr, Not, call, cast, const, is_float, maximum, minimum, select
+from .common import attr, require, typed_const
+from .registry import register_compute
+
+UnaryFn = Callable[[Expr, Mapping[str, Any], str], Expr]  # (x value, attrs, output dtype) -> out value
+
+
+def _float_only(name: str, fn: Callable[[Expr], Expr]) -> UnaryFn:
+    # Integer inputs are computed in float32 and cast back (the importer only sends floats today).
+    def body(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
+        return fn(x) if is_float(x.dtype) else cast(dtype, fn(cast("float32", x)))
+
+    body.__name__ = name
+    return body
+
+
+def _sigmoid(x: Expr) -> Expr:
+    one = const(1, x.dtype)
+    return one / (one + call("exp", -x))
+
+
+def _clip(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
+    lo, hi = attrs.get("min"), attrs.get("max")
+    if lo is not None:
+        x = maximum(x, typed_const(lo, x.dtype))
+    if hi is not None:
+        x = minimum(x, typed_const(hi, x.dtype))
+    return x
+
+
+def _leaky_relu(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
+    alpha = float(attr(attrs, "alpha", "LeakyRelu", 0.01))
+    return select(x < const(0, x.dtype), x * const(alpha, x.dtype), x)
+
+
+UNARY: dict[str, UnaryFn] = {
+    "Relu": lambda x, a, dt: maximum(x, const(0, x.dtype)),
+    "Sigmoid": _float_only("Sigmoid", _sigmoid),
+    "Tanh": _float_only("Tanh", lambda x: call("tanh", x)),
+    "Erf": _float_only("Erf", lambda x: call("erf", x)),
+    "Sqrt": _float_only("Sqrt", lambda x: call("sqrt", x)),
+    "Exp": _float_only("Exp", lambda x: call("exp", x)),
+    "Log": _float_only("Log", lambda x: call("log", x)),
+    "Neg": lambda x, a, dt: -x,
+    "Abs": lambda x, a, dt: call("abs", x),
+    "Reciprocal": _float_only("Reciprocal", lambda x: const(1, x.dtype) / x),
+    "Floor": lambda x, a, dt: call("floor", x),
+    "Ceil": lambda x, a, dt: call("ceil", x),
+    "Not": lambda x, a, dt: Not(cast("bool", x)),
+    "IsNaN": lambda x, a, dt: call("isnan", x),
+    "Identity": lambda x, a, dt: x,
+    "Cast": lambda x, a, dt: cast(dt, x),
+    "Clip": _clip,
+    "LeakyRelu": _leaky_relu,
+}
+
+
+def unary(op: str, x: te.Tensor, attrs: Mapping[str, Any], out_dtype: Optional[str] = None) -> te.Tensor:
+    """The compute of unary `op` applied to `x` (usable by other computes, e.g. fused epilogues)."""
+    fn = UNARY[op]
+    dtype = out_dtype or x.dtype
+    return te.compute(x.shape, lambda *i: cast(dtype, fn(x(*i), attrs, dtype)), name=op.lower(), tag="elemwise")
+
+
+def _register(op: str) -> None:
+    @register_compute(op)
+    def compute(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+        (x,) = require(inputs, 1, op)
+        return [unary(op, x, attrs, out_types[0].dtype if out_types else None)]
+
+
+for _op in UNARY:
+    _register(_op)

@@ -1,0 +1,1 @@
+"""Default schedules per target kind (cpu today), and the generic pattern-based ones."""

@@ -1,0 +1,70 @@
+"""CPU schedule of Conv: a register tile of output channels x output columns around the reduction.
+
+Loop order n, oc.o, oh, ow.o | ic, kh, kw | oc.i (unrolled), ow.i (vectorized): each tile keeps
+oc.i x ow.i accumulators in vector registers across the whole reduction (buffers are noalias, so
+LLVM promotes them), loads ow.i input columns once per (ic, kh, kw) and broadcasts one weight per
+output channel. Depthwise convs tile only the columns. The pad stage is a plain parallel copy.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ...target import Target
+from ...te.schedule import Schedule
+from ...te.tensor import ComputeOp, Tensor
+from .generic import extent, injective_stage, parallelize, worth_parallel
+from .util import divisor_near, find_ops, inputs_tagged, largest_divisor
+
+MAX_ACCUMULATORS = 12  # of the 16 vector registers (AVX2/NEON: 16); the rest hold loads and broadcasts
+
+
+def column_tile(ow: int, lanes: int) -> int:
+    """Output columns per tile: one or two vector registers' worth, dividing ow when possible."""
+    exact = largest_divisor(ow, [2 * lanes, lanes])
+    if exact:
+        return exact
+    if ow <= 2 * lanes:
+        return ow
+    return divisor_near(ow, lanes // 2 + 1, 2 * lanes) or lanes
+
+
+def channel_tile(oc: int, vectors: int) -> int:
+    budget = max(1, MAX_ACCUMULATORS // vectors)
+    return largest_divisor(oc, [c for c in (8, 6, 4, 3, 2, 1) if c <= budget]) or 1
+
+
+def schedule_conv_stage(sch: Schedule, op: ComputeOp, target: Target, ow_tile: Optional[int] = None,
+                        oc_tile: Optional[int] = None) -> None:
+    stage = sch[Tensor(op)]
+    n, oc, oh, ow = stage.op.axis
+    rc, rkh, rkw = stage.op.reduce_axis
+    lanes = target.lanes(op.dtype)
+    owt = ow_tile or column_tile(ow.extent, lanes)
+    owo, owi = stage.split(ow, owt)
+    vectors = -(-owt // lanes)
+    if op.attrs.get("depthwise") or op.attrs.get("group", 1) > 1:
+        # Grouped: the input channel depends on oc, so keep oc whole and tile the columns only.
+        stage.reorder(n, oc, oh, owo, rc, rkh, rkw, owi)
+        outer = [n, oc, oh]
+    else:
+        oct = oc_tile or channel_tile(oc.extent, vectors)
+        oco, oci = stage.split(oc, oct)
+        stage.reorder(n, oco, oh, owo, rc, rkh, rkw, oci, owi)
+        stage.unroll(oci)
+        outer = [n, oco, oh]
+    if rkw.extent <= 3:
+        stage.unroll(rkw)
+    stage.vectorize(owi)
+    work = extent(op.axis) * extent(op.reduce_axis)
+    if worth_parallel(work, target):
+        parallelize(stage, outer, target)
+
+
+def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
+    for op in find_ops(outs, ["conv2d"]):
+        schedule_conv_stage(sch, op, target)
+        for pad in inputs_tagged(op, "conv2d_pad"):
+            injective_stage(sch[Tensor(pad)], target)
+    for op in find_ops(outs, ["conv2d_bias"]):
+        injective_stage(sch[Tensor(op)], target)
+

@@ -1,0 +1,9 @@
+"""Registers the CPU schedule of each op (ops not listed use the generic pattern schedules)."""
+from __future__ import annotations
+
+from ..registry import register_schedule
+from .conv2d import schedule_conv2d
+from .matmul import schedule_matmul
+
+register_schedule("Conv")(schedule_conv2d)
+register_schedule("MatMul")(schedule_matmul)

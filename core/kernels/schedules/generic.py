@@ -1,0 +1,100 @@
+"""Generic CPU schedules by fusion pattern: injective (vectorize inner, parallel outer) and reduction.
+
+Parallel loops are used only when a stage does enough work: forking OpenMP threads costs a few
+microseconds, more than small elementwise kernels take in total.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ...target import Target
+from ...te.schedule import Schedule, Stage
+from ...te.tensor import ComputeOp, IterVar, Tensor
+
+PARALLEL_MIN_WORK = 32 * 1024  # scalar operations (elements x reduction length) before threads pay off
+
+
+def extent(ivs: Sequence[IterVar]) -> int:
+    out = 1
+    for iv in ivs:
+        out *= iv.extent
+    return out
+
+
+def vector_lanes(op: ComputeOp, target: Target) -> int:
+    """Lanes of one vector register for the widest dtype the stage reads or writes."""
+    widest = max([np.dtype(op.dtype).itemsize] + [np.dtype(t.dtype).itemsize for t in op.input_tensors])
+    return target.lanes({1: "int8", 2: "int16", 4: "float32", 8: "float64"}[widest])
+
+
+def worth_parallel(work: int, target: Target) -> bool:
+    return target.num_cores > 1 and work >= PARALLEL_MIN_WORK
+
+
+def parallelize(stage: Stage, outer: list[IterVar], target: Target) -> None:
+    """Fuse `outer` (adjacent leaves, outermost first) into one loop and run it across threads."""
+    if not outer or extent(outer) < 2:
+        return
+    fused = stage.fuse(*outer) if len(outer) > 1 else outer[0]
+    stage.parallel(fused)
+
+
+def injective_stage(stage: Stage, target: Target, parallel: bool = True) -> None:
+    """Innermost axis split by the vector width and vectorized (when it divides), outer axes fused
+    and parallel when the stage is large enough."""
+    leaves = list(stage.leaf_iter_vars)
+    if not leaves or any(iv.kind == "reduce" for iv in leaves):
+        return
+    numel = extent(leaves)
+    lanes = vector_lanes(stage.op, target)
+    last = leaves[-1]
+    if last.extent >= lanes and last.extent % lanes == 0:
+        lo, li = stage.split(last, lanes)
+        stage.vectorize(li)
+        leaves[-1] = lo
+    if not (parallel and worth_parallel(numel, target)):
+        return
+    # Prefer threads over the rows only (cheap index math); fold in the last loop when rows are few.
+    rows = leaves[:-1]
+    parallelize(stage, rows if extent(rows) >= 4 * target.num_cores else leaves, target)
+
+
+def reduce_stage(stage: Stage, target: Target, parallel: bool = True) -> None:
+    """Outer spatial axes (fused, parallel when large), then the reduce axes, then the spatial axes
+    that stay contiguous in the input (recorded by the compute as `inner_spatial`), vectorized."""
+    leaves = list(stage.leaf_iter_vars)
+    reduce = [iv for iv in leaves if iv.kind == "reduce"]
+    if not reduce:
+        injective_stage(stage, target, parallel)
+        return
+    spatial = [iv for iv in leaves if iv.kind != "reduce"]
+    k = min(int(stage.op.attrs.get("inner_spatial", 0)), len(spatial))
+    outer, inner = spatial[: len(spatial) - k], spatial[len(spatial) - k:]
+    inner = [iv for iv in inner if iv.extent > 1] or []
+    outer = [iv for iv in spatial if iv not in inner]
+    stage.reorder(*outer, *reduce, *inner)
+    if inner:
+        lanes = vector_lanes(stage.op, target)
+        last = inner[-1]
+        if last.extent >= lanes and last.extent % lanes == 0:
+            _, li = stage.split(last, lanes)
+            stage.vectorize(li)
+    work = extent(spatial) * extent(reduce)
+    if parallel and worth_parallel(work, target):
+        parallelize(stage, outer, target)
+
+
+def _out_stages(sch: Schedule, outs: Sequence[Tensor]) -> list[Stage]:
+    return [sch[t] for t in outs if isinstance(t.op, ComputeOp)]
+
+
+def schedule_injective(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
+    for stage in _out_stages(sch, outs):
+        injective_stage(stage, target)
+
+
+def schedule_reduce(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
+    for stage in _out_stages(sch, outs):
+        reduce_stage(stage, target)

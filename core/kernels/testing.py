@@ -1,0 +1,87 @@
+"""Build single-op kernels from numpy inputs and run them: for tests, benchmarks and debugging.
+
+`OpKernel` holds one lowered kernel; `build_kernels` compiles many into one library (one LLVM build
+is the slow part), and `KernelRun.run()` allocates outputs and workspaces and calls it.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..graph.ir import TensorType
+from ..target import Target, get_target
+from ..te import tensor as te
+from ..te.lower import lower
+from ..te.schedule import Schedule, create_schedule
+from ..tir.stmt import PrimFunc
+from .registry import get_compute, get_schedule
+
+
+@dataclass
+class OpKernel:
+    """One graph op on concrete inputs (None for an absent optional input), lowered to `func`."""
+
+    name: str
+    op: str
+    inputs: list[Optional[np.ndarray]]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    out_types: Optional[list[TensorType]] = None
+    scheduled: bool = True
+    schedule_fn: Optional[Callable[[Schedule, list[te.Tensor], Target], None]] = None  # instead of the registry's
+    func: Optional[PrimFunc] = None
+    schedule: Optional[Schedule] = None
+
+    def lower(self, target: Target) -> PrimFunc:
+        holders = [None if a is None else te.placeholder(a.shape, a.dtype.name, f"in{k}")
+                   for k, a in enumerate(self.inputs)]
+        outs = get_compute(self.op)(holders, self.attrs, list(self.out_types or []))
+        sch = create_schedule(outs)
+        if self.scheduled:
+            (self.schedule_fn or get_schedule(self.op, target))(sch, outs, target)
+        args = [h for h in holders if h is not None] + list(outs)
+        self.func = lower(sch, args, self.name, num_outputs=len(outs))
+        self.schedule = sch
+        return self.func
+
+
+class KernelRun:
+    def __init__(self, lib, kernel: OpKernel):
+        self.lib, self.kernel = lib, kernel
+        func = kernel.func
+        self.args = [np.ascontiguousarray(a) for a in kernel.inputs if a is not None]
+        self.outputs = [np.zeros(b.shape, b.dtype) for b in func.outputs]
+        # Poison workspaces so a stage that reads before writing shows up as wrong numbers.
+        self.workspaces = [np.full(b.shape, 7, b.dtype) for b in func.workspaces]
+
+    def run(self) -> list[np.ndarray]:
+        self.lib.call(self.kernel.name, *self.args, *self.outputs, *self.workspaces)
+        return [o.copy() for o in self.outputs]
+
+    def time_ms(self, repeat: int = 20, number: int = 5) -> float:
+        return self.lib.time_ms(self.kernel.name, *self.args, *self.outputs, *self.workspaces, repeat=repeat,
+                                number=number)
+
+
+def build_kernels(kernels: Sequence[OpKernel], target: "Target | str" = "native",
+                  out_dir: "str | Path | None" = None) -> list[KernelRun]:
+    """Lower every kernel, compile them all into one shared library and load it."""
+    from ..codegen.build import build_library
+    from ..codegen.kernel_library import load_kernels
+
+    target = get_target(target)
+    funcs = [k.lower(target) for k in kernels]
+    out_dir = Path(out_dir or tempfile.mkdtemp(prefix="kiln-kernels-"))
+    lib = load_kernels(build_library(funcs, target, out_dir / "kernels.so"))
+    return [KernelRun(lib, k) for k in kernels]
+
+
+def run_op(op: str, inputs: Sequence[Optional[np.ndarray]], attrs: Optional[Mapping[str, Any]] = None,
+           out_types: Optional[list[TensorType]] = None, scheduled: bool = True,
+           target: "Target | str" = "native") -> list[np.ndarray]:
+    """Compile and run one op once (slow: one build per call; batch with build_kernels in tests)."""
+    (run,) = build_kernels([OpKernel("kernel", op, list(inputs), dict(attrs or {}), out_types, scheduled)], target)
+    return run.run()
