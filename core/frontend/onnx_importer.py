@@ -144,6 +144,9 @@ def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[st
         renameable = builder.is_node_output(value) and value not in names
         if renameable and (value == output.name or not builder.has_value(output.name)):
             names.append(builder.rename_value(value, output.name))
+            for onnx_name, bound in values.items():  # other ONNX names may alias the renamed value
+                if bound == value:
+                    values[onnx_name] = output.name
         else:
             target = output.name if not builder.has_value(output.name) else builder.fresh_name(output.name)
             names.append(builder.add_identity(value, target))

@@ -1,0 +1,83 @@
+"""BatchNormalization, InstanceNormalization, LayerNormalization and Softmax/LogSoftmax (opset 11 vs 13)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from core.errors import UnsupportedOpError
+from core.frontend import import_onnx
+
+F32 = "float32"
+
+
+def _bn_params(c, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"scale": rng.uniform(0.5, 1.5, c).astype(np.float32), "bias": rng.standard_normal(c).astype(np.float32),
+            "mean": rng.standard_normal(c).astype(np.float32), "var": rng.uniform(0.2, 2.0, c).astype(np.float32)}
+
+
+@pytest.mark.parametrize("shape", [[2, 3, 4, 5], [2, 3], [2, 3, 7]])
+def test_batch_norm_with_constant_parameters_becomes_mul_add(shape, onnx_model, check_ort):
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], epsilon=1e-3)
+    model = onnx_model([node], {"x": (F32, shape)}, {"y": F32}, initializers=_bn_params(shape[1]))
+    graph = check_ort(model)
+    assert [n.op for n in graph.nodes] == ["Mul", "Add"]
+    assert graph.constants[graph.nodes[0].inputs[1]].shape == (shape[1],) + (1,) * (len(shape) - 2)
+
+
+def test_batch_norm_with_dynamic_parameters(onnx_model, check_ort):
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"])
+    params = _bn_params(3)
+    model = onnx_model([node], {"x": (F32, [2, 3, 4, 4]), "var": (F32, [3])}, {"y": F32}, opset=9,
+                       initializers={k: v for k, v in params.items() if k != "var"})
+    graph = check_ort(model, {"x": np.random.default_rng(1).standard_normal((2, 3, 4, 4)).astype(np.float32),
+                              "var": params["var"]})
+    assert "Sqrt" in [n.op for n in graph.nodes]
+
+
+def test_instance_norm(onnx_model, check_ort):
+    node = helper.make_node("InstanceNormalization", ["x", "scale", "bias"], ["y"], epsilon=1e-4)
+    params = _bn_params(3)
+    model = onnx_model([node], {"x": (F32, [2, 3, 5, 4])}, {"y": F32},
+                       initializers={"scale": params["scale"], "bias": params["bias"]})
+    check_ort(model, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis,with_bias", [(-1, True), (1, True), (2, False)])
+def test_layer_norm(axis, with_bias, onnx_model, check_ort):
+    shape = [2, 3, 8]
+    normalized = shape[axis:]
+    rng = np.random.default_rng(3)
+    inits = {"scale": rng.standard_normal(normalized).astype(np.float32)}
+    if with_bias:
+        inits["bias"] = rng.standard_normal(normalized).astype(np.float32)
+    node = helper.make_node("LayerNormalization", ["x", *inits], ["y"], axis=axis, epsilon=1e-5)
+    graph = check_ort(onnx_model([node], {"x": (F32, shape)}, {"y": F32}, initializers=inits))
+    assert graph.nodes[0].attr("axis") == axis % 3
+
+
+def test_layer_norm_mean_output_is_unsupported(onnx_model):
+    node = helper.make_node("LayerNormalization", ["x", "scale"], ["y", "mean"], axis=-1)
+    model = onnx_model([node], {"x": (F32, [2, 4])}, {"y": F32, "mean": F32},
+                       initializers={"scale": np.ones(4, np.float32)})
+    with pytest.raises(UnsupportedOpError, match="LayerNormalization.*Mean"):
+        import_onnx(model)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("opset,axis", [(11, 1), (11, 0), (11, -1), (11, 2), (13, 1), (13, -1), (13, 0)])
+def test_softmax_opsets(op, opset, axis, onnx_model, check_ort):
+    node = helper.make_node(op, ["x"], ["y"], axis=axis)
+    graph = check_ort(onnx_model([node], {"x": (F32, [2, 3, 4])}, {"y": F32}, opset=opset))
+    softmax = [n for n in graph.nodes if n.op == op]
+    assert len(softmax) == 1
+    if opset == 11 and axis % 3 != 2:
+        assert [n.op for n in graph.nodes] == ["Reshape", op, "Reshape"]
+        assert softmax[0].attr("axis") == 1
+
+
+def test_softmax_default_axis_differs_between_opsets(onnx_model, check_ort):
+    for opset in (11, 13):
+        check_ort(onnx_model([helper.make_node("Softmax", ["x"], ["y"])], {"x": (F32, [2, 3, 4])}, {"y": F32},
+                             opset=opset))

@@ -1,0 +1,96 @@
+"""Op definitions: every op folds, type inference rejects bad inputs with ShapeError, and the
+window arithmetic follows ONNX (ceil_mode's last window must start inside input or left pad)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.errors import ShapeError
+from core.graph.ir import TensorType
+from core.graph.op_defs.windows import output_size
+from core.graph.ops import Pattern, all_ops, get_op
+from core.graph.passes.fold_constants import fold_node
+
+F32 = "float32"
+
+EXPECTED_OPS = {
+    "Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil", "Not",
+    "IsNaN", "Identity", "Cast", "Clip", "LeakyRelu", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal",
+    "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Where", "Conv", "MaxPool", "AveragePool",
+    "GlobalAveragePool", "GlobalMaxPool", "MatMul", "Reshape", "Transpose", "Concat", "Slice", "Gather",
+    "GatherElements", "Expand", "Pad", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+    "Softmax", "LogSoftmax", "LayerNormalization",
+}
+
+
+def test_op_set_is_exactly_the_contract_and_every_op_folds():
+    ops = all_ops()
+    assert set(ops) == EXPECTED_OPS
+    assert all(op.fold is not None for op in ops.values())
+    assert ops["Conv"].pattern == Pattern.OUT_ELEMWISE_FUSABLE and ops["Softmax"].pattern == Pattern.OPAQUE
+    assert ops["ReduceMean"].pattern == Pattern.REDUCTION and ops["Slice"].pattern == Pattern.INJECTIVE
+
+
+def _infer(op, shapes, dtype=F32, **attrs):
+    return get_op(op).infer([TensorType(s, dtype) for s in shapes], attrs)
+
+
+@pytest.mark.parametrize("op,shapes,attrs,match", [
+    ("Conv", [(1, 4, 8, 8), (6, 3, 3, 3)], dict(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=2),
+     "group"),
+    ("Conv", [(1, 3, 2, 2), (6, 3, 3, 3)], dict(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1),
+     "does not fit"),
+    ("MatMul", [(2, 3), (4, 5)], {}, "inner dimensions"),
+    ("MatMul", [(3,), (3, 5)], {}, "rank >= 2"),
+    ("Reshape", [(2, 3)], dict(shape=(4, 2)), "cannot reshape"),
+    ("Reshape", [(2, 3)], dict(shape=(-1, 2)), "fully resolved"),
+    ("Concat", [(2, 3), (3, 3)], dict(axis=1), "differ outside axis"),
+    ("Concat", [(2, 3)], dict(axis=-1), "out of range"),
+    ("Transpose", [(2, 3)], dict(perm=(0, 0)), "permutation"),
+    ("Slice", [(5,)], dict(starts=(4,), steps=(1,), sizes=(3,)), "outside"),
+    ("Expand", [(3, 2)], dict(shape=(3, 1)), "final broadcast shape"),
+    ("ReduceSum", [(2, 3)], dict(axes=(1, 0), keepdims=1), "sorted"),
+    ("Softmax", [(2, 3)], dict(axis=2), "out of range"),
+    ("MaxPool", [(1, 1, 4, 4)], dict(kernel=(2, 2), strides=(1, 1), pads=(2, 0, 0, 0), dilations=(1, 1), ceil_mode=0),
+     "smaller than the kernel"),
+    ("Pad", [(2, 3)], dict(pads=(0, 0, 1), mode="constant", value=0.0), "must be 4 ints"),
+    ("LayerNormalization", [(2, 4), (3,)], dict(axis=1, epsilon=1e-5), "broadcast"),
+])
+def test_infer_rejects_mismatches(op, shapes, attrs, match):
+    with pytest.raises(ShapeError, match=match):
+        _infer(op, shapes, **attrs)
+
+
+def test_binary_ops_need_one_dtype():
+    with pytest.raises(ShapeError, match="share one dtype"):
+        get_op("Add").infer([TensorType((2,), F32), TensorType((2,), "int64")], {})
+
+
+@pytest.mark.parametrize("size,kernel,stride,pads,ceil_mode,expected", [
+    (6, 3, 2, (0, 0), 0, 2), (6, 3, 2, (0, 0), 1, 3), (5, 2, 2, (1, 1), 1, 3), (4, 2, 2, (1, 1), 1, 3),
+    (7, 3, 3, (1, 0), 1, 3), (112, 3, 2, (0, 0), 1, 56), (13, 3, 2, (0, 0), 1, 6),
+])
+def test_pool_output_size_follows_onnx(size, kernel, stride, pads, ceil_mode, expected):
+    assert output_size("MaxPool", size, kernel, stride, *pads, 1, ceil_mode) == expected
+
+
+def test_fold_checks_declared_types():
+    inputs = [np.array([1, -2], np.int64), np.array([2, 2], np.int64)]
+    (quotient,) = fold_node("Div", inputs, {}, [TensorType((2,), "int64")])
+    np.testing.assert_array_equal(quotient, [0, -1])
+    with pytest.raises(RuntimeError, match="declared"):
+        fold_node("Div", inputs, {}, [TensorType((2,), "float32")])
+
+
+def test_slice_fold_with_negative_steps():
+    x = np.arange(10)
+    (y,) = fold_node("Slice", [x], {"starts": (9,), "steps": (-3,), "sizes": (4,)}, [TensorType((4,), "int64")])
+    np.testing.assert_array_equal(y, [9, 6, 3, 0])
+
+
+def test_gather_wraps_negative_indices_once_and_rejects_out_of_range():
+    data = np.arange(5, dtype=np.float32)
+    (y,) = fold_node("Gather", [data, np.array([-1, 0])], {"axis": 0}, [TensorType((2,), F32)])
+    np.testing.assert_array_equal(y, [4, 0])
+    with pytest.raises(ShapeError, match="out of range"):
+        fold_node("Gather", [data, np.array([-6])], {"axis": 0}, [TensorType((1,), F32)])
