@@ -1,9 +1,5 @@
-"""Arithmetic, comparisons, casts and math intrinsics on LLVM values, scalar or vector alike.
-
-Every function takes register-form values (see llvm_types) whose lane counts already agree (use
-`unify` first) and follows numpy's semantics: floor division/modulo, NaN-propagating min/max,
-round-half-to-even, C-style truncating float->int casts.
-"""
+"""Arithmetic, comparisons, casts and math intrinsics on LLVM values, scalar or vector alike,
+with numpy's semantics (floor div/mod, NaN-propagating min/max, round-half-even, truncating casts)."""
 from __future__ import annotations
 
 from llvmlite import ir

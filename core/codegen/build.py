@@ -1,8 +1,5 @@
 """Build API: kernels (and an optional model plan) -> one LLVM module -> O3 object -> shared library.
-
-`build_library` is what the pipeline and the tuner call; `lower_to_llvm_ir`/`optimized_llvm_ir`
-show the IR (tests, DEBUG=3 prints the optimized IR and DEBUG=4 the unoptimized one too).
-"""
+DEBUG=3 prints the optimized LLVM IR to stderr, DEBUG=4 the unoptimized IR too."""
 from __future__ import annotations
 
 import json

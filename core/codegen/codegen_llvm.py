@@ -1,8 +1,5 @@
 """TIR -> LLVM IR for one kernel: scalar expressions, statements, loops, local buffers.
-
-Vectorized and parallel loops are handed to vectorize.py and parallel.py; everything else is here.
-A kernel is `void name(T0* noalias p0, ...)`; see build.py for the module around it.
-"""
+Vectorized and parallel loops are handed to vectorize.py and parallel.py."""
 from __future__ import annotations
 
 import itertools

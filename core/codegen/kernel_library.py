@@ -1,8 +1,5 @@
-"""Calling single kernels of a built library from Python (tests, the tuner's measurements).
-
-`load_kernels(path).call("name", a, b, out)` passes C-contiguous numpy arrays as pointers after
-checking them against the parameter list the library embeds (`kiln_kernels_json`).
-"""
+"""Calling single kernels of a built library from Python (tests, the tuner's measurements), with
+arguments checked against the parameter list every library embeds (`kiln_kernels_json`)."""
 from __future__ import annotations
 
 import ctypes

@@ -1,8 +1,7 @@
-"""TIR dtypes as LLVM types: how a dtype is stored in memory and how it is held in registers.
-
-bool is i8 in memory and i1 in registers; bfloat16 is i16 in memory and float in registers
-(llvmlite has no `bfloat`); every other dtype has one LLVM type for both.
-"""
+"""TIR dtypes as LLVM types: how a dtype is stored in memory and how it is held in registers."""
+# bool is i8 in memory and i1 in registers; bfloat16 is i16 in memory and float in registers
+# (llvmlite has no `bfloat`), rounded back to bfloat16 after each operation; every other dtype has
+# one LLVM type for both (float16 arithmetic is done by LLVM through float, rounding each op).
 from __future__ import annotations
 
 from llvmlite import ir

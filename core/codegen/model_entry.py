@@ -1,13 +1,12 @@
-"""The ahead-of-time executor of a whole model: a ModelPlan compiled into `kiln_graph_run`.
-
-`int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs)`
-calls the kernels in order with pointers into the arena, the weights blob, or the caller's
-inputs/outputs; nothing is allocated per call. `kiln_graph_profile` does the same and also writes
-each call's wall time (ms), for the report's per-kernel breakdown. Data symbols:
-`kiln_arena_bytes`, `kiln_weights_bytes` (int64), `kiln_graph_num_inputs`, `kiln_graph_num_outputs`,
-`kiln_graph_num_calls` (int32) and `kiln_graph_call_names` (const char*[]). The C runtime wraps
-these in its public functions (`kiln_num_inputs()`, ...), which is why the counts carry `graph_`.
-"""
+"""The ahead-of-time executor of a whole model: a ModelPlan compiled into `kiln_graph_run`."""
+# `int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs)`
+# calls the kernels in order with pointers into the arena, the weights blob, or the caller's
+# inputs/outputs; nothing is allocated per call. `kiln_graph_profile` does the same and also writes
+# each call's wall time (ms), for the report's per-kernel breakdown. Data symbols:
+# `kiln_arena_bytes`, `kiln_weights_bytes` (int64), `kiln_graph_num_inputs`, `kiln_graph_num_outputs`,
+# `kiln_graph_num_calls` (int32) and `kiln_graph_call_names` (const char*[]). The C runtime wraps
+# these in its public functions (`kiln_num_inputs()`, ...); a C symbol cannot be both a variable
+# and a function, which is why the counts carry `graph_`.
 from __future__ import annotations
 
 from dataclasses import dataclass

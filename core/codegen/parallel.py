@@ -1,10 +1,9 @@
-"""PARALLEL loops through libgomp: the body is outlined and run by `GOMP_parallel` on a thread team.
-
-The parent packs every free value (buffer pointers, enclosing loop and let variables, the extent)
-into a stack struct. A trampoline `void f(void*)` unpacks it, takes its static, contiguous,
-balanced share [tid*n/T, (tid+1)*n/T) of the iterations, and calls the worker, whose buffer
-parameters are `noalias` again so LLVM keeps optimizing the body as well as a kernel's own.
-"""
+"""PARALLEL loops through libgomp: the body is outlined and run by `GOMP_parallel` on a thread team."""
+# The parent packs every free value (buffer pointers, enclosing loop and let variables, the extent)
+# into a stack struct. A trampoline `void f(void*)` unpacks it, takes its static, contiguous,
+# balanced share [tid*n/T, (tid+1)*n/T) of the iterations, and calls the worker, whose buffer
+# parameters are `noalias` again so LLVM keeps optimizing the body as well as a kernel's own.
+# A parallel loop nested in another parallel loop (or in a vector body) runs serially.
 from __future__ import annotations
 
 from llvmlite import ir

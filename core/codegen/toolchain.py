@@ -1,8 +1,5 @@
-"""The system C toolchain: finding a compiler for a target, compiling C, linking a shared library.
-
-Host targets use `cc`; another architecture needs `<arch>-linux-gnu-gcc` (e.g. aarch64-linux-gnu-gcc).
-Every failure is a BuildError carrying the first lines of the tool's stderr.
-"""
+"""The system C toolchain: `cc` for the host, `<arch>-linux-gnu-gcc` for other architectures
+(or $KILN_CC); compiling C and linking shared libraries, failures raised as BuildError."""
 from __future__ import annotations
 
 import os

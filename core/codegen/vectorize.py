@@ -1,12 +1,10 @@
-"""VECTORIZED loops as real SIMD code, the way TVM's Ramp/Broadcast lowering does it.
-
-The body is evaluated once per group of lanes with the loop variable as a lane vector. Lane-invariant
-subexpressions stay scalar (splat when combined); a load or store whose index is affine in the loop
-variable becomes one contiguous vector access (stride 1), a scalar access (stride 0) or per-lane
-accesses (any other index). Select arms that could fault are evaluated under a lane mask (masked
-loads, clamped gathers). Bodies that need control flow per lane (lane-dependent ifs, local buffers,
-stride-0 stores of lane values) fall back to a scalar loop carrying `llvm.loop.vectorize.enable`.
-"""
+"""VECTORIZED loops as real SIMD code, the way TVM's Ramp/Broadcast lowering does it."""
+# The body is evaluated once per group of lanes with the loop variable as a lane vector. Lane-invariant
+# subexpressions stay scalar (splat when combined); a load or store whose index is affine in the loop
+# variable becomes one contiguous vector access (stride 1), a scalar access (stride 0) or per-lane
+# accesses (any other index). Select arms that could fault are evaluated under a lane mask (masked
+# loads, clamped gathers). Bodies that need control flow per lane (lane-dependent ifs, local buffers,
+# stride-0 stores of lane values) fall back to a scalar loop carrying `llvm.loop.vectorize.enable`.
 from __future__ import annotations
 
 from typing import Callable
@@ -190,7 +188,9 @@ class VectorBody:
         value = self.expr(s.value)
         stride = stride_of(substitute(s.index, self.lane_defs), self.var)
         fe, b = self.fe, self.b
-        if stride == 0:  # the value is lane-invariant here (see vectorizable)
+        if stride == 0:
+            if lanes_of(value) > 1:  # an index like j - j: the last lane's write is the one that stays
+                value = b.extract_element(value, ir.Constant(I32, self.lanes - 1))
             fe.store_elem(s.buffer, fe.element_ptr(s.buffer, self.scalar_index(s.index)), value)
         elif stride == 1:
             fe.store_elem(s.buffer, fe.element_ptr(s.buffer, self.scalar_index(s.index)), self.full(value))

@@ -20,8 +20,17 @@ ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelPr
 
 def load_model(model: ModelSource) -> onnx.ModelProto:
     proto, folder = _parse(model)
-    _load_external_data(proto, folder)
-    _check(proto)
+    external = [t for t in _tensors(proto.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external and folder is None:
+        raise InvalidModelError(f"not an ONNX model: tensor {external[0].name!r} keeps its data in an external "
+                                "file, which needs the model to be loaded from its path")
+    locations = [_location(folder, t) for t in external]  # rejects escapes before any check opens them
+    # The checker reads a path itself (external data included, nothing re-serialized); shape inference
+    # does not need the weights, so both run before the (possibly large) external data is read.
+    _check(Path(model) if isinstance(model, (str, os.PathLike)) else proto)
+    _infer_shapes(proto)
+    for tensor, location in zip(external, locations):
+        _read_external_data(tensor, location)
     return proto
 
 
@@ -38,7 +47,7 @@ def _parse(model: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
             data = path.read_bytes()
         except OSError as err:
             raise InvalidModelError(f"not an ONNX model: cannot read {str(path)!r} ({err.strerror or err})") from None
-        return _decode(data), path.resolve().parent
+        return _decode(data), path.absolute().parent
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}")
 
 
@@ -79,45 +88,52 @@ def safe_external_path(folder: Path, location: str) -> Path:
     return target
 
 
-def _load_external_data(proto: onnx.ModelProto, folder: Path | None) -> None:
-    for tensor in _tensors(proto.graph):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {entry.key: entry.value for entry in tensor.external_data}
-        if folder is None:
-            raise InvalidModelError(f"not an ONNX model: tensor {tensor.name!r} keeps its data in an external "
-                                    "file, which needs the model to be loaded from its path")
-        path = safe_external_path(folder, info.get("location", ""))
-        try:
-            offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else -1
-            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-        except (ValueError, KeyError, TypeError) as err:
-            raise InvalidModelError(f"not an ONNX model: bad external data entry for {tensor.name!r} ({err})") from None
-        expected = int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
-        if offset < 0 or (length >= 0 and length != expected):
-            raise InvalidModelError(f"not an ONNX model: external data of {tensor.name!r} declares {length} bytes "
-                                    f"at offset {offset}, its shape needs {expected}")
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                data = handle.read(expected)
-        except OSError as err:
-            raise InvalidModelError(f"not an ONNX model: cannot read external data {path.name!r} ({err.strerror})") from None
-        if len(data) != expected:
-            raise InvalidModelError(f"not an ONNX model: external data {path.name!r} is too short for {tensor.name!r}")
-        tensor.raw_data = data
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
+def _location(folder: Path, tensor: onnx.TensorProto) -> Path:
+    info = {entry.key: entry.value for entry in tensor.external_data}
+    return safe_external_path(folder, info.get("location", ""))
 
 
-def _check(proto: onnx.ModelProto) -> None:
+def _read_external_data(tensor: onnx.TensorProto, path: Path) -> None:
+    info = {entry.key: entry.value for entry in tensor.external_data}
     try:
-        onnx.checker.check_model(proto)
-    except (onnx.checker.ValidationError, ValueError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InvalidModelError(f"not an ONNX model: it fails the ONNX checker: {first_line}") from None
+        offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else -1
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (ValueError, KeyError, TypeError) as err:
+        raise InvalidModelError(f"not an ONNX model: bad external data entry for {tensor.name!r} ({err})") from None
+    expected = int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+    if offset < 0 or (length >= 0 and length != expected):
+        raise InvalidModelError(f"not an ONNX model: external data of {tensor.name!r} declares {length} bytes "
+                                f"at offset {offset}, its shape needs {expected}")
+    try:
+        # Compare with the file size first so that an absurd declared shape never allocates.
+        if path.stat().st_size < offset + expected:
+            raise InvalidModelError(f"not an ONNX model: external data {path.name!r} is too short for {tensor.name!r}")
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(expected)
+    except OSError as err:
+        raise InvalidModelError(f"not an ONNX model: cannot read external data {path.name!r} ({err.strerror})") from None
+    if len(data) != expected:
+        raise InvalidModelError(f"not an ONNX model: external data {path.name!r} is too short for {tensor.name!r}")
+    tensor.raw_data = data
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _check(source: onnx.ModelProto | Path) -> None:
+    try:
+        onnx.checker.check_model(str(source) if isinstance(source, Path) else source)
+    except (onnx.checker.ValidationError, ValueError, OSError) as err:
+        raise InvalidModelError(f"not an ONNX model: it fails the ONNX checker: {_first_line(err)}") from None
+
+
+def _infer_shapes(proto: onnx.ModelProto) -> None:
     try:
         onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
-    except onnx.shape_inference.InferenceError as err:
-        first_line = str(err).strip().splitlines()[0]
-        raise InvalidModelError(f"not an ONNX model: ONNX shape inference rejects it: {first_line}") from None
+    except (onnx.shape_inference.InferenceError, ValueError) as err:
+        raise InvalidModelError(f"not an ONNX model: ONNX shape inference rejects it: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

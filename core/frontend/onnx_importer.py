@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 import onnx
 
-from core.errors import ShapeError, UnsupportedOpError
+from core.errors import KilnError, ShapeError, UnsupportedOpError
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
 
@@ -99,19 +99,10 @@ def _convert_nodes(graph: onnx.GraphProto, opsets: dict[str, int], builder: Grap
         if fn is None or any(name in poisoned for name in node.input) or deferred_error is not None:
             poisoned.update(node.output)
             continue
-        ctx = ConvertContext(builder, node, opset, [values[n] if n else "" for n in node.input],
-                             attribute_values(node), [bool(n) and n in consumed for n in node.output])
+        ctx = ConvertContext(builder, node, opset, [values.get(n, "") if n else "" for n in node.input],
+                             {}, [bool(n) and n in consumed for n in node.output])
         try:
-            missing = [n for n in node.input if n and n not in values]
-            if missing:
-                ctx.fail(f"uses undefined values {missing}")
-            produced = fn(ctx)
-            produced = [produced] if isinstance(produced, str) else list(produced)
-            for index, name in enumerate(node.output):
-                if index < len(produced):
-                    values[name] = produced[index]
-                elif name in consumed:
-                    ctx.unsupported(f"output {index} is not supported")
+            _convert_one(fn, ctx, values, consumed)
         except UnsupportedFeature as err:
             problems.append((domain, node.op_type, opset))
             reasons.append(f"{ctx.where}: {err}")
@@ -124,6 +115,26 @@ def _convert_nodes(graph: onnx.GraphProto, opsets: dict[str, int], builder: Grap
         raise _unsupported(problems, reasons)
     if deferred_error is not None:
         raise deferred_error
+
+
+def _convert_one(fn, ctx: ConvertContext, values: dict[str, str], consumed: set[str]) -> None:
+    node = ctx.node
+    missing = [n for n in node.input if n and n not in values]
+    if missing:
+        ctx.fail(f"uses undefined values {missing}")
+    try:
+        ctx.attrs = attribute_values(node)
+        produced = fn(ctx)
+    except (KilnError, UnsupportedFeature):
+        raise
+    except Exception as err:  # a malformed attribute or an unforeseen combination: still one clear line
+        raise ShapeError(f"{ctx.where}: cannot be converted ({type(err).__name__}: {err})") from err
+    produced = [produced] if isinstance(produced, str) else list(produced)
+    for index, name in enumerate(node.output):
+        if index < len(produced):
+            values[name] = produced[index]
+        elif name in consumed:
+            ctx.unsupported(f"output {index} is not supported")
 
 
 def _unsupported(problems: list[tuple[str, str, int]], reasons: list[str]) -> UnsupportedOpError:

@@ -1,7 +1,8 @@
 """Conv (2-D, NCHW input, OIHW weights, groups, strides, dilations, explicit pads): pad stage, conv, bias.
 
-The padded input is its own stage so the FMA loop reads a dense buffer with no bounds checks; a
-bias becomes an elementwise stage after the reduction (a reduction's init must be a constant).
+The padded input is its own stage (see window.py) so the FMA loop reads a dense buffer with no
+bounds checks; a bias becomes an elementwise stage after the reduction (a reduction's init must be
+a constant), which also crops the extra columns of odd-width outputs.
 """
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any, Mapping, Optional, Sequence
 from ..errors import ShapeError
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, const, logical_and, select
+from ..tir.expr import Expr
 from .common import attr, require
 from .registry import register_compute
-from .transform import pad
+from .window import window_source
 
 
 WIDTH_UNIT = 8  # conv output rows are computed in multiples of this many columns (when wider than it)
@@ -40,7 +41,7 @@ def conv2d_nchw(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), pad
     # Odd output widths (28, 14, 55, 13...) make odd vector lengths, which LLVM splits badly; the conv
     # computes a few extra columns (reading zeros) instead, rounded to WIDTH_UNIT, and a later stage crops.
     ow_c = ow if ow % WIDTH_UNIT == 0 or ow <= WIDTH_UNIT else -(-ow // WIDTH_UNIT) * WIDTH_UNIT
-    src = _conv_source(x, (oh, ow_c), (kh, kw), strides, pads, dilations)
+    src = window_source(x, (oh, ow_c), (kh, kw), strides, pads, dilations, 0, "conv2d_pad")
     mg = m // group
     rc = te.reduce_axis(cg, "rc")
     rkh = te.reduce_axis(kh, "rkh")
@@ -53,56 +54,6 @@ def conv2d_nchw(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), pad
     attrs = {"strides": (sh, sw), "dilations": (dh, dw), "group": group, "kernel": (kh, kw),
              "depthwise": group > 1 and cg == 1, "width": ow}
     return te.compute((n, m, oh, ow_c), body, name="conv2d", tag="conv2d", attrs=attrs)
-
-
-class _Source:
-    """How the conv reads input pixel (oh*s + kh*d, ow*s + kw*d) of the padded input."""
-
-    def __init__(self, tensor: te.Tensor, strides: Sequence[int], dilations: Sequence[int], split: bool,
-                 only_phase0: bool):
-        self.tensor, self.strides, self.dilations, self.split, self.only_phase0 = tensor, strides, dilations, split, only_phase0
-
-    def read(self, b: Expr, c: Expr, y: Expr, xx: Expr, ky: Expr, kx: Expr) -> Expr:
-        (sh, sw), (dh, dw) = self.strides, self.dilations
-        if not self.split:
-            return self.tensor(b, c, y * sh + ky * dh, xx * sw + kx * dw)
-        if self.only_phase0:
-            return self.tensor(b, c, y, xx)
-        # Row y*s + k*d lives at phase (k*d) % s, row y + (k*d) // s: unit stride along ow.
-        return self.tensor(b, c, (ky * dh) % sh, (kx * dw) % sw, y + (ky * dh) // sh, xx + (kx * dw) // sw)
-
-
-def _conv_source(x: te.Tensor, out_hw: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
-                 pads: Sequence[int], dilations: Sequence[int]) -> _Source:
-    """The padded input the conv reads. Strided convs get it split into stride phases
-    (P[n, c, ph, pw, i, j] = padded[n, c, i*sh + ph, j*sw + pw]) so that consecutive output columns
-    read consecutive elements: vector loads instead of gathers. 1x1 strided convs just subsample."""
-    n, c, h, wd = x.shape
-    (oh, ow), (kh, kw), (sh, sw), (dh, dw) = out_hw, kernel, strides, dilations
-    top, left = pads[0], pads[1]
-    # Only the rows/columns the windows reach are materialized (ceil-style overhang is never read).
-    need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
-    end_h, end_w = need_h - h - top, need_w - wd - left
-    if sh == sw == 1:
-        if top or left or end_h > 0 or end_w > 0:
-            return _Source(pad(x, (0, 0, top, left), (0, 0, end_h, end_w), name="conv2d_pad", tag="conv2d_pad"),
-                           strides, dilations, False, False)
-        return _Source(x, strides, dilations, False, False)
-
-    def padded(b: Expr, ch: Expr, r: Expr, col: Expr) -> Expr:
-        # Position (r, col) of the padded input; zero outside the image (and beyond it, never read).
-        rr, cc = r - top if top else r, col - left if left else col
-        inside = logical_and(logical_and(rr >= 0, rr < h), logical_and(cc >= 0, cc < wd))
-        return select(inside, x(b, ch, rr, cc), const(0, x.dtype))
-
-    if kh == kw == 1:
-        sub = te.compute((n, c, oh, ow), lambda b, ch, i, j: padded(b, ch, i * sh, j * sw), name="conv2d_pad",
-                         tag="conv2d_pad")
-        return _Source(sub, strides, dilations, True, True)
-    rows, cols = -(-need_h // sh), -(-need_w // sw)
-    phases = te.compute((n, c, sh, sw, rows, cols), lambda b, ch, ph, pw, i, j: padded(b, ch, i * sh + ph, j * sw + pw),
-                        name="conv2d_pad", tag="conv2d_pad")
-    return _Source(phases, strides, dilations, True, False)
 
 
 @register_compute("Conv")

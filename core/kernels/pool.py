@@ -10,7 +10,7 @@ from ..tir.expr import Expr, cast, const, maximum, minimum
 from .common import attr, require
 from .reduce import reduce_over
 from .registry import register_compute
-from .transform import pad
+from .window import window_source
 
 
 def pool_out_size(size: int, kernel: int, stride: int, lo: int, hi: int, dilation: int, ceil_mode: bool) -> int:
@@ -37,24 +37,15 @@ def _geometry(op: str, x: te.Tensor, attrs: Mapping[str, Any], out_types: list[T
     return kernel, strides, pads, dil, out_hw
 
 
-def _padded(x: te.Tensor, kernel, strides, pads, dil, out_hw, fill, tag: str) -> te.Tensor:
-    """x padded (with `fill`) to exactly the extent the windows read, or x itself when none is needed."""
-    need = [(out_hw[a] - 1) * strides[a] + (kernel[a] - 1) * dil[a] + 1 for a in range(2)]
-    ends = [need[a] - x.shape[2 + a] - pads[a] for a in range(2)]
-    if not (pads[0] or pads[1] or ends[0] > 0 or ends[1] > 0):
-        return x
-    return pad(x, (0, 0, pads[0], pads[1]), (0, 0, ends[0], ends[1]), value=fill, name=tag, tag=tag)
-
-
 @register_compute("MaxPool")
 def max_pool(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     (x,) = require(inputs, 1, "MaxPool")
     kernel, strides, pads, dil, out_hw = _geometry("MaxPool", x, attrs, out_types)
-    src = _padded(x, kernel, strides, pads, dil, out_hw, te.lowest(x.dtype), "pool_pad")
+    src = window_source(x, out_hw, kernel, strides, pads, dil, te.lowest(x.dtype), "pool_pad")
     rkh, rkw = te.reduce_axis(kernel[0], "rkh"), te.reduce_axis(kernel[1], "rkw")
 
     def body(n: Expr, c: Expr, y: Expr, xx: Expr) -> Expr:
-        return te.max(src(n, c, y * strides[0] + rkh.var * dil[0], xx * strides[1] + rkw.var * dil[1]), [rkh, rkw])
+        return te.max(src.read(n, c, y, xx, rkh.var, rkw.var), [rkh, rkw])
 
     return [te.compute(x.shape[:2] + out_hw, body, name="max_pool", tag="pool", attrs={"strides": strides})]
 
@@ -66,11 +57,11 @@ def avg_pool(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], ou
     if dil != (1, 1):
         raise ShapeError("AveragePool: dilations are not supported")
     include_pad = bool(attrs.get("count_include_pad", 0))
-    src = _padded(x, kernel, strides, pads, dil, out_hw, 0, "pool_pad")
+    src = window_source(x, out_hw, kernel, strides, pads, dil, 0, "pool_pad")
     rkh, rkw = te.reduce_axis(kernel[0], "rkh"), te.reduce_axis(kernel[1], "rkw")
 
     def body(n: Expr, c: Expr, y: Expr, xx: Expr) -> Expr:
-        return te.sum(src(n, c, y * strides[0] + rkh.var, xx * strides[1] + rkw.var), [rkh, rkw])
+        return te.sum(src.read(n, c, y, xx, rkh.var, rkw.var), [rkh, rkw])
 
     total = te.compute(x.shape[:2] + out_hw, body, name="avg_pool_sum", tag="pool_sum", attrs={"strides": strides})
 

@@ -1,9 +1,5 @@
 """Load a Kiln artifact (.tar.gz or its extracted folder) and run it on numpy arrays.
-
-Imports only numpy, ctypes and the standard library: this file ships verbatim inside every
-artifact as `kiln_loader.py`, so `import kiln_loader; kiln_loader.load("model.tar.gz")` works on a
-machine that has nothing but numpy.
-"""
+Only numpy, ctypes and the standard library: this file ships in every artifact as `kiln_loader.py`."""
 from __future__ import annotations
 
 import ctypes

@@ -77,8 +77,9 @@ def clip_inputs(ctx: ConvertContext) -> str:
     low = ctx.optional_constant(1, "min")
     high = ctx.optional_constant(2, "max")
     if ctx.type_of(0).dtype.startswith(("int", "uint")):
-        low = None if low is None else int(low)
-        high = None if high is None else int(high)
+        # Integer bounds are exact numbers: no "float range means unbounded" convention applies.
+        low = None if low is None else float(np.asarray(low).reshape(()))
+        high = None if high is None else float(np.asarray(high).reshape(()))
         return ctx.emit1("Clip", [ctx.input(0)], min=low, max=high)
     return ctx.emit1("Clip", [ctx.input(0)], min=_bound(low), max=_bound(high))
 

@@ -7,3 +7,9 @@ from .matmul import schedule_matmul
 
 register_schedule("Conv")(schedule_conv2d)
 register_schedule("MatMul")(schedule_matmul)
+from .pool import schedule_global_pool, schedule_pool
+
+for _op in ("MaxPool", "AveragePool"):
+    register_schedule(_op)(schedule_pool)
+for _op in ("GlobalAveragePool", "GlobalMaxPool"):
+    register_schedule(_op)(schedule_global_pool)

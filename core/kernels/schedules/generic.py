@@ -42,23 +42,27 @@ def parallelize(stage: Stage, outer: list[IterVar], target: Target) -> None:
 
 
 def injective_stage(stage: Stage, target: Target, parallel: bool = True) -> None:
-    """Innermost axis split by the vector width and vectorized (when it divides), outer axes fused
+    """Innermost axis vectorized (split by the vector width when that divides), outer axes fused
     and parallel when the stage is large enough."""
     leaves = list(stage.leaf_iter_vars)
     if not leaves or any(iv.kind == "reduce" for iv in leaves):
         return
     numel = extent(leaves)
     lanes = vector_lanes(stage.op, target)
-    last = leaves[-1]
-    if last.extent >= lanes and last.extent % lanes == 0:
+    last, rows = leaves[-1], leaves[:-1]
+    if last.extent > lanes and last.extent % lanes == 0:
         lo, li = stage.split(last, lanes)
         stage.vectorize(li)
-        leaves[-1] = lo
+        chunks = [lo]
+    else:
+        # Codegen runs any vectorized extent as natural-width chunks plus one shorter remainder group.
+        if last.extent > 1:
+            stage.vectorize(last)
+        chunks = []
     if not (parallel and worth_parallel(numel, target)):
         return
-    # Prefer threads over the rows only (cheap index math); fold in the last loop when rows are few.
-    rows = leaves[:-1]
-    parallelize(stage, rows if extent(rows) >= 4 * target.num_cores else leaves, target)
+    # Prefer threads over the rows only (cheap index math); fold in the chunk loop when rows are few.
+    parallelize(stage, rows if extent(rows) >= 4 * target.num_cores or not chunks else rows + chunks, target)
 
 
 def reduce_stage(stage: Stage, target: Target, parallel: bool = True) -> None:

@@ -1,0 +1,97 @@
+"""build_library: targets, toolchain errors, atomic output, model plans, DEBUG output."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from core.codegen import BufferRef, KernelCall, ModelPlan, build_library, lower_to_llvm_ir, optimized_llvm_ir
+from core.errors import BuildError, CodegenError
+from core.tir import Buffer, FloatImm, For, ForKind, IntImm, PrimFunc, Store, Var
+
+
+def copy_kernel(name="copy", n=16, dtype="float32"):
+    A, B = Buffer("A", (n,), dtype), Buffer("B", (n,), dtype)
+    i = Var("i")
+    return PrimFunc(name, (A, B), For(i, IntImm(n), ForKind.SERIAL, Store(B, i, A.load(i))), 1, 1)
+
+
+def test_aarch64_needs_a_cross_compiler(tmp_path):
+    out = tmp_path / "arm.so"
+    if shutil.which("aarch64-linux-gnu-gcc"):
+        build_library([copy_kernel()], "aarch64", out)
+        assert b"AArch64" in subprocess.run(["file", str(out)], capture_output=True).stdout or out.exists()
+    else:
+        with pytest.raises(BuildError, match="aarch64-linux-gnu-gcc not found"):
+            build_library([copy_kernel()], "aarch64", out)
+        assert not out.exists()
+
+
+def test_aarch64_ir_still_lowers():
+    text = optimized_llvm_ir([copy_kernel()], "aarch64")
+    assert "aarch64" in text
+
+
+def test_linker_failure_is_a_build_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CC", "false")
+    with pytest.raises(BuildError, match="linking"):
+        build_library([copy_kernel()], "native", tmp_path / "x.so")
+    assert list(tmp_path.iterdir()) == []  # no partial library left behind
+
+
+def test_output_is_replaced_atomically(tmp_path):
+    out = tmp_path / "lib.so"
+    out.write_bytes(b"old")
+    build_library([copy_kernel()], "native", out)
+    assert out.read_bytes()[:4] == b"\x7fELF"
+    assert [p.name for p in tmp_path.iterdir()] == ["lib.so"]
+
+
+def test_cuda_target_is_rejected_clearly(tmp_path):
+    from core.target import Target
+    cuda = Target("cuda", "cuda", "nvptx64-nvidia-cuda", "sm_80", "", 0, "gpu")
+    with pytest.raises((BuildError, CodegenError)):
+        build_library([copy_kernel()], cuda, tmp_path / "x.so")
+
+
+def test_debug_3_prints_optimized_ir():
+    code = ("import sys; sys.path.insert(0, '.');"
+            "from core.tir import *; from core.codegen import optimized_llvm_ir;"
+            "A = Buffer('A', (4,), 'float32'); i = Var('i');"
+            "optimized_llvm_ir([PrimFunc('dbg', (A,), For(i, IntImm(4), ForKind.SERIAL, Store(A, i, FloatImm(1.0))), 0, 1)])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"DEBUG": "3", "PATH": "/usr/bin"},
+                          cwd=__file__.rsplit("/tests/", 1)[0])
+    assert proc.returncode == 0, proc.stderr
+    assert "define void @dbg" in proc.stderr
+
+
+def plan_for(calls, arena=256, weights=64, n_in=1, n_out=1):
+    return ModelPlan(tuple(calls), n_in, n_out, arena, weights)
+
+
+@pytest.mark.parametrize("call,message", [
+    (KernelCall("nope", ()), "no kernel of that name"),
+    (KernelCall("copy", (BufferRef("input", 0),)), "1 arguments for 2 parameters"),
+    (KernelCall("copy", (BufferRef("input", 3), BufferRef("output", 0))), "index 3 out of range"),
+    (KernelCall("copy", (BufferRef("input", 0), BufferRef("arena", 0, 250))), "outside the arena"),
+    (KernelCall("copy", (BufferRef("input", 0), BufferRef("arena", 0, 2))), "not a multiple"),
+    (KernelCall("copy", (BufferRef("input", 0), BufferRef("weight", 0, 0))), "weights are read-only"),
+    (KernelCall("copy", (BufferRef("output", 0), BufferRef("input", 0))), "inputs are read-only"),
+    (KernelCall("copy", (BufferRef("arena", 0, 0), BufferRef("arena", 0, 32))), "overlap"),
+    (KernelCall("copy", (BufferRef("heap", 0), BufferRef("output", 0))), "unknown buffer kind"),
+])
+def test_bad_plans_are_rejected(call, message):
+    with pytest.raises(CodegenError, match=message):
+        lower_to_llvm_ir([copy_kernel()], "native", plan_for([call]))
+
+
+def test_plan_entry_symbols():
+    plan = plan_for([KernelCall("copy", (BufferRef("input", 0), BufferRef("arena", 0, 64))),
+                     KernelCall("copy", (BufferRef("arena", 0, 64), BufferRef("output", 0)))], arena=128)
+    text = lower_to_llvm_ir([copy_kernel()], "native", plan)
+    for sym in ("kiln_graph_run", "kiln_graph_profile", "kiln_arena_bytes", "kiln_weights_bytes",
+                "kiln_graph_num_inputs", "kiln_graph_num_outputs", "kiln_graph_call_names"):
+        assert f'@"{sym}"' in text, sym
+    assert 'constant i64 128' in text
