@@ -1,8 +1,5 @@
-"""Reads an ONNX model from a path, bytes or ModelProto and validates it.
-
-External data is loaded by hand, and only from files inside the model's own folder: absolute
-locations, `..` and symlinks that leave the folder are rejected before anything is opened.
-"""
+"""Reads an ONNX model (path, bytes or ModelProto) and validates it; external data is read only from
+files inside the model's folder (absolute paths, `..` and symlinks out are rejected first)."""
 from __future__ import annotations
 
 import os
@@ -112,7 +109,8 @@ def _read_external_data(tensor: onnx.TensorProto, path: Path) -> None:
             handle.seek(offset)
             data = handle.read(expected)
     except OSError as err:
-        raise InvalidModelError(f"not an ONNX model: cannot read external data {path.name!r} ({err.strerror})") from None
+        raise InvalidModelError(f"not an ONNX model: cannot read external data {path.name!r} "
+                                f"({err.strerror})") from None
     if len(data) != expected:
         raise InvalidModelError(f"not an ONNX model: external data {path.name!r} is too short for {tensor.name!r}")
     tensor.raw_data = data

@@ -75,7 +75,8 @@ def _fixed_shape(name: str, declared: list | None, given: Sequence[int]) -> tupl
         raise ShapeError(f"--input-shape {name}: dimensions must be non-negative, got {list(shape)}")
     if declared is not None:
         if len(declared) != len(shape):
-            raise ShapeError(f"--input-shape {name}: the model declares rank {len(declared)} {declared}, got {list(shape)}")
+            raise ShapeError(f"--input-shape {name}: the model declares rank {len(declared)} {declared}, "
+                             f"got {list(shape)}")
         clashes = [i for i, (d, g) in enumerate(zip(declared, shape)) if isinstance(d, int) and d != g]
         if clashes:
             raise ShapeError(f"--input-shape {name}={','.join(map(str, shape))} contradicts the model's fixed "

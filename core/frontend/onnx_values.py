@@ -21,7 +21,8 @@ def numpy_dtype(elem_type: int, where: str) -> str:
     try:
         return _DTYPES[elem_type]
     except KeyError:
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
+        known = elem_type in onnx.TensorProto.DataType.values()
+        name = onnx.TensorProto.DataType.Name(elem_type) if known else elem_type
         raise ShapeError(f"{where}: element type {name} is not supported") from None
 
 

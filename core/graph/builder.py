@@ -1,8 +1,5 @@
-"""GraphBuilder: assembles a Graph value by value, inferring types and folding constants eagerly.
-
-Eager folding is what makes ONNX shape subgraphs (Shape -> Gather -> Concat -> Reshape) vanish
-during import: a node whose inputs are all constants becomes a constant instead of a node.
-"""
+"""GraphBuilder: assembles a Graph value by value, inferring types and folding all-constant nodes
+eagerly, which is how ONNX shape subgraphs (Shape -> Gather -> Concat -> Reshape) vanish at import."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,7 +1,5 @@
-"""Reference interpreter: runs a graph node by node with each op's numpy `fold`.
-
-A test oracle for the frontend and passes; compiled models never run through it.
-"""
+"""Reference interpreter: runs a graph with each op's numpy `fold` (a test oracle, never used to
+produce compiled outputs)."""
 from __future__ import annotations
 
 from typing import Mapping

@@ -1,9 +1,5 @@
-"""Converter registry (opset-aware) and the context a converter gets for one ONNX node.
-
-A converter turns one ONNX node into graph-IR values through a ConvertContext and returns one
-value name per ONNX output it produces. `@converter("Softmax", since_version=13)` registers the
-version used for models whose opset (of that domain) is 13 or newer, until a later registration.
-"""
+"""Opset-aware converter registry (`@converter("Softmax", since_version=13)`) and the context a
+converter gets for one ONNX node; a converter returns one graph-IR value per ONNX output."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
-"""Shared checks for op type inference: arity, dtype families and numpy broadcasting.
-
-Every check raises ShapeError with the op name first, so a user sees which op disagreed.
-"""
+"""Shared checks for op type inference (arity, dtype families, broadcasting); each raises ShapeError
+naming the op first."""
 from __future__ import annotations
 
 from typing import Iterable, Sequence

@@ -20,7 +20,8 @@ def _conv_geometry(types: Sequence[TensorType], attrs: Mapping):
     x, w = types[0], types[1]
     if x.rank != 4 or w.rank != 4:
         raise ShapeError(f"Conv: expects 4-D NCHW input and 4-D weights, got {x} and {w}")
-    strides, dilations, pads = pair("Conv", attrs, "strides", 1), pair("Conv", attrs, "dilations", 1), pads4("Conv", attrs)
+    strides, dilations = pair("Conv", attrs, "strides", 1), pair("Conv", attrs, "dilations", 1)
+    pads = pads4("Conv", attrs)
     group = attrs.get("group")
     if not isinstance(group, int) or group < 1:
         raise ShapeError(f"Conv: attribute group must be a positive int, got {group!r}")

@@ -41,7 +41,8 @@ def _lowest(dtype: np.dtype):
 
 def _max_pool_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
     x = inputs[0]
-    out_hw, kernel, strides, pads, dilations = _pool_geometry("MaxPool", [TensorType(x.shape, x.dtype.name)], attrs, True)
+    x_type = TensorType(x.shape, x.dtype.name)
+    out_hw, kernel, strides, pads, dilations = _pool_geometry("MaxPool", [x_type], attrs, True)
     xp = padded(x, out_hw, kernel, strides, pads, dilations, _lowest(x.dtype))
     return [np.ascontiguousarray(windows(xp, out_hw, kernel, strides, dilations).max(axis=(-2, -1)))]
 

@@ -1,7 +1,5 @@
-"""Constant folding: evaluates nodes whose inputs are all constants with their op's numpy `fold`.
-
-`fold_node` and `worth_folding` are shared with GraphBuilder, which folds eagerly while importing.
-"""
+"""Constant folding with each op's numpy `fold`; `fold_node` and `worth_folding` are shared with
+GraphBuilder, which folds eagerly while importing."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence

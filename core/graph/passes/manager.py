@@ -1,7 +1,5 @@
-"""Runs named graph passes in order; PASSES_BY_LEVEL says which passes each -O level runs.
-
-With environment variable DEBUG>=2 the graph is printed to stderr after every pass.
-"""
+"""Runs named graph passes in order (printing the graph after each when DEBUG>=2) and says in
+PASSES_BY_LEVEL which passes each -O level runs."""
 from __future__ import annotations
 
 import os

@@ -31,8 +31,8 @@ def test_every_unsupported_op_is_listed_with_its_opset(onnx_model):
 
 
 def test_custom_domain_op_is_reported_with_its_domain(onnx_model):
-    model = onnx_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Fancy", ["r"], ["y"], domain="com.acme")],
-                       {"x": (F32, [2])}, {"y": F32}, domains={"com.acme": 3})
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Fancy", ["r"], ["y"], domain="com.acme")]
+    model = onnx_model(nodes, {"x": (F32, [2])}, {"y": F32}, domains={"com.acme": 3})
     with pytest.raises(UnsupportedOpError, match=r"Fancy \(opset 3, domain com.acme\)"):
         import_onnx(model)
 
