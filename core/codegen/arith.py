@@ -5,6 +5,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..errors import CodegenError
+from . import vecmath
 from .llvm_types import (F32, F64, I1, I32, I64, const, int_bits, is_bool, is_float, is_signed, lanes_of, mangle,
                          reg_type, scalar_type, splat_const, with_lanes)
 
@@ -292,7 +293,9 @@ def intrinsic(b: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> i
         return _int_intrinsic(b, name, dtype, x)
     t = x.type
     if name in _LLVM_MATH:
-        out = b.call(declare(b.module, f"llvm.{_LLVM_MATH[name]}.{mangle(t)}", t, [t]), [x])
+        out = vecmath.vector_call(b, name, x) if lanes_of(x) > 1 else None
+        if out is None:
+            out = b.call(declare(b.module, f"llvm.{_LLVM_MATH[name]}.{mangle(t)}", t, [t]), [x])
     elif name == "abs":
         out = b.call(declare(b.module, f"llvm.fabs.{mangle(t)}", t, [t]), [x])
     elif name in _LIBM:

@@ -16,6 +16,7 @@ from llvmlite import ir
 from ..errors import BuildError, CodegenError
 from ..target import Target, get_target
 from ..tir.stmt import PrimFunc
+from . import vecmath
 from .codegen_llvm import ModuleContext, emit_kernel
 from .llvm_types import I8
 from .model_entry import ModelPlan, emit_model_entry
@@ -92,8 +93,11 @@ def lower_to_llvm_ir(funcs: Sequence[PrimFunc], target: "Target | str" = "native
     return str(lower_module(funcs, target, plan))
 
 
-def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
-    text = lower_to_llvm_ir(funcs, target, plan)
+def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetMachine, list[str]]:
+    """The optimized module, its target machine, and the extra libraries it must be linked with."""
+    module = lower_module(funcs, target, plan)
+    libs = ["-lmvec"] if vecmath.uses_libmvec(module) else []
+    text = str(module)
     if _debug_level() >= 4:
         print(text, file=sys.stderr)
     with _LLVM_LOCK:
@@ -112,18 +116,18 @@ def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetM
         pb.getModulePassManager().run(mod, pb)
     if _debug_level() >= 3:
         print(str(mod), file=sys.stderr)
-    return mod, tm
+    return mod, tm, libs
 
 
 def optimized_llvm_ir(funcs: Sequence[PrimFunc], target: "Target | str" = "native", plan: ModelPlan | None = None) -> str:
     """The LLVM IR after the O3 pipeline (what becomes machine code)."""
-    mod, _ = _optimize(funcs, get_target(target), plan)
+    mod, _, _ = _optimize(funcs, get_target(target), plan)
     return str(mod)
 
 
 def assembly(funcs: Sequence[PrimFunc], target: "Target | str" = "native") -> str:
     """The target assembly, for inspecting the generated instructions."""
-    mod, tm = _optimize(funcs, get_target(target), None)
+    mod, tm, _ = _optimize(funcs, get_target(target), None)
     with _LLVM_LOCK:
         return tm.emit_assembly(mod)
 
@@ -135,7 +139,7 @@ def build_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "
     target = get_target(target)
     out_path = Path(out_path)
     cc = find_compiler(target)  # before the expensive part: a missing cross compiler fails fast
-    mod, tm = _optimize(funcs, target, plan)
+    mod, tm, libs = _optimize(funcs, target, plan)
     with _LLVM_LOCK:
         obj_bytes = tm.emit_object(mod)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +152,7 @@ def build_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "
         fd, partial = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
         os.close(fd)
         try:
-            link_shared(cc, objects, Path(partial))
+            link_shared(cc, objects, Path(partial), libs)
             os.replace(partial, out_path)
         except BaseException:
             Path(partial).unlink(missing_ok=True)

@@ -11,7 +11,7 @@ from ..errors import CodegenError
 from ..target import Target
 from ..tir.expr import BinOp, Buffer, Call, Cast, Expr, FloatImm, IntImm, Load, Not, Select, Var
 from ..tir.stmt import Allocate, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
-from . import arith
+from . import arith, vecmath
 from .analysis import const_int, may_trap
 from .llvm_types import I1, I64, PTR, VOID, const, is_bool, is_signed, itemsize, lanes_of, mem_type, reg_type
 
@@ -40,6 +40,7 @@ class ModuleContext:
         self.module = module
         self.target = target
         self._ids = itertools.count()
+        vecmath.enable(module, target)
 
     def fresh(self, prefix: str) -> str:
         return f"{prefix}.{next(self._ids)}"

@@ -59,9 +59,9 @@ def compile_c(cc: str, source: Path, obj: Path, include_dirs: tuple[Path, ...] =
     run_tool(cmd, f"compiling {source.name}")
 
 
-def link_shared(cc: str, objects: list[Path], out: Path) -> None:
+def link_shared(cc: str, objects: list[Path], out: Path, libs: list[str] = ()) -> None:
     # -Bsymbolic: calls between the library's own symbols stay inside it, so several models (or
     # tuning candidates with the same kernel names) can be loaded into one process side by side.
     cmd = [cc, "-shared", "-fPIC", "-o", str(out), *map(str, objects),
-           "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", "-lgomp", "-lm"]
+           "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", *libs, "-lgomp", "-lm"]
     run_tool(cmd, "linking the shared library")
