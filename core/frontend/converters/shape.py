@@ -1,5 +1,5 @@
-"""Shape-changing ONNX ops resolved to static IR: Reshape/Flatten/Squeeze/Unsqueeze become Reshape,
-plus Transpose, Concat, Expand and Tile (as Reshape + Expand + Reshape)."""
+"""Shape-changing ONNX ops resolved to static IR: Reshape/Flatten/Squeeze/Unsqueeze become Reshape; Tile,
+DepthToSpace and SpaceToDepth become Reshape/Expand/Transpose; plus Transpose, Concat and Expand."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -128,3 +128,35 @@ def tile(ctx: ConvertContext) -> str:
     expanded = [v for r, d in zip(repeats, shape) for v in (r, d)]
     spread = ctx.emit1("Expand", [ctx.reshape(ctx.input(0), interleaved)], shape=tuple(expanded))
     return ctx.reshape(spread, [r * d for r, d in zip(repeats, shape)])
+
+
+def _block_rearrange(ctx: ConvertContext, split: Sequence[int], perm: Sequence[int], merged: Sequence[int]) -> str:
+    if any(d <= 0 for d in split):
+        ctx.fail(f"blocksize does not divide the input {list(ctx.shape(0))}")
+    moved = ctx.emit1("Transpose", [ctx.reshape(ctx.input(0), split)], perm=tuple(perm))
+    return ctx.reshape(moved, merged)
+
+
+def _blocks(ctx: ConvertContext) -> tuple[int, int, int, int, int]:
+    if ctx.type_of(0).rank != 4:
+        ctx.fail(f"expects a 4-D NCHW input, got {ctx.type_of(0)}")
+    return (*ctx.shape(0), int(ctx.attr("blocksize")))  # type: ignore[return-value]
+
+
+@converter("DepthToSpace", since_version=1)
+def depth_to_space(ctx: ConvertContext) -> str:
+    n, c, h, w, b = _blocks(ctx)
+    if c % (b * b):
+        ctx.fail(f"channels {c} are not a multiple of blocksize^2 = {b * b}")
+    merged = (n, c // (b * b), h * b, w * b)
+    if ctx.attr("mode", "DCR") == "CRD":
+        return _block_rearrange(ctx, (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3), merged)
+    return _block_rearrange(ctx, (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2), merged)
+
+
+@converter("SpaceToDepth", since_version=1)
+def space_to_depth(ctx: ConvertContext) -> str:
+    n, c, h, w, b = _blocks(ctx)
+    if h % b or w % b:
+        ctx.fail(f"spatial size {h}x{w} is not a multiple of blocksize {b}")
+    return _block_rearrange(ctx, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), (n, c * b * b, h // b, w // b))

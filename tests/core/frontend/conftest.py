@@ -27,11 +27,12 @@ def elem_type(dtype) -> int:
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, tuple], outputs: Mapping[str, str],
                opset: int = 17, initializers: Mapping[str, np.ndarray] | None = None,
                domains: Mapping[str, int] | None = None) -> onnx.ModelProto:
-    """inputs: name -> (dtype, shape); outputs: name -> dtype (shape left to inference)."""
+    """inputs: name -> (dtype, shape); outputs: name -> dtype (shape left to inference) or (dtype, shape)."""
+    outputs = {n: o if isinstance(o, tuple) else (o, None) for n, o in outputs.items()}
     graph = helper.make_graph(
         list(nodes), "test",
         [helper.make_tensor_value_info(n, elem_type(d), s) for n, (d, s) in inputs.items()],
-        [helper.make_tensor_value_info(n, elem_type(d), None) for n, d in outputs.items()],
+        [helper.make_tensor_value_info(n, elem_type(d), s) for n, (d, s) in outputs.items()],
         [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in (initializers or {}).items()],
     )
     opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (domains or {}).items()]

@@ -165,6 +165,18 @@ def test_outputs_that_are_inputs_or_constants_are_produced_by_nodes(onnx_model, 
     assert sorted(n.op for n in graph.nodes) == ["Identity", "Identity", "Identity", "Relu"]
 
 
+def test_graph_outputs_naming_an_input_or_initializer_directly(onnx_model, ort_runner):
+    model = onnx_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (F32, [2, 3])},
+                       {"y": F32, "x": (F32, [2, 3]), "w": (F32, [3])}, initializers={"w": np.ones(3, np.float32)})
+    graph = import_onnx(model)
+    # An output cannot share its value name with the input it returns, so only that one is renamed.
+    assert graph.outputs[0] == "y" and graph.outputs[2] == "w" and graph.outputs[1].startswith("x_")
+    assert sorted(n.op for n in graph.nodes) == ["Identity", "Identity", "Relu"]
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    for got, expected in zip(evaluate(graph, {"x": x}).values(), ort_runner(model, {"x": x})):
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_output_names_and_input_names_are_kept(onnx_model):
     nodes = [helper.make_node("Add", ["in_a", "in_b"], ["t"]), helper.make_node("Relu", ["t"], ["final/out:0"])]
     graph = import_onnx(onnx_model(nodes, {"in_a": (F32, [2]), "in_b": (F32, [2])}, {"final/out:0": F32}))

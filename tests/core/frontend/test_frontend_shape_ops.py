@@ -87,6 +87,14 @@ def test_tile(repeats, onnx_model, check_ort):
     check_ort(model)
 
 
+@pytest.mark.parametrize("op,attrs,shape", [("DepthToSpace", {"blocksize": 2}, [1, 8, 3, 2]),
+                                            ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}, [2, 8, 2, 3]),
+                                            ("SpaceToDepth", {"blocksize": 2}, [1, 3, 4, 6])])
+def test_block_rearrangements(op, attrs, shape, onnx_model, check_ort):
+    graph = check_ort(onnx_model([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": (F32, shape)}, {"y": F32}))
+    assert [n.op for n in graph.nodes] == ["Reshape", "Transpose", "Reshape"]
+
+
 def test_shape_subgraph_folds_into_reshape(onnx_model, check_ort):
     nodes = [
         helper.make_node("Shape", ["x"], ["s"]),
