@@ -25,11 +25,11 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     values: dict[str, str] = {}  # ONNX value name -> graph-IR value name
 
     initializers = {t.name for t in graph.initializer}
-    for tensor in graph.initializer:
-        values[tensor.name] = builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
     graph_inputs = [i for i in graph.input if i.name not in initializers]
     for name, ttype in _input_types(graph_inputs, dict(input_shapes or {})).items():
-        values[name] = builder.add_input(name, ttype)
+        values[name] = builder.add_input(name, ttype)  # first, so that inputs keep their exact names
+    for tensor in graph.initializer:
+        values[tensor.name] = builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
 
     _convert_nodes(graph, opsets, builder, values)
     builder.set_outputs(_bind_outputs(graph, builder, values))
