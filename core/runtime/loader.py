@@ -55,11 +55,12 @@ def _cpu_flags() -> set[str] | None:
 
 def _check_machine(meta: dict) -> None:
     """Refuse an artifact built for another CPU with a message, instead of crashing on an illegal instruction."""
-    triple = meta.get("triple")
+    # Both spellings: package.target_metadata() writes triple/cpu_features, the pipeline target_*.
+    triple = meta.get("triple") or meta.get("target_triple")
     if triple and triple.split("-")[0] != _host_arch():
         raise KilnRuntimeError(f"this artifact was built for {triple.split('-')[0]} "
                                f"(target {meta.get('target')}), but this machine is {_host_arch()}")
-    features = meta.get("cpu_features") or ""
+    features = meta.get("cpu_features") or meta.get("target_features") or ""
     need = {_CPU_FLAGS[f[1:]] for f in features.split(",") if f.startswith("+") and f[1:] in _CPU_FLAGS}
     have = _cpu_flags()
     if need and have is not None and not need <= have:

@@ -122,6 +122,9 @@ def test_artifact_for_another_cpu_is_refused(tiny_model, tmp_path):
     (tmp_path / "metadata.json").write_text(json.dumps(dict(meta, triple="aarch64-unknown-linux-gnu", target="aarch64")))
     with pytest.raises(KilnRuntimeError, match="built for aarch64"):
         core.runtime.load(tmp_path)
+    (tmp_path / "metadata.json").write_text(json.dumps(dict(meta, triple=None, target_triple="aarch64-linux-gnu")))
+    with pytest.raises(KilnRuntimeError, match="built for aarch64"):
+        core.runtime.load(tmp_path)
     (tmp_path / "metadata.json").write_text(json.dumps(dict(meta, cpu_features="+avx2,+made-up,+avx512f,+avx512bw")))
     flags = open("/proc/cpuinfo").read()
     if "avx512f" not in flags:
