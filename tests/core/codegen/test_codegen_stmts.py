@@ -124,6 +124,7 @@ def test_several_kernels_in_one_library(build):
     np.testing.assert_array_equal(b, a + 1)
     lib.call("dbl", a, b)
     np.testing.assert_array_equal(b, a * 2)
+    assert lib.time_ms("dbl", a, b, repeat=3) > 0
     with pytest.raises(ValueError, match="elements"):
         lib.call("dbl", a[:3].copy(), b)
     with pytest.raises(ValueError, match="dtype"):
