@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
+import shutil
 import statistics
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +23,7 @@ class KernelLibrary:
     def __init__(self, path: "str | Path"):
         self.path = Path(path)
         try:
-            self._lib = ctypes.CDLL(str(self.path))
+            self._lib = _dlopen(self.path)
         except OSError as e:
             raise BuildError(f"cannot load kernel library {self.path}: {e}") from None
         # The symbol is the string's bytes themselves (a char array), not a pointer to them.
@@ -81,6 +85,29 @@ class KernelLibrary:
                 fn(*ptrs)
             samples.append((time.perf_counter() - t0) * 1e3 / max(1, number))
         return statistics.median(samples)
+
+
+# realpath -> (device, inode) of the file first loaded under that name in this process.
+_LOADED: dict[str, tuple[int, int]] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _dlopen(path: Path) -> ctypes.CDLL:
+    """dlopen `path`, even when another library was loaded from the same path before (a rebuild):
+    glibc would hand back the old one by name, so a new file goes in under a fresh alias."""
+    key, st = os.path.realpath(path), os.stat(path)
+    ident = (st.st_dev, st.st_ino)
+    with _LOADED_LOCK:
+        first = _LOADED.setdefault(key, ident)
+    if first == ident:
+        return ctypes.CDLL(key)
+    alias_dir = tempfile.mkdtemp(prefix="kiln-kernels-")
+    try:
+        alias = os.path.join(alias_dir, os.path.basename(key))
+        shutil.copyfile(key, alias)
+        return ctypes.CDLL(alias)  # the mapping outlives the file
+    finally:
+        shutil.rmtree(alias_dir, ignore_errors=True)
 
 
 def load_kernels(lib_path: "str | Path") -> KernelLibrary:

@@ -95,3 +95,18 @@ def test_plan_entry_symbols():
                 "kiln_graph_num_inputs", "kiln_graph_num_outputs", "kiln_graph_call_names"):
         assert f'@"{sym}"' in text, sym
     assert 'constant i64 128' in text
+
+
+def test_rebuilt_library_at_the_same_path_is_reloaded(tmp_path):
+    # The tuner rebuilds candidates at one path; dlopen alone would keep returning the first build.
+    from core.codegen import load_kernels
+    import numpy as np
+    n = 8
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
+    i = Var("i")
+    path = tmp_path / "cand.so"
+    a, b = np.ones(n, "float32"), np.zeros(n, "float32")
+    for k in (1.0, 2.0, 3.0):
+        func = PrimFunc("cand", (A, B), For(i, IntImm(n), ForKind.SERIAL, Store(B, i, A.load(i) * FloatImm(k))), 1, 1)
+        load_kernels(build_library([func], "native", path)).call("cand", a, b)
+        assert b[0] == k
