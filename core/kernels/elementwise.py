@@ -87,8 +87,10 @@ UNARY: dict[str, UnaryFn] = {
 def unary(op: str, x: te.Tensor, attrs: Mapping[str, Any], out_dtype: Optional[str] = None) -> te.Tensor:
     """The compute of unary `op` applied to `x` (usable by other computes, e.g. fused epilogues)."""
     fn = UNARY[op]
-    dtype = out_dtype or x.dtype
-    return te.compute(x.shape, lambda *i: cast(dtype, fn(x(*i), attrs, dtype)), name=op.lower(), tag="elemwise")
+    if out_dtype is None:
+        out_dtype = str(attrs.get("to")) if op == "Cast" else fn(x(*([0] * x.ndim)), attrs, x.dtype).dtype
+    return te.compute(x.shape, lambda *i: cast(out_dtype, fn(x(*i), attrs, out_dtype)), name=op.lower(),
+                      tag="elemwise")
 
 
 def _register(op: str) -> None:

@@ -85,3 +85,72 @@ def run_op(op: str, inputs: Sequence[Optional[np.ndarray]], attrs: Optional[Mapp
     """Compile and run one op once (slow: one build per call; batch with build_kernels in tests)."""
     (run,) = build_kernels([OpKernel("kernel", op, list(inputs), dict(attrs or {}), out_types, scheduled)], target)
     return run.run()
+
+
+def onnx_reference(op_type: str, inputs: Sequence[Optional[np.ndarray]], attrs: Optional[Mapping[str, Any]] = None,
+                   num_outputs: int = 1, opset: int = 17) -> list[np.ndarray]:
+    """Run one ONNX node in ONNX Runtime (CPU, the reference Kiln is judged against).
+
+    `inputs` may include ONNX-only operands (Reshape's shape, Clip's bounds...) as arrays; None
+    marks an absent optional input."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    inputs = list(inputs)
+    while inputs and inputs[-1] is None:  # trailing absent inputs are left out (ORT crashes on them)
+        inputs.pop()
+    names = ["" if a is None else f"x{k}" for k, a in enumerate(inputs)]
+    outs = [f"y{k}" for k in range(num_outputs)]
+    node = helper.make_node(op_type, names, outs, **dict(attrs or {}))
+    graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                    for n, a in zip(names, inputs) if a is not None]
+    graph = helper.make_graph([node], "reference", graph_inputs, [onnx.ValueInfoProto(name=o) for o in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {n: a for n, a in zip(names, inputs) if a is not None})
+
+
+@dataclass
+class Case:
+    """One op test: Kiln's op on `inputs` against `reference()` (ONNX Runtime or numpy)."""
+
+    id: str
+    op: str
+    inputs: list[Optional[np.ndarray]]
+    attrs: Mapping[str, Any]
+    reference: Callable[[], list[np.ndarray]]
+    rtol: float = 1e-5
+    atol: float = 1e-5
+    unscheduled_too: bool = False  # also check the compute under the default (naive) schedule
+    out_types: Optional[list[TensorType]] = None  # what the graph would pass (decides optional outputs)
+
+
+def run_cases(cases: Sequence[Case], target: "Target | str" = "native") -> dict[str, list[list[np.ndarray]]]:
+    """Build every case (and its unscheduled twin when asked) into one library; outputs by case id."""
+    kernels, owners = [], []
+    for n, case in enumerate(cases):
+        for scheduled in (True, False) if case.unscheduled_too else (True,):
+            kernels.append(OpKernel(f"case{n}_{'s' if scheduled else 'u'}", case.op, list(case.inputs),
+                                    dict(case.attrs), case.out_types, scheduled))
+            owners.append(case.id)
+    results: dict[str, list[list[np.ndarray]]] = {}
+    for owner, run in zip(owners, build_kernels(kernels, target)):
+        results.setdefault(owner, []).append(run.run())
+    return results
+
+
+def assert_matches(case: Case, outputs: list[np.ndarray], expected: Sequence[np.ndarray]) -> None:
+    """Same count, shapes, dtypes; values equal for ints/bools and close for floats (NaN == NaN)."""
+    assert len(outputs) == len(expected), f"{case.id}: {len(outputs)} outputs, expected {len(expected)}"
+    for k, (got, want) in enumerate(zip(outputs, expected)):
+        want = np.asarray(want)
+        assert got.shape == want.shape, f"{case.id} output {k}: shape {got.shape}, expected {want.shape}"
+        assert got.dtype == want.dtype, f"{case.id} output {k}: dtype {got.dtype}, expected {want.dtype}"
+        if got.dtype.kind == "f":
+            np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol, equal_nan=True,
+                                       err_msg=f"{case.id} output {k}")
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"{case.id} output {k}")

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 from ...target import Target
 from ...te.schedule import Schedule
 from ...te.tensor import ComputeOp, Tensor
-from .generic import extent, injective_stage, parallelize, worth_parallel
+from .generic import extent, injective_stage, window_pad_stage, parallelize, worth_parallel
 from .util import divisor_near, find_ops, inputs_tagged, largest_divisor
 
 MAX_ACCUMULATORS = 12  # of the 16 vector registers (AVX2/NEON: 16); the rest hold loads and broadcasts
@@ -64,7 +64,7 @@ def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target) -> No
     for op in find_ops(outs, ["conv2d"]):
         schedule_conv_stage(sch, op, target)
         for pad in inputs_tagged(op, "conv2d_pad"):
-            injective_stage(sch[Tensor(pad)], target)
+            window_pad_stage(sch[Tensor(pad)], target)
     for op in find_ops(outs, ["conv2d_bias"]):
         injective_stage(sch[Tensor(op)], target)
 

@@ -13,3 +13,8 @@ for _op in ("MaxPool", "AveragePool"):
     register_schedule(_op)(schedule_pool)
 for _op in ("GlobalAveragePool", "GlobalMaxPool"):
     register_schedule(_op)(schedule_global_pool)
+from .norm import schedule_row_ops
+
+for _op in ("Softmax", "LogSoftmax", "LayerNormalization", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+            "ReduceProd"):
+    register_schedule(_op)(schedule_row_ops)

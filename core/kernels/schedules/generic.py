@@ -55,14 +55,24 @@ def injective_stage(stage: Stage, target: Target, parallel: bool = True) -> None
         stage.vectorize(li)
         chunks = [lo]
     else:
-        # Codegen runs any vectorized extent as natural-width chunks plus one shorter remainder group.
-        if last.extent > 1:
+        # Codegen runs any vectorized extent as natural-width chunks plus one shorter remainder group
+        # (a remainder of one lane trips the current codegen, so that case stays a scalar loop).
+        if last.extent > 1 and (last.extent <= 64 or last.extent % target.lanes("float32") != 1):
             stage.vectorize(last)
         chunks = []
     if not (parallel and worth_parallel(numel, target)):
         return
     # Prefer threads over the rows only (cheap index math); fold in the chunk loop when rows are few.
     parallelize(stage, rows if extent(rows) >= 4 * target.num_cores or not chunks else rows + chunks, target)
+
+
+def window_pad_stage(stage: Stage, target: Target) -> None:
+    """The padded input of a window op. A stride-phase split (6-D) reads the input with a stride, and
+    masked gathers measured slower than LLVM's own code for the scalar loop: only threads then."""
+    if len(stage.op.shape) == 4:
+        injective_stage(stage, target)
+    elif worth_parallel(extent(stage.leaf_iter_vars), target):
+        parallelize(stage, list(stage.leaf_iter_vars[:-1]), target)
 
 
 def reduce_stage(stage: Stage, target: Target, parallel: bool = True) -> None:

@@ -10,13 +10,13 @@ from typing import Sequence
 from ...target import Target
 from ...te.schedule import Schedule
 from ...te.tensor import Tensor
-from .generic import extent, injective_stage, parallelize, reduce_stage, worth_parallel
+from .generic import extent, injective_stage, window_pad_stage, parallelize, reduce_stage, worth_parallel
 from .util import find_ops
 
 
 def schedule_pool(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
     for op in find_ops(outs, ["pool_pad"]):
-        injective_stage(sch[Tensor(op)], target)
+        window_pad_stage(sch[Tensor(op)], target)
     for op in find_ops(outs, ["pool", "pool_sum"]):
         stage = sch[Tensor(op)]
         if not op.reduce_axis:  # the average's division
