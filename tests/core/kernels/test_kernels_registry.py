@@ -1,0 +1,141 @@
+"""The kernel registry API the graph executor uses, and properties of the default CPU schedules."""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+
+import numpy as np
+import pytest
+
+from core.codegen.build import build_library
+from core.codegen.kernel_library import load_kernels
+from core.errors import KilnError
+from core.graph.ir import TensorType
+from core.kernels import (MissingKernelError, get_compute, get_schedule, register_compute, register_schedule,
+                          registered_ops, schedule_injective, schedule_reduce)
+from core.kernels.elementwise import unary
+from core.kernels.schedules.conv2d import schedule_conv2d
+from core.kernels.testing import onnx_reference
+from core.target import get_target
+from core.te import tensor as te
+from core.te.lower import lower
+from core.te.schedule import create_schedule
+from core.tir.functor import walk_stmt
+from core.tir.stmt import For, ForKind
+
+GRAPH_OPS = """Relu Sigmoid Tanh Erf Sqrt Exp Log Neg Abs Reciprocal Floor Ceil Not IsNaN Identity Cast Clip LeakyRelu
+Add Sub Mul Div Pow Max Min Equal Less Greater LessOrEqual GreaterOrEqual And Or Where Conv MaxPool AveragePool
+GlobalAveragePool GlobalMaxPool MatMul Reshape Transpose Concat Slice Gather GatherElements Expand Pad ReduceSum
+ReduceMean ReduceMax ReduceMin ReduceProd Softmax LogSoftmax LayerNormalization""".split()
+
+NATIVE = get_target("native")
+
+
+def kernel(op, shapes, attrs=None, out_types=None, target=NATIVE, dtype="float32"):
+    """Compute + default schedule + lowering of one op, as the executor does it."""
+    holders = [te.placeholder(s, dtype, f"in{k}") for k, s in enumerate(shapes)]
+    outs = get_compute(op)(holders, attrs or {}, out_types or [])
+    sch = create_schedule(outs)
+    get_schedule(op, target)(sch, outs, target)
+    return lower(sch, holders + outs, f"k_{op.lower()}", num_outputs=len(outs)), sch, outs
+
+
+def loop_kinds(func):
+    return [s.kind for s in walk_stmt(func.body) if isinstance(s, For)]
+
+
+def test_every_graph_op_has_a_compute_and_a_schedule():
+    missing = [op for op in GRAPH_OPS if op not in registered_ops()]
+    assert not missing
+    for op in GRAPH_OPS:
+        assert callable(get_compute(op)) and callable(get_schedule(op, NATIVE))
+
+
+def test_unknown_op_is_a_typed_error():
+    with pytest.raises(MissingKernelError, match="NoSuchOp") as err:
+        get_compute("NoSuchOp")
+    assert isinstance(err.value, KilnError) and err.value.code == "unsupported_op"
+
+
+def test_registering_twice_is_refused():
+    with pytest.raises(ValueError):
+        register_compute("Relu")(lambda inputs, attrs, types: [])
+    with pytest.raises(ValueError):
+        register_schedule("Conv")(lambda sch, outs, target: None)
+
+
+def test_unscheduled_op_falls_back_to_a_generic_schedule():
+    @register_compute("KernelsTestOnlyTwice")
+    def twice(inputs, attrs, out_types):
+        x = inputs[0]
+        return [te.compute(x.shape, lambda *i: x(*i) * 2.0, name="twice")]
+
+    assert get_schedule("KernelsTestOnlyTwice", NATIVE) is schedule_injective
+    assert schedule_reduce is not schedule_injective
+    gpu = dataclasses.replace(NATIVE, kind="cuda")
+    with pytest.raises(MissingKernelError, match="cuda"):
+        get_schedule("KernelsTestOnlyTwice", gpu)
+
+
+def test_optional_input_absent_is_none():
+    x, s = te.placeholder((2, 8), "float32", "x"), te.placeholder((8,), "float32", "s")
+    outs = get_compute("LayerNormalization")([x, s, None], {"axis": -1, "epsilon": 1e-5}, [TensorType((2, 8), "float32")])
+    assert len(outs) == 1 and outs[0].shape == (2, 8)
+
+
+def test_conv_schedule_is_register_tiled_and_parallel():
+    func, sch, outs = kernel("Conv", [(1, 64, 56, 56), (64, 64, 3, 3)],
+                             {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1})
+    kinds = loop_kinds(func)
+    assert ForKind.PARALLEL in kinds and ForKind.VECTORIZED in kinds and ForKind.UNROLLED in kinds
+    # The padded input is its own workspace, not recomputed inside the FMA loop.
+    assert [b.name for b in func.workspaces] == ["conv2d_pad"]
+
+
+def test_small_ops_stay_single_threaded():
+    func, _, _ = kernel("Add", [(1, 64, 128), (128,)])
+    assert ForKind.PARALLEL not in loop_kinds(func) and ForKind.VECTORIZED in loop_kinds(func)
+    big, _, _ = kernel("Add", [(1, 64, 56, 56), (1, 64, 56, 56)])
+    assert ForKind.PARALLEL in loop_kinds(big)
+
+
+def test_vector_width_follows_the_target():
+    v4 = get_target("x86-64-v4")
+    func, _, _ = kernel("Relu", [(4, 64)], target=v4)
+    vec = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.kind is ForKind.VECTORIZED]
+    assert vec and all(s.extent.value == 16 for s in vec)
+    func, _, _ = kernel("Relu", [(4, 64)])
+    vec = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.kind is ForKind.VECTORIZED]
+    assert all(s.extent.value == NATIVE.lanes("float32") for s in vec)
+
+
+def test_schedules_lower_for_avx512_and_compile():
+    from core.codegen.build import optimized_llvm_ir
+
+    v4 = get_target("x86-64-v4")
+    funcs = [kernel("Conv", [(1, 32, 14, 14), (32, 32, 3, 3)],
+                    {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}, target=v4)[0],
+             kernel("MatMul", [(64, 128), (128, 96)], target=v4)[0],
+             kernel("Softmax", [(2, 64, 64)], {"axis": -1}, target=v4)[0]]
+    text = optimized_llvm_ir(funcs, v4)
+    assert "<16 x float>" in text
+
+
+def test_conv_schedule_leaves_foreign_stages_alone():
+    """With an elementwise consumer after the conv (a fused epilogue), only the conv's stages change."""
+    x, w = te.placeholder((1, 8, 10, 10), "float32", "x"), te.placeholder((8, 8, 3, 3), "float32", "w")
+    (conv,) = get_compute("Conv")([x, w], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}, [])
+    relu = unary("Relu", conv, {})
+    sch = create_schedule([relu])
+    schedule_conv2d(sch, [relu], NATIVE)
+    stage = sch[relu]
+    assert stage.leaf_iter_vars == list(relu.op.axis) and not stage.annotations
+    assert sch[conv].annotations  # the conv itself was scheduled through the consumer
+    func = lower(sch, [x, w, relu], "k_conv_relu")
+    lib = load_kernels(build_library([func], NATIVE, tempfile.mkdtemp() + "/k.so"))
+    rng = np.random.default_rng(0)
+    xa, wa = rng.standard_normal((1, 8, 10, 10)).astype(np.float32), rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    out = np.zeros((1, 8, 10, 10), np.float32)
+    lib.call("k_conv_relu", xa, wa, out, *[np.zeros(b.shape, b.dtype) for b in func.workspaces])
+    ref = onnx_reference("Conv", [xa, wa], {"pads": [1, 1, 1, 1]})[0]
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
