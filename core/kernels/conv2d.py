@@ -2,7 +2,8 @@
 
 The padded input is its own stage (see window.py) so the FMA loop reads a dense buffer with no
 bounds checks; a bias becomes an elementwise stage after the reduction (a reduction's init must be
-a constant), which also crops the extra columns of odd-width outputs.
+a constant), which also crops the extra columns of odd-width outputs (rows are computed in whole
+vectors) and reshapes pointwise convs computed over the flattened image.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ..errors import ShapeError
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr
+from ..tir.expr import Expr, const, select
 from .common import attr, require
 from .registry import register_compute
 from .window import window_source
@@ -38,12 +39,17 @@ def conv2d_nchw(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), pad
     ow = conv_out_size(wd, kw, sw, left, right, dw)
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"Conv: kernel {kh}x{kw} does not fit the padded input {list(x.shape)}")
-    # Odd output widths (28, 14, 55, 13...) make odd vector lengths, which LLVM splits badly; the conv
-    # computes a few extra columns (reading zeros) instead, rounded to WIDTH_UNIT, and a later stage crops.
-    ow_c = ow if ow % WIDTH_UNIT == 0 or ow <= WIDTH_UNIT else -(-ow // WIDTH_UNIT) * WIDTH_UNIT
-    src = window_source(x, (oh, ow_c), (kh, kw), strides, pads, dilations, 0, "conv2d_pad")
     mg = m // group
     rc = te.reduce_axis(cg, "rc")
+    attrs = {"strides": (sh, sw), "dilations": (dh, dw), "group": group, "kernel": (kh, kw),
+             "depthwise": group > 1 and cg == 1, "width": ow, "flat": False,
+             "pointwise": kh == kw == 1 and sh == sw == 1 and not any(pads) and group == 1}
+    if attrs["pointwise"] and (oh * ow) % WIDTH_UNIT and ow % WIDTH_UNIT:
+        return _pointwise_flat(x, w, rc, attrs)
+    # Odd output widths (28, 14, 55, 13...) make odd vector lengths, which LLVM splits badly; the conv
+    # computes a few extra columns (reading zeros) instead, rounded to WIDTH_UNIT, and a later stage crops.
+    ow_c = ow if ow % WIDTH_UNIT == 0 or ow <= WIDTH_UNIT // 2 else -(-ow // WIDTH_UNIT) * WIDTH_UNIT
+    src = window_source(x, (oh, ow_c), (kh, kw), strides, pads, dilations, 0, "conv2d_pad")
     rkh = te.reduce_axis(kh, "rkh")
     rkw = te.reduce_axis(kw, "rkw")
 
@@ -51,9 +57,30 @@ def conv2d_nchw(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), pad
         ic = rc.var if group == 1 else (o // mg) * cg + rc.var
         return te.sum(src.read(b, ic, y, xx, rkh.var, rkw.var) * w(o, rc.var, rkh.var, rkw.var), [rc, rkh, rkw])
 
-    attrs = {"strides": (sh, sw), "dilations": (dh, dw), "group": group, "kernel": (kh, kw),
-             "depthwise": group > 1 and cg == 1, "width": ow}
     return te.compute((n, m, oh, ow_c), body, name="conv2d", tag="conv2d", attrs=attrs)
+
+
+def _pointwise_flat(x: te.Tensor, w: te.Tensor, rc: te.IterVar, attrs: dict) -> te.Tensor:
+    """A 1x1 conv over the flattened image (one row of h*w pixels, rounded up to WIDTH_UNIT and
+    zero-padded): 13x13 computes 176 pixels instead of 13 rows of 16. Output shape (n, m, 1, P)."""
+    n, c, h, wd = x.shape
+    m = w.shape[0]
+    pixels = -(-(h * wd) // WIDTH_UNIT) * WIDTH_UNIT
+
+    def flat(b: Expr, ch: Expr, _: Expr, p: Expr) -> Expr:
+        return select(p < h * wd, x(b, ch, p // wd, p % wd), const(0, x.dtype))
+
+    src = te.compute((n, c, 1, pixels), flat, name="conv2d_pad", tag="conv2d_pad")
+    attrs = dict(attrs, flat=True, pixels=h * wd)
+    return te.compute((n, m, 1, pixels), lambda b, o, y, p: te.sum(src(b, rc.var, 0, p) * w(o, rc.var, 0, 0), [rc]),
+                      name="conv2d", tag="conv2d", attrs=attrs)
+
+
+def read_conv(out: te.Tensor, b: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
+    """Output pixel (b, o, y, xx) of a conv stage, whatever layout it was computed in."""
+    if out.op.attrs.get("flat"):
+        return out(b, o, 0 * y, y * out.op.attrs["width"] + xx)
+    return out(b, o, y, xx)
 
 
 @register_compute("Conv")
@@ -64,11 +91,23 @@ def conv(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_ty
         raise ShapeError(f"Conv: only 2-D convolution (4-D NCHW input) is supported, got {list(x.shape)}")
     out = conv2d_nchw(x, w, tuple(attr(attrs, "strides", "Conv", (1, 1))), tuple(attr(attrs, "pads", "Conv", (0, 0, 0, 0))),
                       tuple(attr(attrs, "dilations", "Conv", (1, 1))), int(attr(attrs, "group", "Conv", 1)))
-    shape = out.shape[:3] + (out.op.attrs["width"],)
+    shape = conv_output_shape(out)
     if out_types and tuple(out_types[0].shape) != shape:
         raise ShapeError(f"Conv: computed output {list(shape)} differs from the graph's {list(out_types[0].shape)}")
     if bias is not None:
-        return [te.compute(shape, lambda b, o, y, xx: out(b, o, y, xx) + bias(o), name="conv2d_bias", tag="conv2d_bias")]
+        return [te.compute(shape, lambda b, o, y, xx: read_conv(out, b, o, y, xx) + bias(o), name="conv2d_bias",
+                           tag="conv2d_bias")]
     if shape != out.shape:
-        return [te.compute(shape, lambda b, o, y, xx: out(b, o, y, xx), name="conv2d_crop", tag="conv2d_bias")]
+        return [te.compute(shape, lambda b, o, y, xx: read_conv(out, b, o, y, xx), name="conv2d_crop",
+                           tag="conv2d_bias")]
     return [out]
+
+
+def conv_output_shape(out: te.Tensor) -> tuple[int, ...]:
+    """The NCHW shape of the conv a (possibly widened or flattened) conv stage computes."""
+    n, m = out.shape[:2]
+    width = out.op.attrs["width"]
+    if out.op.attrs.get("flat"):
+        pixels = out.op.attrs["pixels"]
+        return (n, m, pixels // width, width)
+    return (n, m, out.shape[2], width)

@@ -37,23 +37,28 @@ def schedule_conv_stage(sch: Schedule, op: ComputeOp, target: Target, ow_tile: O
                         oc_tile: Optional[int] = None) -> None:
     stage = sch[Tensor(op)]
     n, oc, oh, ow = stage.op.axis
-    rc, rkh, rkw = stage.op.reduce_axis
+    rc, *window = stage.op.reduce_axis
+    if op.attrs.get("pointwise") and not op.attrs.get("flat"):
+        # A 1x1 conv reads the image as one contiguous run of pixels: tile that instead of rows.
+        ow = stage.fuse(oh, ow)
+        oh = None
     lanes = target.lanes(op.dtype)
     owt = ow_tile or column_tile(ow.extent, lanes)
     owo, owi = stage.split(ow, owt)
     vectors = -(-owt // lanes)
+    rows = [oh] if oh is not None else []
     if op.attrs.get("depthwise") or op.attrs.get("group", 1) > 1:
         # Grouped: the input channel depends on oc, so keep oc whole and tile the columns only.
-        stage.reorder(n, oc, oh, owo, rc, rkh, rkw, owi)
-        outer = [n, oc, oh]
+        stage.reorder(n, oc, *rows, owo, rc, *window, owi)
+        outer = [n, oc, *rows]
     else:
         oct = oc_tile or channel_tile(oc.extent, vectors)
         oco, oci = stage.split(oc, oct)
-        stage.reorder(n, oco, oh, owo, rc, rkh, rkw, oci, owi)
+        stage.reorder(n, oco, *rows, owo, rc, *window, oci, owi)
         stage.unroll(oci)
-        outer = [n, oco, oh]
-    if rkw.extent <= 3:
-        stage.unroll(rkw)
+        outer = [n, oco, *rows]
+    if window and window[-1].extent <= 3:
+        stage.unroll(window[-1])
     stage.vectorize(owi)
     work = extent(op.axis) * extent(op.reduce_axis)
     if worth_parallel(work, target):

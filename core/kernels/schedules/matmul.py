@@ -14,16 +14,19 @@ from ...te.schedule import Schedule
 from ...te.tensor import ComputeOp, Tensor
 from .conv2d import MAX_ACCUMULATORS, column_tile
 from .generic import extent, injective_stage, parallelize, worth_parallel
-from .util import find_ops
+from .util import find_ops, largest_divisor
 
 
 K_TILE = 128  # rows of B per pass: a 128 x 2-vector panel (16 KB) stays in L1 while the row tiles sweep it
 
 
 def row_tile(m: int, vectors: int) -> int:
-    """Rows per register tile; 6 x 2 vectors measured best on AVX2 even when 6 leaves a guarded remainder."""
+    """Rows per register tile. A guarded remainder row keeps its accumulator in memory (LLVM does not
+    unswitch the guard), so a divisor of m is preferred; 6 x 2 vectors is the best shape on AVX2."""
     budget = max(1, MAX_ACCUMULATORS // vectors)
-    return m if m <= budget else min(6, budget)
+    if m <= budget:
+        return m
+    return largest_divisor(m, [c for c in (6, 4, 5, 8, 3) if c <= budget]) or min(6, budget)
 
 
 def schedule_matmul_stage(sch: Schedule, op: ComputeOp, target: Target, row: Optional[int] = None,

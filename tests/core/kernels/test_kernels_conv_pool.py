@@ -35,7 +35,10 @@ CONV_CASES = [
     conv("depthwise", (1, 16, 14, 14), (16, 1, 3, 3), bias=True, pads=(1, 1, 1, 1), group=16, both=True),
     conv("depthwise_s2", (1, 16, 15, 15), (16, 1, 3, 3), strides=(2, 2), pads=(1, 1, 1, 1), group=16),
     conv("depthwise_multiplier2", (1, 4, 9, 9), (8, 1, 3, 3), pads=(1, 1, 1, 1), group=4),
-    conv("1x1_batch2", (2, 16, 7, 9), (24, 16, 1, 1), both=True),
+    conv("1x1_batch2", (2, 16, 7, 9), (24, 16, 1, 1), both=True),  # flattened: 63 pixels -> 64
+    conv("1x1_13x13_flat_bias", (1, 32, 13, 13), (20, 32, 1, 1), bias=True),
+    conv("1x1_rows_fused", (1, 8, 4, 14), (12, 8, 1, 1), both=True),  # 56 pixels: one contiguous run
+    conv("1x1_wide_rows", (1, 8, 3, 16), (4, 8, 1, 1)),
     conv("1x1_s2_bias", (1, 16, 14, 14), (32, 16, 1, 1), bias=True, strides=(2, 2)),
     conv("1x1_s2_pad", (1, 4, 9, 9), (6, 4, 1, 1), strides=(2, 2), pads=(1, 1, 1, 1)),
     conv("asym_pads_stride12", (1, 3, 11, 13), (5, 3, 3, 2), strides=(1, 2), pads=(0, 1, 2, 0)),

@@ -1,0 +1,117 @@
+"""Kernel benchmark: default-schedule GFLOP/s of hot ops (resnet18 convs, matmuls) next to ONNX Runtime.
+
+Run by hand, never from tests: `python -m core.kernels.benchmark [--threads 2] [name ...]`.
+Both sides get the same thread count; each number is the best median over a few rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+
+@dataclass
+class Workload:
+    name: str
+    op: str
+    shapes: list[tuple[int, ...]]
+    attrs: dict = field(default_factory=dict)
+    onnx_attrs: dict = field(default_factory=dict)
+    flops: int = 0
+
+
+def _conv(name: str, c: int, hw: int, m: int, k: int, stride: int, pad: int, group: int = 1) -> Workload:
+    out = (hw + 2 * pad - k) // stride + 1
+    attrs = {"strides": (stride, stride), "pads": (pad,) * 4, "dilations": (1, 1), "group": group}
+    onnx = {"strides": [stride] * 2, "pads": [pad] * 4, "group": group, "kernel_shape": [k, k]}
+    return Workload(name, "Conv", [(1, c, hw, hw), (m, c // group, k, k), (m,)], attrs, onnx,
+                    2 * m * (c // group) * k * k * out * out)
+
+
+def _matmul(name: str, a: tuple[int, ...], b: tuple[int, ...]) -> Workload:
+    return Workload(name, "MatMul", [a, b], flops=2 * int(np.prod(a)) * b[-1])
+
+
+WORKLOADS = [
+    _conv("resnet_stem_7x7s2", 3, 224, 64, 7, 2, 3),
+    _conv("resnet_3x3_64x56", 64, 56, 64, 3, 1, 1),
+    _conv("resnet_3x3s2_64to128", 64, 56, 128, 3, 2, 1),
+    _conv("resnet_3x3_128x28", 128, 28, 128, 3, 1, 1),
+    _conv("resnet_3x3_256x14", 256, 14, 256, 3, 1, 1),
+    _conv("resnet_3x3_512x7", 512, 7, 512, 3, 1, 1),
+    _conv("resnet_1x1s2_256to512", 256, 14, 512, 1, 2, 0),
+    _conv("mobilenet_dw_3x3_144x56", 144, 56, 144, 3, 1, 1, group=144),
+    _conv("mobilenet_1x1_96to24x56", 96, 56, 24, 1, 1, 0),
+    _conv("squeezenet_1x1_512to1000x13", 512, 13, 1000, 1, 1, 0),
+    _matmul("matmul_512", (512, 512), (512, 512)),
+    _matmul("bert_ffn_64x128x512", (1, 64, 128), (128, 512)),
+    _matmul("bert_attn_2x64x64x64", (1, 2, 64, 64), (1, 2, 64, 64)),
+]
+
+
+def _ort_ms(w: Workload, arrays: list[np.ndarray], threads: int) -> Optional[float]:
+    try:
+        import onnxruntime as ort
+        from onnx import helper
+    except ImportError:  # pragma: no cover - onnxruntime is a dependency, but keep the tool usable
+        return None
+    names = [f"x{k}" for k in range(len(arrays))]
+    node = helper.make_node(w.op, names, ["y"], **w.onnx_attrs)
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in zip(names, arrays)]
+    graph = helper.make_graph([node], "bench", ins, [helper.make_tensor_value_info("y", 1, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # do not steal our cores later
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feed = dict(zip(names, arrays))
+    for _ in range(3):
+        session.run(None, feed)
+    best = float("inf")
+    for _ in range(3):
+        samples = []
+        for _ in range(15):
+            start = time.perf_counter()
+            session.run(None, feed)
+            samples.append((time.perf_counter() - start) * 1e3)
+        best = min(best, float(np.median(samples)))
+    return best
+
+
+def run(names: list[str], threads: int) -> list[dict[str, Any]]:
+    from .testing import OpKernel, build_kernels
+
+    chosen = [w for w in WORKLOADS if not names or w.name in names]
+    rng = np.random.default_rng(0)
+    inputs = [[rng.standard_normal(s).astype(np.float32) for s in w.shapes] for w in chosen]
+    runs = build_kernels([OpKernel(f"bench_{w.name}", w.op, arrs, w.attrs) for w, arrs in zip(chosen, inputs)])
+    rows = []
+    for w, arrs, kernel_run in zip(chosen, inputs, runs):
+        kernel_run.run()
+        ms = min(kernel_run.time_ms(repeat=15, number=3) for _ in range(3))
+        ort_ms = _ort_ms(w, arrs, threads)
+        rows.append({"name": w.name, "ms": ms, "gflops": w.flops / ms / 1e6, "ort_ms": ort_ms,
+                     "ort_gflops": w.flops / ort_ms / 1e6 if ort_ms else None})
+    return rows
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"workloads (default: all): {', '.join(w.name for w in WORKLOADS)}")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # before the first kernel starts libgomp
+    print(f"{'workload':30s} {'kiln ms':>9s} {'GFLOP/s':>8s} {'ort ms':>9s} {'GFLOP/s':>8s} {'ratio':>6s}")
+    for r in run(args.names, args.threads):
+        ort_ms = r["ort_ms"]
+        print(f"{r['name']:30s} {r['ms']:9.3f} {r['gflops']:8.1f} "
+              + (f"{ort_ms:9.3f} {r['ort_gflops']:8.1f} {r['ms'] / ort_ms:6.2f}" if ort_ms else "      n/a"))
+
+
+if __name__ == "__main__":
+    main()
