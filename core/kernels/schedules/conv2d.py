@@ -3,7 +3,9 @@
 Loop order n, oc.o, oh, ow.o | ic, kh, kw | oc.i (unrolled), ow.i (vectorized): each tile keeps
 oc.i x ow.i accumulators in vector registers across the whole reduction (buffers are noalias, so
 LLVM promotes them), loads ow.i input columns once per (ic, kh, kw) and broadcasts one weight per
-output channel. Depthwise convs tile only the columns. The pad stage is a plain parallel copy.
+output channel. Pointwise convs tile the flattened image instead of rows; grouped and depthwise
+convs tile only the columns. Threads take (n, oc.o, oh) rows; the pad stage is a parallel copy.
+The compute already made rows whole vectors (widened widths, stride phases), so no tile needs a guard.
 """
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ MAX_ACCUMULATORS = 12  # of the 16 vector registers (AVX2/NEON: 16); the rest ho
 
 
 def column_tile(ow: int, lanes: int) -> int:
-    """Output columns per tile: one or two vector registers' worth, dividing ow when possible."""
-    exact = largest_divisor(ow, [2 * lanes, lanes])
+    """Output columns per tile: two, one or half a vector register's worth, dividing ow when possible
+    (a guard in the vectorized loop would make it scalar; odd vector lengths split badly)."""
+    exact = largest_divisor(ow, [2 * lanes, lanes] + ([lanes // 2] if lanes >= 8 else []))
     if exact:
         return exact
     if ow <= 2 * lanes:

@@ -1,20 +1,26 @@
-"""Registers the CPU schedule of each op (ops not listed use the generic pattern schedules)."""
+"""Registers the CPU schedule of each op; ops not listed get the generic one of their fusion pattern."""
 from __future__ import annotations
 
+from ..broadcast import BINARY
+from ..elementwise import UNARY
 from ..registry import register_schedule
 from .conv2d import schedule_conv2d
+from .generic import schedule_injective
 from .matmul import schedule_matmul
-
-register_schedule("Conv")(schedule_conv2d)
-register_schedule("MatMul")(schedule_matmul)
+from .norm import schedule_row_ops
 from .pool import schedule_global_pool, schedule_pool
 
-for _op in ("MaxPool", "AveragePool"):
-    register_schedule(_op)(schedule_pool)
-for _op in ("GlobalAveragePool", "GlobalMaxPool"):
-    register_schedule(_op)(schedule_global_pool)
-from .norm import schedule_row_ops
-
-for _op in ("Softmax", "LogSoftmax", "LayerNormalization", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
-            "ReduceProd"):
-    register_schedule(_op)(schedule_row_ops)
+_INJECTIVE_OPS = tuple(UNARY) + tuple(BINARY) + ("Where", "Reshape", "Transpose", "Concat", "Slice", "Gather",
+                                                 "GatherElements", "Expand", "Pad")
+_SCHEDULES = {
+    schedule_injective: _INJECTIVE_OPS,
+    schedule_conv2d: ("Conv",),
+    schedule_matmul: ("MatMul",),
+    schedule_pool: ("MaxPool", "AveragePool"),
+    schedule_global_pool: ("GlobalAveragePool", "GlobalMaxPool"),
+    schedule_row_ops: ("Softmax", "LogSoftmax", "LayerNormalization", "ReduceSum", "ReduceMean", "ReduceMax",
+                       "ReduceMin", "ReduceProd"),
+}
+for _schedule, _ops in _SCHEDULES.items():
+    for _op in _ops:
+        register_schedule(_op)(_schedule)

@@ -41,6 +41,21 @@ def parallelize(stage: Stage, outer: list[IterVar], target: Target) -> None:
     stage.parallel(fused)
 
 
+def reads_under_lane_mask(op: ComputeOp, axis: IterVar) -> bool:
+    """Whether a select in `op` picks between tensor reads by a condition on `axis` (Pad, Concat on
+    the last axis): vectorized, each lane's read runs under a mask, which measured slower than the
+    scalar loop LLVM vectorizes itself."""
+    from ...tir.functor import walk_expr
+    from ...tir.expr import Select
+    from ...te.tensor import TensorRead
+
+    for e in walk_expr(op.body):
+        if isinstance(e, Select) and any(v is axis.var for v in walk_expr(e.cond)):
+            if any(isinstance(x, TensorRead) for arm in (e.true_value, e.false_value) for x in walk_expr(arm)):
+                return True
+    return False
+
+
 def injective_stage(stage: Stage, target: Target, parallel: bool = True) -> None:
     """Innermost axis vectorized (split by the vector width when that divides), outer axes fused
     and parallel when the stage is large enough."""
@@ -50,16 +65,15 @@ def injective_stage(stage: Stage, target: Target, parallel: bool = True) -> None
     numel = extent(leaves)
     lanes = vector_lanes(stage.op, target)
     last, rows = leaves[-1], leaves[:-1]
-    if last.extent > lanes and last.extent % lanes == 0:
+    chunks: list[IterVar] = []
+    if last.extent <= 1 or last not in stage.op.axis or reads_under_lane_mask(stage.op, last):
+        chunks = [last]
+    elif last.extent > lanes and last.extent % lanes == 0:
         lo, li = stage.split(last, lanes)
         stage.vectorize(li)
         chunks = [lo]
     else:
-        # Codegen runs any vectorized extent as natural-width chunks plus one shorter remainder group
-        # (a remainder of one lane trips the current codegen, so that case stays a scalar loop).
-        if last.extent > 1 and (last.extent <= 64 or last.extent % target.lanes("float32") != 1):
-            stage.vectorize(last)
-        chunks = []
+        stage.vectorize(last)  # codegen runs it as natural-width chunks plus one shorter group
     if not (parallel and worth_parallel(numel, target)):
         return
     # Prefer threads over the rows only (cheap index math); fold in the chunk loop when rows are few.
@@ -86,7 +100,7 @@ def reduce_stage(stage: Stage, target: Target, parallel: bool = True) -> None:
     spatial = [iv for iv in leaves if iv.kind != "reduce"]
     k = min(int(stage.op.attrs.get("inner_spatial", 0)), len(spatial))
     outer, inner = spatial[: len(spatial) - k], spatial[len(spatial) - k:]
-    inner = [iv for iv in inner if iv.extent > 1] or []
+    inner = [iv for iv in inner if iv.extent > 1]
     outer = [iv for iv in spatial if iv not in inner]
     stage.reorder(*outer, *reduce, *inner)
     if inner:
