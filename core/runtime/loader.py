@@ -24,6 +24,12 @@ _CPU_FLAGS = {"avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "sse4.
               "avx512fp16": "avx512_fp16", "bmi2": "bmi2", "neon": "asimd", "sve": "sve"}
 
 
+# libgomp reads this once, when it is loaded. Its default lets idle workers sleep after ~0.1 ms, and
+# waking a sleeping core costs a scheduler tick (~8 ms on VMs), paid at every parallel kernel after a
+# serial one; spinning ~10-30 ms before sleeping is what ONNX Runtime's pool does too.
+os.environ.setdefault("GOMP_SPINCOUNT", "10000000")
+
+
 class KilnRuntimeError(RuntimeError):
     """The native library refused to load or run (its message comes from kiln_last_error())."""
 
