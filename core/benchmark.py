@@ -31,7 +31,7 @@ def _time_ms(fn: Callable[[], object], number: int) -> float:
 
 
 def compare_latency(module, session, feeds: Mapping[str, np.ndarray], rounds: int = 15, warmup: int = 3,
-                    min_round_ms: float = 20.0) -> LatencyComparison:
+                    min_round_ms: float = 20.0, settle_s: float = 0.3) -> LatencyComparison:
     """Alternate Kiln and ONNX Runtime rounds so that drift (turbo, neighbours) hits both alike."""
     outputs = [o.name for o in session.get_outputs()]
     run_kiln = lambda: module.run(feeds)  # noqa: E731
@@ -44,6 +44,10 @@ def compare_latency(module, session, feeds: Mapping[str, np.ndarray], rounds: in
     number = max(1, int(min_round_ms / single))
     kiln, ort = [], []
     for _ in range(rounds):
+        # Both runtimes keep their worker threads spinning for a while after a call; let the other's
+        # go idle first, or the two pools fight over the cores and each pays the other's spin.
+        time.sleep(settle_s)
         kiln.append(_time_ms(run_kiln, number))
+        time.sleep(settle_s)
         ort.append(_time_ms(run_ort, number))
     return LatencyComparison(statistics.median(kiln), statistics.median(ort))

@@ -26,8 +26,8 @@ _CPU_FLAGS = {"avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "sse4.
 
 # libgomp reads this once, when it is loaded. Its default lets idle workers sleep after ~0.1 ms, and
 # waking a sleeping core costs a scheduler tick (~8 ms on VMs), paid at every parallel kernel after a
-# serial one; spinning ~10-30 ms before sleeping is what ONNX Runtime's pool does too.
-os.environ.setdefault("GOMP_SPINCOUNT", "10000000")
+# serial one; spinning a few ms before sleeping is what ONNX Runtime's pool does too.
+os.environ.setdefault("GOMP_SPINCOUNT", "2000000")
 
 
 class KilnRuntimeError(RuntimeError):
