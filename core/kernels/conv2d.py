@@ -12,13 +12,14 @@ from typing import Any, Mapping, Optional, Sequence
 from ..errors import ShapeError
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, const, select
+from ..tir.expr import Expr, const, logical_and, select
 from .common import attr, require
 from .registry import register_compute
 from .window import window_source
 
 
 WIDTH_UNIT = 8  # conv output rows are computed in multiples of this many columns (when wider than it)
+PIXEL_UNIT = 16  # 1x1 convs compute the flattened image in multiples of this many pixels (two AVX2 vectors)
 
 
 def conv_out_size(size: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int) -> int:
@@ -41,11 +42,13 @@ def conv2d_nchw(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), pad
         raise ShapeError(f"Conv: kernel {kh}x{kw} does not fit the padded input {list(x.shape)}")
     mg = m // group
     rc = te.reduce_axis(cg, "rc")
-    attrs = {"strides": (sh, sw), "dilations": (dh, dw), "group": group, "kernel": (kh, kw),
-             "depthwise": group > 1 and cg == 1, "width": ow, "flat": False,
-             "pointwise": kh == kw == 1 and sh == sw == 1 and not any(pads) and group == 1}
-    if attrs["pointwise"] and (oh * ow) % WIDTH_UNIT and ow % WIDTH_UNIT:
-        return _pointwise_flat(x, w, rc, attrs)
+    attrs = {"strides": (sh, sw), "pads": tuple(pads), "dilations": (dh, dw), "group": group, "kernel": (kh, kw),
+             "depthwise": group > 1 and cg == 1, "width": ow, "flat": False, "pointwise": False}
+    if kh == kw == 1 and group == 1:
+        # A 1x1 conv is a matrix product over the pixels: it reads the image as one contiguous run.
+        attrs["pointwise"] = True
+        if (oh * ow) % PIXEL_UNIT or sh != 1 or sw != 1 or any(pads):
+            return _pointwise_flat(x, w, rc, (oh, ow), attrs)
     # Odd output widths (28, 14, 55, 13...) make odd vector lengths, which LLVM splits badly; the conv
     # computes a few extra columns (reading zeros) instead, rounded to WIDTH_UNIT, and a later stage crops.
     ow_c = ow if ow % WIDTH_UNIT == 0 or ow <= WIDTH_UNIT // 2 else -(-ow // WIDTH_UNIT) * WIDTH_UNIT
@@ -60,18 +63,28 @@ def conv2d_nchw(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), pad
     return te.compute((n, m, oh, ow_c), body, name="conv2d", tag="conv2d", attrs=attrs)
 
 
-def _pointwise_flat(x: te.Tensor, w: te.Tensor, rc: te.IterVar, attrs: dict) -> te.Tensor:
-    """A 1x1 conv over the flattened image (one row of h*w pixels, rounded up to WIDTH_UNIT and
-    zero-padded): 13x13 computes 176 pixels instead of 13 rows of 16. Output shape (n, m, 1, P)."""
+def _pointwise_flat(x: te.Tensor, w: te.Tensor, rc: te.IterVar, out_hw: Sequence[int], attrs: dict) -> te.Tensor:
+    """A 1x1 conv over a flattened copy of the pixels it reads (subsampled and padded as strides and
+    pads say), rounded up to PIXEL_UNIT with zeros: 13x13 computes 176 pixels instead of 13 rows of
+    16, a stride-2 7x7 output 64 instead of 7 rows of 8. Output shape (n, m, 1, P)."""
     n, c, h, wd = x.shape
     m = w.shape[0]
-    pixels = -(-(h * wd) // WIDTH_UNIT) * WIDTH_UNIT
+    (oh, ow), (sh, sw) = out_hw, attrs["strides"]
+    top, left = attrs["pads"][:2]
+    count = oh * ow
+    pixels = count if count <= PIXEL_UNIT // 2 else -(-count // PIXEL_UNIT) * PIXEL_UNIT
 
     def flat(b: Expr, ch: Expr, _: Expr, p: Expr) -> Expr:
-        return select(p < h * wd, x(b, ch, p // wd, p % wd), const(0, x.dtype))
+        row, col = (p // ow) * sh - top, (p % ow) * sw - left
+        inside = p < count
+        if top:
+            inside = logical_and(inside, logical_and(row >= 0, row < h))
+        if left:
+            inside = logical_and(inside, logical_and(col >= 0, col < wd))
+        return select(inside, x(b, ch, row, col), const(0, x.dtype))
 
     src = te.compute((n, c, 1, pixels), flat, name="conv2d_pad", tag="conv2d_pad")
-    attrs = dict(attrs, flat=True, pixels=h * wd)
+    attrs = dict(attrs, flat=True, pixels=count)
     return te.compute((n, m, 1, pixels), lambda b, o, y, p: te.sum(src(b, rc.var, 0, p) * w(o, rc.var, 0, 0), [rc]),
                       name="conv2d", tag="conv2d", attrs=attrs)
 
