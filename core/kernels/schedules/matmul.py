@@ -29,13 +29,19 @@ def row_tile(m: int, vectors: int) -> int:
     return largest_divisor(m, [c for c in (6, 4, 5, 8, 3) if c <= budget]) or min(6, budget)
 
 
+def gemv_columns(n: int, lanes: int) -> int:
+    """One row (a vector-matrix product): as many vector registers of columns as divide n, so each
+    row of B is read in whole cache lines."""
+    return largest_divisor(n, [lanes * v for v in range(MAX_ACCUMULATORS // 2, 0, -1)]) or column_tile(n, lanes)
+
+
 def schedule_matmul_stage(sch: Schedule, op: ComputeOp, target: Target, row: Optional[int] = None,
                           col: Optional[int] = None, k_tile: Optional[int] = None) -> None:
     stage = sch[Tensor(op)]
     *batch, i, j = op.axis
     (k,) = op.reduce_axis
     lanes = target.lanes(op.dtype)
-    jt = col or column_tile(j.extent, lanes)
+    jt = col or (gemv_columns(j.extent, lanes) if i.extent == 1 else column_tile(j.extent, lanes))
     it = row or row_tile(i.extent, -(-jt // lanes))
     io, ii = stage.split(i, it)
     jo, ji = stage.split(j, jt)
