@@ -74,8 +74,12 @@ def build_kernels(kernels: Sequence[OpKernel], target: "Target | str" = "native"
 
     target = get_target(target)
     funcs = [k.lower(target) for k in kernels]
-    out_dir = Path(out_dir or tempfile.mkdtemp(prefix="kiln-kernels-"))
-    lib = load_kernels(build_library(funcs, target, out_dir / "kernels.so"))
+    if out_dir is not None:
+        lib = load_kernels(build_library(funcs, target, Path(out_dir) / "kernels.so"))
+    else:
+        # The loaded library stays mapped after its file is gone, so nothing piles up in /tmp.
+        with tempfile.TemporaryDirectory(prefix="kiln-kernels-") as tmp:
+            lib = load_kernels(build_library(funcs, target, Path(tmp) / "kernels.so"))
     return [KernelRun(lib, k) for k in kernels]
 
 

@@ -1,11 +1,12 @@
-"""CPU schedule of Conv: a register tile of output channels x output columns around the reduction.
+"""CPU schedule of Conv: a register tile of output channels x rows x columns around the reduction.
 
-Loop order n, oc.o, oh, ow.o | ic, kh, kw | oc.i (unrolled), ow.i (vectorized): each tile keeps
-oc.i x ow.i accumulators in vector registers across the whole reduction (buffers are noalias, so
-LLVM promotes them), loads ow.i input columns once per (ic, kh, kw) and broadcasts one weight per
-output channel. Pointwise convs tile the flattened image instead of rows; grouped and depthwise
-convs tile only the columns. Threads take (n, oc.o, oh) rows; the pad stage is a parallel copy.
-The compute already made rows whole vectors (widened widths, stride phases), so no tile needs a guard.
+Loop order n, oc.o, oh.o, ow.o | ic, kh, kw | oh.i, oc.i (unrolled), ow.i (vectorized): each tile
+keeps its accumulators in vector registers across the whole reduction (buffers are noalias, so LLVM
+promotes them), loads ow.i input columns once per (ic, kh, kw) and row, and broadcasts one weight
+per output channel. 1x1 convs tile the flattened image and run as a GEMM (pixel panels outermost);
+grouped and depthwise convs tile only the columns. Threads take the fused outer tiles; the pad
+stage is a parallel copy. The compute already made rows whole vectors (widened widths, stride
+phases, flattened pixels), so no tile needs a guard.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def row_tile(oh: int, vectors: int) -> int:
 
 
 def channel_tile(oc: int, vectors: int) -> int:
+    """Output channels per tile: the most that divide oc within the accumulator budget."""
     budget = max(1, MAX_ACCUMULATORS // vectors)
     return largest_divisor(oc, [c for c in (8, 6, 4, 3, 2, 1) if c <= budget]) or 1
 
@@ -46,6 +48,7 @@ def channel_tile(oc: int, vectors: int) -> int:
 def schedule_conv_stage(sch: Schedule, op: ComputeOp, target: Target, ow_tile: Optional[int] = None,
                         oc_tile: Optional[int] = None, oh_tile: Optional[int] = None,
                         rc_tile: Optional[int] = None) -> None:
+    """Schedule one conv2d stage; the optional tiles are knobs (defaults derive from target and shape)."""
     stage = sch[Tensor(op)]
     n, oc, oh, ow = stage.op.axis
     rc, *window = stage.op.reduce_axis
