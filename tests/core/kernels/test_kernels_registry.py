@@ -132,7 +132,8 @@ def test_conv_schedule_leaves_foreign_stages_alone():
     assert stage.leaf_iter_vars == list(relu.op.axis) and not stage.annotations
     assert sch[conv].annotations  # the conv itself was scheduled through the consumer
     func = lower(sch, [x, w, relu], "k_conv_relu")
-    lib = load_kernels(build_library([func], NATIVE, tempfile.mkdtemp() + "/k.so"))
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], NATIVE, f"{tmp}/k.so"))
     rng = np.random.default_rng(0)
     xa, wa = rng.standard_normal((1, 8, 10, 10)).astype(np.float32), rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
     out = np.zeros((1, 8, 10, 10), np.float32)

@@ -213,7 +213,8 @@ def outputs():
                 schedule(sch, out)
             funcs.append(lower(sch, inputs + [out], f"{name}_{'s' if scheduled else 'u'}"))
         feeds[name] = [rng.standard_normal(t.shape).astype(np.float32) for t in inputs]
-    lib = load_kernels(build_library(funcs, target, tempfile.mkdtemp(prefix="kiln-te-") + "/prims.so"))
+    with tempfile.TemporaryDirectory(prefix="kiln-te-") as tmp:  # a loaded library outlives its file
+        lib = load_kernels(build_library(funcs, target, f"{tmp}/prims.so"))
     by_name = {f.name: f for f in funcs}
     results = {}
     for name, _, _ in VARIANTS:
