@@ -91,4 +91,4 @@ def global_avg_pool(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, A
     count = 1
     for d in x.shape[2:]:
         count *= d
-    return [te.compute(total.shape, lambda *i: total(*i) / const(count, x.dtype), name="global_avg_pool", tag="elemwise")]
+    return [te.compute(total.shape, lambda *i: total(*i) / const(count, x.dtype), name="global_avg_pool", tag="pool")]

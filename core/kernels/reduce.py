@@ -59,10 +59,10 @@ def _register(op: str, combiner: str) -> None:
         count = prod(x.shape[a] for a in axes)
         if is_float(x.dtype):
             return [te.compute(red.shape, lambda *i: red(*i) / const(count, red.dtype), name="reduce_mean",
-                               tag="elemwise")]
+                               tag="reduce_out")]
         # Integer mean truncates like ONNX Runtime's integer division.
         return [te.compute(red.shape, lambda *i: cast(red.dtype, red(*i) / const(count, red.dtype)),
-                           name="reduce_mean", tag="elemwise")]
+                           name="reduce_mean", tag="reduce_out")]
 
 
 for _op, _comb in (("ReduceSum", "sum"), ("ReduceMean", "sum"), ("ReduceMax", "max"), ("ReduceMin", "min"),

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from ...target import Target
 from ...te.schedule import Schedule
 from ...te.tensor import ComputeOp, Tensor
-from .generic import extent, injective_stage, window_pad_stage, parallelize, worth_parallel
+from .generic import extent, output_stage, parallelize, window_pad_stage, worth_parallel
 from .util import divisor_near, find_ops, inputs_tagged, largest_divisor
 
 K_TILE_MIN, K_TILE_MAX = 128, 256  # input channels per pass of a long 1x1 reduction (panel <= 16 KB)
@@ -108,5 +108,5 @@ def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target) -> No
         for pad in inputs_tagged(op, "conv2d_pad"):
             window_pad_stage(sch[Tensor(pad)], target)
     for op in find_ops(outs, ["conv2d_bias"]):
-        injective_stage(sch[Tensor(op)], target)
+        output_stage(sch, op, outs, target)
 

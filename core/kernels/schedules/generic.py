@@ -114,6 +114,15 @@ def reduce_stage(stage: Stage, target: Target, parallel: bool = True) -> None:
         parallelize(stage, outer, target)
 
 
+def output_stage(sch: Schedule, op: ComputeOp, outs: Sequence[Tensor], target: Target) -> None:
+    """An op's final elementwise stage: scheduled when it is a kernel output, else inlined into the
+    fused consumer that reads it (which its owner schedules), saving a pass over memory."""
+    if any(t.op is op for t in outs):
+        injective_stage(sch[Tensor(op)], target)
+    else:
+        sch[Tensor(op)].compute_inline()
+
+
 def _out_stages(sch: Schedule, outs: Sequence[Tensor]) -> list[Stage]:
     return [sch[t] for t in outs if isinstance(t.op, ComputeOp)]
 

@@ -13,7 +13,7 @@ from ...target import Target
 from ...te.schedule import Schedule
 from ...te.tensor import ComputeOp, Tensor
 from .conv2d import MAX_ACCUMULATORS, column_tile
-from .generic import extent, injective_stage, parallelize, worth_parallel
+from .generic import extent, output_stage, parallelize, worth_parallel
 from .util import find_ops, largest_divisor
 
 
@@ -63,4 +63,4 @@ def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target) -> No
     for op in find_ops(outs, ["matmul"]):
         schedule_matmul_stage(sch, op, target)
     for op in find_ops(outs, ["injective"]):  # the squeeze of 1-D operands
-        injective_stage(sch[Tensor(op)], target)
+        output_stage(sch, op, outs, target)

@@ -10,15 +10,17 @@ from typing import Sequence
 from ...target import Target
 from ...te.schedule import Schedule
 from ...te.tensor import Tensor
-from .generic import injective_stage, reduce_stage
+from .generic import injective_stage, output_stage, reduce_stage
 from .util import find_ops
 
 _REDUCE_TAGS = ("reduce", "softmax_max", "softmax_sum", "layer_norm_sum", "layer_norm_sqsum")
-_ELEMWISE_TAGS = ("elemwise", "softmax_exp", "softmax", "layer_norm")
+_OUTPUT_TAGS = ("reduce_out", "softmax", "layer_norm")  # final stages: inlined into a fused consumer
 
 
 def schedule_row_ops(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
     for op in find_ops(outs, _REDUCE_TAGS):
         reduce_stage(sch[Tensor(op)], target)
-    for op in find_ops(outs, _ELEMWISE_TAGS):
+    for op in find_ops(outs, ["softmax_exp"]):  # read twice (sum, normalize): always materialized
         injective_stage(sch[Tensor(op)], target)
+    for op in find_ops(outs, _OUTPUT_TAGS):
+        output_stage(sch, op, outs, target)

@@ -10,7 +10,7 @@ from typing import Sequence
 from ...target import Target
 from ...te.schedule import Schedule
 from ...te.tensor import Tensor
-from .generic import extent, injective_stage, window_pad_stage, parallelize, reduce_stage, worth_parallel
+from .generic import extent, output_stage, parallelize, reduce_stage, window_pad_stage, worth_parallel
 from .util import find_ops
 
 
@@ -20,7 +20,7 @@ def schedule_pool(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None
     for op in find_ops(outs, ["pool", "pool_sum"]):
         stage = sch[Tensor(op)]
         if not op.reduce_axis:  # the average's division
-            injective_stage(stage, target)
+            output_stage(sch, op, outs, target)
             continue
         n, c, oh, ow = op.axis
         rkh, rkw = op.reduce_axis
@@ -33,5 +33,5 @@ def schedule_pool(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None
 def schedule_global_pool(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
     for op in find_ops(outs, ["reduce"]):
         reduce_stage(sch[Tensor(op)], target)
-    for op in find_ops(outs, ["elemwise"]):
-        injective_stage(sch[Tensor(op)], target)
+    for op in find_ops(outs, ["pool"]):  # the average's division
+        output_stage(sch, op, outs, target)

@@ -122,21 +122,61 @@ def test_schedules_lower_for_avx512_and_compile():
 
 
 def test_conv_schedule_leaves_foreign_stages_alone():
-    """With an elementwise consumer after the conv (a fused epilogue), only the conv's stages change."""
+    """With an elementwise consumer after the conv (a fused epilogue), only the conv's stages change:
+    the conv is tiled, its bias stage is inlined into the consumer, the consumer is untouched."""
     x, w = te.placeholder((1, 8, 10, 10), "float32", "x"), te.placeholder((8, 8, 3, 3), "float32", "w")
-    (conv,) = get_compute("Conv")([x, w], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}, [])
+    b = te.placeholder((8,), "float32", "b")
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+    (conv,) = get_compute("Conv")([x, w, b], attrs, [])
     relu = unary("Relu", conv, {})
     sch = create_schedule([relu])
     schedule_conv2d(sch, [relu], NATIVE)
     stage = sch[relu]
     assert stage.leaf_iter_vars == list(relu.op.axis) and not stage.annotations
-    assert sch[conv].annotations  # the conv itself was scheduled through the consumer
-    func = lower(sch, [x, w, relu], "k_conv_relu")
+    assert sch[conv].inlined
+    assert sch[conv.op.input_tensors[0]].annotations  # the conv reduction itself was tiled
+    func = lower(sch, [x, w, b, relu], "k_conv_relu")
     with tempfile.TemporaryDirectory() as tmp:
         lib = load_kernels(build_library([func], NATIVE, f"{tmp}/k.so"))
     rng = np.random.default_rng(0)
     xa, wa = rng.standard_normal((1, 8, 10, 10)).astype(np.float32), rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    ba = rng.standard_normal(8).astype(np.float32)
     out = np.zeros((1, 8, 10, 10), np.float32)
-    lib.call("k_conv_relu", xa, wa, out, *[np.zeros(b.shape, b.dtype) for b in func.workspaces])
-    ref = onnx_reference("Conv", [xa, wa], {"pads": [1, 1, 1, 1]})[0]
+    lib.call("k_conv_relu", xa, wa, ba, out, *[np.zeros(buf.shape, buf.dtype) for buf in func.workspaces])
+    ref = onnx_reference("Conv", [xa, wa, ba], {"pads": [1, 1, 1, 1]})[0]
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+FUSED = [  # (op, input shapes, kiln attrs, onnx attrs): each followed by a Relu consumer in one kernel
+    ("MatMul", [(2, 5, 7), (7, 9)], {}, {}),
+    ("Softmax", [(3, 17)], {"axis": -1}, {"axis": -1}),
+    ("LayerNormalization", [(4, 16), (16,), (16,)], {"axis": -1, "epsilon": 1e-5}, {"axis": -1}),
+    ("ReduceMean", [(2, 6, 5)], {"axes": (1,), "keepdims": 1}, {"axes": [1], "keepdims": 1}),
+    ("GlobalAveragePool", [(1, 4, 5, 5)], {}, {}),
+    ("AveragePool", [(1, 2, 7, 7)], {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "ceil_mode": 0,
+                                     "count_include_pad": 0}, {"kernel_shape": [3, 3], "strides": [2, 2],
+                                                               "pads": [1, 1, 1, 1]}),
+]
+
+
+def test_op_schedules_with_a_fused_consumer():
+    """Group outputs can be a consumer's: each op schedules (or inlines) only its own stages."""
+    rng = np.random.default_rng(3)
+    funcs, feeds, refs = [], [], []
+    for k, (op, shapes, attrs, onnx_attrs) in enumerate(FUSED):
+        holders = [te.placeholder(s, "float32", f"in{j}") for j, s in enumerate(shapes)]
+        (out,) = get_compute(op)(holders, attrs, [])
+        relu = unary("Relu", out, {})
+        sch = create_schedule([relu])
+        get_schedule(op, NATIVE)(sch, [relu], NATIVE)
+        assert not sch[relu].annotations and sch[relu].leaf_iter_vars == list(relu.op.axis), op
+        funcs.append(lower(sch, holders + [relu], f"fused{k}"))
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        feeds.append(arrays)
+        refs.append(np.maximum(onnx_reference(op, arrays, onnx_attrs)[0], 0))
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library(funcs, NATIVE, f"{tmp}/fused.so"))
+    for func, arrays, ref, (op, *_) in zip(funcs, feeds, refs, FUSED):
+        out = np.zeros(ref.shape, np.float32)
+        lib.call(func.name, *arrays, out, *[np.zeros(b.shape, b.dtype) for b in func.workspaces])
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5, err_msg=op)
