@@ -53,7 +53,7 @@ def _register(op: str, combiner: str) -> None:
     def compute(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
         (x,) = require(inputs, 1, op)
         axes, keepdims = _axes(attrs, x.ndim), bool(attrs.get("keepdims", 1))
-        red = reduce_over(x, axes, keepdims, combiner, op.lower())
+        red = reduce_over(x, axes, keepdims, combiner, op)
         if op != "ReduceMean":
             return [red]
         count = prod(x.shape[a] for a in axes)

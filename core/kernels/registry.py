@@ -5,7 +5,7 @@ matches their fusion Pattern (injective or reduction).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 from ..errors import KilnError
 from ..graph.ir import TensorType

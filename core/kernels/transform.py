@@ -91,7 +91,7 @@ def slice_(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[TensorType]
     (x,) = require(inputs, 1, "Slice")
     starts = tuple(attr(attrs, "starts", "Slice"))
     steps = tuple(attr(attrs, "steps", "Slice", (1,) * x.ndim))
-    sizes = tuple(attr(attrs, "sizes", "Slice", tuple(out_types[0].shape) if out_types else None))
+    sizes = tuple(attr(attrs, "sizes", "Slice", tuple(out_types[0].shape) if out_types else ...))
     if not (len(starts) == len(steps) == len(sizes) == x.ndim):
         raise ShapeError(f"Slice: starts/steps/sizes must have one entry per axis of rank {x.ndim}")
     for d, s, st, n in zip(x.shape, starts, steps, sizes):

@@ -180,3 +180,23 @@ def test_op_schedules_with_a_fused_consumer():
         out = np.zeros(ref.shape, np.float32)
         lib.call(func.name, *arrays, out, *[np.zeros(b.shape, b.dtype) for b in func.workspaces])
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5, err_msg=op)
+
+
+@pytest.mark.parametrize("op, shapes, attrs", [
+    ("Conv", [(1, 3, 8, 8), (4, 2, 3, 3)], {"group": 1}),  # channels disagree
+    ("Conv", [(1, 3, 2, 2), (4, 3, 5, 5)], {"group": 1}),  # kernel larger than the image
+    ("MatMul", [(2, 3), (4, 5)], {}),
+    ("Add", [(2, 3), (4, 3)], {}),
+    ("Reshape", [(2, 3)], {"shape": (4, 2)}),
+    ("Transpose", [(2, 3)], {"perm": (0, 0)}),
+    ("Slice", [(4,)], {"starts": (2,), "steps": (1,), "sizes": (3,)}),
+    ("Pad", [(2, 3)], {"pads": (0, 3, 0, 0), "mode": "reflect"}),
+    ("Pad", [(2, 3)], {"pads": (0, 0), "mode": "constant"}),
+    ("ReduceSum", [(2, 3)], {"axes": (2,)}),
+    ("LayerNormalization", [(2, 3), (3,)], {"axis": 2}),
+])
+def test_bad_shapes_and_attributes_are_shape_errors(op, shapes, attrs):
+    from core.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=op.replace("Normalization", "")):
+        get_compute(op)([te.placeholder(s, "float32", f"in{k}") for k, s in enumerate(shapes)], attrs, [])
