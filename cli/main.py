@@ -1,4 +1,4 @@
-"""The `kiln` command line: compile, run and list targets (service commands join with the service).
+"""The `kiln` command line: compile, run, targets; serve, worker, token and submit for the service.
 
 User mistakes print one line `kiln: error: ...` and exit non-zero; never a traceback.
 """
@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 
 EXIT_USER_ERROR = 2
 EXIT_FAILURE = 1
+USER_ERROR_CODES = ("invalid_model", "unsupported_op", "shape_error", "unknown_target")
 
 
 def _parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
@@ -149,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("targets", help="list compilation targets")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_targets)
+
+    from . import service_commands, submit
+
+    service_commands.add_parsers(sub)
+    submit.add_parser(sub, _parse_shape)
     return parser
 
 
@@ -161,7 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.func(args)
     except KilnError as err:
         print(f"kiln: error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR if err.code in ("invalid_model", "unsupported_op", "shape_error", "unknown_target") else EXIT_FAILURE
+        return EXIT_USER_ERROR if err.code in USER_ERROR_CODES else EXIT_FAILURE
     except (OSError, ValueError) as err:
         print(f"kiln: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR

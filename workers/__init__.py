@@ -1,0 +1,1 @@
+"""Celery workers: the app (`celery_app`), its queues (`queues`) and tasks (`tasks`)."""

@@ -1,0 +1,61 @@
+"""The FastAPI application: `/api/v1` routers, the web UI as static files, OpenAPI at `/docs`."""
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Callable, Optional
+
+from fastapi import FastAPI, Request, status
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+import core
+from core.errors import KilnError
+
+from .db import Database
+from .routers import health, jobs, models, targets
+from .settings import Settings, get_settings
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+API_PREFIX = "/api/v1"
+
+
+def celery_enqueue(settings: Settings) -> Callable[[str], None]:
+    """Send compile jobs to the Celery broker by task name (the API never imports the tasks)."""
+    from workers.celery_app import create_celery
+    from workers.queues import COMPILE_QUEUE
+
+    celery = create_celery(settings)
+
+    def enqueue(job_id: str) -> None:
+        celery.send_task("kiln.compile", args=[job_id], queue=COMPILE_QUEUE, task_id=f"compile-{job_id}")
+    return enqueue
+
+
+def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[str], None]] = None) -> FastAPI:
+    settings = settings or get_settings()
+    settings.ensure_dirs()
+    database = Database(settings.database)
+    database.create_tables()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        database.dispose()
+
+    app = FastAPI(title="Kiln", version=core.__version__, lifespan=lifespan,
+                  description="Compile ONNX models into native deployment artifacts, validated against ONNX Runtime.")
+    app.state.settings = settings
+    app.state.db = database
+    app.state.enqueue = enqueue or celery_enqueue(settings)
+
+    @app.exception_handler(KilnError)
+    async def kiln_error(_request: Request, err: KilnError) -> JSONResponse:
+        return JSONResponse({"detail": {"message": str(err), "code": err.code}},
+                            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    for module in (health, targets, models, jobs):
+        app.include_router(module.router, prefix=API_PREFIX)
+    if WEB_DIR.is_dir():
+        app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
+    return app

@@ -1,0 +1,33 @@
+"""FastAPI dependencies: settings, a database session, the authenticated user."""
+from __future__ import annotations
+
+from typing import Annotated, Iterator
+
+from fastapi import Depends, HTTPException, Request, status
+from sqlalchemy.orm import Session
+
+from .auth import bearer_token, user_for_token
+from .settings import Settings
+from .tables import User
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_db(request: Request) -> Iterator[Session]:
+    with request.app.state.db.session() as session:
+        yield session
+
+
+def current_user(token: Annotated[str, Depends(bearer_token)], db: Annotated[Session, Depends(get_db)]) -> User:
+    user = user_for_token(db, token)
+    if user is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid or revoked token",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return user
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+DbDep = Annotated[Session, Depends(get_db)]
+UserDep = Annotated[User, Depends(current_user)]

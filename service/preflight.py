@@ -1,0 +1,57 @@
+"""Pre-flight check of an uploaded model before anything is queued, in a child process.
+
+The ONNX checker and shape inference are native code: a hostile model that crashes or hangs them
+costs the child, never the API. Limits on memory and CPU time bound what one check may take.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_MEMORY_LIMIT = 8 << 30
+
+
+@dataclass
+class PreflightResult:
+    ok: bool
+    message: str = ""
+    code: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+    unsupported_ops: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _limit_child(cpu_seconds: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_LIMIT, _MEMORY_LIMIT))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+async def run_preflight(path: Path, timeout_s: float) -> PreflightResult:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "core.frontend.inspect", str(path), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=str(path.parent), preexec_fn=_limit_child(int(timeout_s) + 1),
+        start_new_session=True)
+    try:
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return PreflightResult(False, f"the model check did not finish within {timeout_s:g} s", "check_timeout")
+    if proc.returncode != 0:
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        return PreflightResult(False, f"the ONNX checker crashed on this model ({how})", "checker_crashed")
+    try:
+        payload = json.loads(stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return PreflightResult(False, "the model check gave no answer", "checker_crashed")
+    if not payload.pop("ok"):
+        return PreflightResult(False, payload["message"], payload["code"],
+                               unsupported_ops=payload.get("unsupported_ops", []))
+    return PreflightResult(True, summary=payload)

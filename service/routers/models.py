@@ -1,0 +1,83 @@
+"""Uploaded models: POST streams the file to disk and pre-flight checks it before it is kept."""
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from .. import storage
+from ..deps import DbDep, SettingsDep, UserDep
+from ..preflight import run_preflight
+from ..schemas.models import ModelOut
+from ..tables import Job, Model, new_id
+from ..job_state import ACTIVE
+from ..uploads import receive_upload
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+
+def owned_model(db, user, model_id: str) -> Model:
+    row = db.get(Model, model_id)
+    if row is None or row.user_id != user.id:  # another user's model is indistinguishable from none
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model {model_id!r}")
+    return row
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ModelOut,
+             responses={200: {"description": "the same file was uploaded before: that model is answered"}})
+async def upload_model(request: Request, response: Response, user: UserDep, db: DbDep,
+                       settings: SettingsDep) -> ModelOut:
+    """Upload an ONNX model as multipart field `file`. Checked (ONNX checker, op coverage) before it is kept."""
+    upload = await receive_upload(request, settings.tmp_dir, settings.max_upload_bytes)
+    try:
+        existing = db.scalar(select(Model).where(Model.user_id == user.id, Model.sha256 == upload.sha256))
+        if existing is not None:
+            response.status_code = status.HTTP_200_OK
+            return ModelOut.of(existing, deduplicated=True)
+        check = await run_preflight(upload.path, settings.preflight_timeout_s)
+        if not check.ok:
+            detail = {"message": check.message, "code": check.code}
+            if check.unsupported_ops:
+                detail["unsupported_ops"] = check.unsupported_ops
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail)
+        row = Model(id=new_id(), user_id=user.id, filename=upload.filename, sha256=upload.sha256,
+                    size_bytes=upload.size, summary=check.summary)
+        storage.store_model(settings, upload.folder, row.id)
+        db.add(row)
+        try:
+            db.commit()
+        except IntegrityError:  # the same file raced in from a parallel upload: keep the first
+            db.rollback()
+            storage.remove_model(settings, row.id)
+            existing = db.scalar(select(Model).where(Model.user_id == user.id, Model.sha256 == upload.sha256))
+            response.status_code = status.HTTP_200_OK
+            return ModelOut.of(existing, deduplicated=True)
+        return ModelOut.of(row)
+    finally:
+        upload.discard()
+
+
+@router.get("", response_model=list[ModelOut])
+def list_models(user: UserDep, db: DbDep) -> list[ModelOut]:
+    rows = db.scalars(select(Model).where(Model.user_id == user.id).order_by(Model.created_at.desc())).all()
+    return [ModelOut.of(r) for r in rows]
+
+
+@router.get("/{model_id}", response_model=ModelOut)
+def get_model(model_id: str, user: UserDep, db: DbDep) -> ModelOut:
+    return ModelOut.of(owned_model(db, user, model_id))
+
+
+@router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_model(model_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> Response:
+    row = owned_model(db, user, model_id)
+    if db.scalar(select(Job.id).where(Job.model_id == model_id, Job.status.in_(ACTIVE)).limit(1)):
+        raise HTTPException(status.HTTP_409_CONFLICT, "the model has queued or running jobs; cancel them first")
+    job_ids = db.scalars(select(Job.id).where(Job.model_id == model_id)).all()
+    db.query(Job).filter(Job.model_id == model_id).delete()
+    db.delete(row)
+    db.commit()
+    for job_id in job_ids:
+        storage.remove_job_outputs(settings, job_id)
+    storage.remove_model(settings, model_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,105 @@
+"""The compile job: re-read the job, run `core.compile`, write progress as it goes, store outputs atomically.
+
+Idempotent by job id: a job that already ended is skipped, and a redelivered running job (its worker
+died) starts over and overwrites nothing until it succeeds.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from typing import Callable, Optional
+
+from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy.orm import Session
+
+import core
+from core.errors import KilnError
+from core.report import render_html
+from service import storage
+from service.db import Database
+from service.job_state import ACTIVE, STAGE_NAMES, TERMINAL, finish, transition
+from service.settings import Settings
+from service.tables import Job, utcnow
+
+log = logging.getLogger("kiln.worker")
+
+
+class JobCancelled(Exception):
+    """The user cancelled the job while it ran; raised from the progress callback to stop the compile."""
+
+
+def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2) -> Callable[[str, float], None]:
+    last = {"stage": None, "at": 0.0}
+
+    def report(stage: str, fraction: float) -> None:
+        name = STAGE_NAMES.get(stage, stage)
+        now = time.monotonic()
+        if name == last["stage"] and now - last["at"] < min_interval_s:
+            return
+        last.update(stage=name, at=now)
+        if not transition(db, job_id, ("running",), stage=name, progress=round(min(max(fraction, 0.0), 0.99), 4)):
+            raise JobCancelled(job_id)
+    return report
+
+
+def _store_outputs(settings: Settings, job: Job, artifact) -> None:
+    folder = storage.job_dir(settings, job.id)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{storage.ARTIFACT}.partial"
+    try:
+        artifact.save(tmp)  # core writes its own temp file and renames; we rename once more into place
+        storage.write_atomic(folder / storage.REPORT_JSON, json.dumps(artifact.report, indent=2))
+        storage.write_atomic(folder / storage.REPORT_HTML, render_html(artifact.report))
+        tmp.replace(folder / storage.ARTIFACT)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def run_compile_job(job_id: str, settings: Settings, database: Database, *, worker: Optional[str] = None) -> str:
+    """Run one job to its end; returns its final status. Safe to call twice for the same job."""
+    with database.session() as db:
+        job = db.get(Job, job_id)
+        if job is None:
+            log.warning("job %s does not exist; dropping the task", job_id)
+            return "missing"
+        if job.status in TERMINAL:
+            return job.status
+        attempts = job.attempts + 1
+        if attempts > settings.job_max_attempts:
+            finish(db, job_id, "failed", code="too_many_attempts",
+                   error=f"gave up after {settings.job_max_attempts} attempts (the worker died each time)")
+            return "failed"
+        if not transition(db, job_id, ACTIVE, status="running", stage="importing", progress=0.0, attempts=attempts,
+                          started_at=utcnow(), worker=worker or socket.gethostname(), error=None, error_code=None):
+            return "cancelled"
+        model = storage.model_path(settings, job.model_id)
+        artifact = None
+        try:
+            artifact = core.compile(model, target=job.target, opt_level=job.opt_level,
+                                    input_shapes={k: tuple(v) for k, v in job.input_shapes.items()} or None,
+                                    progress=_progress_writer(db, job_id), threads=settings.compile_threads)
+            if not transition(db, job_id, ("running",), stage="packaging", progress=0.99):
+                raise JobCancelled(job_id)
+            _store_outputs(settings, job, artifact)
+            if not finish(db, job_id, "succeeded"):
+                raise JobCancelled(job_id)
+            return "succeeded"
+        except JobCancelled:
+            storage.remove_job_outputs(settings, job_id)
+            return "cancelled"
+        except KilnError as err:
+            finish(db, job_id, "failed", error=str(err), code=err.code)
+            return "failed"
+        except SoftTimeLimitExceeded:
+            finish(db, job_id, "failed", code="time_limit",
+                   error=f"the compile took longer than the limit of {settings.job_soft_time_limit_s} s")
+            return "failed"
+        except Exception as err:  # a compiler bug: tell the user what happened, keep the traceback in the log
+            log.exception("job %s failed", job_id)
+            finish(db, job_id, "failed", code="internal_error", error=f"internal error: {type(err).__name__}: {err}")
+            return "failed"
+        finally:
+            if artifact is not None:
+                artifact.cleanup()

@@ -1,0 +1,23 @@
+"""Celery tasks. Each takes ids only and re-reads the state it needs from the database."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from service.db import Database
+from service.settings import get_settings
+
+from .celery_app import app
+from .compile_job import run_compile_job
+
+
+@lru_cache
+def _database() -> Database:
+    # Created lazily in each (forked) worker process: SQLite connections must not cross a fork.
+    database = Database(get_settings().database)
+    database.create_tables()
+    return database
+
+
+@app.task(name="kiln.compile", bind=True)
+def compile_model(self, job_id: str) -> str:
+    return run_compile_job(job_id, get_settings(), _database(), worker=self.request.hostname)
