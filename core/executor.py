@@ -1,7 +1,7 @@
 """Ahead-of-time executor: turns an optimized graph into kernels plus a static call plan.
 
-Each group of nodes (one node per group until the fusion pass forms larger ones) becomes one
-kernel; every kernel argument is bound once to a model input, output, weight or arena slot.
+Each node becomes one kernel (a Fused node, the fusion pass's group, becomes one kernel for its
+whole body); every kernel argument is bound once to a model input, output, weight or arena slot.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import numpy as np
 from .codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from .graph.ir import Graph, Node
 from .graph.memory import Lifetime, MemoryPlan, align, plan_memory
-from .graph.ops import get_op
+from .graph.ops import Pattern, get_op
 from .kernels.registry import get_compute, get_schedule
+from .kernels.schedules.epilogue import schedule_epilogue
 from .target import Target
 from .te.lower import lower
 from .te.schedule import create_schedule
@@ -59,7 +60,12 @@ def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
 
 
 def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str]):
-    """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op."""
+    """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op.
+
+    A complex or reduction anchor schedules its own stages with the kernel outputs as `outs`, so
+    its final elementwise stage is inlined into the fused epilogue; the epilogue (what the group
+    computes after the anchor) is then placed by `schedule_epilogue`. A group of injective ops is
+    computed inline into its output stages, each scheduled by its own op."""
     produced = {o for n in nodes for o in n.outputs}
     inputs = list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
     tensors: dict[str, Tensor] = {}
@@ -75,31 +81,58 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
     out_tensors = [tensors[o] for o in outputs]
     sch = create_schedule(out_tensors)
     anchor = max(nodes, key=lambda n: get_op(n.op).pattern)
-    for node in nodes:  # every stage but the anchor's is computed inline, in the anchor's loops
-        if node is not anchor:
-            for o in node.outputs:
-                if o not in outputs:
-                    sch[tensors[o]].compute_inline()
-    get_schedule(anchor.op, target)(sch, [tensors[o] for o in anchor.outputs], target)
+    complex_anchor = len(nodes) > 1 and get_op(anchor.op).pattern >= Pattern.REDUCTION
+    for node in nodes:  # every value but the kernel outputs is computed inline, in its reader's loops
+        if node is anchor and complex_anchor:
+            continue
+        for o in node.outputs:
+            if o not in outputs:
+                sch[tensors[o]].compute_inline()
+    if complex_anchor:
+        get_schedule(anchor.op, target)(sch, out_tensors, target)
+        anchor_outs = {id(tensors[o].op) for o in anchor.outputs}
+        epilogue = [t for t in out_tensors if id(t.op) not in anchor_outs]
+        schedule_epilogue(sch, epilogue, target)
+    else:
+        for node in nodes:
+            outs = [tensors[o] for o in node.outputs if o in outputs]
+            if outs:
+                get_schedule(node.op, target)(sch, outs, target)
     return lower(sch, params + out_tensors, name, num_outputs=len(out_tensors)), inputs
 
 
+def _group_of(node: Node, graph: Graph) -> tuple[list[Node], Graph]:
+    """The nodes one kernel computes, and the graph that types their values."""
+    body = node.attr("body") if node.op == "Fused" else None
+    return (list(body.nodes), body) if body is not None else ([node], graph)
+
+
 def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Sequence[Node]]] = None) -> Executable:
-    groups = [list(g) for g in groups] if groups is not None else [[n] for n in graph.nodes]
+    """Kernels for each node (a Fused node's body is one kernel) or for the given node groups."""
     consumers = graph.consumers()
     graph_outputs = set(graph.outputs)
 
+    def group_outputs(nodes: Sequence[Node]) -> list[str]:
+        members = {id(n) for n in nodes}
+        return [o for n in nodes for o in n.outputs
+                if o in graph_outputs or any(id(c) not in members for c in consumers.get(o, []))]
+
+    if groups is not None:
+        work = [(list(g), graph, group_outputs(g)) for g in groups]
+    else:
+        work = []
+        for node in graph.nodes:
+            nodes, types = _group_of(node, graph)
+            work.append((nodes, types, list(node.outputs)))
+
     funcs: list[PrimFunc] = []
     infos: list[KernelInfo] = []
-    for k, nodes in enumerate(groups):
-        members = {id(n) for n in nodes}
-        outputs = [o for n in nodes for o in n.outputs
-                   if o in graph_outputs or any(id(c) not in members for c in consumers.get(o, []))]
+    for k, (nodes, types, outputs) in enumerate(work):
         name = _kernel_name(k, nodes)
-        func, inputs = lower_group(nodes, graph, target, name, outputs)
+        func, inputs = lower_group(nodes, types, target, name, outputs)
         funcs.append(func)
         infos.append(KernelInfo(name, tuple(n.op for n in nodes), tuple(n.name for n in nodes),
-                                sum(_flops(n, graph) for n in nodes), tuple(inputs), tuple(outputs)))
+                                sum(_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs)))
 
     # Weights: every constant a kernel reads, packed 64-byte aligned in first-use order.
     weight_offsets: dict[str, int] = {}

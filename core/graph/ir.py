@@ -85,8 +85,15 @@ class Node:
         return self.attrs.get(key, default)
 
     def __str__(self) -> str:
-        attrs = ", ".join(f"{k}={v}" for k, v in sorted(self.attrs.items()))
+        attrs = ", ".join(f"{k}={_show(v)}" for k, v in sorted(self.attrs.items()))
         return f"{', '.join(self.outputs)} = {self.op}({', '.join(self.inputs)}){' {' + attrs + '}' if attrs else ''}"
+
+
+def _show(value: Any) -> str:
+    """An attribute for printing: a nested graph (a Fused node's body) shows as its op list."""
+    if isinstance(value, Graph):
+        return "{" + "; ".join(str(n) for n in value.nodes) + "}"
+    return str(value)
 
 
 @dataclass(frozen=True)

@@ -1,2 +1,2 @@
 """Every graph op's definition; importing this package registers them all in core.graph.ops."""
-from . import binary, conv, elementwise, indexing, layout, matmul, normalization, pool, reduce  # noqa: F401
+from . import binary, conv, elementwise, fused, indexing, layout, matmul, normalization, pool, reduce  # noqa: F401

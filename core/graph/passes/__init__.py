@@ -1,6 +1,13 @@
-"""Graph passes (Graph -> Graph) and the pass manager that runs them per optimization level."""
+"""Graph passes (Graph -> Graph, registered by name) and the pass manager that runs them per -O level."""
+from .cse import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
-from .manager import PASSES_BY_LEVEL, optimize, run_passes
+from .fold_scale_bias import fold_scale_bias
+from .fuse import fuse_ops, fusion_groups
+from .manager import LEVELS, PASSES_BY_LEVEL, optimize, run_passes
+from .registry import all_passes, get_pass, register_pass
+from .simplify import simplify
 
-__all__ = ["PASSES_BY_LEVEL", "eliminate_dead_code", "fold_constants", "optimize", "run_passes"]
+__all__ = ["LEVELS", "PASSES_BY_LEVEL", "all_passes", "eliminate_common_subexpressions", "eliminate_dead_code",
+           "fold_constants", "fold_scale_bias", "fuse_ops", "fusion_groups", "get_pass", "optimize",
+           "register_pass", "run_passes", "simplify"]

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from core.graph.ir import Graph
 
+from .registry import register_pass
 
+
+@register_pass("eliminate_dead_code")
 def eliminate_dead_code(graph: Graph) -> Graph:
     live = set(graph.outputs)
     kept = []

@@ -9,6 +9,8 @@ import numpy as np
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.ops import get_op
 
+from .registry import register_pass
+
 # Folding must not blow up the weights: a node whose results are much larger than its constant
 # inputs (Expand or Pad of a small constant) stays a node unless the results are small anyway.
 FOLD_FLOOR_BYTES = 1 << 20
@@ -45,6 +47,7 @@ def _fresh(base: str, taken: Mapping[str, object]) -> str:
     return name
 
 
+@register_pass("fold_constants")
 def fold_constants(graph: Graph) -> Graph:
     """Replaces all-constant nodes by constants; graph outputs stay produced by (Identity) nodes."""
     constants = dict(graph.constants)

@@ -1,29 +1,30 @@
-"""Runs named graph passes in order (printing the graph after each when DEBUG>=2) and says in
-PASSES_BY_LEVEL which passes each -O level runs."""
+"""Runs named graph passes in order (printing the graph after each when DEBUG>=2); LEVELS says
+which registered passes each -O level runs (the table in README.md)."""
 from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
 
 from core.graph.ir import Graph
 
-from .eliminate_dead_code import eliminate_dead_code
-from .fold_constants import fold_constants
+from . import cse, eliminate_dead_code, fold_constants, fold_scale_bias, fuse, simplify  # noqa: F401 (registers)
+from .registry import GraphPass, get_pass
 
-GraphPass = Callable[[Graph], Graph]
+_CLEANUP = ("fold_constants", "simplify", "cse", "fold_scale_bias", "fold_constants", "simplify",
+            "eliminate_dead_code")
 
-_CLEANUP: list[tuple[str, GraphPass]] = [
-    ("fold_constants", fold_constants),
-    ("eliminate_dead_code", eliminate_dead_code),
-]
+# O0 runs only what compiling needs (nothing: the importer already folded constants); O1 simplifies
+# (folding, DCE, CSE, algebraic rewrites); O2 adds operator fusion; O3 is everything (today the same
+# passes as O2; the layout transformation will join it).
+LEVELS: dict[int, tuple[str, ...]] = {
+    0: (),
+    1: _CLEANUP,
+    2: _CLEANUP + ("fuse_ops",),
+    3: _CLEANUP + ("fuse_ops",),
+}
 
-# Later passes (fusion, layout, memory planning) are appended per level by their owners.
 PASSES_BY_LEVEL: dict[int, list[tuple[str, GraphPass]]] = {
-    0: list(_CLEANUP),
-    1: list(_CLEANUP),
-    2: list(_CLEANUP),
-    3: list(_CLEANUP),
+    level: [(name, get_pass(name)) for name in names] for level, names in LEVELS.items()
 }
 
 

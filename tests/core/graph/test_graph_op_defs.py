@@ -20,6 +20,7 @@ EXPECTED_OPS = {
     "GlobalAveragePool", "GlobalMaxPool", "MatMul", "Reshape", "Transpose", "Concat", "Slice", "Gather",
     "GatherElements", "Expand", "Pad", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
     "Softmax", "LogSoftmax", "LayerNormalization",
+    "Fused",  # made only by the fusion pass: a group of the ops above as one kernel
 }
 
 
