@@ -14,7 +14,7 @@ def utcnow() -> datetime:
 
 
 def as_utc(moment: Optional[datetime]) -> Optional[datetime]:
-    """A stored (naive UTC) time made explicit, so that the API answers `...+00:00`."""
+    """A stored (naive UTC) time made explicit, so that the API answers `...Z`."""
     return moment.replace(tzinfo=timezone.utc) if moment is not None else None
 
 

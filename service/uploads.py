@@ -35,7 +35,7 @@ class Upload:
 
 
 def _too_large(limit: int) -> HTTPException:
-    return HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    return HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
                          f"the upload is larger than the limit of {limit:,} bytes")
 
 

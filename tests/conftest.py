@@ -1,9 +1,24 @@
-"""Shared fixtures: where the reference models live, and ONNX Runtime as the reference."""
+"""Shared fixtures: the reference models, a live `kiln serve` (with Redis when asked) and the API in-process."""
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
+from fastapi.testclient import TestClient
+from onnx import TensorProto, helper, numpy_helper
+
+from service.app import create_app
+from service.auth import create_token
+from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT.parent / "shared" / "models"
@@ -17,15 +32,6 @@ def models_dir() -> Path:
 
 
 # --- a running Kiln service (real uvicorn + real Celery worker processes) for end-to-end tests ---
-
-import os  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 
 
 def free_port() -> int:
@@ -97,6 +103,19 @@ def live_service(tmp_path_factory):
     service.stop()
 
 
+@pytest.fixture
+def start_kiln(tmp_path):
+    """Start more `kiln serve` processes (e.g. with another broker); all are stopped after the test."""
+    started: list[LiveService] = []
+
+    def start(env: dict | None = None) -> LiveService:
+        started.append(start_service(tmp_path / f"kiln-data-{len(started)}", env))
+        return started[-1]
+    yield start
+    for service in started:
+        service.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory):
     """A private redis-server on a free loopback port (Debian's package, installed by `make test`)."""
@@ -115,3 +134,54 @@ def redis_url(tmp_path_factory):
     yield f"redis://127.0.0.1:{port}/0"
     process.terminate()
     process.wait(timeout=10)
+
+
+# --- the API in-process on a temporary data dir; jobs are captured instead of sent to a broker ---
+
+
+def tiny_model(seed: int = 0, op: str = "Relu", symbolic: bool = False) -> bytes:
+    """Conv -> op -> global average pool: small enough to compile in a second."""
+    rng = np.random.default_rng(seed)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    shape = ["batch", 3, 8, 8] if symbolic else [1, 3, 8, 8]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node(op, ["c"], ["r"]),
+         helper.make_node("GlobalAveragePool", ["r"], ["y"])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape[:1] + [4, 1, 1])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.fixture
+def make_model():
+    return tiny_model
+
+
+@dataclass
+class Api:
+    client: TestClient
+    settings: Settings
+    app: object
+    queued: list[str] = field(default_factory=list)
+
+    def token(self, user: str) -> str:
+        with self.app.state.db.session() as db:
+            return create_token(db, user)
+
+    def auth(self, user: str = "alice") -> dict:
+        return {"Authorization": f"Bearer {self.token(user)}"}
+
+    def upload(self, headers: dict, data: bytes, name: str = "model.onnx"):
+        return self.client.post("/api/v1/models", headers=headers, files={"file": (name, data)})
+
+
+@pytest.fixture
+def api(tmp_path) -> Api:
+    settings = Settings(data_dir=tmp_path / "data", max_upload_bytes=2_000_000, events_poll_s=0.05)
+    queued: list[str] = []
+    app = create_app(settings, enqueue=queued.append)
+    with TestClient(app) as client:
+        yield Api(client, settings, app, queued)

@@ -1,0 +1,104 @@
+"""End to end over real HTTP: `kiln serve` with its Celery worker process (SQLite broker, then Redis),
+and the `kiln submit` CI client. The downloaded artifact must match ONNX Runtime."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import time
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from core.runtime import load
+
+pytestmark = pytest.mark.slow
+
+
+def _follow_events(client: httpx.Client, job_id: str) -> list[dict]:
+    """Every progress event of the job, read from its Server-Sent Events stream until it ends."""
+    states, event = [], None
+    with client.stream("GET", f"/api/v1/jobs/{job_id}/events", timeout=300) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event == "progress":
+                states.append(json.loads(line[5:]))
+            elif event == "end":
+                break
+    return states
+
+
+def _assert_matches_onnxruntime(artifact, model_path, folder):
+    with tarfile.open(artifact) as tar:
+        tar.extractall(folder, filter="data")
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    module = load(folder)
+    try:
+        ours = module.run({"input": x})["output"]
+    finally:
+        module.close()
+    expected = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
+
+
+def _compile_over_http(service, model_path, tmp_path) -> dict:
+    started = time.perf_counter()
+    with httpx.Client(base_url=service.url, headers=service.headers, timeout=120) as client:
+        with open(model_path, "rb") as f:
+            uploaded = client.post("/api/v1/models", files={"file": (model_path.name, f)})
+        assert uploaded.status_code in (200, 201), uploaded.text
+        job = client.post("/api/v1/jobs", json={"model_id": uploaded.json()["id"], "target": "native"}).json()
+        assert job["status"] == "queued"
+        states = _follow_events(client, job["id"])
+        final = states[-1]
+        assert final["status"] == "succeeded", final
+        stages = [s["stage"] for s in states]
+        assert stages[-1] == "succeeded" and "building" in stages and "validating" in stages, stages
+        progress = [s["progress"] for s in states]
+        assert progress == sorted(progress)
+        artifact = tmp_path / "squeezenet.tar.gz"
+        artifact.write_bytes(client.get(final["links"]["artifact"]).content)
+        report = client.get(final["links"]["report"]).json()
+    elapsed = time.perf_counter() - started
+    print(f"\nupload -> artifact: {elapsed:.1f} s (compile {report['timings_s']['total']:.1f} s)")
+    _assert_matches_onnxruntime(artifact, model_path, tmp_path / "extracted")
+    assert report["validation"]["max_abs_err"] < 1e-4
+    return report
+
+
+def test_squeezenet_end_to_end_with_sqlite_broker(live_service, models_dir, tmp_path):
+    _compile_over_http(live_service, models_dir / "squeezenet1_1.onnx", tmp_path)
+
+
+def test_squeezenet_end_to_end_with_redis_broker(redis_url, start_kiln, models_dir, tmp_path):
+    service = start_kiln({"KILN_BROKER_URL": redis_url, "KILN_RESULT_BACKEND": redis_url})
+    _compile_over_http(service, models_dir / "squeezenet1_1.onnx", tmp_path)
+    assert "redis" in service.log.read_text()  # the worker said which broker it uses
+
+
+def test_kiln_submit_waits_and_downloads(live_service, models_dir, tmp_path):
+    out = tmp_path / "submitted.tar.gz"
+    result = subprocess.run([sys.executable, "-m", "cli.main", "submit", str(models_dir / "squeezenet1_1.onnx"),
+                             "--server", live_service.url, "--token", live_service.token, "-t", "native", "--wait",
+                             "-o", str(out)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert out.is_file() and not list(tmp_path.glob(".submitted*"))
+    _assert_matches_onnxruntime(out, models_dir / "squeezenet1_1.onnx", tmp_path / "extracted")
+
+
+def test_kiln_submit_reports_a_refused_model(live_service, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"definitely not onnx")
+    result = subprocess.run([sys.executable, "-m", "cli.main", "submit", str(bad), "--server", live_service.url,
+                             "--token", live_service.token, "--wait", "-o", str(tmp_path / "x.tar.gz")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kiln: error: upload failed: HTTP 422") and "not an ONNX model" in lines[0]
+    assert not (tmp_path / "x.tar.gz").exists()

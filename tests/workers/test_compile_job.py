@@ -1,0 +1,97 @@
+"""The compile job function the Celery task runs: idempotent, cancellable, clear failures, bounded retries."""
+from __future__ import annotations
+
+import pytest
+
+from service import storage
+from service.job_state import transition
+from service.tables import Job
+from workers import compile_job
+from workers.compile_job import JobCancelled, run_compile_job
+
+
+@pytest.fixture
+def queued_job(api, make_model):
+    headers = api.auth()
+    model = api.upload(headers, make_model()).json()
+    job = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"]}).json()
+    return job["id"]
+
+
+def _job(api, job_id) -> Job:
+    with api.app.state.db.session() as db:
+        return db.get(Job, job_id)
+
+
+def _run(api, job_id):
+    return run_compile_job(job_id, api.settings, api.app.state.db, worker="test")
+
+
+def test_second_delivery_of_a_finished_job_does_nothing(api, queued_job):
+    assert _run(api, queued_job) == "succeeded"
+    first = _job(api, queued_job)
+    artifact = storage.job_dir(api.settings, queued_job) / storage.ARTIFACT
+    stamp = artifact.stat().st_mtime_ns
+    assert _run(api, queued_job) == "succeeded"
+    again = _job(api, queued_job)
+    assert again.attempts == first.attempts == 1 and again.finished_at == first.finished_at
+    assert artifact.stat().st_mtime_ns == stamp
+    assert not any(p.name.startswith(".") for p in artifact.parent.iterdir())  # no temporary files left
+
+
+def test_redelivered_running_job_starts_over(api, queued_job):
+    with api.app.state.db.session() as db:  # as if a worker died mid-compile
+        transition(db, queued_job, ("queued",), status="running", stage="building", attempts=1)
+    assert _run(api, queued_job) == "succeeded"
+    assert _job(api, queued_job).attempts == 2
+
+
+def test_poison_job_stops_after_max_attempts(api, queued_job):
+    with api.app.state.db.session() as db:
+        transition(db, queued_job, ("queued",), status="running", attempts=api.settings.job_max_attempts)
+    assert _run(api, queued_job) == "failed"
+    job = _job(api, queued_job)
+    assert job.error_code == "too_many_attempts" and "gave up after 3 attempts" in job.error
+
+
+def test_missing_job_is_dropped(api):
+    assert _run(api, "0" * 32) == "missing"
+
+
+def test_cancel_while_running_stops_the_compile(api, queued_job, monkeypatch):
+    real_writer = compile_job._progress_writer
+
+    def cancelling_writer(db, job_id, **kwargs):
+        report = real_writer(db, job_id, **kwargs)
+
+        def wrapped(stage, fraction):
+            if stage == "build":  # the user presses cancel while the job is building
+                api.client.delete(f"/api/v1/jobs/{job_id}", headers=api.auth("alice"))
+            report(stage, fraction)
+        return wrapped
+
+    monkeypatch.setattr(compile_job, "_progress_writer", cancelling_writer)
+    assert _run(api, queued_job) == "cancelled"
+    job = _job(api, queued_job)
+    assert (job.status, job.stage) == ("cancelled", "cancelled")
+    assert not storage.job_dir(api.settings, queued_job).exists()
+
+
+def test_progress_writer_raises_once_cancelled(api, queued_job):
+    with api.app.state.db.session() as db:
+        transition(db, queued_job, ("queued",), status="running")
+        report = compile_job._progress_writer(db, queued_job, min_interval_s=0)
+        report("optimize", 0.1)
+        assert _job(api, queued_job).stage == "optimizing"
+        transition(db, queued_job, ("running",), status="cancelled")
+        with pytest.raises(JobCancelled):
+            report("build", 0.2)
+
+
+def test_bad_model_fails_with_the_compilers_message(api, queued_job):
+    path = storage.model_path(api.settings, _job(api, queued_job).model_id)
+    path.write_bytes(b"corrupted on disk")
+    assert _run(api, queued_job) == "failed"
+    job = _job(api, queued_job)
+    assert job.error_code == "invalid_model" and job.error.startswith("not an ONNX model")
+    assert job.stage == "failed" and job.finished_at is not None
