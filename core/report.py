@@ -31,7 +31,7 @@ section p{margin:.25rem 0 .75rem}
 svg.chart{display:block;max-width:100%;height:auto;margin:.25rem 0}
 table{border-collapse:collapse;width:100%;margin:.25rem 0 .5rem;font-size:.9rem}
 th,td{border-bottom:1px solid var(--line);padding:.3rem .5rem;text-align:left;vertical-align:top}
-th{color:var(--muted);font-weight:600}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+th{color:var(--muted);font-weight:600;white-space:nowrap}td:first-child{white-space:nowrap}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 code{font:.85em ui-monospace,"DejaVu Sans Mono",monospace;overflow-wrap:anywhere}
 details summary{cursor:pointer;color:var(--muted);margin:.25rem 0}
 .ok{color:var(--ok);font-weight:600}.bad{color:var(--bad);font-weight:600}
