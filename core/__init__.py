@@ -1,11 +1,6 @@
 """Kiln: an ONNX deep-learning compiler. Public API: `compile()`, `runtime.load()`, `targets`."""
 __version__ = "0.1.0"
 
-import os as _os
-
-# Before any library links libgomp: see core/runtime/loader.py for why threads spin before sleeping.
-_os.environ.setdefault("GOMP_SPINCOUNT", "2000000")
-
 
 def compile(model, target="native", opt_level=3, tuning=None, **kwargs):  # noqa: A001 - the documented name
     """Compile an ONNX model (path, bytes or ModelProto) for `target`; returns an Artifact."""

@@ -20,9 +20,8 @@ from . import vecmath
 from .codegen_llvm import ModuleContext, emit_kernel
 from .llvm_types import I8
 from .model_entry import ModelPlan, emit_model_entry
-from .toolchain import compile_c, find_compiler, link_shared
-
-RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+from .runtime_objects import runtime_objects
+from .toolchain import find_compiler, link_shared
 
 # llvmlite's global state (target registry, pass builders) is not documented as thread-safe.
 _LLVM_LOCK = threading.RLock()
@@ -134,7 +133,7 @@ def assembly(funcs: Sequence[PrimFunc], target: "Target | str" = "native") -> st
 
 def build_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "str | Path",
                   plan: ModelPlan | None = None) -> Path:
-    """Compile `funcs` (plus the model entry and C runtime when `plan` is given) into a shared library
+    """Compile `funcs` and Kiln's thread pool (plus the model entry and C runtime when `plan` is given) into a shared library
     at `out_path`, written atomically. Raises CodegenError for bad input, BuildError for toolchain failures."""
     target = get_target(target)
     out_path = Path(out_path)
@@ -146,9 +145,8 @@ def build_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "
     with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
         objects = [Path(tmp) / "kernels.o"]
         objects[0].write_bytes(obj_bytes)
-        if plan is not None:
-            objects.append(Path(tmp) / "kiln_runtime.o")
-            compile_c(cc, RUNTIME_DIR / "kiln_runtime.c", objects[1])
+        # The thread pool goes into every library (its PARALLEL loops call it); the model runtime with a plan.
+        objects += runtime_objects(cc, Path(tmp), with_model=plan is not None)
         fd, partial = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
         os.close(fd)
         try:

@@ -320,7 +320,11 @@ RESERVED_NAMES = frozenset({"kiln_graph_run", "kiln_graph_profile", "kiln_arena_
                             "kiln_graph_num_inputs", "kiln_graph_num_outputs", "kiln_graph_num_calls",
                             "kiln_kernels_json", "kiln_load", "kiln_run", "kiln_free", "kiln_last_error",
                             "kiln_set_num_threads", "kiln_num_inputs", "kiln_num_outputs", "kiln_profile",
-                            "kiln_num_kernel_calls", "kiln_kernel_call_name"})
+                            "kiln_num_kernel_calls", "kiln_kernel_call_name", "kiln_get_num_threads",
+                            "kiln_load_from_memory", "kiln_arena_size", "kiln_weights_size",
+                            "kiln_runtime_now_ms", "kiln_parallel_for", "kiln_pool_set_threads",
+                            "kiln_pool_get_threads", "kiln_pool_enter", "kiln_pool_leave",
+                            "kiln_pool_worker_chunks"})
 
 
 def declare_kernel(module: ir.Module, func: PrimFunc) -> ir.Function:

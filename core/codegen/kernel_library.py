@@ -39,6 +39,22 @@ class KernelLibrary:
     def names(self) -> list[str]:
         return list(self.signatures)
 
+    def set_num_threads(self, n: int) -> None:
+        """Threads of this library's pool for parallel loops; 0 restores the default
+        ($KILN_NUM_THREADS, else $OMP_NUM_THREADS, else one per CPU)."""
+        self._lib.kiln_pool_set_threads(ctypes.c_int(int(n)))
+
+    @property
+    def num_threads(self) -> int:
+        return int(self._lib.kiln_pool_get_threads())
+
+    @property
+    def worker_chunks(self) -> int:
+        """Parallel-loop chunks run by pool workers rather than the calling thread, since loading."""
+        fn = self._lib.kiln_pool_worker_chunks
+        fn.restype = ctypes.c_int64
+        return int(fn())
+
     def _func(self, name: str):
         if name not in self.signatures:
             raise KeyError(f"kernel {name!r} is not in {self.path.name}; it has {', '.join(self.signatures)}")

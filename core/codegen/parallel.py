@@ -1,9 +1,10 @@
-"""PARALLEL loops through libgomp: the body is outlined and run by `GOMP_parallel` on a thread team."""
-# The parent packs every free value (buffer pointers, enclosing loop and let variables, the extent)
-# into a stack struct. A trampoline `void f(void*)` unpacks it, takes its static, contiguous,
-# balanced share [tid*n/T, (tid+1)*n/T) of the iterations, and calls the worker, whose buffer
-# parameters are `noalias` again so LLVM keeps optimizing the body as well as a kernel's own.
-# A parallel loop nested in another parallel loop (or in a vector body) runs serially.
+"""PARALLEL loops on Kiln's thread pool: the body is outlined and run by `kiln_parallel_for`."""
+# The parent packs every free value (buffer pointers, enclosing loop and let variables) into a stack
+# struct and calls `kiln_parallel_for(tramp, frame, extent)` (core/runtime/kiln_threadpool.c), which
+# splits [0, extent) into static chunks. The trampoline `void tramp(void*, i64 begin, i64 end)`
+# unpacks the struct and calls the worker, whose buffer parameters are `noalias` again so LLVM keeps
+# optimizing the body as well as a kernel's own. A parallel loop nested in another parallel loop (or
+# in a vector body) runs serially; so does a region the pool is asked for from inside a region.
 from __future__ import annotations
 
 from llvmlite import ir
@@ -13,6 +14,9 @@ from .analysis import buffers_used, free_vars
 from .arith import declare
 from .codegen_llvm import FunctionEmitter
 from .llvm_types import I32, I64, PTR, VOID, reg_type
+
+# core/runtime/kiln_threadpool.h: void kiln_parallel_for(void (*)(void*, int64_t, int64_t), void*, int64_t)
+POOL_LAUNCH = "kiln_parallel_for"
 
 
 def emit_parallel(fe: FunctionEmitter, loop: For) -> None:
@@ -28,20 +32,17 @@ def emit_parallel(fe: FunctionEmitter, loop: For) -> None:
 
     base = ctx.fresh(f"{fe.kernel_name}.parallel")
     worker = _emit_worker(fe, loop, bufs, values, value_types, base + ".body")
-    frame_t = ir.LiteralStructType([PTR] * len(bufs) + value_types + [I64])
-    tramp = _emit_trampoline(fe, worker, frame_t, len(bufs) + len(values), base)
+    frame_t = ir.LiteralStructType([PTR] * len(bufs) + value_types)
+    tramp = _emit_trampoline(fe, worker, frame_t, base)
 
     extent = fe.emit_index(loop.extent)
     frame = fe.alloca(frame_t, base + ".frame", align=8)
-    fields = [fe.bufs[x] for x in bufs] + [fe.vars[v] for v in values] + [extent]
+    fields = [fe.bufs[x] for x in bufs] + [fe.vars[v] for v in values]
     for i, value in enumerate(fields):
         b.store(value, b.gep(frame, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True, source_etype=frame_t))
-    # Ask for no more threads than iterations (0 lets OpenMP pick its default team size).
-    max_threads = b.sext(b.call(declare(ctx.module, "omp_get_max_threads", I32, []), []), I64)
-    team = b.select(b.icmp_signed("<", extent, max_threads), b.trunc(extent, I32), ir.Constant(I32, 0))
-    gomp = declare(ctx.module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+    launch = declare(ctx.module, POOL_LAUNCH, VOID, [PTR, PTR, I64])
     with b.if_then(b.icmp_signed(">", extent, ir.Constant(I64, 0))):
-        b.call(gomp, [tramp, frame, team, ir.Constant(I32, 0)])
+        b.call(launch, [tramp, frame, extent])
 
 
 def _emit_worker(fe: FunctionEmitter, loop: For, bufs, values, value_types, name: str) -> ir.Function:
@@ -68,26 +69,18 @@ def _emit_worker(fe: FunctionEmitter, loop: For, bufs, values, value_types, name
     return fn
 
 
-def _emit_trampoline(fe: FunctionEmitter, worker: ir.Function, frame_t: ir.Type, n_fields: int, name: str):
-    """`void tramp(void* frame)`, what each OpenMP thread runs: unpack, pick this thread's share, call."""
-    module = fe.ctx.module
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR]), name)
+def _emit_trampoline(fe: FunctionEmitter, worker: ir.Function, frame_t: ir.LiteralStructType, name: str):
+    """`void tramp(void* frame, i64 begin, i64 end)`, what the pool runs per chunk: unpack, call the worker."""
+    fn = ir.Function(fe.ctx.module, ir.FunctionType(VOID, [PTR, I64, I64]), name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    frame = fn.args[0]
+    frame, begin, end = fn.args
 
     def field(i: int) -> ir.Value:
         ptr = b.gep(frame, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True, source_etype=frame_t)
         return b.load(ptr, typ=frame_t.elements[i])
 
-    args = [field(i) for i in range(n_fields)]
-    extent = field(n_fields)
-    tid = b.sext(b.call(declare(module, "omp_get_thread_num", I32, []), []), I64)
-    team = b.sext(b.call(declare(module, "omp_get_num_threads", I32, []), []), I64)
-    begin = b.sdiv(b.mul(tid, extent), team)
-    end = b.sdiv(b.mul(b.add(tid, ir.Constant(I64, 1)), extent), team)
-    with b.if_then(b.icmp_signed("<", begin, end)):
-        b.call(worker, args + [begin, end])
+    b.call(worker, [field(i) for i in range(len(frame_t.elements))] + [begin, end])
     b.ret_void()
     return fn

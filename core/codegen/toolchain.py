@@ -62,6 +62,7 @@ def compile_c(cc: str, source: Path, obj: Path, include_dirs: tuple[Path, ...] =
 def link_shared(cc: str, objects: list[Path], out: Path, libs: list[str] = ()) -> None:
     # -Bsymbolic: calls between the library's own symbols stay inside it, so several models (or
     # tuning candidates with the same kernel names) can be loaded into one process side by side.
-    cmd = [cc, "-shared", "-fPIC", "-o", str(out), *map(str, objects),
-           "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", *libs, "-lgomp", "-lm"]
+    # No libgomp: parallel loops run on Kiln's own pool (core/runtime/kiln_threadpool.c), on pthreads.
+    cmd = [cc, "-shared", "-fPIC", "-pthread", "-o", str(out), *map(str, objects),
+           "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", *libs, "-lm"]
     run_tool(cmd, "linking the shared library")

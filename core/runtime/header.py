@@ -36,7 +36,8 @@ void kiln_free(kiln_model* model);
 /* The last error of the calling thread, as one line ("" when none). */
 const char* kiln_last_error(void);
 
-/* Threads for parallel kernels (OpenMP); n <= 0 restores the default (OMP_NUM_THREADS, or one per core). */
+/* Threads for parallel kernels (Kiln's own pool, shared by the models of this library); n <= 0 restores
+ * the default: KILN_NUM_THREADS, else OMP_NUM_THREADS, else one per CPU the process may use. */
 void kiln_set_num_threads(int n);
 int kiln_get_num_threads(void);
 
@@ -80,7 +81,7 @@ def render_header(metadata: dict) -> str:
     lines = ["/* kiln_model.h: C interface of a model compiled by Kiln (generated; do not edit).",
              " *",
              " * Usage: kiln_model* m = kiln_load(\"weights.bin\");  kiln_run(m, inputs, outputs);  kiln_free(m);",
-             " * Link with -lkiln_model (libkiln_model.so); it needs libgomp and libm at run time.",
+             " * Link with -lkiln_model (libkiln_model.so); it needs only libc, libm (and libmvec) at run time.",
              " * float16/bfloat16 tensors travel as their raw 16-bit patterns (uint16_t). */",
              "#ifndef KILN_MODEL_H", "#define KILN_MODEL_H", "", "#include <stdint.h>", "",
              "#ifdef __cplusplus", 'extern "C" {', "#endif", "",

@@ -14,6 +14,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "kiln_float_mode.h"
+#include "kiln_threadpool.h"
+
 /* Emitted by Kiln's code generator (core/codegen/model_entry.py). */
 extern const int64_t kiln_arena_bytes;
 extern const int64_t kiln_weights_bytes;
@@ -25,10 +28,6 @@ int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inpu
 int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                            double* call_ms);
 
-/* From libgomp; declared here so no omp.h is needed (cross compilers may lack it). */
-void omp_set_num_threads(int n);
-int omp_get_max_threads(void);
-
 typedef struct kiln_model {
     void* weights;
     void* arena;
@@ -36,7 +35,6 @@ typedef struct kiln_model {
 } kiln_model;
 
 static _Thread_local char last_error[512];
-static int requested_threads; /* 0: OpenMP's default (OMP_NUM_THREADS or one per core) */
 
 static void set_error(const char* fmt, ...) {
     va_list ap;
@@ -157,50 +155,27 @@ static int check_call(const kiln_model* m, const void* const* inputs, void* cons
             set_error("%s: output %d is NULL", who, i);
             return -1;
         }
-    /* The thread count is a per-thread OpenMP setting; apply it on whichever thread runs. */
-    if (requested_threads > 0) omp_set_num_threads(requested_threads);
     return 0;
 }
 
-/* Denormal floats are 10-100x slower on x86 and arise naturally as activations decay; flush them to
- * zero (FTZ/DAZ) on every thread that runs kernels, as inference runtimes do. Returns the old mode. */
-static unsigned flush_denormals(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned old = __builtin_ia32_stmxcsr();
-    __builtin_ia32_ldmxcsr(old | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
-    return old;
-#elif defined(__aarch64__)
-    unsigned long fpcr;
-    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | (1ul << 24)));
-    return (unsigned)fpcr;
-#else
-    return 0;
-#endif
+/* One inference: the pool's workers stay hot across all its kernels (and park soon after), and every
+ * thread that runs kernels flushes denormals (the pool gives workers the caller's float mode). */
+static int32_t run_graph(kiln_model* m, const void* const* inputs, void* const* outputs, double* call_ms) {
+    pthread_mutex_lock(&m->lock);
+    kiln_pool_enter();
+    unsigned long old_mode = kiln_float_mode_get();
+    kiln_float_mode_set(kiln_float_mode_flushing(old_mode));
+    int32_t rc = call_ms ? kiln_graph_profile(m->arena, m->weights, inputs, outputs, call_ms)
+                         : kiln_graph_run(m->arena, m->weights, inputs, outputs);
+    kiln_float_mode_set(old_mode);
+    kiln_pool_leave();
+    pthread_mutex_unlock(&m->lock);
+    return rc;
 }
-
-static void restore_float_mode(unsigned old) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_ldmxcsr(old);
-#elif defined(__aarch64__)
-    unsigned long fpcr = old;
-    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr));
-#else
-    (void)old;
-#endif
-}
-
-void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
-static void flush_denormals_in_team(void* unused) { (void)unused; flush_denormals(); }
 
 int kiln_run(kiln_model* m, const void* const* inputs, void* const* outputs) {
     if (check_call(m, inputs, outputs, "kiln_run") != 0) return -1;
-    pthread_mutex_lock(&m->lock);
-    unsigned old_mode = flush_denormals();
-    GOMP_parallel(flush_denormals_in_team, NULL, 0, 0); /* the pool threads keep the mode */
-    int32_t rc = kiln_graph_run(m->arena, m->weights, inputs, outputs);
-    restore_float_mode(old_mode);
-    pthread_mutex_unlock(&m->lock);
+    int32_t rc = run_graph(m, inputs, outputs, NULL);
     if (rc != 0) set_error("kiln_run: the graph returned %d", (int)rc);
     return rc;
 }
@@ -211,18 +186,15 @@ int kiln_profile(kiln_model* m, const void* const* inputs, void* const* outputs,
         set_error("kiln_profile: call_ms is NULL");
         return -1;
     }
-    pthread_mutex_lock(&m->lock);
-    int32_t rc = kiln_graph_profile(m->arena, m->weights, inputs, outputs, call_ms);
-    pthread_mutex_unlock(&m->lock);
+    static double no_calls[1];
+    int32_t rc = run_graph(m, inputs, outputs, call_ms ? call_ms : no_calls);
+    if (rc != 0) set_error("kiln_profile: the graph returned %d", (int)rc);
     return rc;
 }
 
-void kiln_set_num_threads(int n) {
-    requested_threads = n > 0 ? n : 0;
-    if (n > 0) omp_set_num_threads(n);
-}
-
-int kiln_get_num_threads(void) { return requested_threads > 0 ? requested_threads : omp_get_max_threads(); }
+/* Threads come from Kiln's own pool (kiln_threadpool.c), shared by every model of this library. */
+void kiln_set_num_threads(int n) { kiln_pool_set_threads(n); }
+int kiln_get_num_threads(void) { return kiln_pool_get_threads(); }
 int kiln_num_inputs(void) { return kiln_graph_num_inputs; }
 int kiln_num_outputs(void) { return kiln_graph_num_outputs; }
 int kiln_num_kernel_calls(void) { return kiln_graph_num_calls; }

@@ -24,12 +24,6 @@ _CPU_FLAGS = {"avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "sse4.
               "avx512fp16": "avx512_fp16", "bmi2": "bmi2", "neon": "asimd", "sve": "sve"}
 
 
-# libgomp reads this once, when it is loaded. Its default lets idle workers sleep after ~0.1 ms, and
-# waking a sleeping core costs a scheduler tick (~8 ms on VMs), paid at every parallel kernel after a
-# serial one; spinning a few ms before sleeping is what ONNX Runtime's pool does too.
-os.environ.setdefault("GOMP_SPINCOUNT", "2000000")
-
-
 class KilnRuntimeError(RuntimeError):
     """The native library refused to load or run (its message comes from kiln_last_error())."""
 
@@ -163,7 +157,8 @@ class Module:
         return [dict(t, shape=list(t["shape"])) for t in self._outputs]
 
     def set_num_threads(self, n: int) -> None:
-        """Threads for parallel kernels; 0 restores OpenMP's default (OMP_NUM_THREADS or one per core)."""
+        """Threads for parallel kernels; 0 restores the default (KILN_NUM_THREADS, else OMP_NUM_THREADS, else
+        one per CPU). The pool belongs to the library, so it applies to every model loaded from it."""
         self._lib.kiln_set_num_threads(int(n))
 
     @property

@@ -29,9 +29,9 @@ Python (needs only numpy):  import kiln_loader;  m = kiln_loader.load("{archive}
 C:  #include "kiln_model.h"   kiln_model* m = kiln_load("weights.bin");
   const void* in[KILN_NUM_INPUTS] = {{...}};  void* out[KILN_NUM_OUTPUTS] = {{...}};
   if (kiln_run(m, in, out) != 0) puts(kiln_last_error());  kiln_free(m);
-Build: cc main.c -L. -lkiln_model -Wl,-rpath,'$ORIGIN' -o main   (libgomp and libm at run time)
+Build: cc main.c -L. -lkiln_model -Wl,-rpath,'$ORIGIN' -o main   (needs only libc and libm)
 Tensors are dense row-major; shapes and dtypes: metadata.json and the KILN_INPUT_*/KILN_OUTPUT_* defines.
-Threads: OMP_NUM_THREADS or kiln_set_num_threads(n) / m.set_num_threads(n).
+Threads: KILN_NUM_THREADS (or OMP_NUM_THREADS), or kiln_set_num_threads(n) / m.set_num_threads(n).
 Reports: report.json (machine-readable) and report.html (open in a browser).
 """
 

@@ -34,11 +34,24 @@ def test_aarch64_ir_still_lowers():
     assert "aarch64" in text
 
 
-def test_linker_failure_is_a_build_error(tmp_path, monkeypatch):
+def test_compiler_failure_is_a_build_error(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CC", "false")
-    with pytest.raises(BuildError, match="linking"):
+    with pytest.raises(BuildError, match="compiling kiln_threadpool.c"):
         build_library([copy_kernel()], "native", tmp_path / "x.so")
-    assert list(tmp_path.iterdir()) == []  # no partial library left behind
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_linker_failure_is_a_build_error(tmp_path, monkeypatch):
+    # A compiler that compiles the runtime but refuses to link.
+    fake = tmp_path / "bin" / "fake-cc"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -shared ] && exit 1; done\nexec cc "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("KILN_CC", str(fake))
+    out_dir = tmp_path / "out"
+    with pytest.raises(BuildError, match="linking"):
+        build_library([copy_kernel()], "native", out_dir / "x.so")
+    assert list(out_dir.iterdir()) == []  # no partial library left behind
 
 
 def test_output_is_replaced_atomically(tmp_path):

@@ -1,4 +1,4 @@
-"""PARALLEL loops: outlined into GOMP_parallel, correct, and really run on more than one thread."""
+"""PARALLEL loops: outlined into Kiln's pool (kiln_parallel_for), correct, and really run on its workers."""
 from __future__ import annotations
 
 import json
@@ -28,10 +28,10 @@ def heavy_kernel(name="heavy", rows=64, cols=256):
     return PrimFunc(name, (A, B, O), body, 2, 1)
 
 
-def test_ir_calls_gomp_parallel():
+def test_ir_calls_the_kiln_pool():
     text = optimized_llvm_ir([heavy_kernel()])
-    assert "call void @GOMP_parallel" in text
-    assert "omp_get_thread_num" in text and "omp_get_num_threads" in text
+    assert 'call void @kiln_parallel_for' in text.replace('"', "")
+    assert "GOMP" not in text and "omp_" not in text
 
 
 def test_parallel_result_matches(build):
@@ -68,7 +68,7 @@ def test_nested_parallel_runs_inner_serially(build):
     body = For(i, IntImm(m), ForKind.PARALLEL, For(j, IntImm(n), ForKind.PARALLEL,
                                                    Store(O, i * n + j, A.load(i * n + j) + cast("float32", i))))
     func = PrimFunc("nest", (A, O), body, 1, 1)
-    assert lower_to_llvm_ir([func]).count("call void @\"GOMP_parallel\"") == 1
+    assert lower_to_llvm_ir([func]).count("call void @\"kiln_parallel_for\"") == 1
     a, o = RNG.standard_normal(m * n).astype("float32"), np.zeros(m * n, "float32")
     build(func).call("nest", a, o)
     np.testing.assert_allclose(o, a + np.repeat(np.arange(m), n))
@@ -85,53 +85,94 @@ def test_small_and_empty_extents(build):
         np.testing.assert_array_equal(o[extent:], -1.0)
 
 
-_SHIM = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <pthread.h>
-/* Test-only hook: records which OS threads ask OpenMP for their thread number. */
-static pthread_t seen[256];
-static int nseen;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-int omp_get_thread_num(void) {
-    static int (*real)(void);
-    /* libgomp came in with the kernel library (dlopen, local scope), so RTLD_NEXT cannot see it. */
-    if (!real) real = (int (*)(void))dlsym(dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD), "omp_get_thread_num");
-    pthread_t self = pthread_self();
-    pthread_mutex_lock(&mu);
-    int known = 0;
-    for (int i = 0; i < nseen; i++) known |= pthread_equal(seen[i], self);
-    if (!known && nseen < 256) seen[nseen++] = self;
-    pthread_mutex_unlock(&mu);
-    return real();
-}
-int shim_distinct_threads(void) { return nseen; }
-"""
+def count_kernel(name: str, n: int) -> PrimFunc:
+    """O[i] += 1 over a parallel i: after one call every element is 1 iff each iteration ran exactly once."""
+    O = Buffer("O", (n,), "int32")
+    i = Var("i")
+    return PrimFunc(name, (O,), For(i, IntImm(n), ForKind.PARALLEL, Store(O, i, O.load(i) + IntImm(1, "int32"))), 0, 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_iteration_runs_exactly_once(build, threads):
+    sizes = [1, 2, 3, 5, 7, 13, 97, 1001, 65537]
+    lib = build([count_kernel(f"count{n}", n) for n in sizes])
+    lib.set_num_threads(threads)
+    assert lib.num_threads == threads
+    for n in sizes:
+        for _ in range(5):
+            o = np.zeros(n, "int32")
+            lib.call(f"count{n}", o)
+            np.testing.assert_array_equal(o, 1, err_msg=f"extent {n}, {threads} threads")
+
+
+def test_results_identical_to_the_serial_loop(build):
+    rows, cols = 37, 256
+    par = build(heavy_kernel("par", rows, cols))
+    A, B, O = Buffer("A", (rows, 32), "float32"), Buffer("B", (32, cols), "float32"), Buffer("O", (rows, cols), "float32")
+    serial_func = heavy_kernel("ser", rows, cols)
+    body = serial_func.body
+    serial = build(PrimFunc("ser", serial_func.params, For(body.var, body.extent, ForKind.SERIAL, body.body), 2, 1))
+    a = RNG.standard_normal((rows, 32)).astype("float32")
+    b = RNG.standard_normal((32, cols)).astype("float32")
+    ref = np.zeros((rows, cols), "float32")
+    serial.call("ser", a, b, ref)
+    for threads in (1, 2, 3, 2):
+        par.set_num_threads(threads)
+        for _ in range(5):
+            o = np.full((rows, cols), np.nan, "float32")
+            par.call("par", a, b, o)
+            assert o.tobytes() == ref.tobytes(), f"{threads} threads"
+
+
+def test_set_num_threads_and_default(build):
+    lib = build(count_kernel("cnt", 5))
+    for n in (3, 1, 2):
+        lib.set_num_threads(n)
+        assert lib.num_threads == n
+    lib.set_num_threads(0)
+    assert lib.num_threads >= 1
+
 
 _PROBE = """
-import ctypes, json, sys, numpy as np
+import json, sys, numpy as np
 sys.path.insert(0, {root!r})
 from core.codegen import load_kernels
-shim = ctypes.CDLL({shim!r})
 lib = load_kernels({lib!r})
 a = np.ones((64, 32), "float32"); b = np.ones((32, 256), "float32"); o = np.zeros((64, 256), "float32")
-lib.call("heavy", a, b, o)
-print(json.dumps({{"threads": shim.shim_distinct_threads(), "ok": bool((o == 32).all())}}))
+ok = True
+for _ in range(200):  # a worker that is slow to wake loses its chunk to the caller; over many calls it must help
+    lib.call("heavy", a, b, o)
+    ok = ok and bool((o == 32).all())
+    if lib.worker_chunks:
+        break
+import os
+print(json.dumps({{"threads": lib.num_threads, "worker_chunks": lib.worker_chunks, "ok": ok,
+                  "os_threads": len(os.listdir("/proc/self/task"))}}))
 """
 
 
-@pytest.mark.parametrize("omp_threads,expected", [(2, 2), (1, 1)])
-def test_parallel_loop_really_uses_the_thread_team(tmp_path, omp_threads, expected):
-    """Counts distinct OS threads entering the outlined body (via an LD_PRELOADed omp_get_thread_num);
-    with OMP_NUM_THREADS=2 it must be 2, which a serial loop could never produce."""
-    shim_c, shim = tmp_path / "shim.c", tmp_path / "libshim.so"
-    shim_c.write_text(_SHIM)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(shim), str(shim_c), "-ldl", "-lpthread"], check=True)
+@pytest.mark.parametrize("env_name", ["KILN_NUM_THREADS", "OMP_NUM_THREADS"])
+@pytest.mark.parametrize("threads", [2, 1])
+def test_parallel_loop_really_uses_the_pool_workers(tmp_path, env_name, threads):
+    """With 2 threads (from the environment) pool workers, other OS threads than the caller, run chunks
+    of the generated kernel; with 1 thread none does. The pool counts chunks its workers run."""
     lib = build_library([heavy_kernel()], "native", tmp_path / "heavy.so")
-    env = dict(os.environ, LD_PRELOAD=str(shim), OMP_NUM_THREADS=str(omp_threads), OMP_DYNAMIC="false")
-    probe = textwrap.dedent(_PROBE.format(root=ROOT, shim=str(shim), lib=str(lib)))
+    env = {k: v for k, v in os.environ.items() if k not in ("KILN_NUM_THREADS", "OMP_NUM_THREADS")}
+    env[env_name] = str(threads)
+    probe = textwrap.dedent(_PROBE.format(root=ROOT, lib=str(lib)))
     proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["ok"]
-    assert result["threads"] == expected
+    assert result["ok"] and result["threads"] == threads
+    if threads == 1:
+        assert result["worker_chunks"] == 0
+    else:
+        assert result["worker_chunks"] > 0
+
+
+def test_library_needs_no_libgomp(tmp_path):
+    lib = build_library([heavy_kernel()], "native", tmp_path / "heavy.so")
+    needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True)
+    if needed.returncode != 0:
+        pytest.skip("no readelf")
+    assert "libgomp" not in needed.stdout

@@ -1,0 +1,47 @@
+"""The C runtime linked into every library: the thread pool always, the model runtime with a plan.
+Each object is compiled once per (compiler, sources) in a process, since tests build many libraries."""
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import threading
+from pathlib import Path
+
+from .toolchain import compile_c
+
+RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+POOL_SOURCE = "kiln_threadpool.c"
+MODEL_SOURCE = "kiln_runtime.c"
+
+_objects: dict[tuple[str, str], bytes] = {}
+_lock = threading.Lock()
+
+
+def _sources_digest(source: Path) -> str:
+    """The source and every runtime header it may include: an edit to either rebuilds the object."""
+    h = hashlib.sha256(source.read_bytes())
+    for header in sorted(RUNTIME_DIR.glob("*.h")):
+        h.update(header.name.encode() + b"\0" + header.read_bytes())
+    return h.hexdigest()
+
+
+def _object_bytes(cc: str, source: Path) -> bytes:
+    key = (cc, _sources_digest(source))
+    with _lock:
+        if key not in _objects:
+            with tempfile.TemporaryDirectory(prefix="kiln-rt-") as tmp:
+                obj = Path(tmp) / (source.stem + ".o")
+                compile_c(cc, source, obj, include_dirs=(RUNTIME_DIR,))
+                _objects[key] = obj.read_bytes()
+        return _objects[key]
+
+
+def runtime_objects(cc: str, out_dir: Path, with_model: bool) -> list[Path]:
+    """Write the runtime's object files into `out_dir` and return their paths (to pass to the linker)."""
+    names = [POOL_SOURCE] + ([MODEL_SOURCE] if with_model else [])
+    paths = []
+    for name in names:
+        path = out_dir / (Path(name).stem + ".o")
+        path.write_bytes(_object_bytes(cc, RUNTIME_DIR / name))
+        paths.append(path)
+    return paths
