@@ -1,10 +1,13 @@
-# Quick start: `make test` sets up .venv and runs the whole test suite (what CI runs).
+# Quick start: `make serve` runs the service (API, web UI, embedded worker); `make test` runs every test (what CI runs).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2
+HOST ?= 127.0.0.1
+PORT ?= 8000
+DATA_DIR ?= kiln-data
 
-.PHONY: test venv bench clean
+.PHONY: test serve venv bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +17,12 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+serve: venv
+	scripts/system-deps.sh
+	$(VENV)/bin/kiln serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+
 test: venv
+	scripts/system-deps.sh --test
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: venv
