@@ -13,7 +13,7 @@ from ..tir.expr import Buffer, Expr, IntImm, Var, as_expr, binop, logical_and
 from ..tir.functor import rewrite_expr, substitute
 from ..tir.simplify import simplify, simplify_stmt
 from ..tir.stmt import Allocate, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
-from .schedule import Fuse, Schedule, Split, Stage
+from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 
 
@@ -108,7 +108,10 @@ class _Lowering:
                 stmt = For(iv.var, IntImm(iv.extent), stage.annotations.get(iv, ForKind.SERIAL), stmt)
             return stmt
 
+        epilogues = [s for s in self.sch.stages if s.attach is not None and s.attach[0] is stage]
         if not isinstance(body, Reduce):
+            if epilogues:
+                raise ScheduleError(f"reverse_compute_at: {op.name} is not a reduction")
             return nest(leaves, guarded(Store(buf, out_index, substitute(body, root)), guards))
 
         update = Store(buf, out_index, substitute(body.combine(buf.load(out_index), body.source), root))
@@ -121,7 +124,62 @@ class _Lowering:
         init = Store(buf, out_index, body.init)
         init_nest = nest([iv for iv in inner_spatial], guarded(init, init_guards))
         # Vectorizing the init over a spatial axis is always safe; keep other annotations serial.
-        return nest(leaves[:first_reduce], seq(init_nest, nest(inner, guarded(update, guards))))
+        main = seq(init_nest, nest(inner, guarded(update, guards)))
+        if not epilogues:
+            return nest(leaves[:first_reduce], main)
+        if len(epilogues) > 1 or epilogues[0].attach[1] not in leaves[:first_reduce]:
+            raise ScheduleError(f"reverse_compute_at: one consumer per reduction, attached outside its reduce loops")
+        at = leaves.index(epilogues[0].attach[1]) + 1
+        epilogue = self.epilogue_nest(stage, epilogues[0], leaves[at:], values, init_guards, nest)
+        return nest(leaves[:at], seq(nest(leaves[at:first_reduce], main), epilogue))
+
+    def epilogue_nest(self, producer: Stage, consumer: Stage, inner: Sequence[IterVar], values: dict,
+                      guards: list[Expr], nest) -> Stmt:
+        """The consumer over the producer's region of one iteration of the attach loop: the spatial
+        leaves inside it, with the producer's annotations; a cropping consumer is guarded, except
+        on a leaf that alone spans a whole axis, whose extent is clamped instead."""
+        pop, cop = producer.op, consumer.op
+        if not reads_at_own_axes(self.sch, cop, pop) or len(cop.axis) != len(pop.axis) or any(
+                c.extent > p.extent for c, p in zip(cop.axis, pop.axis)):
+            raise ScheduleError(f"reverse_compute_at: {cop.name} does not read {pop.name} elementwise")
+        spatial = [iv for iv in inner if iv.kind != "reduce"]
+        clamped: dict[IterVar, int] = {}
+        crop: list[Expr] = []
+        for c, p in zip(cop.axis, pop.axis):
+            if c.extent == p.extent:
+                continue
+            leaf = p if p in spatial else next((r.inner for r in producer.relations if isinstance(r, Split)
+                                                 and r.parent is p and r.outer.extent == 1), None)
+            if leaf is not None and leaf in spatial and leaf.extent == p.extent:
+                clamped[leaf] = c.extent
+            else:
+                crop.append(binop("lt", values[p], c.extent))
+        point = {c.var: values[p] for c, p in zip(cop.axis, pop.axis)}
+        cbuf = self.buffers[id(cop)]
+        store = Store(cbuf, flat_index(cbuf.shape, [values[p] for p in pop.axis]),
+                      substitute(self.expand(cop.body), point))
+        conds = guards + crop
+
+        def loop(iv: IterVar, body: Stmt) -> Stmt:
+            return For(iv.var, IntImm(clamped.get(iv, iv.extent)), producer.annotations.get(iv, ForKind.SERIAL), body)
+
+        last = spatial[-1] if spatial else None
+        lane = [c for c in conds if last is not None and producer.annotations.get(last) == ForKind.VECTORIZED
+                and _mentions(c, last.var)]
+        rest = [c for c in conds if not any(c is x for x in lane)]
+        if lane:
+            # A lane-dependent guard makes the vector loop scalar: only the tiles that cross the
+            # crop take the guarded copy, the others store whole vectors.
+            whole = _all([substitute(c, {last.var: IntImm(clamped.get(last, last.extent) - 1)}) for c in lane])
+            stmt: Stmt = IfThenElse(whole, loop(last, store), loop(last, IfThenElse(_all(lane), store)))
+            spatial = spatial[:-1]
+        else:
+            stmt = store
+        if rest:
+            stmt = IfThenElse(_all(rest), stmt)
+        for iv in reversed(spatial):
+            stmt = loop(iv, stmt)
+        return stmt
 
     @staticmethod
     def _is_reduce(stage: Stage, iv: IterVar) -> bool:
@@ -135,16 +193,29 @@ class _Lowering:
         return any(isinstance(e, Var) and e in reduce_vars for e in walk_expr(expr))
 
 
+def _mentions(expr: Expr, var: Var) -> bool:
+    from ..tir.functor import walk_expr
+
+    return any(e is var for e in walk_expr(expr))
+
+
+def _all(conds: Sequence[Expr]) -> Expr:
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = logical_and(cond, c)
+    return cond
+
+
 def lower(sch: Schedule, args: Sequence[Tensor], name: str, num_outputs: int = 1) -> PrimFunc:
     """Lower `sch` to a PrimFunc taking `args` (inputs then the last `num_outputs` outputs).
 
     Intermediate stages that are neither inlined nor local become workspace parameters appended
     after the outputs; the caller (the graph executor) provides their memory."""
     for stage in sch.stages:
-        if stage.attach is not None:
+        if stage.attach is not None and not stage.after_producer:
             raise ScheduleError(f"compute_at of {stage.op.name} is not supported by this lowering yet")
     low = _Lowering(sch, args)
-    body_parts = [low.stage_nest(s) for s in sch.stages if not s.inlined]
+    body_parts = [low.stage_nest(s) for s in sch.stages if not s.inlined and s.attach is None]
     body = seq(*body_parts)
     for buf in low.locals:
         body = Allocate(buf, body)

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 from ..errors import ScheduleError
 from ..tir.expr import Var
 from ..tir.stmt import ForKind
-from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
+from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor, TensorRead
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +38,7 @@ class Stage:
     annotations: dict = field(default_factory=dict)  # IterVar -> ForKind
     inlined: bool = False
     attach: Optional[tuple["Stage", IterVar]] = None  # compute_at target; None = root
+    after_producer: bool = False  # attach is a reverse_compute_at: this consumer runs inside its producer's loop
     scope: str = "global"  # "local": a per-call scratch buffer on the stack (cache_write)
 
     @property
@@ -128,6 +129,19 @@ class Stage:
         parent._check_leaf(iv)
         self.attach = (parent, iv)
 
+    def reverse_compute_at(self, producer: "Stage", iv: IterVar) -> None:
+        """Compute this consumer inside `producer`'s loop `iv`, right after each iteration has
+        finished its part of the producer (TensorIR's reverse_compute_at): a fused epilogue then
+        reads a conv's or matmul's tile while it is still in registers or L1, instead of in a
+        second pass over memory. `iv` must sit outside the producer's reduce loops, and the
+        consumer must read the producer only at its own axes (an elementwise epilogue, possibly
+        cropping), through inlined stages."""
+        producer._check_leaf(iv)
+        if iv.kind == "reduce":
+            raise ScheduleError(f"reverse_compute_at: {iv.name} is a reduce axis of {producer.op.name}")
+        self.attach = (producer, iv)
+        self.after_producer = True
+
     def set_scope(self, scope: str) -> None:
         if scope not in ("global", "local"):
             raise ScheduleError(f"unknown memory scope {scope!r}")
@@ -172,6 +186,28 @@ class Schedule:
                 if isinstance(t.op, PlaceholderOp):
                     found.setdefault(id(t.op), t)
         return list(found.values())
+
+
+def reads_at_own_axes(sch: Schedule, consumer: ComputeOp, producer: ComputeOp) -> bool:
+    """Whether `consumer` reads `producer` only at its own axes, in order (directly or through
+    inlined stages that do the same), and reads no other computed stage (it runs before them)."""
+    from ..tir.functor import walk_expr
+
+    def ok(op: ComputeOp) -> bool:
+        own = [iv.var for iv in op.axis]
+        for e in walk_expr(op.body):
+            if not isinstance(e, TensorRead) or isinstance(e.tensor.op, PlaceholderOp):
+                continue
+            read = e.tensor.op
+            if read is not producer and not sch[e.tensor].inlined:
+                return False
+            if len(e.indices) != len(own) or any(i is not v for i, v in zip(e.indices, own)):
+                return False
+            if read is not producer and not ok(read):
+                return False
+        return True
+
+    return ok(consumer)
 
 
 def create_schedule(outputs: "Tensor | Sequence[Tensor]") -> Schedule:

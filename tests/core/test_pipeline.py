@@ -102,11 +102,45 @@ SHARED = ["squeezenet1_1", "bert_tiny", "mobilenet_v2", "resnet18"]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
 @pytest.mark.parametrize("name", SHARED)
-def test_shared_model_matches_onnxruntime(name, models_dir, tmp_path):
+def test_shared_model_matches_onnxruntime(name, level, models_dir, tmp_path):
     path = models_dir / f"{name}.onnx"
-    artifact = core.compile(path, target="native", benchmark=False)
+    artifact = core.compile(path, target="native", opt_level=level, benchmark=False)
+    assert artifact.report["validation"]["max_abs_err"] < 1e-4
     saved = artifact.save(tmp_path / f"{name}.tar.gz")
     actual, expected = run_both(path.read_bytes(), saved, seed=11)
     result = compare(actual, expected)
-    assert result.ok, f"{name}: {result}"
+    assert result.ok and result.max_abs_err < 1e-4, f"{name} -O{level}: {result}"
+    graph, memory = artifact.report["graph"], artifact.report["memory"]
+    assert memory["arena_bytes"] <= memory["naive_bytes"]
+    if level >= 2:
+        assert graph["kernels"] < graph["nodes_in"] and graph["fusion_groups"]
+    else:
+        assert not graph["fusion_groups"]
+
+
+def _o3_report(models_dir, name):
+    return core.compile(models_dir / f"{name}.onnx", target="native", opt_level=3, validate=False,
+                        benchmark=False).report
+
+
+@pytest.mark.slow
+def test_resnet18_o3_fuses_every_conv_epilogue(models_dir):
+    report = _o3_report(models_dir, "resnet18")
+    lone = [k["ops"] for k in report["kernels"] if k["ops"] in (["BatchNormalization"], ["Relu"], ["Add"])]
+    assert not lone, lone
+    kinds = {tuple(k["ops"]) for k in report["kernels"]}
+    assert ("Conv", "Relu") in kinds and ("Conv", "Add", "Relu") in kinds
+    assert all(k["ops"][0] == "Conv" for k in report["kernels"] if "Relu" in k["ops"])
+    memory = report["memory"]
+    assert memory["arena_bytes"] <= 0.4 * memory["naive_bytes"]
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_o3_fuses_conv_and_clip(models_dir):
+    report = _o3_report(models_dir, "mobilenet_v2")
+    assert not [k for k in report["kernels"] if k["ops"] in (["Clip"], ["Add"])]
+    assert sum(k["ops"] == ["Conv", "Clip"] for k in report["kernels"]) == 35
+    memory = report["memory"]
+    assert memory["arena_bytes"] <= 0.4 * memory["naive_bytes"]

@@ -1,21 +1,61 @@
-"""Schedules the epilogue of a fused kernel: the elementwise stages after a conv, matmul or
-reduction anchor (bias, BN, ReLU/Clip, residual Add), which write the kernel's outputs."""
+"""Schedules the epilogue of a fused kernel: the elementwise stages after a conv, matmul or pool
+anchor (bias, BN, ReLU/Clip, residual Add) that write the kernel's outputs. Where the epilogue
+reads the anchor's reduction elementwise, it runs inside the reduction's tile loop, right after
+the tile is finished (reverse_compute_at), so the tile is still in registers or L1."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ...target import Target
-from ...te.schedule import Schedule
-from ...te.tensor import ComputeOp, Tensor
+from ...te.schedule import Schedule, Stage, reads_at_own_axes
+from ...te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .generic import injective_stage
 
 
+def reduction_feeding(sch: Schedule, op: ComputeOp) -> Optional[Stage]:
+    """The one materialized reduction stage `op` reads through inlined stages, if there is one."""
+    found: list[Stage] = []
+    seen: set[int] = set()
+
+    def visit(o: ComputeOp) -> None:
+        for t in o.input_tensors:
+            if isinstance(t.op, PlaceholderOp) or id(t.op) in seen:
+                continue
+            seen.add(id(t.op))
+            stage = sch[t]
+            if stage.inlined:
+                visit(t.op)
+            elif t.op.reduce_axis:
+                found.append(stage)
+
+    visit(op)
+    return found[0] if len(found) == 1 else None
+
+
+def attach_point(producer: Stage):
+    """The producer's innermost leaf outside its reduce loops (None when a reduce loop is outermost)."""
+    leaves = producer.leaf_iter_vars
+    first_reduce = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
+    return leaves[first_reduce - 1] if first_reduce > 0 else None
+
+
 def schedule_epilogue(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
-    """Each epilogue output stage the anchor's schedule left alone gets the injective schedule."""
-    for t in outs:
-        if not isinstance(t.op, ComputeOp):
-            continue
-        stage = sch[t]
-        if stage.inlined or stage.annotations or stage.attach is not None:
-            continue
+    """A single epilogue output that reads the anchor's reduction elementwise is attached to the
+    reduction's tile; other epilogue outputs get the injective schedule (one pass over memory)."""
+    stages = [sch[t] for t in outs if isinstance(t.op, ComputeOp)]
+    stages = [s for s in stages if not (s.inlined or s.annotations or s.attach is not None)]
+    if len(stages) == 1:
+        producer = reduction_feeding(sch, stages[0].op)
+        if producer is not None and not any(s.attach is not None and s.attach[0] is producer for s in sch.stages):
+            at = attach_point(producer)
+            if at is not None and _fits(sch, stages[0].op, producer.op):
+                stages[0].reverse_compute_at(producer, at)
+                return
+    for stage in stages:
         injective_stage(stage, target)
+
+
+def _fits(sch: Schedule, consumer: ComputeOp, producer: ComputeOp) -> bool:
+    return (len(consumer.axis) == len(producer.axis)
+            and all(c.extent <= p.extent for c, p in zip(consumer.axis, producer.axis))
+            and reads_at_own_axes(sch, consumer, producer))
