@@ -1,6 +1,7 @@
 """The compiled result before and after it is saved: files in a working folder plus metadata and report."""
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
@@ -29,11 +30,16 @@ class Artifact:
     def library(self) -> Path:
         return self.directory / LIBRARY
 
+    @functools.cached_property
+    def report_html(self) -> str:
+        """The report page, rendered once (charts take a moment) for the artifact and for the service."""
+        return render_html(self.report)
+
     def save(self, path: "str | Path") -> Path:
         path = Path(path)
         return write_artifact(path, library=self.library, weights=self.directory / WEIGHTS, metadata=self.metadata,
                               header=(self.directory / HEADER).read_text(), report=self.report,
-                              report_html=render_html(self.report))
+                              report_html=self.report_html)
 
     def load(self):
         from .runtime import load

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 
 import core
 from core.errors import KilnError
-from core.report import render_html
 from service import storage
 from service.db import Database
 from service.job_state import ACTIVE, STAGE_NAMES, TERMINAL, finish, transition
@@ -51,7 +50,7 @@ def _store_outputs(settings: Settings, job: Job, artifact) -> None:
     try:
         artifact.save(tmp)  # core writes its own temp file and renames; we rename once more into place
         storage.write_atomic(folder / storage.REPORT_JSON, json.dumps(artifact.report, indent=2))
-        storage.write_atomic(folder / storage.REPORT_HTML, render_html(artifact.report))
+        storage.write_atomic(folder / storage.REPORT_HTML, artifact.report_html)
         tmp.replace(folder / storage.ARTIFACT)
     finally:
         tmp.unlink(missing_ok=True)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import core.pipeline  # noqa: F401 - loaded before the pool forks, so no job pays for importing the compiler
+
 from service.db import Database
 from service.settings import get_settings
 
