@@ -1,0 +1,229 @@
+// The "new compile" panel: upload a model (drag and drop or file picker, with upload progress),
+// show its inputs and outputs, then choose target, optimization level, tuning budget and the shapes
+// of symbolic inputs, and create the job.
+
+import { api, ApiError, uploadModel } from "./api.js";
+import { announce } from "./jobs_list.js";
+import { putJob, refreshModels, store } from "./store.js";
+import { formatBytes, formatShape, h, progressBar, setProgress, showMessage } from "./ui.js";
+
+const OPT_LEVELS = [
+  [3, "O3 · all passes (default)"],
+  [2, "O2"],
+  [1, "O1"],
+  [0, "O0 · no graph optimization"],
+];
+
+let selectedModelId = null;
+
+function tensorTable(caption, tensors) {
+  return h("table", { class: "tensors" },
+    h("caption", {}, caption),
+    h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Shape"),
+      h("th", { scope: "col" }, "Type"))),
+    h("tbody", {}, tensors.map((t) => h("tr", {},
+      h("td", {}, h("code", {}, t.name)), h("td", {}, formatShape(t.shape)), h("td", {}, t.dtype)))));
+}
+
+function renderModelInfo(box, model) {
+  box.replaceChildren();
+  box.hidden = !model;
+  if (!model) return;
+  const opsets = Object.entries(model.opsets || {}).map(([d, v]) => `${d} ${v}`).join(", ") || "–";
+  box.append(
+    h("p", { class: "model-summary" },
+      h("strong", {}, model.filename), ` · ${formatBytes(model.size_bytes)} · opset ${opsets}`),
+    h("div", { class: "tensor-tables" }, tensorTable("Inputs", model.inputs), tensorTable("Outputs", model.outputs)));
+}
+
+// A field per input with symbolic dimensions, prefilled with its known dimensions.
+function renderShapeFields(fieldset, model) {
+  fieldset.replaceChildren();
+  const symbolic = model ? model.symbolic_inputs || [] : [];
+  fieldset.hidden = symbolic.length === 0;
+  if (!symbolic.length) return;
+  fieldset.append(h("legend", {}, "Input shapes"),
+    h("p", { class: "hint" }, "These inputs have symbolic dimensions: give concrete sizes, comma-separated."));
+  for (const name of symbolic) {
+    const info = model.inputs.find((t) => t.name === name);
+    const dims = info && Array.isArray(info.shape) ? info.shape : [];
+    const id = `shape-${name.replace(/[^\w-]/g, "_")}`;
+    fieldset.append(h("div", { class: "field" },
+      h("label", { for: id }, h("code", {}, name), ` ${formatShape(dims)}`),
+      h("input", {
+        id, type: "text", inputmode: "numeric", required: true, class: "shape-input",
+        testid: `shape-input-${name}`, dataset: { input: name },
+        value: dims.map((d) => (typeof d === "number" ? d : "")).join(","),
+        placeholder: dims.map((d) => (typeof d === "number" ? d : d || "?")).join(","),
+      })));
+  }
+}
+
+function readShapes(fieldset) {
+  const shapes = {};
+  for (const input of fieldset.querySelectorAll(".shape-input")) {
+    const parts = input.value.split(/[\s,x×]+/).filter(Boolean);
+    const dims = parts.map(Number);
+    if (!dims.length || dims.some((d) => !Number.isInteger(d) || d < 1)) {
+      input.focus();
+      throw new ApiError(0, `The shape of input "${input.dataset.input}" must be positive whole numbers, e.g. 1,3,224,224.`);
+    }
+    shapes[input.dataset.input] = dims;
+  }
+  return shapes;
+}
+
+export function mountCompose(container) {
+  const fileInput = h("input", {
+    id: "file-input", type: "file", accept: ".onnx,application/octet-stream", class: "visually-hidden",
+    testid: "file-input",
+  });
+  const dropzone = h("label", { class: "dropzone", for: "file-input", testid: "dropzone" },
+    fileInput,
+    h("span", { class: "dropzone-icon", "aria-hidden": "true" }, "⇪"),
+    h("span", {}, h("strong", {}, "Drop an ONNX model here"), " or ", h("span", { class: "linklike" }, "choose a file")),
+    h("small", {}, "The server checks it (ONNX checker, supported ops) before keeping it."));
+  const uploadBar = progressBar("Upload progress", "upload-progress");
+  const uploadText = h("span", { class: "upload-text", testid: "upload-text" });
+  const uploadStatus = h("div", { class: "upload-status", hidden: true, "aria-live": "polite" }, uploadBar, uploadText);
+  const uploadError = h("div", { testid: "upload-error", hidden: true, role: "alert" });
+  const modelSelect = h("select", { id: "model-select", testid: "model-select" });
+  const modelInfo = h("div", { class: "model-info", testid: "model-info", hidden: true });
+
+  const targetSelect = h("select", { id: "target-select", testid: "target-select", required: true });
+  const targetHint = h("p", { class: "hint", id: "target-hint" });
+  targetSelect.setAttribute("aria-describedby", "target-hint");
+  const optSelect = h("select", { id: "opt-select", testid: "opt-level-select" },
+    OPT_LEVELS.map(([v, text]) => h("option", { value: v, selected: v === 3 }, text)));
+  const trialsInput = h("input", {
+    id: "trials-input", type: "number", min: 0, step: 1, value: 0, testid: "trials-input",
+    "aria-describedby": "trials-hint",
+  });
+  const shapes = h("fieldset", { class: "shapes", hidden: true, testid: "shape-fields" });
+  const jobError = h("div", { testid: "job-form-error", hidden: true, role: "alert" });
+  const jobNotice = h("div", { testid: "job-form-notice", hidden: true, "aria-live": "polite" });
+  const submit = h("button", { type: "submit", class: "button", testid: "create-job", disabled: true }, "Compile");
+  const form = h("form", { class: "job-form", novalidate: true },
+    h("div", { class: "form-grid" },
+      h("div", { class: "field" }, h("label", { for: "target-select" }, "Target"), targetSelect, targetHint),
+      h("div", { class: "field" }, h("label", { for: "opt-select" }, "Optimization level"), optSelect),
+      h("div", { class: "field" }, h("label", { for: "trials-input" }, "Tuning budget (trials)"), trialsInput,
+        h("p", { class: "hint", id: "trials-hint" }, "0 compiles with default schedules; more trials search for faster ones."))),
+    shapes, jobError, jobNotice, h("div", { class: "actions" }, submit));
+
+  container.replaceChildren(
+    h("h2", { id: "compose-title" }, "New compile"),
+    h("h3", {}, h("span", { class: "step" }, "1"), "Model"),
+    dropzone, uploadStatus, uploadError,
+    h("div", { class: "field" }, h("label", { for: "model-select" }, "Uploaded model"), modelSelect),
+    modelInfo,
+    h("h3", {}, h("span", { class: "step" }, "2"), "Compile"),
+    form);
+
+  function fillModels() {
+    const models = [...store.models.values()].sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at));
+    if (!models.some((m) => m.id === selectedModelId)) selectedModelId = models.length ? models[0].id : null;
+    modelSelect.replaceChildren(...(models.length
+      ? models.map((m) => h("option", { value: m.id, selected: m.id === selectedModelId }, `${m.filename} (${m.id.slice(0, 8)})`))
+      : [h("option", { value: "" }, "No model uploaded yet")]));
+    modelSelect.disabled = !models.length;
+    showModel();
+  }
+
+  function showModel() {
+    const model = store.models.get(selectedModelId) || null;
+    renderModelInfo(modelInfo, model);
+    renderShapeFields(shapes, model);
+    submit.disabled = !model || !store.targets.length;
+  }
+
+  function fillTargets() {
+    targetSelect.replaceChildren(...store.targets.map((t) => h("option", { value: t.name },
+      t.runs_on_host ? t.name : `${t.name} (cross-compile, not validated)`)));
+    describeTarget();
+    showModel();
+  }
+
+  function describeTarget() {
+    const t = store.targets.find((x) => x.name === targetSelect.value);
+    targetHint.textContent = !t ? "" : `${t.description} · ${t.triple}, ${t.vector_bits}-bit vectors` +
+      (t.runs_on_host ? "" : " · this server cannot run it, so the result is not validated or benchmarked here");
+  }
+
+  async function upload(file) {
+    if (!file) return;
+    showMessage(uploadError, null);
+    uploadStatus.hidden = false;
+    setProgress(uploadBar, 0, "running");
+    uploadText.textContent = `Uploading ${file.name} (${formatBytes(file.size)})…`;
+    dropzone.classList.add("busy");
+    try {
+      const { model, created } = await uploadModel(file, (fraction) => {
+        const pct = Math.round(fraction * 100);
+        setProgress(uploadBar, pct, "running");
+        uploadText.textContent = pct < 100 ? `Uploading ${file.name}: ${pct}%` : `Checking ${file.name} on the server…`;
+      });
+      store.models.set(model.id, model);
+      selectedModelId = model.id;
+      setProgress(uploadBar, 100, "succeeded");
+      uploadText.textContent = created ? `${model.filename} uploaded and checked.`
+        : `${model.filename} was uploaded before: using that model.`;
+      fillModels();
+    } catch (err) {
+      uploadStatus.hidden = true;
+      showMessage(uploadError, new ApiError(err.status, `Upload of ${file.name} failed: ${err.message}`, err.lines));
+    } finally {
+      dropzone.classList.remove("busy");
+      fileInput.value = "";
+    }
+  }
+
+  fileInput.addEventListener("change", () => upload(fileInput.files[0]));
+  for (const type of ["dragenter", "dragover"]) {
+    dropzone.addEventListener(type, (e) => {
+      e.preventDefault();
+      dropzone.classList.add("dragging");
+    });
+  }
+  for (const type of ["dragleave", "drop"]) {
+    dropzone.addEventListener(type, () => dropzone.classList.remove("dragging"));
+  }
+  dropzone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    const files = e.dataTransfer ? e.dataTransfer.files : null;
+    if (files && files.length) upload(files[0]);
+  });
+  modelSelect.addEventListener("change", () => {
+    selectedModelId = modelSelect.value || null;
+    showModel();
+  });
+  targetSelect.addEventListener("change", describeTarget);
+
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    showMessage(jobError, null);
+    showMessage(jobNotice, null);
+    submit.disabled = true;
+    try {
+      const trials = Number(trialsInput.value || 0);
+      if (!Number.isInteger(trials) || trials < 0) {
+        trialsInput.focus();
+        throw new ApiError(0, "The tuning budget must be a whole number of trials (0 for no tuning).");
+      }
+      const job = await api.createJob({
+        model_id: selectedModelId, target: targetSelect.value, opt_level: Number(optSelect.value),
+        tuning: { trials }, input_shapes: readShapes(shapes),
+      });
+      putJob(job);
+      const text = `Compile of ${store.models.get(job.model_id)?.filename ?? "the model"} for ${job.target} queued.`;
+      showMessage(jobNotice, { message: text }, "info");
+      announce(text);
+    } catch (err) {
+      showMessage(jobError, new ApiError(err.status, `The job was not created: ${err.message}`, err.lines));
+    } finally {
+      submit.disabled = !selectedModelId;
+    }
+  });
+
+  return { fillModels, fillTargets };
+}

@@ -1,0 +1,124 @@
+// The jobs list: one row per job with its status, stage, a live progress bar, elapsed time and a
+// cancel button while it is active. Rows are updated in place (not redrawn) so bars animate and
+// keyboard focus stays where it was.
+
+import { api } from "./api.js";
+import { jobsNewestFirst, modelName, putJob, store, subscribe } from "./store.js";
+import {
+  elapsedText, h, isActive, percent, progressBar, setProgress, shortId, showMessage, statusBadge,
+} from "./ui.js";
+
+const OPT_NAMES = ["O0", "O1", "O2", "O3"];
+
+export function announce(text) {
+  const region = document.getElementById("announcer");
+  if (region) region.textContent = text;
+}
+
+function buildRow(job) {
+  const bar = progressBar(`Progress of job ${shortId(job.id)}`, "job-progress");
+  const cancel = h("button", { type: "button", class: "button button-small button-quiet", testid: "job-cancel" },
+    "Cancel");
+  cancel.addEventListener("click", () => cancelJob(job.id, cancel));
+  const row = h("li", { class: "job", testid: "job-row", dataset: { jobId: job.id } },
+    h("div", { class: "job-head" },
+      h("a", { class: "job-title", href: `#/jobs/${job.id}`, testid: "job-open" }, ""),
+      h("span", { class: "job-meta" }, ""),
+      h("span", { class: "job-badge" })),
+    h("div", { class: "job-bar" }, bar, h("span", { class: "job-percent", testid: "job-percent" })),
+    h("div", { class: "job-foot" },
+      h("span", { class: "job-stage", testid: "job-stage" }),
+      h("span", { class: "job-elapsed", testid: "job-elapsed" }),
+      cancel),
+    h("p", { class: "job-error", testid: "job-row-error", hidden: true }));
+  updateRow(row, job);
+  return row;
+}
+
+function updateRow(row, job) {
+  row.dataset.status = job.status;
+  row.querySelector(".job-title").textContent = modelName(job.model_id);
+  row.querySelector(".job-meta").textContent = `${job.target} · ${OPT_NAMES[job.opt_level] ?? job.opt_level} · #${shortId(job.id)}`;
+  row.querySelector(".job-badge").replaceChildren(statusBadge(job.status, "job-status"));
+  const pct = percent(job);
+  setProgress(row.querySelector(".bar"), pct, job.status);
+  row.querySelector(".job-percent").textContent = `${pct}%`;
+  row.querySelector(".job-stage").textContent = isActive(job) ? `stage: ${job.stage}` : job.stage;
+  row.querySelector(".job-elapsed").textContent = elapsedText(job);
+  row.querySelector("[data-testid=job-cancel]").hidden = !isActive(job);
+  const error = row.querySelector(".job-error");
+  error.hidden = !job.error;
+  error.textContent = job.error || "";
+}
+
+async function cancelJob(id, button) {
+  button.disabled = true;
+  const box = document.querySelector("[data-testid=jobs-error]");
+  try {
+    putJob(await api.cancelJob(id));
+    showMessage(box, null);
+  } catch (err) {
+    // 409: it ended meanwhile; show why and pick up its final state.
+    showMessage(box, err);
+    api.job(id).then(putJob).catch(() => {});
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// Mount the list into `container`; returns a function that unmounts it.
+export function mountJobsList(container) {
+  const list = h("ul", { class: "jobs", testid: "jobs-list", "aria-label": "Compile jobs" });
+  const empty = h("p", { class: "empty", testid: "jobs-empty" }, "No jobs yet: upload a model and start a compile.");
+  const errorBox = h("div", { testid: "jobs-error", hidden: true, role: "alert" });
+  container.replaceChildren(errorBox, empty, list);
+  const rows = new Map();
+  const lastStatus = new Map();
+
+  function redrawAll() {
+    const jobs = jobsNewestFirst();
+    empty.hidden = jobs.length > 0;
+    const keep = new Set(jobs.map((j) => j.id));
+    for (const [id, row] of rows) {
+      if (!keep.has(id)) {
+        row.remove();
+        rows.delete(id);
+      }
+    }
+    jobs.forEach((job, i) => {
+      let row = rows.get(job.id);
+      if (!row) {
+        row = buildRow(job);
+        rows.set(job.id, row);
+      } else {
+        updateRow(row, job);
+      }
+      if (list.children[i] !== row) list.insertBefore(row, list.children[i] || null);
+      lastStatus.set(job.id, job.status);
+    });
+  }
+
+  const unsubscribe = subscribe((job) => {
+    if (!job || !rows.has(job.id)) {
+      redrawAll();
+      return;
+    }
+    updateRow(rows.get(job.id), job);
+    if (lastStatus.get(job.id) !== job.status) {
+      announce(`Job ${modelName(job.model_id)} on ${job.target}: ${job.status}`);
+      lastStatus.set(job.id, job.status);
+    }
+  });
+  // Elapsed time of active jobs moves even when no event comes.
+  const ticker = setInterval(() => {
+    for (const [id, row] of rows) {
+      const job = store.jobs.get(id);
+      if (job && isActive(job)) row.querySelector(".job-elapsed").textContent = elapsedText(job);
+    }
+  }, 1000);
+  redrawAll();
+  return () => {
+    unsubscribe();
+    clearInterval(ticker);
+  };
+}
