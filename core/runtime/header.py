@@ -81,7 +81,7 @@ def render_header(metadata: dict) -> str:
     lines = ["/* kiln_model.h: C interface of a model compiled by Kiln (generated; do not edit).",
              " *",
              " * Usage: kiln_model* m = kiln_load(\"weights.bin\");  kiln_run(m, inputs, outputs);  kiln_free(m);",
-             " * Link with -lkiln_model (libkiln_model.so); it needs only libc, libm (and libmvec) at run time.",
+             " * Link with -lkiln_model (libkiln_model.so); it needs only glibc (libc, libm, libmvec) at run time.",
              " * float16/bfloat16 tensors travel as their raw 16-bit patterns (uint16_t). */",
              "#ifndef KILN_MODEL_H", "#define KILN_MODEL_H", "", "#include <stdint.h>", "",
              "#ifdef __cplusplus", 'extern "C" {', "#endif", "",

@@ -39,7 +39,7 @@
 #define CLOSED (1ull << 31)
 #define GEN(s) ((uint32_t)((s) >> 32))
 #define DEFAULT_SPIN_US 1000
-#define LAUNCHER_SPINS (1u << 16) /* pauses before a waiting launcher starts yielding its CPU */
+#define LAUNCHER_SPINS (1u << 12) /* pauses (~0.1 ms) before a waiting launcher starts yielding its CPU */
 #define YIELD_AFTER_NS 100000     /* a worker idle this long also yields between spins (see worker_main) */
 
 typedef struct worker {

@@ -76,3 +76,14 @@ def test_header_defines_and_escaping(tmp_path):
         subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", "-Wtrigraphs", f"-I{tmp_path}", str(tmp_path / "t.c"),
                         "-o", str(tmp_path / "t")], check=True, capture_output=True)
         assert subprocess.run([str(tmp_path / "t")]).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf")
+def test_model_library_needs_only_glibc(tiny_model, tmp_path):
+    """Threads come from Kiln's own pool: the artifact carries no libgomp (or any non-glibc) dependency."""
+    with tarfile.open(tiny_model.artifact) as tar:
+        tar.extractall(tmp_path, filter="data")
+    dynamic = subprocess.run(["readelf", "-d", str(tmp_path / "libkiln_model.so")], capture_output=True, text=True).stdout
+    needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+    assert needed and all(n.split(".so")[0] in ("libc", "libm", "libmvec", "ld-linux-x86-64", "ld-linux-aarch64")
+                          for n in needed), needed
