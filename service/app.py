@@ -1,6 +1,7 @@
 """The FastAPI application: `/api/v1` routers, the web UI as static files, OpenAPI at `/docs`."""
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Callable, Optional
@@ -15,6 +16,7 @@ from core.errors import KilnError
 from .db import Database
 from .routers import health, jobs, models, targets
 from .settings import Settings, get_settings
+from .sweeper import sweep_forever
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 API_PREFIX = "/api/v1"
@@ -40,7 +42,9 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        sweeper = asyncio.create_task(sweep_forever(database, settings, lambda job_id: app.state.enqueue(job_id)))
         yield
+        sweeper.cancel()
         database.dispose()
 
     app = FastAPI(title="Kiln", version=core.__version__, lifespan=lifespan,

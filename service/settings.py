@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     max_tuning_trials: int = Field(default=20000, ge=0)
     compile_threads: Optional[int] = Field(default=None, ge=1)     # None: all cores
     events_poll_s: float = Field(default=0.25, gt=0)
+    # A running job's worker writes a heartbeat; a job silent for stale_after_s lost its worker
+    # (killed, machine gone) and is queued again by the API's sweeper, up to job_max_attempts.
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    stale_after_s: float = Field(default=45.0, gt=0)
+    sweep_interval_s: float = Field(default=10.0, gt=0)
 
     @property
     def models_dir(self) -> Path:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import time
+from datetime import timedelta
 from typing import Callable, Optional
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -56,6 +58,46 @@ def _store_outputs(settings: Settings, job: Job, artifact) -> None:
         tmp.unlink(missing_ok=True)
 
 
+class Heartbeat:
+    """Writes the job's heartbeat from a thread while the compile runs, so the sweeper knows it is alive."""
+
+    def __init__(self, database: Database, job_id: str, interval_s: float):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(database, job_id, interval_s), daemon=True,
+                                        name=f"heartbeat-{job_id[:8]}")
+
+    def _beat(self, database: Database, job_id: str, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                with database.session() as db:
+                    transition(db, job_id, ("running",), heartbeat_at=utcnow())
+            except Exception:  # a busy database must not kill the compile; the next beat tries again
+                log.warning("heartbeat of job %s failed", job_id, exc_info=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _alive_elsewhere(job: Job, settings: Settings) -> bool:
+    """A running job whose heartbeat is fresh: this delivery is a duplicate of one still being worked on."""
+    return (job.status == "running" and job.heartbeat_at is not None
+            and utcnow() - job.heartbeat_at < timedelta(seconds=settings.stale_after_s))
+
+
+def _after_lost_race(db: Session, settings: Settings, job_id: str) -> str:
+    """The job ended while we worked: cancelled (drop our outputs) or finished by another delivery (keep them)."""
+    db.expire_all()
+    status = db.get(Job, job_id).status
+    if status == "cancelled":
+        storage.remove_job_outputs(settings, job_id)
+    return status
+
+
 def run_compile_job(job_id: str, settings: Settings, database: Database, *, worker: Optional[str] = None) -> str:
     """Run one job to its end; returns its final status. Safe to call twice for the same job."""
     with database.session() as db:
@@ -65,29 +107,33 @@ def run_compile_job(job_id: str, settings: Settings, database: Database, *, work
             return "missing"
         if job.status in TERMINAL:
             return job.status
+        if _alive_elsewhere(job, settings):
+            log.info("job %s is running on %s; ignoring a duplicate delivery", job_id, job.worker)
+            return "duplicate"
         attempts = job.attempts + 1
         if attempts > settings.job_max_attempts:
             finish(db, job_id, "failed", code="too_many_attempts",
                    error=f"gave up after {settings.job_max_attempts} attempts (the worker died each time)")
             return "failed"
         if not transition(db, job_id, ACTIVE, status="running", stage="importing", progress=0.0, attempts=attempts,
-                          started_at=utcnow(), worker=worker or socket.gethostname(), error=None, error_code=None):
+                          started_at=utcnow(), heartbeat_at=utcnow(), worker=worker or socket.gethostname(),
+                          error=None, error_code=None):
             return "cancelled"
         model = storage.model_path(settings, job.model_id)
         artifact = None
         try:
-            artifact = core.compile(model, target=job.target, opt_level=job.opt_level,
-                                    input_shapes={k: tuple(v) for k, v in job.input_shapes.items()} or None,
-                                    progress=_progress_writer(db, job_id), threads=settings.compile_threads)
-            if not transition(db, job_id, ("running",), stage="packaging", progress=0.99):
-                raise JobCancelled(job_id)
-            _store_outputs(settings, job, artifact)
+            with Heartbeat(database, job_id, settings.heartbeat_s):
+                artifact = core.compile(model, target=job.target, opt_level=job.opt_level,
+                                        input_shapes={k: tuple(v) for k, v in job.input_shapes.items()} or None,
+                                        progress=_progress_writer(db, job_id), threads=settings.compile_threads)
+                if not transition(db, job_id, ("running",), stage="packaging", progress=0.99):
+                    raise JobCancelled(job_id)
+                _store_outputs(settings, job, artifact)
             if not finish(db, job_id, "succeeded"):
-                raise JobCancelled(job_id)
+                return _after_lost_race(db, settings, job_id)
             return "succeeded"
         except JobCancelled:
-            storage.remove_job_outputs(settings, job_id)
-            return "cancelled"
+            return _after_lost_race(db, settings, job_id)
         except KilnError as err:
             finish(db, job_id, "failed", error=str(err), code=err.code)
             return "failed"

@@ -1,6 +1,7 @@
 """Celery tasks. Each takes ids only and re-reads the state it needs from the database."""
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import core.pipeline  # noqa: F401 - loaded before the pool forks, so no job pays for importing the compiler
@@ -22,4 +23,5 @@ def _database() -> Database:
 
 @app.task(name="kiln.compile", bind=True)
 def compile_model(self, job_id: str) -> str:
-    return run_compile_job(job_id, get_settings(), _database(), worker=self.request.hostname)
+    # The pool process's pid, so that an operator (or a fault test) can tell which process runs a job.
+    return run_compile_job(job_id, get_settings(), _database(), worker=f"{self.request.hostname} pid {os.getpid()}")

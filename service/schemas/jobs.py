@@ -40,6 +40,7 @@ class JobOut(BaseModel):
     error: Optional[str]
     error_code: Optional[str]
     attempts: int
+    worker: Optional[str]
     created_at: datetime
     started_at: Optional[datetime]
     finished_at: Optional[datetime]
@@ -53,5 +54,5 @@ class JobOut(BaseModel):
             links.update(artifact=f"{base}/artifact", report=f"{base}/report")
         return cls(id=row.id, model_id=row.model_id, target=row.target, opt_level=row.opt_level, tuning=row.tuning,
                    input_shapes=row.input_shapes, status=row.status, stage=row.stage, progress=row.progress,
-                   error=row.error, error_code=row.error_code, attempts=row.attempts, created_at=as_utc(row.created_at),
+                   error=row.error, error_code=row.error_code, attempts=row.attempts, worker=row.worker, created_at=as_utc(row.created_at),
                    started_at=as_utc(row.started_at), finished_at=as_utc(row.finished_at), links=links)

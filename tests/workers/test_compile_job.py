@@ -1,11 +1,14 @@
 """The compile job function the Celery task runs: idempotent, cancellable, clear failures, bounded retries."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from service import storage
 from service.job_state import transition
-from service.tables import Job
+from service.sweeper import requeue_stale_jobs
+from service.tables import Job, utcnow
 from workers import compile_job
 from workers.compile_job import JobCancelled, run_compile_job
 
@@ -95,3 +98,28 @@ def test_bad_model_fails_with_the_compilers_message(api, queued_job):
     job = _job(api, queued_job)
     assert job.error_code == "invalid_model" and job.error.startswith("not an ONNX model")
     assert job.stage == "failed" and job.finished_at is not None
+
+
+def test_duplicate_delivery_while_alive_is_ignored(api, queued_job):
+    with api.app.state.db.session() as db:
+        transition(db, queued_job, ("queued",), status="running", attempts=1, heartbeat_at=utcnow(), worker="other")
+    assert _run(api, queued_job) == "duplicate"
+    assert _job(api, queued_job).attempts == 1
+
+
+def test_sweeper_requeues_only_jobs_whose_worker_went_silent(api, make_model):
+    headers = api.auth()
+    model = api.upload(headers, make_model()).json()
+    jobs = [api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"]}).json()["id"]
+            for _ in range(3)]
+    silent, alive, done = jobs
+    old = utcnow() - timedelta(seconds=api.settings.stale_after_s + 5)
+    with api.app.state.db.session() as db:
+        transition(db, silent, ("queued",), status="running", attempts=1, heartbeat_at=old)
+        transition(db, alive, ("queued",), status="running", attempts=1, heartbeat_at=utcnow())
+        transition(db, done, ("queued",), status="succeeded", heartbeat_at=old)
+    api.queued.clear()
+    assert requeue_stale_jobs(api.app.state.db, api.settings, api.queued.append) == [silent]
+    assert api.queued == [silent]
+    assert (_job(api, silent).status, _job(api, alive).status, _job(api, done).status) == ("queued", "running", "succeeded")
+    assert _run(api, silent) == "succeeded" and _job(api, silent).attempts == 2
