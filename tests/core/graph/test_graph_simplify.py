@@ -1,0 +1,93 @@
+"""simplify (Identity/no-op removal, Reshape chains, Transpose pairs) and CSE on small graphs."""
+from __future__ import annotations
+
+import numpy as np
+
+from core.graph.builder import GraphBuilder
+from core.graph.ir import Graph, Node, TensorType
+from core.graph.passes import eliminate_common_subexpressions, eliminate_dead_code, simplify
+from core.graph.testing import F32, assert_same_meaning, ops
+
+
+def _chain(nodes, types, outputs=("y",), constants=None) -> Graph:
+    full = {k: TensorType(v, F32) for k, v in types.items()}
+    return Graph(("x",), outputs, nodes, full, constants or {}, "hand")
+
+
+def test_identity_nodes_are_removed_but_outputs_stay_node_produced():
+    graph = _chain([Node("Identity", ("x",), ("a",)), Node("Relu", ("a",), ("b",)), Node("Identity", ("b",), ("y",))],
+                   {"x": (2, 3), "a": (2, 3), "b": (2, 3), "y": (2, 3)})
+    after = eliminate_dead_code(simplify(graph))
+    assert ops(after) == ["Relu", "Identity"]
+    assert after.nodes[0].inputs == ("x",)
+    assert_same_meaning(graph, after)
+
+
+def test_reshape_chains_merge_into_one_reshape():
+    # Flatten, Squeeze and Unsqueeze import as Reshape: x[2,3,4] -> [6,4] -> [24] -> [1,24] -> [4,6]
+    nodes = [Node("Reshape", ("x",), ("a",), {"shape": (6, 4)}), Node("Reshape", ("a",), ("b",), {"shape": (24,)}),
+             Node("Reshape", ("b",), ("c",), {"shape": (1, 24)}), Node("Reshape", ("c",), ("d",), {"shape": (4, 6)}),
+             Node("Exp", ("d",), ("y",))]
+    graph = _chain(nodes, {"x": (2, 3, 4), "a": (6, 4), "b": (24,), "c": (1, 24), "d": (4, 6), "y": (4, 6)})
+    after = eliminate_dead_code(simplify(graph))
+    assert ops(after) == ["Reshape", "Exp"]
+    assert after.nodes[0].inputs == ("x",) and after.nodes[0].attr("shape") == (4, 6)
+    assert_same_meaning(graph, after)
+
+
+def test_reshape_back_to_the_input_shape_vanishes():
+    nodes = [Node("Reshape", ("x",), ("a",), {"shape": (6,)}), Node("Reshape", ("a",), ("b",), {"shape": (2, 3)}),
+             Node("Neg", ("b",), ("y",))]
+    after = eliminate_dead_code(simplify(_chain(nodes, {"x": (2, 3), "a": (6,), "b": (2, 3), "y": (2, 3)})))
+    assert ops(after) == ["Neg"] and after.nodes[0].inputs == ("x",)
+
+
+def test_transpose_pairs_cancel_or_compose():
+    cancel = [Node("Transpose", ("x",), ("a",), {"perm": (0, 2, 1)}),
+              Node("Transpose", ("a",), ("b",), {"perm": (0, 2, 1)}), Node("Relu", ("b",), ("y",))]
+    graph = _chain(cancel, {"x": (2, 3, 4), "a": (2, 4, 3), "b": (2, 3, 4), "y": (2, 3, 4)})
+    after = eliminate_dead_code(simplify(graph))
+    assert ops(after) == ["Relu"] and after.nodes[0].inputs == ("x",)
+    compose = [Node("Transpose", ("x",), ("a",), {"perm": (1, 2, 0)}),
+               Node("Transpose", ("a",), ("b",), {"perm": (0, 2, 1)}), Node("Relu", ("b",), ("y",))]
+    graph = _chain(compose, {"x": (2, 3, 4), "a": (3, 4, 2), "b": (3, 2, 4), "y": (3, 2, 4)})
+    after = eliminate_dead_code(simplify(graph))
+    assert ops(after) == ["Transpose", "Relu"] and after.nodes[0].attr("perm") == (1, 0, 2)
+    assert_same_meaning(graph, after)
+
+
+def test_a_transpose_pair_producing_a_graph_output_keeps_a_node():
+    nodes = [Node("Transpose", ("x",), ("a",), {"perm": (1, 0)}), Node("Transpose", ("a",), ("y",), {"perm": (1, 0)})]
+    after = eliminate_dead_code(simplify(_chain(nodes, {"x": (2, 3), "a": (3, 2), "y": (2, 3)})))
+    assert after.outputs == ("y",) and any("y" in n.outputs for n in after.nodes)
+
+
+def test_cse_merges_repeated_nodes_and_equal_constants():
+    b = GraphBuilder("cse")
+    x = b.add_input("x", TensorType((4,), F32))
+    c1 = b.add_constant(np.full(4, 2.0, np.float32), "c")
+    c2 = b.add_constant(np.full(4, 2.0, np.float32), "c")
+    (m1,) = b.add_node("Mul", [x, c1])
+    (m2,) = b.add_node("Mul", [x, c2])  # same as m1 once the constants are one
+    (e1,) = b.add_node("Exp", [m1])
+    (e2,) = b.add_node("Exp", [m2])
+    (t1,) = b.add_node("Transpose", [x], perm=(0,))
+    (y,) = b.add_node("Add", [e1, e2])
+    b.set_outputs([y, t1])
+    graph = b.build()
+    after = eliminate_dead_code(eliminate_common_subexpressions(graph))
+    assert ops(after) == ["Mul", "Exp", "Transpose", "Add"]
+    add = after.nodes[-1]
+    assert add.inputs[0] == add.inputs[1]
+    assert len(after.constants) == 1
+    assert_same_meaning(graph, after)
+
+
+def test_cse_keeps_attributes_apart_and_graph_outputs_produced():
+    nodes = [Node("Transpose", ("x",), ("a",), {"perm": (1, 0)}), Node("Transpose", ("x",), ("y",), {"perm": (1, 0)}),
+             Node("Clip", ("x",), ("c1",), {"min": 0.0, "max": 1.0}), Node("Clip", ("x",), ("c2",), {"min": 0.0, "max": 2.0}),
+             Node("Add", ("c1", "c2"), ("z",))]
+    types = {"x": (3, 3), "a": (3, 3), "y": (3, 3), "c1": (3, 3), "c2": (3, 3), "z": (3, 3)}
+    graph = Graph(("x",), ("a", "y", "z"), nodes, {k: TensorType(v, F32) for k, v in types.items()}, {})
+    after = eliminate_common_subexpressions(graph)
+    assert ops(after) == ops(graph)  # y is a graph output; the Clips differ in max
