@@ -95,7 +95,10 @@ $("#signin-form").addEventListener("submit", async (event) => {
     setToken(token);
     input.value = "";
     showMessage($("#signin-error"), null);
-    await start();
+    const started = start();
+    // The focused sign-in button just disappeared: continue keyboard navigation from the top of the app.
+    if (!document.activeElement || document.activeElement === document.body) $("#main").focus({ preventScroll: true });
+    await started;
   } catch (error) {
     showMessage($("#signin-error"), error);
     input.select();

@@ -36,39 +36,70 @@ function renderModelInfo(box, model) {
     h("div", { class: "tensor-tables" }, tensorTable("Inputs", model.inputs), tensorTable("Outputs", model.outputs)));
 }
 
-// A field per input with symbolic dimensions, prefilled with its known dimensions.
+// For each input with symbolic dimensions, a number field per symbolic dimension (the fixed ones
+// are shown as text); an input of unknown rank gets one comma-separated text field instead.
 function renderShapeFields(fieldset, model) {
   fieldset.replaceChildren();
   const symbolic = model ? model.symbolic_inputs || [] : [];
   fieldset.hidden = symbolic.length === 0;
   if (!symbolic.length) return;
   fieldset.append(h("legend", {}, "Input shapes"),
-    h("p", { class: "hint" }, "These inputs have symbolic dimensions: give concrete sizes, comma-separated."));
-  for (const name of symbolic) {
+    h("p", { class: "hint" }, "These inputs have symbolic dimensions: give each one a size."));
+  symbolic.forEach((name, n) => {
     const info = model.inputs.find((t) => t.name === name);
-    const dims = info && Array.isArray(info.shape) ? info.shape : [];
-    const id = `shape-${name.replace(/[^\w-]/g, "_")}`;
-    fieldset.append(h("div", { class: "field" },
-      h("label", { for: id }, h("code", {}, name), ` ${formatShape(dims)}`),
-      h("input", {
-        id, type: "text", inputmode: "numeric", required: true, class: "shape-input",
-        testid: `shape-input-${name}`, dataset: { input: name },
-        value: dims.map((d) => (typeof d === "number" ? d : "")).join(","),
-        placeholder: dims.map((d) => (typeof d === "number" ? d : d || "?")).join(","),
-      })));
-  }
+    const dims = info && Array.isArray(info.shape) ? info.shape : null;
+    const row = h("div", { class: "shape-row", dataset: { input: name } }, h("code", { class: "shape-name" }, name));
+    if (!dims) {
+      const id = `shape-${n}`;
+      row.append(h("label", { for: id, class: "visually-hidden" }, `Shape of ${name}, comma-separated`),
+        h("input", { id, type: "text", class: "shape-free", placeholder: "e.g. 1,3,224,224", testid: `shape-input-${name}` }));
+    } else {
+      row.append("[");
+      dims.forEach((d, i) => {
+        if (i) row.append(h("span", { class: "shape-sep", "aria-hidden": "true" }, "×"));
+        if (typeof d === "number") {
+          row.append(h("span", { class: "shape-fixed", dataset: { dim: i, value: d } }, String(d)));
+        } else {
+          row.append(h("input", {
+            type: "number", min: 1, step: 1, required: true, class: "shape-dim", placeholder: d || "?",
+            "aria-label": `${name}: dimension ${i}${d ? ` (${d})` : ""}`, dataset: { dim: i },
+            testid: `shape-dim-${name}-${i}`,
+          }));
+        }
+      });
+      row.append("]");
+    }
+    fieldset.append(row);
+  });
+}
+
+function shapeError(name, input) {
+  input.focus();
+  return new ApiError(0, `Give the shape of input "${name}" as positive whole numbers.`);
 }
 
 function readShapes(fieldset) {
   const shapes = {};
-  for (const input of fieldset.querySelectorAll(".shape-input")) {
-    const parts = input.value.split(/[\s,x×]+/).filter(Boolean);
-    const dims = parts.map(Number);
-    if (!dims.length || dims.some((d) => !Number.isInteger(d) || d < 1)) {
-      input.focus();
-      throw new ApiError(0, `The shape of input "${input.dataset.input}" must be positive whole numbers, e.g. 1,3,224,224.`);
+  for (const row of fieldset.querySelectorAll(".shape-row")) {
+    const name = row.dataset.input;
+    const free = row.querySelector(".shape-free");
+    if (free) {
+      const dims = free.value.split(",").map((p) => p.trim()).map((p) => (p === "" ? NaN : Number(p)));
+      if (!dims.length || dims.some((d) => !Number.isInteger(d) || d < 1)) throw shapeError(name, free);
+      shapes[name] = dims;
+      continue;
     }
-    shapes[input.dataset.input] = dims;
+    const dims = [];
+    for (const part of row.querySelectorAll("[data-dim]")) {
+      if (part.tagName !== "INPUT") {
+        dims.push(Number(part.dataset.value));
+        continue;
+      }
+      const d = part.value === "" ? NaN : Number(part.value);
+      if (!Number.isInteger(d) || d < 1) throw shapeError(name, part);
+      dims.push(d);
+    }
+    shapes[name] = dims;
   }
   return shapes;
 }

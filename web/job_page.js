@@ -5,7 +5,7 @@
 import { api, ApiError, downloadFile } from "./api.js";
 import { modelName, putJob, store, subscribe } from "./store.js";
 import {
-  elapsedText, formatBytes, formatNumber, formatSci, formatTime, h, isActive, percent, progressBar,
+  elapsedText, formatBytes, formatMs, formatNumber, formatSci, formatTime, h, isActive, percent, progressBar,
   setProgress, showMessage, statusBadge,
 } from "./ui.js";
 
@@ -32,7 +32,7 @@ function summaryTiles(report) {
   const saved = memory.naive_bytes ? 1 - memory.arena_bytes / memory.naive_bytes : null;
   const passed = validation.passed === undefined ? "" : validation.passed ? "within tolerance" : "OUT OF TOLERANCE";
   const measured = typeof latency.kiln === "number";
-  const ms = (v) => (typeof v === "number" ? `${formatNumber(v, 2)} ms` : "not measured");
+  const ms = (v) => (typeof v === "number" ? formatMs(v) : "not measured");
   const validated = typeof validation.max_abs_err === "number";
   return h("div", { class: "tiles", testid: "report-summary" },
     tile("Kiln latency", ms(latency.kiln), "report-latency-kiln",

@@ -50,7 +50,14 @@ export function formatNumber(value, digits = 2) {
 }
 
 export function formatSci(value) {
+  if (value === 0) return "0";
   return typeof value === "number" && Number.isFinite(value) ? value.toExponential(2) : "–";
+}
+
+// Milliseconds with sensible precision: 24.41 ms, 0.0213 ms.
+export function formatMs(value) {
+  if (typeof value !== "number" || !Number.isFinite(value)) return "–";
+  return `${value >= 1 ? value.toFixed(2) : Number(value.toPrecision(3))} ms`;
 }
 
 export function formatShape(shape) {

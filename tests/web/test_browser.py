@@ -277,3 +277,28 @@ def test_progress_is_polled_when_the_event_stream_fails(page, live_service, mode
     page.get_by_test_id("sign-out").click()
     expect(page.get_by_test_id("token-input")).to_be_visible()
     assert page.evaluate("localStorage.getItem('kiln.token')") is None
+
+
+def test_symbolic_inputs_get_shape_fields(page, live_service, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+    from playwright.sync_api import expect
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+    model = tmp_path / "relu_batch.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+
+    sign_in(page, live_service)
+    page.get_by_test_id("file-input").set_input_files(model)
+    expect(page.get_by_test_id("model-info")).to_contain_text("[batch, 8]")
+    dim = page.get_by_test_id("shape-dim-x-0")
+    expect(dim).to_be_visible()
+    page.get_by_test_id("create-job").click()  # left empty: refused before any request
+    expect(page.get_by_test_id("job-form-error")).to_contain_text('input "x"')
+    dim.fill("2")
+    with page.expect_response(lambda r: r.url.endswith("/api/v1/jobs") and r.request.method == "POST") as created:
+        page.get_by_test_id("create-job").click()
+    assert created.value.status == 201, created.value.text()
+    assert created.value.json()["input_shapes"] == {"x": [2, 8]}
