@@ -6,12 +6,15 @@ from sqlalchemy import text
 
 import core
 
-from ..deps import DbDep
+from ..deps import DbDep, SettingsDep
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/health")
-def health(db: DbDep) -> dict:
+def health(db: DbDep, settings: SettingsDep) -> dict:
     db.execute(text("SELECT 1"))
-    return {"status": "ok", "version": core.__version__}
+    # What this server offers, so that clients can adapt their forms before a request is refused.
+    return {"status": "ok", "version": core.__version__,
+            "features": {"tuning": False, "max_tuning_trials": settings.max_tuning_trials,
+                         "max_upload_bytes": settings.max_upload_bytes}}

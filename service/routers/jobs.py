@@ -45,6 +45,14 @@ def _check_request(body: JobCreate, summary: dict, settings) -> None:
     if unknown:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             f"input_shapes names unknown inputs {unknown}; the model's inputs are {sorted(names)}")
+    declared = {i["name"]: i["shape"] for i in summary["inputs"]}
+    for name, dims in body.input_shapes.items():
+        shape = declared[name]
+        if any(d < 1 for d in dims):
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"input_shapes[{name!r}]: dimensions must be positive")
+        if shape is not None and (len(dims) != len(shape) or any(isinstance(d, int) and d != g for d, g in zip(shape, dims))):
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"input_shapes[{name!r}] = {dims} does not fit the declared shape {shape}")
     unfixed = [n for n in summary.get("symbolic_inputs", []) if n not in body.input_shapes]
     if unfixed:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,

@@ -63,6 +63,10 @@ def test_symbolic_inputs_need_shapes(api, make_model):
     assert model["symbolic_inputs"] == ["x"] and model["inputs"][0]["shape"][0] == "batch"
     response = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"]})
     assert response.status_code == 422 and "symbolic" in response.json()["detail"]
+    for shapes, message in (({"x": [8]}, "does not fit"), ({"x": [2, 3, 9, 8]}, "does not fit"),
+                            ({"x": [0, 3, 8, 8]}, "positive")):
+        bad = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"], "input_shapes": shapes})
+        assert bad.status_code == 422 and message in bad.json()["detail"], shapes
     ok = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"], "input_shapes": {"x": [2, 3, 8, 8]}})
     assert ok.status_code == 201
     assert _run(api, ok.json()["id"]) == "succeeded"
