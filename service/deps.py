@@ -28,6 +28,14 @@ def current_user(token: Annotated[str, Depends(bearer_token)], db: Annotated[Ses
     return user
 
 
+def owned(db: Session, user: User, table, object_id: str, noun: str):
+    """The user's row of `table` with this id; 404 otherwise (another user's object looks like none)."""
+    row = db.get(table, object_id)
+    if row is None or row.user_id != user.id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no {noun} {object_id!r}")
+    return row
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DbDep = Annotated[Session, Depends(get_db)]
 UserDep = Annotated[User, Depends(current_user)]

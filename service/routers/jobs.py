@@ -12,7 +12,7 @@ from core.errors import KilnError
 from core.target import get_target
 
 from .. import storage
-from ..deps import DbDep, SettingsDep, UserDep
+from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..events import job_events
 from ..job_state import ACTIVE, cancel, finish
 from ..schemas.jobs import JobCreate, JobOut, JobStatus
@@ -23,10 +23,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
 def owned_job(db, user, job_id: str) -> Job:
-    row = db.get(Job, job_id)
-    if row is None or row.user_id != user.id:  # another user's job is indistinguishable from none
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id!r}")
-    return row
+    return owned(db, user, Job, job_id, "job")
 
 
 def _check_request(body: JobCreate, summary: dict, settings) -> None:

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from .. import storage
-from ..deps import DbDep, SettingsDep, UserDep
+from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..preflight import run_preflight
 from ..schemas.models import ModelOut
 from ..tables import Job, Model, new_id
@@ -17,10 +17,7 @@ router = APIRouter(prefix="/models", tags=["models"])
 
 
 def owned_model(db, user, model_id: str) -> Model:
-    row = db.get(Model, model_id)
-    if row is None or row.user_id != user.id:  # another user's model is indistinguishable from none
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model {model_id!r}")
-    return row
+    return owned(db, user, Model, model_id, "model")
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ModelOut,
