@@ -102,9 +102,10 @@ def schedule_conv_stage(sch: Schedule, op: ComputeOp, target: Target, ow_tile: O
         parallelize(stage, outer, target)
 
 
-def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
+def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:
+    """`knobs` (ow_tile, oc_tile, oh_tile, rc_tile) come from a tuned config (core/tune/templates.py)."""
     for op in find_ops(outs, ["conv2d"]):
-        schedule_conv_stage(sch, op, target)
+        schedule_conv_stage(sch, op, target, **knobs)
         for pad in inputs_tagged(op, "conv2d_pad"):
             window_pad_stage(sch[Tensor(pad)], target)
     for op in find_ops(outs, ["conv2d_bias"]):

@@ -59,8 +59,9 @@ def schedule_matmul_stage(sch: Schedule, op: ComputeOp, target: Target, row: Opt
         parallelize(stage, outer, target)
 
 
-def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
+def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:
+    """`knobs` (row, col, k_tile) come from a tuned config (core/tune/templates.py)."""
     for op in find_ops(outs, ["matmul"]):
-        schedule_matmul_stage(sch, op, target)
+        schedule_matmul_stage(sch, op, target, **knobs)
     for op in find_ops(outs, ["injective"]):  # the squeeze of 1-D operands
         output_stage(sch, op, outs, target)
