@@ -1,13 +1,15 @@
 """Latency of Kiln against ONNX Runtime on the shared models: same inputs and thread count,
 warm-up, interleaved rounds, medians; prints a table of ratios and their geometric mean.
+Several -O levels are compiled and timed in the same interleaved rounds (e.g. `-O 0 3`).
 
-    .venv/bin/python bench/bench_models.py [--models resnet18 ...] [-t native] [-O 3] [--threads 2]
+    .venv/bin/python bench/bench_models.py [--models resnet18 ...] [-t native] [-O 0 3] [--threads 2]
 """
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -18,45 +20,87 @@ MODELS_DIR = ROOT.parent / "shared" / "models"
 MODELS = ["resnet18", "mobilenet_v2", "squeezenet1_1", "bert_tiny"]
 
 
+def _time_ms(fn, number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - start) * 1000.0 / number
+
+
+def interleaved(runners: dict, rounds: int, warmup: int = 3, min_round_ms: float = 20.0,
+                settle_s: float = 0.3) -> dict[str, float]:
+    """Median ms per call of each runner, timed round-robin so that drift (turbo, neighbours) hits
+    all alike; each runtime's spinning worker threads settle before the next one's round."""
+    for _ in range(warmup):
+        for fn in runners.values():
+            fn()
+    number = {k: max(1, int(min_round_ms / max(_time_ms(fn, 1), 1e-3))) for k, fn in runners.items()}
+    samples: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for k, fn in runners.items():
+            time.sleep(settle_s)
+            samples[k].append(_time_ms(fn, number[k]))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("-t", "--target", default="native")
-    parser.add_argument("-O", "--opt-level", type=int, default=3)
+    parser.add_argument("-O", "--opt-level", type=int, nargs="+", default=[3], choices=[0, 1, 2, 3])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--rounds", type=int, default=25)
     args = parser.parse_args()
 
     import core
-    from core.benchmark import compare_latency
     from core.frontend import import_onnx
     from core.validate import index_bounds, onnxruntime_session, random_inputs
 
+    levels = list(dict.fromkeys(args.opt_level))
     rows = []
     for name in args.models:
         path = MODELS_DIR / f"{name}.onnx"
-        start = time.perf_counter()
-        artifact = core.compile(path, target=args.target, opt_level=args.opt_level, validate=True, benchmark=False,
-                                threads=args.threads)
-        compile_s = time.perf_counter() - start
-        module = artifact.load()
-        module.set_num_threads(args.threads)
         graph = import_onnx(path)
         feeds = random_inputs(graph, 7, index_bounds(graph))
         session = onnxruntime_session(path.read_bytes(), args.threads)
-        lat = compare_latency(module, session, feeds, rounds=args.rounds)
-        module.close()
-        rows.append((name, lat.kiln_ms, lat.onnxruntime_ms, lat.ratio, compile_s,
-                     artifact.report["validation"].get("max_abs_err", float("nan"))))
-        print(f"  {name}: kiln {lat.kiln_ms:.3f} ms, onnxruntime {lat.onnxruntime_ms:.3f} ms", file=sys.stderr)
+        outputs = [o.name for o in session.get_outputs()]
+        runners = {"ort": lambda: session.run(outputs, dict(feeds))}
+        modules, info = [], {}
+        for level in levels:
+            start = time.perf_counter()
+            artifact = core.compile(path, target=args.target, opt_level=level, validate=True, benchmark=False,
+                                    threads=args.threads)
+            compile_s = time.perf_counter() - start
+            module = artifact.load()
+            module.set_num_threads(args.threads)
+            modules.append(module)
+            runners[f"O{level}"] = (lambda m: lambda: m.run(feeds))(module)
+            report = artifact.report
+            info[level] = (compile_s, report["validation"].get("max_abs_err", float("nan")), report["graph"]["kernels"],
+                           report["memory"]["arena_bytes"] / max(1, report["memory"]["naive_bytes"]))
+        times = interleaved(runners, args.rounds)
+        for module in modules:
+            module.close()
+        for level in levels:
+            kiln, ort = times[f"O{level}"], times["ort"]
+            rows.append((name, level, kiln, ort, kiln / ort, *info[level]))
+            print(f"  {name} -O{level}: kiln {kiln:.3f} ms, onnxruntime {ort:.3f} ms", file=sys.stderr)
 
-    print(f"\ntarget {args.target}, -O{args.opt_level}, {args.threads} threads, median of {args.rounds} interleaved rounds\n")
-    print(f"| model | Kiln ms | ONNX Runtime ms | ratio (Kiln/ORT) | compile s | max abs err |")
-    print(f"|---|---:|---:|---:|---:|---:|")
-    for name, k, o, r, c, e in rows:
-        print(f"| {name} | {k:.3f} | {o:.3f} | {r:.2f}x | {c:.1f} | {e:.1e} |")
-    geomean = math.exp(sum(math.log(r[3]) for r in rows) / len(rows))
-    print(f"\ngeomean ratio: {geomean:.2f}x")
+    print(f"\ntarget {args.target}, {args.threads} threads, median of {args.rounds} interleaved rounds "
+          f"(ONNX Runtime and every -O level in the same rounds)\n")
+    print("| model | -O | Kiln ms | ONNX Runtime ms | ratio (Kiln/ORT) | kernels | arena/naive | compile s | max abs err |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, level, k, o, r, c, e, nk, mem in rows:
+        print(f"| {name} | {level} | {k:.3f} | {o:.3f} | {r:.2f}x | {nk} | {mem:.2f} | {c:.1f} | {e:.1e} |")
+    print()
+    for level in levels:
+        ratios = [r[4] for r in rows if r[1] == level]
+        print(f"-O{level} geomean ratio: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    if len(levels) > 1:
+        first, last = levels[0], levels[-1]
+        by = {(r[0], r[1]): r[2] for r in rows}
+        for name in args.models:
+            print(f"{name}: -O{first} / -O{last} = {by[(name, first)] / by[(name, last)]:.2f}x")
     return 0
 
 

@@ -5,6 +5,7 @@ whole body); every kernel argument is bound once to a model input, output, weigh
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -13,6 +14,7 @@ import numpy as np
 
 from .codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from .graph.ir import Graph, Node
+from .graph.inplace import inplace_input
 from .graph.memory import Lifetime, MemoryPlan, align, plan_memory
 from .graph.ops import Pattern, get_op
 from .kernels.registry import get_compute, get_schedule
@@ -21,7 +23,9 @@ from .target import Target
 from .te.lower import lower
 from .te.schedule import create_schedule
 from .te.tensor import Tensor, placeholder
-from .tir.stmt import PrimFunc
+from .tir.expr import Load
+from .tir.functor import rewrite_stmt, walk_expr, walk_stmt
+from .tir.stmt import PrimFunc, Store
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,21 @@ def _group_of(node: Node, graph: Graph) -> tuple[list[Node], Graph]:
     return (list(body.nodes), body) if body is not None else ([node], graph)
 
 
+def _read_from_output(func: PrimFunc, index: int) -> Optional[PrimFunc]:
+    """The kernel without input `index`: it reads those elements from its single output buffer,
+    which the caller binds to the input's memory (valid for elementwise kernels only). None when
+    some store to the output does not read the input, such as a conv accumulating in the output
+    buffer before its epilogue: it would overwrite the input too early."""
+    src, dst = func.params[index], func.outputs[0]
+    for stmt in walk_stmt(func.body):
+        if isinstance(stmt, Store) and stmt.buffer == dst and not any(
+                isinstance(e, Load) and e.buffer == src for e in walk_expr(stmt.value)):
+            return None
+    body = rewrite_stmt(func.body, lambda e: Load(dst, e.index) if isinstance(e, Load) and e.buffer == src else None)
+    params = func.params[:index] + func.params[index + 1:]
+    return dataclasses.replace(func, params=params, body=body, num_inputs=func.num_inputs - 1)
+
+
 def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Sequence[Node]]] = None) -> Executable:
     """Kernels for each node (a Fused node's body is one kernel) or for the given node groups."""
     consumers = graph.consumers()
@@ -134,6 +153,31 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
         infos.append(KernelInfo(name, tuple(n.op for n in nodes), tuple(n.name for n in nodes),
                                 sum(_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs)))
 
+    # Arena: intermediate values (live from producer to last consumer) and per-kernel workspaces.
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for k, info in enumerate(infos):
+        for v in info.outputs:
+            first.setdefault(v, k)
+            last[v] = max(last.get(v, k), k)
+        for v in info.inputs:
+            last[v] = max(last.get(v, k), k)
+    # In place: a kernel whose single output is elementwise in an input that dies there reads that
+    # input from the output's buffer (one parameter, so codegen's noalias promise still holds).
+    inplace: dict[str, str] = {}
+    for k, ((nodes, types, _), info) in enumerate(zip(work, infos)):
+        dying = [v for v in info.inputs if v in first and v not in graph_outputs and last[v] == k]
+        value = inplace_input(nodes, types, dying, info.outputs)
+        func = _read_from_output(funcs[k], info.inputs.index(value)) if value is not None else None
+        if func is not None and info.outputs[0] not in graph_outputs:
+            inplace[info.outputs[0]] = value
+            funcs[k] = func
+            infos[k] = dataclasses.replace(info, inputs=tuple(v for v in info.inputs if v != value))
+    lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
+                 for v in first if v not in graph_outputs]
+    lifetimes += [Lifetime(f"{f.name}/{b.name}", b.nbytes, k, k) for k, f in enumerate(funcs) for b in f.workspaces]
+    memory = plan_memory(lifetimes, inplace)
+
     # Weights: every constant a kernel reads, packed 64-byte aligned in first-use order.
     weight_offsets: dict[str, int] = {}
     blob = bytearray()
@@ -144,20 +188,6 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
                 blob.extend(b"\0" * (align(len(blob)) - len(blob)))
                 weight_offsets[value] = len(blob)
                 blob.extend(data)
-
-    # Arena: intermediate values (live from producer to last consumer) and per-kernel workspaces.
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for k, info in enumerate(infos):
-        for v in info.outputs:
-            first.setdefault(v, k)
-            last[v] = max(last.get(v, k), k)
-        for v in info.inputs:
-            last[v] = max(last.get(v, k), k)
-    lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
-                 for v in first if v not in graph_outputs]
-    lifetimes += [Lifetime(f"{f.name}/{b.name}", b.nbytes, k, k) for k, f in enumerate(funcs) for b in f.workspaces]
-    memory = plan_memory(lifetimes)
 
     input_pos = {v: i for i, v in enumerate(graph.inputs)}
     output_pos = {v: i for i, v in enumerate(graph.outputs)}

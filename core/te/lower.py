@@ -37,6 +37,13 @@ class _Lowering:
         self.workspaces: list[Buffer] = []
         self.locals: list[Buffer] = []
         for stage in sch.stages:
+            # A producer whose epilogue is attached and has its exact type accumulates right in the
+            # epilogue's buffer: each tile is finished, then rewritten in place, before the next.
+            producer = stage.attach[0] if stage.after_producer else None
+            if producer is not None and id(stage.op) in self.buffers and id(producer.op) not in self.buffers \
+                    and stage.op.shape == producer.op.shape and stage.op.dtype == producer.op.dtype:
+                self.buffers[id(producer.op)] = self.buffers[id(stage.op)]
+        for stage in sch.stages:
             if stage.inlined or id(stage.op) in self.buffers:
                 continue
             buf = self._add_buffer(stage.tensor, names, scope=stage.scope)

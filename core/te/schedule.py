@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from ..errors import ScheduleError
-from ..tir.expr import Var
+from ..tir.expr import IntImm, Var
 from ..tir.stmt import ForKind
 from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor, TensorRead
 
@@ -193,15 +193,17 @@ def reads_at_own_axes(sch: Schedule, consumer: ComputeOp, producer: ComputeOp) -
     inlined stages that do the same), and reads no other computed stage (it runs before them)."""
     from ..tir.functor import walk_expr
 
+    def at_axis(index, iv: IterVar) -> bool:  # a size-1 axis may be read at a literal 0 (broadcast reads)
+        return index is iv.var or (iv.extent == 1 and isinstance(index, IntImm) and index.value == 0)
+
     def ok(op: ComputeOp) -> bool:
-        own = [iv.var for iv in op.axis]
         for e in walk_expr(op.body):
             if not isinstance(e, TensorRead) or isinstance(e.tensor.op, PlaceholderOp):
                 continue
             read = e.tensor.op
             if read is not producer and not sch[e.tensor].inlined:
                 return False
-            if len(e.indices) != len(own) or any(i is not v for i, v in zip(e.indices, own)):
+            if len(e.indices) != len(op.axis) or not all(at_axis(i, iv) for i, iv in zip(e.indices, op.axis)):
                 return False
             if read is not producer and not ok(read):
                 return False

@@ -54,6 +54,9 @@ def test_conv_bias_residual_relu_epilogue(c, size, m, k, stride, pad, attached):
     schedule_epilogue(sch, [relu], NATIVE)
     assert (sch[relu].attach is not None) == attached
     func = lower(sch, [x, w, b, res, relu], "k_epilogue")
+    widened = conv.op.input_tensors[0].shape != relu.shape
+    # Attached and of the same shape, the conv accumulates right in the output buffer.
+    assert ("conv2d" in [b.name for b in func.workspaces]) == (widened or not attached)
     if attached:  # the epilogue's loops sit inside the conv's parallel tile loop
         parallel = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.kind == ForKind.PARALLEL]
         assert any(st.buffer.name == "relu" for p in parallel for st in walk_stmt(p) if hasattr(st, "buffer"))
