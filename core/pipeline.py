@@ -20,7 +20,7 @@ from .codegen import build_library, load_kernels
 from .executor import Executable, build_executable
 from .frontend import import_onnx
 from .graph.ir import Graph
-from .graph.passes.manager import optimize
+from .graph.passes.manager import LEVELS, optimize
 from .report import SCHEMA_VERSION
 from .runtime.header import render_header
 from .target import Target, get_target
@@ -126,7 +126,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         "target": tgt.name, "opt_level": opt_level, "compiler_version": __version__,
         "graph": {"nodes_in": nodes_in, "kernels": len(exe.kernels),
                   "fusion_groups": [{"kernel": k.name, "ops": list(k.ops)} for k in exe.kernels if len(k.ops) > 1],
-                  "layout_transforms": 0},
+                  "layout_transforms": 0, "passes": list(LEVELS[opt_level])},
         "memory": {"arena_bytes": exe.memory.arena_bytes, "naive_bytes": exe.memory.naive_bytes,
                    "weights_bytes": len(exe.weights)},
         "kernels": [{"name": k.name, "ops": list(k.ops), "flops": k.flops, "time_ms": kernel_times.get(k.name),

@@ -75,6 +75,17 @@ def test_report_has_stable_keys():
     assert report["memory"]["arena_bytes"] <= report["memory"]["naive_bytes"]
 
 
+def test_opt_levels_fuse_and_all_match_onnxruntime():
+    reports = {level: core.compile(small_cnn(), target="native", opt_level=level, benchmark=False).report
+               for level in (0, 3)}
+    for report in reports.values():
+        assert report["validation"]["passed"] and report["validation"]["max_abs_err"] < 1e-4
+    o0, o3 = reports[0]["graph"], reports[3]["graph"]
+    assert o0["kernels"] == o0["nodes_in"] and not o0["fusion_groups"] and o0["passes"] == []
+    assert {tuple(g["ops"]) for g in o3["fusion_groups"]} == {("Conv", "Relu"), ("MatMul", "Add")}
+    assert o3["kernels"] == o3["nodes_in"] - 2 and "fuse_ops" in o3["passes"]
+
+
 def test_cross_target_compiles_without_running():
     artifact = core.compile(small_cnn(), target="x86-64-v4")
     assert artifact.metadata["target"] == "x86-64-v4"
