@@ -24,6 +24,12 @@ class InvalidModelError(KilnError):
     code = "invalid_model"
 
 
+class ModelTooLargeError(KilnError):
+    """A declared or inferred tensor (or all of them together) is over the size budget: refused before anything allocates it."""
+
+    code = "too_large"
+
+
 class UnsupportedOpError(KilnError):
     """The model uses ops (at their opset) that Kiln cannot compile. Lists every one of them."""
 

@@ -14,6 +14,7 @@ import core
 from core.errors import KilnError
 
 from .db import Database
+from .rate_limits import Limiter
 from .routers import health, jobs, models, targets
 from .settings import Settings, get_settings
 from .sweeper import sweep_forever
@@ -52,6 +53,9 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
     app.state.settings = settings
     app.state.db = database
     app.state.enqueue = enqueue or celery_enqueue(settings)
+    app.state.limiter = Limiter()
+    # Each pre-flight check is a child process importing ONNX: bound how many run at once, not who may upload.
+    app.state.preflight_slots = asyncio.Semaphore(settings.preflight_concurrency)
 
     @app.exception_handler(KilnError)
     async def kiln_error(_request: Request, err: KilnError) -> JSONResponse:

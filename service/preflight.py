@@ -33,16 +33,25 @@ def _limit_child(cpu_seconds: int):
     return apply
 
 
-async def run_preflight(path: Path, timeout_s: float) -> PreflightResult:
+def inspect_command(path: Path, max_tensor_bytes: int) -> list[str]:
+    """The child's command line (a test substitutes one that crashes or hangs)."""
+    return [sys.executable, "-m", "core.frontend.inspect", str(path), "--upload",
+            "--max-tensor-bytes", str(max_tensor_bytes)]
+
+
+async def run_preflight(path: Path, timeout_s: float, max_tensor_bytes: int = 4 << 30) -> PreflightResult:
+    """Checks an uploaded file (no external data: an upload is one file) in a limited child process."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "core.frontend.inspect", str(path), stdout=asyncio.subprocess.PIPE,
+        *inspect_command(path, max_tensor_bytes), stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=str(path.parent), preexec_fn=_limit_child(int(timeout_s) + 1),
         start_new_session=True)
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except asyncio.TimeoutError:
+    except (asyncio.TimeoutError, asyncio.CancelledError) as err:  # also when the client went away
         proc.kill()
         await proc.wait()
+        if isinstance(err, asyncio.CancelledError):
+            raise
         return PreflightResult(False, f"the model check did not finish within {timeout_s:g} s", "check_timeout")
     if proc.returncode != 0:
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"

@@ -27,6 +27,18 @@ class Settings(BaseSettings):
     job_hard_time_limit_s: int = Field(default=3720, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
     max_tuning_trials: int = Field(default=20000, ge=0)
+    # A tensor (declared, inferred, or an input fixed by input_shapes) larger than this is refused with a
+    # 422 before anything allocates it: a 1 KB model may ask for a ConstantOfShape of 10^12 elements.
+    max_tensor_bytes: int = Field(default=4 << 30, gt=0)
+    preflight_concurrency: int = Field(default=2, ge=1)            # model checks at once; more uploads wait
+    # The compile runs in a child with these limits, so a runaway in generated code fails only its job.
+    job_memory_limit_bytes: int = Field(default=16 << 30, gt=0)
+    job_file_limit_bytes: int = Field(default=8 << 30, gt=0)
+    # Per-user limits (429 with Retry-After): requests per minute, and work in flight at once.
+    uploads_per_minute: int = Field(default=30, ge=1)
+    jobs_per_minute: int = Field(default=60, ge=1)
+    max_active_jobs: int = Field(default=20, ge=1)                 # queued + running, per user
+    max_concurrent_uploads: int = Field(default=4, ge=1)           # uploads streaming or being checked, per user
     compile_threads: Optional[int] = Field(default=None, ge=1)     # None: all cores
     events_poll_s: float = Field(default=0.25, gt=0)
     # A running job's worker writes a heartbeat; a job silent for stale_after_s lost its worker

@@ -1,11 +1,12 @@
-"""The compile job: re-read the job, run `core.compile`, write progress as it goes, store outputs atomically.
+"""The compile job: re-read the job, run `core.compile` in a sandboxed child, write progress as it goes,
+publish outputs atomically.
 
 Idempotent by job id: a job that already ended is skipped, and a redelivered running job (its worker
-died) starts over and overwrites nothing until it succeeds.
+died) starts over and overwrites nothing until it succeeds. The compile runs in a forked child with
+resource limits (workers.compile_child), so a crash in generated code fails only this job.
 """
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
@@ -16,13 +17,15 @@ from typing import Callable, Optional
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.orm import Session
 
-import core
 from core.errors import KilnError
+from core.sandbox import SandboxError, SandboxTimeout, run_sandboxed
 from service import storage
 from service.db import Database
 from service.job_state import ACTIVE, STAGE_NAMES, TERMINAL, finish, transition
 from service.settings import Settings
 from service.tables import Job, utcnow
+
+from .compile_child import compile_into, compile_limits, publish, remove_staging, staging_dir
 
 log = logging.getLogger("kiln.worker")
 
@@ -45,17 +48,36 @@ def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2) -> C
     return report
 
 
-def _store_outputs(settings: Settings, job: Job, artifact) -> None:
-    folder = storage.job_dir(settings, job.id)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{storage.ARTIFACT}.partial"
+def _compile(settings: Settings, job: Job, db: Session) -> None:
+    """core.compile in a sandboxed child that writes into a staging folder; published here only on success."""
+    remove_staging(settings, job.id)  # what an earlier, killed attempt left behind
+    staging = staging_dir(settings, job.id)
+    progress = _progress_writer(db, job.id)
+    stage = {"name": "importing"}
+
+    def on_message(kind: str, name: str, fraction: float) -> None:
+        stage["name"] = STAGE_NAMES.get(name, name)
+        progress(name, fraction)  # raises JobCancelled: the child is killed at once
+
     try:
-        artifact.save(tmp)  # core writes its own temp file and renames; we rename once more into place
-        storage.write_atomic(folder / storage.REPORT_JSON, json.dumps(artifact.report, indent=2))
-        storage.write_atomic(folder / storage.REPORT_HTML, artifact.report_html)
-        tmp.replace(folder / storage.ARTIFACT)
+        try:
+            run_sandboxed(compile_into, str(storage.model_path(settings, job.model_id)), str(staging),
+                          target=job.target, opt_level=job.opt_level,
+                          input_shapes={k: tuple(v) for k, v in job.input_shapes.items()} or None,
+                          threads=settings.compile_threads, max_tensor_bytes=settings.max_tensor_bytes,
+                          limits=compile_limits(settings), on_message=on_message, what="the compile")
+        except SandboxError as err:
+            if isinstance(err, SandboxTimeout):
+                raise
+            # Which stage it died in tells the user (and us) whether generated code was running.
+            crashed = type(err)(f"{err} while {stage['name']}")
+            crashed.code = err.code
+            raise crashed from None
+        if not transition(db, job.id, ("running",), stage="packaging", progress=0.99):
+            raise JobCancelled(job.id)
+        publish(staging, storage.job_dir(settings, job.id))
     finally:
-        tmp.unlink(missing_ok=True)
+        remove_staging(settings, job.id)
 
 
 class Heartbeat:
@@ -119,32 +141,22 @@ def run_compile_job(job_id: str, settings: Settings, database: Database, *, work
                           started_at=utcnow(), heartbeat_at=utcnow(), worker=worker or socket.gethostname(),
                           error=None, error_code=None):
             return "cancelled"
-        model = storage.model_path(settings, job.model_id)
-        artifact = None
         try:
             with Heartbeat(database, job_id, settings.heartbeat_s):
-                artifact = core.compile(model, target=job.target, opt_level=job.opt_level,
-                                        input_shapes={k: tuple(v) for k, v in job.input_shapes.items()} or None,
-                                        progress=_progress_writer(db, job_id), threads=settings.compile_threads)
-                if not transition(db, job_id, ("running",), stage="packaging", progress=0.99):
-                    raise JobCancelled(job_id)
-                _store_outputs(settings, job, artifact)
+                _compile(settings, job, db)
             if not finish(db, job_id, "succeeded"):
                 return _after_lost_race(db, settings, job_id)
             return "succeeded"
         except JobCancelled:
             return _after_lost_race(db, settings, job_id)
-        except KilnError as err:
-            finish(db, job_id, "failed", error=str(err), code=err.code)
-            return "failed"
-        except SoftTimeLimitExceeded:
+        except (SoftTimeLimitExceeded, SandboxTimeout):
             finish(db, job_id, "failed", code="time_limit",
                    error=f"the compile took longer than the limit of {settings.job_soft_time_limit_s} s")
+            return "failed"
+        except KilnError as err:  # the user's model, or the sandbox: a crash, a limit, a full disk
+            finish(db, job_id, "failed", error=str(err), code=err.code)
             return "failed"
         except Exception as err:  # a compiler bug: tell the user what happened, keep the traceback in the log
             log.exception("job %s failed", job_id)
             finish(db, job_id, "failed", code="internal_error", error=f"internal error: {type(err).__name__}: {err}")
             return "failed"
-        finally:
-            if artifact is not None:
-                artifact.cleanup()

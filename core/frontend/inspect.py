@@ -1,21 +1,26 @@
 """Pre-flight inspection of an ONNX model: checker, shape inference, I/O signature and op coverage.
 
-`python -m core.frontend.inspect MODEL.onnx` prints the summary as JSON, so that a service can run
-the (native, crash-prone) checker in a child process and a segfault costs only that child.
+`python -m core.frontend.inspect MODEL.onnx [--upload] [--max-tensor-bytes N]` prints the summary as
+JSON, so that a service can run the (native, crash-prone) checker in a child process and a segfault
+costs only that child.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 from typing import Any
 
+import numpy as np
 import onnx
 
-from core.errors import KilnError, UnsupportedOpError
+from core.errors import KilnError, ModelTooLargeError, UnsupportedOpError
+from core.graph.ir import Graph
 
 from .converters import find_converter
 from .converters.registry import canonical_domain
-from .model_loading import ModelSource, load_model
+from .model_loading import DEFAULT_BUDGET, ModelSource, SizeBudget, load_model
 from .onnx_importer import import_onnx
 from .onnx_values import numpy_dtype
 
@@ -48,13 +53,26 @@ def unsupported_ops(proto: onnx.ModelProto) -> list[tuple[str, str, int]]:
     return sorted(missing)
 
 
-def inspect_model(model: ModelSource) -> dict[str, Any]:
+def check_graph_sizes(graph: Graph, budget: SizeBudget = DEFAULT_BUDGET) -> None:
+    """Every value of the imported graph (Kiln's own shape inference) within the per-tensor budget.
+
+    Catches what ONNX could not size from the file alone, such as Expand/Tile/Resize fed by Shape.
+    """
+    for name, ttype in graph.types.items():
+        nbytes = math.prod(ttype.shape) * np.dtype(ttype.dtype).itemsize
+        if nbytes > budget.max_tensor_bytes:
+            raise ModelTooLargeError(f"model too large: value {name!r} {list(ttype.shape)} would need {nbytes:,} "
+                                     f"bytes, over the limit of {budget.max_tensor_bytes:,} bytes per tensor")
+
+
+def inspect_model(model: ModelSource, *, allow_external_data: bool = True,
+                  budget: SizeBudget = DEFAULT_BUDGET) -> dict[str, Any]:
     """The model's signature, or the KilnError a compile would raise first (every unsupported op listed).
 
     A model whose inputs all have static shapes is imported in full, which also catches unsupported
-    attribute combinations; symbolic dimensions are left for the compile's `input_shapes`.
+    attribute combinations and sizes every value; symbolic dimensions are left for the compile's `input_shapes`.
     """
-    proto = load_model(model)
+    proto = load_model(model, allow_external_data=allow_external_data, budget=budget)
     missing = unsupported_ops(proto)
     if missing:
         raise UnsupportedOpError(missing)
@@ -62,7 +80,7 @@ def inspect_model(model: ModelSource) -> dict[str, Any]:
     inputs = _signature(proto.graph.input, initializers)
     symbolic = [i["name"] for i in inputs if i["shape"] is None or any(isinstance(d, str) for d in i["shape"])]
     if not symbolic:
-        import_onnx(proto)
+        check_graph_sizes(import_onnx(proto), budget)
     return {
         "inputs": inputs,
         "outputs": _signature(proto.graph.output, set()),
@@ -74,12 +92,20 @@ def inspect_model(model: ModelSource) -> dict[str, Any]:
     }
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m core.frontend.inspect")
+    parser.add_argument("model")
+    parser.add_argument("--upload", action="store_true", help="a single uploaded file: refuse any external data")
+    parser.add_argument("--max-tensor-bytes", type=int, default=DEFAULT_BUDGET.max_tensor_bytes)
+    return parser
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(json.dumps({"ok": False, "code": "usage", "message": "usage: python -m core.frontend.inspect MODEL.onnx"}))
-        return 2
+    args = _parser().parse_args(argv)
+    budget = SizeBudget(max_tensor_bytes=args.max_tensor_bytes,
+                        max_weights_bytes=max(args.max_tensor_bytes, DEFAULT_BUDGET.max_weights_bytes))
     try:
-        summary = inspect_model(argv[0])
+        summary = inspect_model(args.model, allow_external_data=not args.upload, budget=budget)
     except KilnError as err:
         payload = {"ok": False, "code": err.code, "message": str(err)}
         if isinstance(err, UnsupportedOpError):

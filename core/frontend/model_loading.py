@@ -1,8 +1,11 @@
 """Reads an ONNX model (path, bytes or ModelProto) and validates it; external data is read only from
-files inside the model's folder (absolute paths, `..` and symlinks out are rejected first)."""
+files inside the model's folder (absolute paths, `..` and symlinks out are rejected first), and declared
+sizes are held to a budget before anything allocates them."""
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Iterator, Union
 
@@ -10,14 +13,37 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from core.errors import InvalidModelError
+from core.errors import InvalidModelError, ModelTooLargeError
 
 ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto]
 
+# If/Loop/Scan bodies nest graphs in attributes; real models nest a few levels, and walking a hostile
+# nesting (protobuf allows ~100) recursively would end in a RecursionError instead of a clear message.
+MAX_SUBGRAPH_DEPTH = 16
 
-def load_model(model: ModelSource) -> onnx.ModelProto:
+
+@dataclass(frozen=True)
+class SizeBudget:
+    """How large a model may declare its tensors: one tensor, and the weights together."""
+
+    max_tensor_bytes: int = 4 << 30
+    max_weights_bytes: int = 8 << 30
+
+
+DEFAULT_BUDGET = SizeBudget()
+
+
+def load_model(model: ModelSource, *, allow_external_data: bool = True,
+               budget: SizeBudget = DEFAULT_BUDGET) -> onnx.ModelProto:
+    """The checked model. `allow_external_data=False` for a single uploaded file, which has no data beside it."""
     proto, folder = _parse(model)
-    external = [t for t in _tensors(proto.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    tensors = list(_tensors(proto.graph))
+    check_declared_sizes(tensors, budget)  # from dims alone: nothing is allocated yet
+    external = [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external and not allow_external_data:
+        raise InvalidModelError(f"not an ONNX model: tensor {external[0].name!r} keeps its data in an external "
+                                "file; an upload is a single file, so save the model with its weights inside "
+                                "(onnx.save(model, path, save_as_external_data=False))")
     if external and folder is None:
         raise InvalidModelError(f"not an ONNX model: tensor {external[0].name!r} keeps its data in an external "
                                 "file, which needs the model to be loaded from its path")
@@ -25,10 +51,50 @@ def load_model(model: ModelSource) -> onnx.ModelProto:
     # The checker reads a path itself (external data included, nothing re-serialized); shape inference
     # does not need the weights, so both run before the (possibly large) external data is read.
     _check(Path(model) if isinstance(model, (str, os.PathLike)) else proto)
-    _infer_shapes(proto)
+    check_inferred_sizes(_infer_shapes(proto), budget)
     for tensor, location in zip(external, locations):
         _read_external_data(tensor, location)
     return proto
+
+
+def _itemsize(data_type: int) -> int:
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return 8  # unknown or string types: the checker rejects what it must; count them generously
+
+
+def _too_large(what: str, nbytes: int, limit: int) -> ModelTooLargeError:
+    return ModelTooLargeError(f"model too large: {what} would need {nbytes:,} bytes, over the limit of "
+                              f"{limit:,} bytes per tensor")
+
+
+def check_declared_sizes(tensors: list[onnx.TensorProto], budget: SizeBudget) -> None:
+    """Initializers and constant attributes by their declared dims (Python ints: no overflow)."""
+    total = 0
+    for tensor in tensors:
+        if any(d < 0 for d in tensor.dims):
+            raise InvalidModelError(f"not an ONNX model: tensor {tensor.name!r} declares negative dims {list(tensor.dims)}")
+        nbytes = math.prod(tensor.dims) * _itemsize(tensor.data_type)
+        if nbytes > budget.max_tensor_bytes:
+            raise _too_large(f"tensor {tensor.name!r} {list(tensor.dims)}", nbytes, budget.max_tensor_bytes)
+        total += nbytes
+    if total > budget.max_weights_bytes:
+        raise ModelTooLargeError(f"model too large: its weights declare {total:,} bytes, over the limit of "
+                                 f"{budget.max_weights_bytes:,} bytes")
+
+
+def check_inferred_sizes(proto: onnx.ModelProto, budget: SizeBudget) -> None:
+    """Every value whose shape ONNX inferred (ConstantOfShape, Expand, Tile, Range, Resize of constants)."""
+    graph = proto.graph
+    for value in [*graph.value_info, *graph.output]:
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape") or not all(d.HasField("dim_value") for d in tensor.shape.dim):
+            continue  # symbolic: sized once the compile fixes its input shapes
+        nbytes = math.prod(d.dim_value for d in tensor.shape.dim) * _itemsize(tensor.elem_type)
+        if nbytes > budget.max_tensor_bytes:
+            raise _too_large(f"value {value.name!r} {[d.dim_value for d in tensor.shape.dim]}", nbytes,
+                             budget.max_tensor_bytes)
 
 
 def _parse(model: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
@@ -60,17 +126,31 @@ def _decode(data: bytes) -> onnx.ModelProto:
     return proto
 
 
-def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+def _sparse(sparse: onnx.SparseTensorProto) -> Iterator[onnx.TensorProto]:
+    yield sparse.values
+    yield sparse.indices
+
+
+def _tensors(graph: onnx.GraphProto, depth: int = 0) -> Iterator[onnx.TensorProto]:
+    """Every tensor a graph carries: initializers, sparse ones, attributes, and those of its subgraphs."""
+    if depth > MAX_SUBGRAPH_DEPTH:
+        raise InvalidModelError(f"not an ONNX model: subgraphs nested more than {MAX_SUBGRAPH_DEPTH} levels deep")
     yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from _sparse(sparse)
     for node in graph.node:
         for attribute in node.attribute:
             if attribute.HasField("t"):
                 yield attribute.t
             yield from attribute.tensors
+            if attribute.HasField("sparse_tensor"):
+                yield from _sparse(attribute.sparse_tensor)
+            for sparse in attribute.sparse_tensors:
+                yield from _sparse(sparse)
             if attribute.HasField("g"):
-                yield from _tensors(attribute.g)
+                yield from _tensors(attribute.g, depth + 1)
             for subgraph in attribute.graphs:
-                yield from _tensors(subgraph)
+                yield from _tensors(subgraph, depth + 1)
 
 
 def safe_external_path(folder: Path, location: str) -> Path:
@@ -125,9 +205,9 @@ def _check(source: onnx.ModelProto | Path) -> None:
         raise InvalidModelError(f"not an ONNX model: it fails the ONNX checker: {_first_line(err)}") from None
 
 
-def _infer_shapes(proto: onnx.ModelProto) -> None:
+def _infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
     except (onnx.shape_inference.InferenceError, ValueError) as err:
         raise InvalidModelError(f"not an ONNX model: ONNX shape inference rejects it: {_first_line(err)}") from None
 

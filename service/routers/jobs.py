@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Literal, Optional
 
+import numpy as np
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from sqlalchemy import select
@@ -15,6 +17,7 @@ from .. import storage
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..events import job_events
 from ..job_state import ACTIVE, cancel, finish
+from ..rate_limits import JobAllowed
 from ..schemas.jobs import JobCreate, JobOut, JobStatus
 from ..tables import Job, new_id
 from .models import owned_model
@@ -24,6 +27,13 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 def owned_job(db, user, job_id: str) -> Job:
     return owned(db, user, Job, job_id, "job")
+
+
+def _itemsize(dtype: str) -> int:
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return 8
 
 
 def _check_request(body: JobCreate, summary: dict, settings) -> None:
@@ -43,10 +53,16 @@ def _check_request(body: JobCreate, summary: dict, settings) -> None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             f"input_shapes names unknown inputs {unknown}; the model's inputs are {sorted(names)}")
     declared = {i["name"]: i["shape"] for i in summary["inputs"]}
+    itemsizes = {i["name"]: _itemsize(i["dtype"]) for i in summary["inputs"]}
     for name, dims in body.input_shapes.items():
         shape = declared[name]
         if any(d < 1 for d in dims):
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"input_shapes[{name!r}]: dimensions must be positive")
+        nbytes = math.prod(dims) * itemsizes[name]
+        if nbytes > settings.max_tensor_bytes:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"input_shapes[{name!r}] = {dims} would need {nbytes:,} bytes, over this server's "
+                                f"limit of {settings.max_tensor_bytes:,} bytes per tensor")
         if shape is not None and (len(dims) != len(shape) or any(isinstance(d, int) and d != g for d, g in zip(shape, dims))):
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                                 f"input_shapes[{name!r}] = {dims} does not fit the declared shape {shape}")
@@ -56,8 +72,10 @@ def _check_request(body: JobCreate, summary: dict, settings) -> None:
                             f"inputs {unfixed} have symbolic dimensions: give their shapes in input_shapes")
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut)
-def create_job(body: JobCreate, request: Request, user: UserDep, db: DbDep, settings: SettingsDep) -> JobOut:
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut,
+             responses={429: {"description": "too many jobs: see Retry-After"}})
+def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAllowed, db: DbDep,
+               settings: SettingsDep) -> JobOut:
     """Queue a compile of an uploaded model for a target."""
     model = owned_model(db, user, body.model_id)
     _check_request(body, model.summary, settings)

@@ -8,6 +8,7 @@ from sqlalchemy.exc import IntegrityError
 from .. import storage
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..preflight import run_preflight
+from ..rate_limits import UploadAllowed
 from ..schemas.models import ModelOut
 from ..tables import Job, Model, new_id
 from ..job_state import ACTIVE
@@ -21,17 +22,21 @@ def owned_model(db, user, model_id: str) -> Model:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ModelOut,
-             responses={200: {"description": "the same file was uploaded before: that model is answered"}})
-async def upload_model(request: Request, response: Response, user: UserDep, db: DbDep,
+             responses={200: {"description": "the same file was uploaded before: that model is answered"},
+                        413: {"description": "over the upload limit"}, 415: {"description": "not multipart"},
+                        422: {"description": "not a model Kiln can compile"},
+                        429: {"description": "too many uploads: see Retry-After"}})
+async def upload_model(request: Request, response: Response, user: UserDep, _allowed: UploadAllowed, db: DbDep,
                        settings: SettingsDep) -> ModelOut:
-    """Upload an ONNX model as multipart field `file`. Checked (ONNX checker, op coverage) before it is kept."""
+    """Upload an ONNX model as multipart field `file`. Checked (ONNX checker, op coverage, sizes) before it is kept."""
     upload = await receive_upload(request, settings.tmp_dir, settings.max_upload_bytes)
     try:
         existing = db.scalar(select(Model).where(Model.user_id == user.id, Model.sha256 == upload.sha256))
         if existing is not None:
             response.status_code = status.HTTP_200_OK
             return ModelOut.of(existing, deduplicated=True)
-        check = await run_preflight(upload.path, settings.preflight_timeout_s)
+        async with request.app.state.preflight_slots:
+            check = await run_preflight(upload.path, settings.preflight_timeout_s, settings.max_tensor_bytes)
         if not check.ok:
             detail = {"message": check.message, "code": check.code}
             if check.unsupported_ops:

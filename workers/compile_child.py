@@ -1,0 +1,88 @@
+"""What runs inside the sandboxed compile child: core.compile into a staging folder, and publishing it after.
+
+The child writes only under its staging folder (its TMPDIR too), so a killed or failed attempt leaves
+nothing a user could download, and the next attempt removes what it left.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from core.errors import KilnError
+from core.sandbox import Limits
+from service import storage
+from service.settings import Settings
+
+OUTPUTS = (storage.REPORT_JSON, storage.REPORT_HTML, storage.ARTIFACT)  # the artifact last: it marks completion
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+class OutputWriteError(KilnError):
+    """The job's outputs could not be written (disk full, file size limit)."""
+
+    code = "storage_full"
+
+
+def staging_dir(settings: Settings, job_id: str) -> Path:
+    return settings.tmp_dir / f"job-{job_id}"
+
+
+def remove_staging(settings: Settings, job_id: str) -> None:
+    shutil.rmtree(staging_dir(settings, job_id), ignore_errors=True)
+
+
+def compile_limits(settings: Settings) -> Limits:
+    return Limits(wall_s=settings.job_soft_time_limit_s, memory_bytes=settings.job_memory_limit_bytes,
+                  file_bytes=settings.job_file_limit_bytes, open_files=4096)
+
+
+def compile_into(report: Callable, model_path: str, staging: str, *, target: str, opt_level: int,
+                 input_shapes: Optional[dict], threads: Optional[int], max_tensor_bytes: int) -> dict:
+    """In the child: compile, then write the artifact and both reports into `staging`."""
+    import core
+    from core.frontend import import_onnx
+    from core.frontend.inspect import check_graph_sizes
+    from core.frontend.model_loading import SizeBudget
+
+    folder = Path(staging)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(folder)  # build folders and the linker's temp files go where we clean
+    tempfile.tempdir = None
+    budget = SizeBudget(max_tensor_bytes=max_tensor_bytes, max_weights_bytes=max(max_tensor_bytes, 8 << 30))
+    try:
+        if input_shapes:  # the pre-flight could not size a symbolic model; with the job's shapes it can
+            check_graph_sizes(import_onnx(model_path, input_shapes=input_shapes), budget)
+        artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
+                                progress=lambda stage, fraction: report("progress", stage, fraction), threads=threads)
+        try:
+            out = folder / "out"
+            artifact.save(out / storage.ARTIFACT)
+            storage.write_atomic(out / storage.REPORT_JSON, json.dumps(artifact.report, indent=2))
+            storage.write_atomic(out / storage.REPORT_HTML, artifact.report_html)
+        finally:
+            artifact.cleanup()
+    except OSError as err:
+        if err.errno in _DISK_FULL:
+            raise OutputWriteError(f"the compile could not write its outputs: {os.strerror(err.errno)} "
+                                   "(the server's disk is full or the job's file size limit was reached)") from None
+        raise
+    return {"outputs": [str(out / name) for name in OUTPUTS]}
+
+
+def publish(staging: Path, job_folder: Path) -> None:
+    """Moves the outputs into the job's folder, one rename each; a failure removes whatever was moved."""
+    job_folder.mkdir(parents=True, exist_ok=True)
+    moved = []
+    try:
+        for name in OUTPUTS:
+            os.replace(staging / "out" / name, job_folder / name)
+            moved.append(name)
+    except OSError:
+        for name in moved:
+            (job_folder / name).unlink(missing_ok=True)
+        raise
