@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from .graph.ir import Graph, Node
 from .graph.inplace import inplace_input
 from .graph.memory import Lifetime, MemoryPlan, align, plan_memory
 from .graph.ops import Pattern, get_op
-from .kernels.registry import get_compute, get_schedule
+from .kernels.registry import ScheduleFn, get_compute, get_schedule
 from .kernels.schedules.epilogue import schedule_epilogue
 from .target import Target
 from .te.lower import lower
@@ -63,8 +63,10 @@ def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
     return f"k{index:03d}_{re.sub(r'[^a-z0-9_]', '', ops)}"
 
 
-def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str]):
-    """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op.
+def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
+                anchor_schedule: Optional[ScheduleFn] = None):
+    """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op
+    (by `anchor_schedule` instead of the registry's when given: a tuned config, core/tune).
 
     A complex or reduction anchor schedules its own stages with the kernel outputs as `outs`, so
     its final elementwise stage is inlined into the fused epilogue; the epilogue (what the group
@@ -92,8 +94,12 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
         for o in node.outputs:
             if o not in outputs:
                 sch[tensors[o]].compute_inline()
+
+    def schedule_of(node: Node) -> ScheduleFn:
+        return anchor_schedule if anchor_schedule is not None and node is anchor else get_schedule(node.op, target)
+
     if complex_anchor:
-        get_schedule(anchor.op, target)(sch, out_tensors, target)
+        schedule_of(anchor)(sch, out_tensors, target)
         anchor_outs = {id(tensors[o].op) for o in anchor.outputs}
         epilogue = [t for t in out_tensors if id(t.op) not in anchor_outs]
         schedule_epilogue(sch, epilogue, target)
@@ -101,7 +107,7 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
         for node in nodes:
             outs = [tensors[o] for o in node.outputs if o in outputs]
             if outs:
-                get_schedule(node.op, target)(sch, outs, target)
+                schedule_of(node)(sch, outs, target)
     return lower(sch, params + out_tensors, name, num_outputs=len(out_tensors)), inputs
 
 
@@ -126,8 +132,10 @@ def _read_from_output(func: PrimFunc, index: int) -> Optional[PrimFunc]:
     return dataclasses.replace(func, params=params, body=body, num_inputs=func.num_inputs - 1)
 
 
-def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Sequence[Node]]] = None) -> Executable:
-    """Kernels for each node (a Fused node's body is one kernel) or for the given node groups."""
+def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Sequence[Node]]] = None,
+                     schedule_for: Optional[Callable[[str, Node], Optional[ScheduleFn]]] = None) -> Executable:
+    """Kernels for each node (a Fused node's body is one kernel) or for the given node groups.
+    `schedule_for(kernel name, node)` may return the anchor schedule of a node's kernel (tuning records)."""
     consumers = graph.consumers()
     graph_outputs = set(graph.outputs)
 
@@ -146,9 +154,11 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
 
     funcs: list[PrimFunc] = []
     infos: list[KernelInfo] = []
+    owners = list(graph.nodes) if groups is None else [None] * len(work)
     for k, (nodes, types, outputs) in enumerate(work):
         name = _kernel_name(k, nodes)
-        func, inputs = lower_group(nodes, types, target, name, outputs)
+        tuned = schedule_for(name, owners[k]) if schedule_for and owners[k] is not None else None
+        func, inputs = lower_group(nodes, types, target, name, outputs, anchor_schedule=tuned)
         funcs.append(func)
         infos.append(KernelInfo(name, tuple(n.op for n in nodes), tuple(n.name for n in nodes),
                                 sum(_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs)))
