@@ -21,7 +21,9 @@ class Settings(BaseSettings):
     broker_url: Optional[str] = None
     result_backend: Optional[str] = None
 
-    max_upload_bytes: int = Field(default=1 << 30, gt=0)          # 1 GiB
+    # 1 GiB; at most 2 GiB, protobuf's own limit for one file (larger models need external data,
+    # which a single-file upload cannot carry).
+    max_upload_bytes: int = Field(default=1 << 30, gt=0, le=2 << 30)
     preflight_timeout_s: float = Field(default=120.0, gt=0)
     job_soft_time_limit_s: int = Field(default=3600, gt=0)
     job_hard_time_limit_s: int = Field(default=3720, gt=0)
