@@ -83,10 +83,26 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     nodes_in = len(graph.nodes)
     with stage("optimize", 0.1):
         graph = optimize(graph, opt_level)
-    timings["tune"] = 0.0  # schedule tuning arrives with the tuning issue; default configs until then
+    tuning_report: dict[str, Any] = {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}
+    schedule_for, tuned_kernels = None, set()
+    if tuning is not None:
+        from .tune import tune_graph
+
+        user_progress = tuning.get("progress")
+
+        def tune_progress(name: str, fraction: float) -> None:  # the caller's own bar and the compile's
+            if user_progress is not None:
+                user_progress(name, fraction)
+            notify(name, 0.15 + 0.05 * fraction)
+
+        with stage("tune", 0.15):
+            outcome = tune_graph(graph, tgt, {**tuning, "progress": tune_progress})
+        tuning_report, schedule_for, tuned_kernels = outcome.report, outcome.schedule_for, outcome.tuned_kernels
+    else:
+        timings["tune"] = 0.0
     workdir = new_workdir()
     with stage("build", 0.2):
-        exe = build_executable(graph, tgt)
+        exe = build_executable(graph, tgt, schedule_for=schedule_for)
         build_library(list(exe.funcs), tgt, workdir / LIBRARY, plan=exe.plan)
         (workdir / WEIGHTS).write_bytes(exe.weights)
     metadata = {
@@ -131,8 +147,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                    "weights_bytes": len(exe.weights)},
         "kernels": [{"name": k.name, "ops": list(k.ops), "flops": k.flops, "time_ms": kernel_times.get(k.name),
                      "gflops": (k.flops / kernel_times[k.name] / 1e6) if kernel_times.get(k.name) else None,
-                     "tuned": False} for k in exe.kernels],
-        "tuning": {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []},
+                     "tuned": k.name in tuned_kernels} for k in exe.kernels],
+        "tuning": tuning_report,
         "validation": validation, "latency_ms": latency, "timings_s": timings,
         "threads": nthreads,
     }

@@ -1,0 +1,239 @@
+"""Measurement: a Builder compiles each candidate into its own kernel library; a Runner runs them in
+a separate process (new session, resource limits, timeout) against the reference kernel. A crash,
+hang or wrong answer becomes an error code on that candidate, and tuning goes on."""
+from __future__ import annotations
+
+import enum
+import json
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..codegen.build import build_library
+from ..errors import KilnError, ScheduleError
+from ..tir.stmt import PrimFunc
+from .space import Config
+from .task import Task
+
+
+class MeasureErrorNo(enum.IntEnum):
+    NO_ERROR = 0
+    INSTANTIATION_ERROR = 1  # the config is invalid for the workload (or the schedule refuses it)
+    COMPILE_HOST = 2  # code generation or linking failed
+    RUNTIME_DEVICE = 4  # the kernel crashed (signal) or raised while running
+    WRONG_ANSWER = 5  # output differs from the untuned kernel's
+    BUILD_TIMEOUT = 6
+    RUN_TIMEOUT = 7
+    UNKNOWN_ERROR = 8
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    lib: Optional[str]  # path of the kernel library (None when the build failed)
+    name: str  # the kernel's symbol
+    error_no: MeasureErrorNo = MeasureErrorNo.NO_ERROR
+    error_msg: str = ""
+    build_s: float = 0.0
+    func: Optional[PrimFunc] = field(default=None, compare=False, repr=False)  # the lowered candidate (features)
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    costs: tuple[float, ...]  # seconds per call, one per repeat (empty on error)
+    error_no: MeasureErrorNo
+    error_msg: str = ""
+    all_cost: float = 0.0  # build + run seconds spent on this candidate
+    timestamp: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_no == MeasureErrorNo.NO_ERROR
+
+    @property
+    def mean_cost(self) -> float:
+        s = sorted(self.costs)
+        return s[len(s) // 2] if s else float("inf")  # the median: robust to a noisy neighbour
+
+
+class LocalBuilder:
+    """Lowers and compiles each candidate in this process, one library per candidate."""
+
+    def __init__(self, directory: "str | Path"):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def build_reference(self, task: Task) -> BuildResult:
+        return self._build(task, None)
+
+    def build(self, task: Task, configs: Sequence[Config]) -> list[BuildResult]:
+        return [self._build(task, c) for c in configs]
+
+    def _build(self, task: Task, config: Optional[Config]) -> BuildResult:
+        name = f"tune_{task.key[:8]}_{'ref' if config is None else config.index}"
+        start = time.perf_counter()
+        if config is not None and not task.valid(config):
+            return BuildResult(None, name, MeasureErrorNo.INSTANTIATION_ERROR, "config outside the template's limits")
+        try:
+            func = task.instantiate(config, name)
+        except ScheduleError as e:
+            return BuildResult(None, name, MeasureErrorNo.INSTANTIATION_ERROR, str(e), time.perf_counter() - start)
+        except Exception as e:  # noqa: BLE001 - a template bug on one config must not end the tuning
+            return BuildResult(None, name, MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}",
+                               time.perf_counter() - start)
+        try:
+            path = build_library([func], task.target, self.directory / f"{name}.so")
+        except (KilnError, OSError) as e:
+            return BuildResult(None, name, MeasureErrorNo.COMPILE_HOST, str(e), time.perf_counter() - start, func)
+        return BuildResult(str(path), name, build_s=time.perf_counter() - start, func=func)
+
+
+def _limits(memory_bytes: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing kernel leaves no core file behind
+        if memory_bytes:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+    return apply
+
+
+class _Worker:
+    """One measuring process (its own session, so a kill takes its threads with it)."""
+
+    def __init__(self, memory_bytes: int):
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        self.proc = subprocess.Popen([sys.executable, "-m", "core.tune.measure_worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                     start_new_session=True, preexec_fn=_limits(memory_bytes))
+        self.buffer = b""
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.proc.stdout, selectors.EVENT_READ)
+
+    def send(self, request: dict) -> None:
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def answer(self, request_id: str, timeout_s: float) -> Optional[dict]:
+        """The answer to `request_id`; {"eof": returncode} if the process died; None on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                msg = json.loads(line)
+                if msg.get("id") == request_id:
+                    return msg
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.selector.select(left):
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                return {"eof": self.proc.wait()}
+            self.buffer += chunk
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the session we created for it, nothing else
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self.selector.close()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class LocalRunner:
+    """Runs built candidates in a child process, each checked against the reference kernel's outputs."""
+
+    def __init__(self, timeout_s: float = 10.0, min_repeat_ms: float = 20.0, repeat: int = 3, threads: int = 0,
+                 memory_bytes: int = 8 << 30, seed: int = 0):
+        self.timeout_s, self.min_repeat_ms, self.repeat = timeout_s, min_repeat_ms, repeat
+        self.threads, self.memory_bytes, self.seed = threads, memory_bytes, seed
+
+    def _request(self, build: BuildResult, rid: str, reference: bool = False) -> dict:
+        return {"id": rid, "lib": build.lib, "name": build.name, "seed": self.seed, "threads": self.threads,
+                "reference": reference, "min_repeat_ms": self.min_repeat_ms, "repeat": self.repeat}
+
+    def _start(self, reference: Optional[BuildResult]) -> tuple[_Worker, str]:
+        worker = _Worker(self.memory_bytes)
+        if reference is None:
+            return worker, ""
+        worker.send(self._request(reference, "ref", reference=True))
+        msg = worker.answer("ref", self.timeout_s)
+        if msg is None or "eof" in msg or "error" in msg:
+            worker.kill()
+            return worker, f"the reference kernel failed: {msg}"
+        return worker, ""
+
+    def run(self, builds: Sequence[BuildResult], reference: Optional[BuildResult] = None) -> list[MeasureResult]:
+        results: list[MeasureResult] = []
+        worker: Optional[_Worker] = None
+        for k, build in enumerate(builds):
+            start = time.perf_counter()
+            if build.error_no != MeasureErrorNo.NO_ERROR:
+                results.append(MeasureResult((), build.error_no, build.error_msg, build.build_s, time.time()))
+                continue
+            if worker is None:
+                worker, failure = self._start(reference)
+                if failure:
+                    worker = None
+                    results.append(MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR, failure, build.build_s, time.time()))
+                    continue
+            rid = str(k)
+            worker.send(self._request(build, rid))
+            msg = worker.answer(rid, self.timeout_s)
+            spent = build.build_s + time.perf_counter() - start
+            if msg is None:
+                worker.kill()
+                worker = None
+                results.append(MeasureResult((), MeasureErrorNo.RUN_TIMEOUT, f"no answer in {self.timeout_s:g} s",
+                                             spent, time.time()))
+            elif "eof" in msg:
+                worker.kill()
+                worker = None
+                code = msg["eof"]
+                what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+                results.append(MeasureResult((), MeasureErrorNo.RUNTIME_DEVICE, f"the kernel {what}", spent, time.time()))
+            elif "error" in msg:
+                no = MeasureErrorNo.WRONG_ANSWER if msg["error"] == "wrong_answer" else MeasureErrorNo.RUNTIME_DEVICE
+                results.append(MeasureResult((), no, msg.get("msg", ""), spent, time.time()))
+            else:
+                results.append(MeasureResult(tuple(msg["costs"]), MeasureErrorNo.NO_ERROR, "", spent, time.time()))
+        if worker is not None:
+            worker.kill()
+        return results
+
+
+class Measurer:
+    """Builder + Runner for one task: builds the reference (untuned) kernel once, then batches."""
+
+    def __init__(self, task: Task, runner: Optional[LocalRunner] = None, directory: "str | Path | None" = None):
+        self.task = task
+        self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="kiln-tune-")
+        self.builder = LocalBuilder(directory or self._tmp.name)
+        self.runner = runner or LocalRunner(threads=task.target.num_cores)
+        self.reference = self.builder.build_reference(task)
+
+    def measure(self, configs: Sequence[Config]) -> tuple[list[BuildResult], list[MeasureResult]]:
+        builds = self.builder.build(self.task, configs)
+        results = self.runner.run(builds, self.reference if self.reference.lib else None)
+        for b in builds:  # each library is loaded by the worker only; its file is no longer needed
+            if b.lib:
+                Path(b.lib).unlink(missing_ok=True)
+        return builds, results
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None

@@ -1,0 +1,150 @@
+"""Tuning records: versioned JSON lines, one measurement each, in a database keyed by (workload key,
+target, compiler version). Appends are whole lines under an exclusive lock, so concurrent tuners and
+a crash mid-write never leave a half record that a reader would take."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+from .. import __version__
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    workload: str  # the task's workload key
+    target: str
+    config: dict  # knob values (the index is only a hint: spaces may change, values decide)
+    index: int
+    costs: tuple[float, ...]
+    error_no: int
+    gflops: float = 0.0
+    op: str = ""
+    features: Optional[tuple[float, ...]] = None  # itervar features (for transfer learning), if ok
+    feature_version: int = 0
+    compiler_version: str = __version__
+    timestamp: float = field(default_factory=time.time)
+    version: int = RECORD_VERSION
+
+    @property
+    def ok(self) -> bool:
+        return self.error_no == 0 and bool(self.costs)
+
+    def to_json(self) -> str:
+        data = {"v": self.version, "workload": self.workload, "target": self.target, "compiler": self.compiler_version,
+                "op": self.op, "config": self.config, "index": self.index, "costs": [round(c, 9) for c in self.costs],
+                "error": self.error_no, "gflops": round(self.gflops, 3), "t": round(self.timestamp, 3)}
+        if self.features is not None:
+            data["features"] = [round(float(x), 4) for x in self.features]
+            data["fv"] = self.feature_version
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> Optional["Record"]:
+        """The record on `line`, or None for a line of another format version or a torn one."""
+        try:
+            d = json.loads(line)
+            if not isinstance(d, dict) or d.get("v") != RECORD_VERSION:
+                return None
+            feats = d.get("features")
+            return cls(d["workload"], d["target"], dict(d["config"]), int(d["index"]), tuple(d["costs"]),
+                       int(d["error"]), float(d.get("gflops", 0.0)), d.get("op", ""),
+                       tuple(feats) if feats is not None else None, int(d.get("fv", 0)), d["compiler"],
+                       float(d.get("t", 0.0)), d["v"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def load_records(path: "str | Path") -> Iterator[Record]:
+    p = Path(path)
+    if not p.exists():
+        return
+    with open(p, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rec = Record.from_json(line)
+                if rec is not None:
+                    yield rec
+
+
+def append_records(path: "str | Path", records: Iterable[Record]) -> None:
+    """One write of whole lines under an exclusive lock (O_APPEND: never over another writer's)."""
+    text = "".join(r.to_json() + "\n" for r in records)
+    if not text:
+        return
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        # A previous writer killed mid-line leaves no newline at the end: start ours on a fresh line.
+        size = os.fstat(fd).st_size
+        if size:
+            with open(p, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    text = "\n" + text
+        data = text.encode()
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+class RecordsDB:
+    """Records by (workload, target, compiler version), from an optional JSON-lines file."""
+
+    def __init__(self, path: "str | Path | None" = None, compiler_version: str = __version__):
+        self.path = Path(path).expanduser() if path else None
+        self.compiler_version = compiler_version
+        self._by_key: dict[tuple[str, str, str], list[Record]] = {}
+        self.skipped = 0  # records of another compiler version
+        if self.path is not None:
+            for rec in load_records(self.path):
+                self._index(rec)
+
+    def _index(self, rec: Record) -> None:
+        if rec.compiler_version != self.compiler_version:
+            self.skipped += 1
+            return
+        self._by_key.setdefault((rec.workload, rec.target, rec.compiler_version), []).append(rec)
+
+    def add(self, records: Iterable[Record]) -> None:
+        """Keep `records` in memory and append them to the file (if any)."""
+        records = list(records)
+        for rec in records:
+            self._index(rec)
+        if self.path is not None:
+            append_records(self.path, records)
+
+    def records(self, workload: str, target: str) -> list[Record]:
+        return list(self._by_key.get((workload, target, self.compiler_version), []))
+
+    def best(self, workload: str, target: str) -> Optional[Record]:
+        """The fastest successful record of the workload on the target."""
+        ok = [r for r in self.records(workload, target) if r.ok]
+        return max(ok, key=lambda r: r.gflops) if ok else None
+
+    def others(self, workload: str, target: str, op: str, feature_version: int) -> dict[str, list[Record]]:
+        """Records of other workloads of the same op on the same target that carry features."""
+        out: dict[str, list[Record]] = {}
+        for (w, t, _), recs in self._by_key.items():
+            if w != workload and t == target:
+                usable = [r for r in recs if r.op == op and r.features is not None and r.feature_version == feature_version]
+                if usable:
+                    out[w] = usable
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._by_key.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path) if self.path else None, "records": len(self), "skipped": self.skipped}

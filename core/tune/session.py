@@ -1,0 +1,213 @@
+"""The tuning stage of a compile: extract tasks, reuse records (cache hits), tune the rest within the
+trial and time budget (trials split by weight), save records, and hand the executor the best configs."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..errors import KilnError
+from ..graph.ir import Graph, Node
+from ..kernels.registry import ScheduleFn
+from ..target import Target
+from .cost_model import XGBCostModel
+from .features import FEATURE_VERSION, itervar_features
+from .measure import LocalRunner, Measurer
+from .records import Record, RecordsDB
+from .space import Config, ConfigSpaceError
+from .task import Task, extract_tasks, group_task
+from .tuner import TUNERS, TuneResult, XGBTuner, tune
+
+SECONDS_PER_TRIAL = 0.45  # build (~0.25 s) + run checks and timing; for the up-front estimate
+SECONDS_PER_TASK = 1.5  # worker start, reference build
+
+
+class TuningOptionsError(KilnError):
+    code = "bad_tuning_options"
+
+
+@dataclass(frozen=True)
+class TuningOptions:
+    trials: int = 0
+    time_budget_s: Optional[float] = None
+    records: Optional[str] = None
+    progress: Optional[Callable[[str, float], None]] = None
+    on_plan: Optional[Callable[[dict], None]] = None  # told tasks, trials and the estimate before measuring
+    tuner: str = "xgb"
+    batch_size: int = 8
+    early_stopping: Optional[int] = None
+    seed: int = 0
+    timeout_s: float = 10.0
+    min_repeat_ms: float = 10.0
+    threads: Optional[int] = None
+
+    @classmethod
+    def from_mapping(cls, options: Optional[Mapping[str, Any]]) -> "TuningOptions":
+        options = dict(options or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TuningOptionsError(f"unknown tuning option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        opts = cls(**options)
+        if not isinstance(opts.trials, int) or opts.trials < 0:
+            raise TuningOptionsError(f"tuning trials must be a non-negative integer, not {opts.trials!r}")
+        if opts.time_budget_s is not None and opts.time_budget_s <= 0:
+            raise TuningOptionsError(f"tuning time budget must be positive, not {opts.time_budget_s!r}")
+        if opts.tuner not in TUNERS:
+            raise TuningOptionsError(f"unknown tuner {opts.tuner!r}; known: {', '.join(TUNERS)}")
+        return opts
+
+
+def split_trials(tasks: Sequence[Task], trials: int) -> list[int]:
+    """Trials per task in proportion to its weight (largest remainders first; heaviest tasks first
+    when there are fewer trials than tasks)."""
+    total = sum(t.weight for t in tasks)
+    if not tasks or trials <= 0:
+        return [0] * len(tasks)
+    exact = [trials * t.weight / total for t in tasks]
+    share = [math.floor(x) for x in exact]
+    order = sorted(range(len(tasks)), key=lambda k: -(exact[k] - share[k]))
+    for k in order[: trials - sum(share)]:
+        share[k] += 1
+    return share
+
+
+def estimate_seconds(trials: int, tasks: int) -> float:
+    return round(trials * SECONDS_PER_TRIAL + tasks * SECONDS_PER_TASK, 1)
+
+
+@dataclass
+class TuningOutcome:
+    """What the compile needs from tuning: the chosen config per workload and the report section."""
+
+    graph: Graph
+    target: Target
+    chosen: dict[str, tuple[Task, dict]] = field(default_factory=dict)  # workload key -> (task, knob values)
+    report: dict = field(default_factory=dict)
+    tuned_kernels: set[str] = field(default_factory=set)
+
+    def schedule_for(self, name: str, node: Node) -> Optional[ScheduleFn]:
+        """The executor's hook: the best config's schedule for the kernel of `node`, if there is one."""
+        if not self.chosen:
+            return None
+        task = group_task(node, self.graph, self.target)
+        if task is None or task.key not in self.chosen:
+            return None
+        self.tuned_kernels.add(name)
+        return task.schedule_fn(self.chosen[task.key][1])
+
+
+def _history(db: RecordsDB, task: Task) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for recs in db.others(task.key, task.target.name, task.template.op, FEATURE_VERSION).values():
+        out.append((np.asarray([r.features for r in recs], np.float32), np.asarray([r.gflops for r in recs])))
+    return out
+
+
+def _make_tuner(opts: TuningOptions, task: Task, db: RecordsDB):
+    if opts.tuner == "xgb":
+        return XGBTuner(task, seed=opts.seed, history=_history(db, task))
+    return TUNERS[opts.tuner](task, seed=opts.seed)
+
+
+def _measure_and_record(task: Task, measurer: Measurer, db: RecordsDB):
+    """The measure function tune() calls: results also become records, appended batch by batch."""
+
+    def measure(configs: Sequence[Config]):
+        builds, results = measurer.measure(configs)
+        records = []
+        for config, build, res in zip(configs, builds, results):
+            gflops = task.flops / res.mean_cost / 1e9 if res.ok else 0.0
+            feats = tuple(itervar_features(build.func).tolist()) if res.ok and build.func is not None else None
+            records.append(Record(task.key, task.target.name, config.to_json(), config.index, res.costs,
+                                  int(res.error_no), gflops, task.template.op, feats, FEATURE_VERSION))
+        db.add(records)
+        return results
+
+    return measure
+
+
+def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]] = None) -> TuningOutcome:
+    opts = options if isinstance(options, TuningOptions) else TuningOptions.from_mapping(options)
+    start = time.perf_counter()
+    notify = opts.progress or (lambda stage, fraction: None)
+    outcome = TuningOutcome(graph, target)
+    tasks = extract_tasks(graph, target)
+    db = RecordsDB(opts.records)
+    entries: dict[str, dict] = {}
+    cache_hits = 0
+    todo: list[Task] = []
+    for task in tasks:
+        best = db.best(task.key, target.name)
+        config = None
+        if best is not None:
+            try:
+                config = task.space.from_values(best.config)
+            except ConfigSpaceError:
+                config = None  # recorded for an older space: tune again
+        if config is not None:
+            cache_hits += 1
+            outcome.chosen[task.key] = (task, dict(config.values))
+            entries[task.key] = {"workload": task.name, "key": task.key, "weight": task.weight, "trials": 0,
+                                 "best_gflops": round(best.gflops, 3), "curve": [], "cached": True}
+        else:
+            todo.append(task)
+    shares = split_trials(todo, opts.trials)
+    planned = sum(shares)
+    estimate = estimate_seconds(planned, sum(1 for s in shares if s))
+    if opts.time_budget_s is not None:
+        estimate = min(estimate, opts.time_budget_s)
+    deadline = time.monotonic() + opts.time_budget_s if opts.time_budget_s else None
+    done = 0
+    fit_s: list[float] = []
+    predict_s: list[float] = []
+    if opts.on_plan is not None:
+        opts.on_plan({"tasks": len(tasks), "tuned_tasks": sum(1 for s in shares if s), "trials": planned,
+                      "cache_hits": cache_hits, "estimate_s": estimate})
+    notify("tune", 0.0)
+    runner = LocalRunner(timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
+                         threads=opts.threads or target.num_cores)
+    for task, share in zip(todo, shares):
+        if share == 0:
+            continue
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        tuner = _make_tuner(opts, task, db)
+        measurer = Measurer(task, runner)
+        base = done
+
+        def on_batch(res: TuneResult, base=base) -> None:
+            notify("tune", min(1.0, (base + res.trials) / max(1, planned)))
+
+        try:
+            result = tune(task, tuner, _measure_and_record(task, measurer, db), share, opts.batch_size,
+                          opts.early_stopping, deadline, on_batch)
+        finally:
+            measurer.close()
+        done += result.trials
+        if isinstance(tuner, XGBTuner):
+            fit_s += tuner.model.times.fits
+            predict_s += tuner.model.times.predicts
+        if result.best is not None:
+            outcome.chosen[task.key] = (task, dict(result.best.values))
+        entries[task.key] = {"workload": task.name, "key": task.key, "weight": task.weight, "trials": result.trials,
+                             "best_gflops": round(result.best_gflops, 3),
+                             "default_gflops": round(result.default_gflops, 3),
+                             "curve": [list(p) for p in result.curve], "errors": result.errors,
+                             "stopped": result.stopped, "cached": False,
+                             "best_config": result.best.to_json() if result.best else None}
+    notify("tune", 1.0)
+    outcome.report = {
+        "trials": done, "time_s": round(time.perf_counter() - start, 3), "cache_hits": cache_hits,
+        "tasks": [entries[t.key] for t in tasks if t.key in entries], "num_tasks": len(tasks),
+        "estimate_s": estimate, "tuner": opts.tuner, "records": db.as_dict(),
+        "cost_model": {"fits": len(fit_s), "fit_s_mean": round(float(np.mean(fit_s)), 4) if fit_s else None,
+                       "predict_s_per_batch": round(float(np.sum(predict_s)) / max(1, len(fit_s)), 4) if predict_s else None},
+    }
+    return outcome
+
+
+__all__ = ["TuningOptions", "TuningOutcome", "tune_graph", "split_trials", "estimate_seconds", "XGBCostModel"]

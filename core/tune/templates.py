@@ -1,0 +1,164 @@
+"""Tunable schedule templates, one registry keyed by graph op: each defines the config space of a
+workload's anchor stage and schedules it with a config (through the schedules' knob parameters).
+
+A template reads its heuristic default back from the default schedule's splits, so the untuned
+kernel is always one point of the space and the tuner can only match or beat it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from ..kernels.schedules.conv2d import schedule_conv2d
+from ..kernels.schedules.matmul import schedule_matmul
+from ..kernels.schedules.util import find_ops
+from ..target import Target
+from ..te.schedule import Fuse, Schedule, Split, Stage
+from ..te.tensor import ComputeOp, IterVar, Tensor
+from .space import ConfigSpace
+
+DefineFn = Callable[[ComputeOp, Target, Mapping[str, int]], ConfigSpace]
+ApplyFn = Callable[[Schedule, Sequence[Tensor], Target, Mapping[str, Any]], None]
+MAX_ACCUMULATOR_VECTORS = 32  # a tile beyond this spills everything and takes LLVM seconds to build
+
+
+@dataclass(frozen=True)
+class Template:
+    """How one op is tuned: `tag` names the stage whose loops the knobs shape."""
+
+    op: str
+    tag: str
+    define: DefineFn  # (anchor stage, target, heuristic knob values) -> space containing them
+    apply: ApplyFn  # (schedule, kernel outputs, target, knob values) -> scheduled
+    read_default: Callable[[Stage], dict]  # default-scheduled anchor stage -> its knob values
+    valid: Callable[[Mapping[str, Any], ComputeOp, Target], bool] = lambda cfg, op, target: True
+
+
+_TEMPLATES: dict[str, Template] = {}
+
+
+def register_template(template: Template) -> Template:
+    if template.op in _TEMPLATES:
+        raise ValueError(f"tuning template for {template.op} registered twice")
+    _TEMPLATES[template.op] = template
+    return template
+
+
+def get_template(op: str) -> Optional[Template]:
+    return _TEMPLATES.get(op)
+
+
+def tunable_ops() -> list[str]:
+    return sorted(_TEMPLATES)
+
+
+# -- reading a default schedule back ------------------------------------------------------------
+def split_factor(stage: Stage, axis: IterVar) -> Optional[int]:
+    """The inner factor of the first split of `axis` (or of an axis fused from it), if any."""
+    derived = {id(axis)}
+    for rel in stage.relations:
+        if isinstance(rel, Fuse) and (id(rel.outer) in derived or id(rel.inner) in derived):
+            derived.add(id(rel.fused))
+        elif isinstance(rel, Split) and id(rel.parent) in derived:
+            return rel.factor
+    return None
+
+
+def _inner(f: tuple[int, ...]) -> int:
+    return f[-1]
+
+
+def _tiles_upto(extent: int, low: int, high: int, default: int) -> list[tuple[int, int]]:
+    """Exact splits of `extent` whose inner factor lies in [low, high], plus the heuristic's own."""
+    out = [(extent // d, d) for d in range(1, extent + 1) if extent % d == 0 and low <= d <= high]
+    if default and (-(-extent // default), default) not in out:
+        out.append((-(-extent // default), default))
+    return out
+
+
+# -- Conv ---------------------------------------------------------------------------------------
+def _conv_kind(op: ComputeOp) -> str:
+    if op.attrs.get("depthwise") or op.attrs.get("group", 1) > 1:
+        return "grouped"
+    if op.attrs.get("pointwise") and op.reduce_axis[0].extent >= 64:
+        return "gemm"
+    return "direct"
+
+
+def _conv_columns(op: ComputeOp) -> int:
+    """The extent the column tile splits: a non-flat 1x1 conv fuses rows and columns first."""
+    _, _, oh, ow = op.axis
+    return oh.extent * ow.extent if op.attrs.get("pointwise") and not op.attrs.get("flat") else ow.extent
+
+
+def define_conv(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    space = ConfigSpace()
+    lanes = target.lanes(op.dtype)
+    kind = _conv_kind(op)
+    columns = _conv_columns(op)
+    low = min(2, columns)
+    space.define_knob("ow_tile", [_inner(f) for f in _tiles_upto(columns, low, 4 * lanes, default["ow_tile"])])
+    if kind != "grouped":
+        oc = op.axis[1].extent
+        space.define_knob("oc_tile", [_inner(f) for f in _tiles_upto(oc, 1, 32, default["oc_tile"])])
+    if kind != "gemm":
+        oh = op.axis[2].extent
+        space.define_knob("oh_tile", [_inner(f) for f in _tiles_upto(oh, 1, 8, default["oh_tile"])])
+    else:
+        rc = op.reduce_axis[0].extent
+        space.define_knob("rc_tile", [_inner(f) for f in _tiles_upto(rc, min(16, rc), 512, default["rc_tile"])])
+    return space
+
+
+def read_conv_default(stage: Stage) -> dict:
+    op = stage.op
+    _, oc, oh, ow = op.axis
+    return {"ow_tile": split_factor(stage, ow) or _conv_columns(op), "oc_tile": split_factor(stage, oc) or 1,
+            "oh_tile": split_factor(stage, oh) or 1,
+            "rc_tile": split_factor(stage, op.reduce_axis[0]) or op.reduce_axis[0].extent}
+
+
+def conv_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
+    vectors = -(-cfg["ow_tile"] // target.lanes(op.dtype))
+    return vectors * cfg.get("oc_tile", 1) * cfg.get("oh_tile", 1) <= MAX_ACCUMULATOR_VECTORS
+
+
+def apply_conv(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
+    schedule_conv2d(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
+
+
+# -- MatMul -------------------------------------------------------------------------------------
+def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    space = ConfigSpace()
+    *_, i, j = op.axis
+    (k,) = op.reduce_axis
+    lanes = target.lanes(op.dtype)
+    space.define_knob("row", [_inner(f) for f in _tiles_upto(i.extent, 1, 12, default["row"])])
+    cols = [_inner(f) for f in _tiles_upto(j.extent, min(lanes // 2, j.extent), 8 * lanes, default["col"])]
+    space.define_knob("col", cols)
+    space.define_knob("k_tile", [_inner(f) for f in _tiles_upto(k.extent, min(16, k.extent), k.extent, default["k_tile"])])
+    return space
+
+
+def read_matmul_default(stage: Stage) -> dict:
+    *_, i, j = stage.op.axis
+    (k,) = stage.op.reduce_axis
+    return {"row": split_factor(stage, i) or i.extent, "col": split_factor(stage, j) or j.extent,
+            "k_tile": split_factor(stage, k) or k.extent}
+
+
+def matmul_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
+    return cfg["row"] * -(-cfg["col"] // target.lanes(op.dtype)) <= MAX_ACCUMULATOR_VECTORS
+
+
+def apply_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
+    schedule_matmul(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
+
+
+register_template(Template("Conv", "conv2d", define_conv, apply_conv, read_conv_default, conv_valid))
+register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid))
+
+
+def anchor_stage(sch: Schedule, outs: Sequence[Tensor], template: Template) -> Optional[Stage]:
+    ops = find_ops(outs, [template.tag])
+    return sch[Tensor(ops[-1])] if ops else None
