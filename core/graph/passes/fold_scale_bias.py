@@ -140,7 +140,7 @@ def fold_scale_bias(graph: Graph) -> Graph:
     constants = dict(graph.constants)
     types = dict(graph.types)
     uses = use_counts(graph)
-    nodes: list[Optional[Node]] = []
+    nodes: list[Node] = []
     position: dict[str, int] = {}  # value -> index in `nodes` of the node producing it
     for node in graph.nodes:
         affine = _as_affine(node, constants)
@@ -160,5 +160,5 @@ def fold_scale_bias(graph: Graph) -> Graph:
                 continue
         position.update((o, len(nodes)) for o in node.outputs)
         nodes.append(node)
-    return graph.replace(nodes=tuple(n for n in nodes if n is not None), constants=constants, types=types)
+    return graph.replace(nodes=tuple(nodes), constants=constants, types=types)
 
