@@ -36,10 +36,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import core
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    if args.tune_trials:
-        from core.errors import KilnError
-
-        raise KilnError("schedule tuning (--tune-trials > 0) is not available in this version yet")
+    if args.tune_trials < 0:
+        raise ValueError(f"--tune-trials must be 0 or more, not {args.tune_trials}")
     model = Path(args.model)
     if not model.is_file():
         from core.errors import InvalidModelError
@@ -48,18 +46,52 @@ def cmd_compile(args: argparse.Namespace) -> int:
     with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TimeElapsedColumn(),
                   transient=True, disable=not sys.stderr.isatty(), console=None) as bar:
         task = bar.add_task("compile", total=1.0)
+        tuning = _tuning_options(args, bar, task)
         artifact = core.compile(model, target=args.target, opt_level=args.opt_level,
-                                input_shapes=dict(args.input_shape or []),
-                                progress=lambda stage, f: bar.update(task, description=stage, completed=f))
+                                input_shapes=dict(args.input_shape or []), tuning=tuning,
+                                progress=lambda stage, f: stage != "tune" and bar.update(task, description=stage, completed=f))
         out = artifact.save(args.output)
     report = artifact.report
     lat, val = report["latency_ms"], report["validation"]
     print(f"wrote {out} ({report['graph']['kernels']} kernels, {report['timings_s']['total']:.1f} s)")
+    tuned = report["tuning"]
+    if tuned["trials"] or tuned["cache_hits"]:
+        print(f"tuning: {tuned['trials']} trials in {tuned['time_s']:.1f} s, {tuned['cache_hits']} of "
+              f"{tuned.get('num_tasks', len(tuned['tasks']))} tasks from records")
     if "max_abs_err" in val:
         print(f"validation: max abs error {val['max_abs_err']:.2e} against ONNX Runtime")
     if "ratio" in lat:
         print(f"latency: {lat['kiln']:.3f} ms (ONNX Runtime {lat['onnxruntime']:.3f} ms, {lat['ratio']:.2f}x)")
     return 0
+
+
+def default_records_path() -> Path:
+    """Where tuning records live unless --records says otherwise ($KILN_RECORDS overrides)."""
+    import os
+
+    return Path(os.environ.get("KILN_RECORDS") or Path.home() / ".cache" / "kiln" / "records.jsonl")
+
+
+def _tuning_options(args: argparse.Namespace, bar, task) -> Optional[dict]:
+    """Tuning with --tune-trials N, records from --records (default: the user's cache when tuning)."""
+    if not args.tune_trials and not args.records:
+        return None
+    records = args.records or str(default_records_path())
+    plan: dict = {}
+
+    def on_plan(p: dict) -> None:
+        plan.update(p)
+        bar.console.print(f"tuning {p['tuned_tasks']} of {p['tasks']} tasks ({p['cache_hits']} from records), "
+                          f"{p['trials']} trials, about {p['estimate_s']:.0f} s", highlight=False)
+
+    def progress(stage: str, fraction: float) -> None:
+        done = round(fraction * plan.get("trials", 0))
+        bar.update(task, description=f"tuning {done}/{plan.get('trials', 0)}", completed=0.15 + 0.05 * fraction)
+
+    options = {"trials": args.tune_trials, "records": records, "on_plan": on_plan, "progress": progress}
+    if args.tune_time:
+        options["time_budget_s"] = args.tune_time
+    return options
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -131,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--target", default="native", help="target name (see `kiln targets`), default native")
     p.add_argument("-O", "--opt-level", type=int, choices=range(4), default=3, help="graph optimization level 0-3")
     p.add_argument("--tune-trials", type=int, default=0, help="schedule tuning budget in trials (0: none)")
-    p.add_argument("--records", help="tuning records database (JSON lines)")
+    p.add_argument("--tune-time", type=float, metavar="SECONDS", help="stop tuning after this long (keeps the best so far)")
+    p.add_argument("--records", help="tuning records database (JSON lines); default with --tune-trials: "
+                                     "$KILN_RECORDS or ~/.cache/kiln/records.jsonl")
     p.add_argument("--input-shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="fix an input's shape (repeatable), for models with symbolic dimensions")
     p.add_argument("-o", "--output", required=True, help="where to write the artifact (.tar.gz)")
