@@ -1,0 +1,74 @@
+"""Measurement survives bad kernels: a crash, a hang and a wrong answer each become an error code
+on that candidate, and the candidates after them are still measured."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from core.tune.measure import BuildResult, LocalRunner, MeasureErrorNo, Measurer
+
+N = 64
+KERNELS = {
+    "ok": "for (int i = 0; i < N; i++) y[i] = 2 * x[i];",
+    "crash": "volatile float *p = 0; p[1] = x[0];",  # a null-pointer store: SIGSEGV
+    "hang": "volatile long s = 0; for (;;) s++;",
+    "wrong": "for (int i = 0; i < N; i++) y[i] = 2 * x[i] + 1;",
+    "aborts": "raise(SIGABRT);",
+}
+
+
+@pytest.fixture(scope="module")
+def bad_library(tmp_path_factory) -> str:
+    """A kernel library (Kiln's calling convention and signature table) with hostile kernels, in C."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    params = [{"name": "x", "shape": [N], "dtype": "float32"}, {"name": "y", "shape": [N], "dtype": "float32"}]
+    table = json.dumps([{"name": k, "params": params, "num_inputs": 1, "num_outputs": 1} for k in KERNELS])
+    src = "#include <signal.h>\n#define N %d\n" % N
+    src += "const char kiln_kernels_json[] = %s;\n" % json.dumps(table)
+    src += "".join(f"void {k}(float *x, float *y) {{ {body} }}\n" for k, body in KERNELS.items())
+    d = tmp_path_factory.mktemp("bad")
+    (d / "bad.c").write_text(src)
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(d / "bad.so"), str(d / "bad.c")], check=True)
+    return str(d / "bad.so")
+
+
+def test_runner_survives_crash_hang_and_wrong_answers(bad_library):
+    runner = LocalRunner(timeout_s=2.0, min_repeat_ms=1.0, repeat=2, threads=0)
+    names = ["ok", "crash", "ok", "hang", "wrong", "aborts", "ok"]
+    builds = [BuildResult(bad_library, n) for n in names]
+    builds.insert(1, BuildResult(None, "failed", MeasureErrorNo.COMPILE_HOST, "linker said no"))
+    results = runner.run(builds, reference=BuildResult(bad_library, "ok"))
+    codes = [r.error_no for r in results]
+    assert codes == [MeasureErrorNo.NO_ERROR, MeasureErrorNo.COMPILE_HOST, MeasureErrorNo.RUNTIME_DEVICE,
+                     MeasureErrorNo.NO_ERROR, MeasureErrorNo.RUN_TIMEOUT, MeasureErrorNo.WRONG_ANSWER,
+                     MeasureErrorNo.RUNTIME_DEVICE, MeasureErrorNo.NO_ERROR]
+    assert "SIGSEGV" in results[2].error_msg and "SIGABRT" in results[6].error_msg
+    ok = results[-1]
+    assert len(ok.costs) == 2 and all(c > 0 for c in ok.costs)
+
+
+def test_reference_that_crashes_fails_every_candidate_cleanly(bad_library):
+    runner = LocalRunner(timeout_s=2.0, min_repeat_ms=1.0, repeat=1, threads=0)
+    results = runner.run([BuildResult(bad_library, "ok")], reference=BuildResult(bad_library, "crash"))
+    assert results[0].error_no == MeasureErrorNo.UNKNOWN_ERROR and "reference" in results[0].error_msg
+
+
+def test_measurer_builds_and_checks_real_candidates(conv_task):
+    space = conv_task.space
+    invalid = next((c for c in space if not conv_task.valid(c)), None)
+    configs = [space.default, space.get((space.default.index + 1) % len(space))]
+    configs += [invalid] if invalid is not None else []
+    measurer = Measurer(conv_task, LocalRunner(timeout_s=20, min_repeat_ms=1.0, repeat=1, threads=1))
+    try:
+        builds, results = measurer.measure(configs)
+    finally:
+        measurer.close()
+    assert results[0].ok and results[1].ok  # a different tiling computes the same numbers
+    assert builds[0].func is not None
+    if invalid is not None:
+        assert results[2].error_no == MeasureErrorNo.INSTANTIATION_ERROR
