@@ -28,6 +28,11 @@ def tiny_cnn(two_identical: bool = True) -> bytes:
 
 
 @pytest.fixture(scope="session")
+def make_tiny_cnn():
+    return tiny_cnn
+
+
+@pytest.fixture(scope="session")
 def tiny_model() -> bytes:
     return tiny_cnn()
 
