@@ -6,13 +6,18 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
-from fastapi import FastAPI, Request, status
+from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.staticfiles import StaticFiles
 
 import core
 from core.errors import KilnError
 
+from .auth import bearer_token, user_for_token
 from .db import Database
 from .rate_limits import Limiter
 from .routers import health, jobs, models, targets
@@ -61,6 +66,36 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
     async def kiln_error(_request: Request, err: KilnError) -> JSONResponse:
         return JSONResponse({"detail": {"message": str(err), "code": err.code}},
                             status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    def authenticated(request: Request) -> bool:
+        try:
+            token = bearer_token(request)
+        except HTTPException:
+            return False
+        with database.session() as db:
+            return user_for_token(db, token) is not None
+
+    async def unauthorized_first(request: Request) -> Optional[JSONResponse]:
+        # FastAPI parses a JSON body before it runs the auth dependency: without a valid token the
+        # answer is still 401, so that nothing about the API is learned without one.
+        path = request.url.path
+        if path.startswith(API_PREFIX) and path != f"{API_PREFIX}/health" \
+                and not await run_in_threadpool(authenticated, request):
+            return JSONResponse({"detail": "missing, invalid or revoked token: send `Authorization: Bearer <token>`"},
+                                status_code=status.HTTP_401_UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+        return None
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        return await unauthorized_first(request) or await request_validation_exception_handler(request, err)
+
+    @app.exception_handler(StarletteHTTPException)  # FastAPI raises Starlette's for an unparsable body
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        if err.status_code == status.HTTP_400_BAD_REQUEST:  # FastAPI's "error parsing the body"
+            refused = await unauthorized_first(request)
+            if refused is not None:
+                return refused
+        return await http_exception_handler(request, err)
 
     for module in (health, targets, models, jobs):
         app.include_router(module.router, prefix=API_PREFIX)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from core.errors import KilnError, ModelTooLargeError, UnsupportedOpError
+from core.errors import InvalidModelError, KilnError, ModelTooLargeError, UnsupportedOpError
 from core.graph.ir import Graph
 
 from .converters import find_converter
@@ -36,7 +36,11 @@ def _signature(values, initializers: set[str]) -> list[dict[str, Any]]:
         try:
             dtype = numpy_dtype(tensor.elem_type, f"value {value.name!r}")
         except KilnError:
-            dtype = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
+            try:
+                dtype = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
+            except ValueError:  # a number no ONNX version defines (the checker lets it through): found by fuzzing
+                raise InvalidModelError(f"not an ONNX model: value {value.name!r} has unknown element type "
+                                        f"{tensor.elem_type}") from None
         out.append({"name": value.name, "shape": shape, "dtype": dtype})
     return out
 

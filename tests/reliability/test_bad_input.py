@@ -1,6 +1,7 @@
 """Bad input gets a clear 4xx and leaves nothing behind: no model folder, no job row, no temp file; the API stays up."""
 from __future__ import annotations
 
+import base64
 import sys
 from pathlib import Path
 
@@ -29,6 +30,11 @@ def _detail(response) -> dict:
     return detail if isinstance(detail, dict) else {"message": detail if isinstance(detail, str) else str(detail)}
 
 
+FUZZ_FOUND_ELEM_TYPE = (
+    "CAg6iQGKDQoBeBIBcyIFU2hhcGVKEAoBcwoBaxIDYmlnIgNNdWxKEwoBeAoDYmlnEgF5IgZFeHBhbmQSB2hvc3RpbGUqGQgCEAdCAWtKEICWmAAA"
+    "AAAAAQAAAAAAAABaFAoBeBIPCg0IPRIJCgIQAVIDCOgHIhcK+HkSEgoQCAoDYmlnEgF5IgZFeHBhMUIECgAQEQ==")
+
+
 # --- uploads that are not a model Kiln may check: (builder, code, words in the message) ---
 
 MODELS = {
@@ -53,6 +59,8 @@ MODELS = {
     "huge initializer": (hostile.huge_initializer_declared, "too_large", "tensor 'w' [1000000, 1000000]"),
     "negative dims": (hostile.negative_dims_initializer, "invalid_model", "negative dims"),
     "nested subgraphs": (hostile.deeply_nested_subgraphs, "invalid_model", "nested more than 16 levels"),
+    # Found by fuzz_importer.py: an input whose element type no ONNX version defines passed the checker.
+    "unknown element type": (lambda: base64.b64decode(FUZZ_FOUND_ELEM_TYPE), "invalid_model", "unknown element type 61"),
 }
 
 
