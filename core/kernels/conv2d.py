@@ -116,6 +116,21 @@ def conv(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_ty
     return [out]
 
 
+def flat_point_map(op: te.ComputeOp):
+    """For a conv stage computed over the flattened image, the map from its point (b, o, 0, p) to
+    the NCHW output pixel read_conv reads it as: (b, o, p // width, p % width), while p is a real
+    pixel (not the padding up to a whole tile). None for a stage in NCHW already."""
+    if not op.attrs.get("flat"):
+        return None
+    width, count = op.attrs["width"], op.attrs["pixels"]
+
+    def point(at):
+        b, o, _, p = at
+        return (b, o, p // width, p % width), (p < count if count < op.shape[3] else None)
+
+    return point
+
+
 def conv_output_shape(out: te.Tensor) -> tuple[int, ...]:
     """The NCHW shape of the conv a (possibly widened or flattened) conv stage computes."""
     n, m = out.shape[:2]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..errors import ScheduleError
-from ..tir.expr import Buffer, Expr, IntImm, Var, as_expr, binop, logical_and
+from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, logical_and
 from ..tir.functor import rewrite_expr, substitute
 from ..tir.simplify import simplify, simplify_stmt
 from ..tir.stmt import Allocate, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
@@ -146,12 +146,15 @@ class _Lowering:
         leaves inside it, vectorized like the producer; a cropping consumer is guarded, except
         on a leaf that alone spans a whole axis, whose extent is clamped instead."""
         pop, cop = producer.op, consumer.op
-        if not reads_at_own_axes(self.sch, cop, pop) or len(cop.axis) != len(pop.axis) or any(
-                c.extent > p.extent for c, p in zip(cop.axis, pop.axis)):
-            raise ScheduleError(f"reverse_compute_at: {cop.name} does not read {pop.name} elementwise")
         spatial = [iv for iv in inner if iv.kind != "reduce"]
         clamped: dict[IterVar, int] = {}
         crop: list[Expr] = []
+        cbuf = self.buffers[id(cop)]
+        if consumer.point_map is not None:
+            return self._mapped_epilogue(producer, consumer, spatial, values, guards)
+        if not reads_at_own_axes(self.sch, cop, pop) or len(cop.axis) != len(pop.axis) or any(
+                c.extent > p.extent for c, p in zip(cop.axis, pop.axis)):
+            raise ScheduleError(f"reverse_compute_at: {cop.name} does not read {pop.name} elementwise")
         for c, p in zip(cop.axis, pop.axis):
             if c.extent == p.extent:
                 continue
@@ -162,10 +165,31 @@ class _Lowering:
             else:
                 crop.append(binop("lt", values[p], c.extent))
         point = {c.var: values[p] for c, p in zip(cop.axis, pop.axis)}
-        cbuf = self.buffers[id(cop)]
         store = Store(cbuf, flat_index(cbuf.shape, [values[p] for p in pop.axis]),
                       substitute(self.expand(cop.body), point))
-        conds = guards + crop
+        return self._epilogue_loops(producer, spatial, store, guards + crop, clamped)
+
+    def _mapped_epilogue(self, producer: Stage, consumer: Stage, spatial: list[IterVar], values: dict,
+                         guards: list[Expr]) -> Stmt:
+        """The epilogue of a producer computed in another layout (a conv over the flattened image):
+        each producer point is stored at the consumer point the map gives, where there is one; every
+        read of the producer must land on the point just computed (checked after simplification)."""
+        pop, cop = producer.op, consumer.op
+        point, valid = consumer.point_map([values[p] for p in pop.axis])
+        cbuf, pbuf = self.buffers[id(cop)], self.buffers[id(pop)]
+        body = simplify(substitute(self.expand(cop.body), {c.var: e for c, e in zip(cop.axis, point)}))
+        here = flat_index(pbuf.shape, [values[p] for p in pop.axis])
+        from ..tir.functor import walk_expr
+
+        extents = {iv.var: iv.extent for iv in producer.leaf_iter_vars}
+        for e in walk_expr(body):
+            if isinstance(e, Load) and e.buffer is pbuf and not _agree(e.index, here, extents):
+                raise ScheduleError(f"reverse_compute_at: {cop.name} reads {pop.name} away from the mapped point")
+        store = Store(cbuf, simplify(flat_index(cbuf.shape, list(point))), body)
+        return self._epilogue_loops(producer, spatial, store, guards + ([valid] if valid is not None else []), {})
+
+    def _epilogue_loops(self, producer: Stage, spatial: list[IterVar], store: Stmt, conds: list[Expr],
+                        clamped: dict) -> Stmt:
 
         def loop(iv: IterVar, body: Stmt) -> Stmt:
             # Vector lanes as in the producer; unrolled copies of the tile loops measured 3-4x slower
@@ -201,6 +225,26 @@ class _Lowering:
 
         reduce_vars = {iv.var for iv in stage.leaf_iter_vars if iv.kind == "reduce"}
         return any(isinstance(e, Var) and e in reduce_vars for e in walk_expr(expr))
+
+
+def _agree(a: Expr, b: Expr, extents: dict, samples: int = 48) -> bool:
+    """Whether two index expressions over loop variables agree on the loop corners and on seeded
+    random points (each variable within its extent): a check of a schedule's promise, not a proof."""
+    import random
+
+    from ..tir.functor import walk_expr
+
+    names = list(dict.fromkeys(e for e in walk_expr(a) if isinstance(e, Var)))
+    names += [v for v in dict.fromkeys(e for e in walk_expr(b) if isinstance(e, Var)) if v not in names]
+    rng = random.Random(0)
+    points = [{v: 0 for v in names}, {v: extents.get(v, 1) - 1 for v in names}]
+    points += [{v: rng.randrange(extents.get(v, 1)) for v in names} for _ in range(samples)]
+    for point in points:
+        at = {v: IntImm(x, v.dtype) for v, x in point.items()}
+        va, vb = simplify(substitute(a, at)), simplify(substitute(b, at))
+        if not (isinstance(va, IntImm) and isinstance(vb, IntImm) and va.value == vb.value):
+            return False
+    return True
 
 
 def _mentions(expr: Expr, var: Var) -> bool:

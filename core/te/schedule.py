@@ -7,12 +7,17 @@ inlined into their consumers (compute_inline) or nested inside them (compute_at)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..errors import ScheduleError
-from ..tir.expr import IntImm, Var
+from ..tir.expr import Expr, IntImm, Var
 from ..tir.stmt import ForKind
 from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor, TensorRead
+
+
+# Producer point (one index per producer axis) -> consumer point and the condition (None: always)
+# under which that consumer point exists; used by reverse_compute_at across a layout change.
+PointMap = Callable[[Sequence[Expr]], tuple[Sequence[Expr], Optional[Expr]]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,6 +44,7 @@ class Stage:
     inlined: bool = False
     attach: Optional[tuple["Stage", IterVar]] = None  # compute_at target; None = root
     after_producer: bool = False  # attach is a reverse_compute_at: this consumer runs inside its producer's loop
+    point_map: Optional[PointMap] = None  # reverse_compute_at: producer point -> (consumer point, valid)
     scope: str = "global"  # "local": a per-call scratch buffer on the stack (cache_write)
 
     @property
@@ -129,18 +135,21 @@ class Stage:
         parent._check_leaf(iv)
         self.attach = (parent, iv)
 
-    def reverse_compute_at(self, producer: "Stage", iv: IterVar) -> None:
+    def reverse_compute_at(self, producer: "Stage", iv: IterVar, point_map: Optional[PointMap] = None) -> None:
         """Compute this consumer inside `producer`'s loop `iv`, right after each iteration has
         finished its part of the producer (TensorIR's reverse_compute_at): a fused epilogue then
         reads a conv's or matmul's tile while it is still in registers or L1, instead of in a
         second pass over memory. `iv` must sit outside the producer's reduce loops, and the
         consumer must read the producer only at its own axes (an elementwise epilogue, possibly
-        cropping), through inlined stages."""
+        cropping), through inlined stages; or, given `point_map` (the consumer point that reads a
+        producer point, and whether there is one), exactly where that map says, which lowering
+        checks."""
         producer._check_leaf(iv)
         if iv.kind == "reduce":
             raise ScheduleError(f"reverse_compute_at: {iv.name} is a reduce axis of {producer.op.name}")
         self.attach = (producer, iv)
         self.after_producer = True
+        self.point_map = point_map
 
     def set_scope(self, scope: str) -> None:
         if scope not in ("global", "local"):

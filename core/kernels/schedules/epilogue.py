@@ -4,11 +4,12 @@ reads the anchor's reduction elementwise, it runs inside the reduction's tile lo
 the tile is finished (reverse_compute_at), so the tile is still in registers or L1."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ...target import Target
-from ...te.schedule import Schedule, Stage, reads_at_own_axes
+from ...te.schedule import PointMap, Schedule, Stage, reads_at_own_axes
 from ...te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..conv2d import flat_point_map
 from .generic import injective_stage
 
 
@@ -39,6 +40,11 @@ def attach_point(producer: Stage):
     return leaves[first_reduce - 1] if first_reduce > 0 else None
 
 
+# Producer tag -> the point map of a producer stage computed in another layout than its consumers
+# read (None: the consumers read it at their own axes).
+_POINT_MAPS: dict[str, Callable[[ComputeOp], Optional[PointMap]]] = {"conv2d": flat_point_map}
+
+
 def schedule_epilogue(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
     """A single epilogue output that reads the anchor's reduction elementwise is attached to the
     reduction's tile; other epilogue outputs get the injective schedule (one pass over memory)."""
@@ -48,8 +54,10 @@ def schedule_epilogue(sch: Schedule, outs: Sequence[Tensor], target: Target) -> 
         producer = reduction_feeding(sch, stages[0].op)
         if producer is not None and not any(s.attach is not None and s.attach[0] is producer for s in sch.stages):
             at = attach_point(producer)
-            if at is not None and _fits(sch, stages[0].op, producer.op):
-                stages[0].reverse_compute_at(producer, at)
+            maps = _POINT_MAPS.get(producer.op.tag)
+            point_map = maps(producer.op) if maps is not None else None
+            if at is not None and (point_map is not None or _fits(sch, stages[0].op, producer.op)):
+                stages[0].reverse_compute_at(producer, at, point_map)
                 return
     for stage in stages:
         injective_stage(stage, target)

@@ -21,14 +21,18 @@ from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
 from core.tir.functor import walk_stmt
-from core.tir.stmt import For, ForKind
+from core.tir.stmt import For, Store
 
 NATIVE = get_target("native")
 
 # (channels, size, out channels, kernel, stride, pad, attached?): 3x3 rows of whole vectors, a widened
-# 28-column row (cropped), 1x1 over the image, and flattened 1x1 convs (not elementwise: own pass)
+# 28-column row (cropped), 1x1 over the image, and 1x1 convs over the flattened (padded) pixels
 CONVS = [(8, 12, 8, 3, 1, 1, True), (8, 28, 16, 3, 1, 1, True), (16, 8, 32, 1, 1, 0, True),
-         (16, 14, 24, 1, 1, 0, False), (8, 7, 8, 1, 2, 0, False), (4, 13, 6, 3, 1, 1, True)]
+         (16, 14, 24, 1, 1, 0, True), (8, 7, 8, 1, 2, 0, True), (4, 13, 6, 3, 1, 1, True)]
+
+
+def _stores(stmt, name: str) -> bool:
+    return any(isinstance(s, Store) and s.buffer.name == name for s in walk_stmt(stmt))
 
 
 def _run(func, arrays, out_shape):
@@ -57,9 +61,10 @@ def test_conv_bias_residual_relu_epilogue(c, size, m, k, stride, pad, attached):
     widened = conv.op.input_tensors[0].shape != relu.shape
     # Attached and of the same shape, the conv accumulates right in the output buffer.
     assert ("conv2d" in [b.name for b in func.workspaces]) == (widened or not attached)
-    if attached:  # the epilogue's loops sit inside the conv's parallel tile loop
-        parallel = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.kind == ForKind.PARALLEL]
-        assert any(st.buffer.name == "relu" for p in parallel for st in walk_stmt(p) if hasattr(st, "buffer"))
+    if attached:  # the epilogue's loops sit inside the conv's tile loop, next to its reduction
+        assert any(_stores(loop, "relu") and any(isinstance(x, For) and x.var.name.startswith("rc")
+                                                 for x in walk_stmt(loop))
+                   for loop in walk_stmt(func.body) if isinstance(loop, For))
     rng = np.random.default_rng(c * size + m)
     arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (x, w, b, res)]
     ref = onnx_reference("Conv", arrays[:3], {"pads": [pad] * 4, "strides": [stride] * 2})[0]
@@ -97,3 +102,15 @@ def test_a_consumer_that_reads_a_neighbour_cannot_be_attached():
         lower(sch, [a, bm, shifted], "k_bad")
     with pytest.raises(ScheduleError, match="reduce axis"):
         sch[shifted].reverse_compute_at(stage, next(iv for iv in stage.leaf_iter_vars if iv.kind == "reduce"))
+
+
+def test_a_point_map_that_lies_is_caught_when_lowering():
+    a, bm = te.placeholder((4, 8), "float32", "a"), te.placeholder((8, 16), "float32", "b")
+    (mm,) = get_compute("MatMul")([a, bm], {}, [])
+    shifted = te.compute((4, 15), lambda i, j: mm(i, j + 1), name="shift")
+    sch = create_schedule([shifted])
+    schedule_matmul(sch, [shifted], NATIVE)
+    stage = sch[mm]
+    sch[shifted].reverse_compute_at(stage, stage.leaf_iter_vars[0], lambda at: (at, None))
+    with pytest.raises(ScheduleError, match="mapped point"):
+        lower(sch, [a, bm, shifted], "k_lie")
