@@ -35,9 +35,9 @@ def random_inputs(graph: Graph, seed: int = 0, index_bounds: Optional[Mapping[st
 def index_bounds(graph: Graph) -> dict[str, int]:
     """For integer inputs used directly as Gather indices: the size of the gathered axis."""
     bounds: dict[str, int] = {}
-    for node in graph.nodes:
+    for node, owner in graph.walk():  # fused groups included
         if node.op == "Gather" and node.inputs[1] in graph.inputs:
-            dim = graph.type_of(node.inputs[0]).shape[node.attr("axis", 0)]
+            dim = owner.type_of(node.inputs[0]).shape[node.attr("axis", 0)]
             name = node.inputs[1]
             bounds[name] = min(bounds.get(name, dim), dim)
     return bounds

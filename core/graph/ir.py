@@ -134,6 +134,17 @@ class Graph:
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)
 
+    def walk(self) -> Iterator[tuple[Node, "Graph"]]:
+        """Every node with the graph that types its values, looking inside nested graphs (the
+        body of a Fused node) instead of yielding the node that holds them."""
+        for node in self.nodes:
+            bodies = [v for v in node.attrs.values() if isinstance(v, Graph)]
+            if bodies:
+                for body in bodies:
+                    yield from body.walk()
+            else:
+                yield node, self
+
     def __str__(self) -> str:
         lines = [f"graph {self.name}(" + ", ".join(f"{n}: {self.types[n]}" for n in self.inputs) + ") {"]
         for node in self.nodes:

@@ -172,3 +172,11 @@ def test_each_group_is_one_kernel(level, kernels):
     exe = build_executable(optimize(graph, level), get_target("native"))
     assert len(exe.kernels) == kernels
     assert exe.memory.arena_bytes <= exe.memory.naive_bytes
+
+
+def test_walk_looks_inside_fused_nodes():
+    graph, _ = _conv_bias_relu()
+    after = fuse_ops(graph)
+    walked = list(after.walk())
+    assert [n.op for n, _ in walked] == ["Conv", "Add", "Mul", "Relu"]
+    assert all(owner is after.nodes[0].attr("body") for _, owner in walked)
