@@ -1,0 +1,143 @@
+"""Load on a real `kiln serve`: concurrent uploads, then many queued jobs on N workers.
+
+    .venv/bin/python bench/bench_load.py [--uploads 50] [--jobs 200] [--workers 2]
+
+Prints jobs completed/submitted, duplicated executions, API latency percentiles while the jobs run,
+and the API process's RSS before and after. Run by hand; never a timed test.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMITS = {"KILN_UPLOADS_PER_MINUTE": "100000", "KILN_JOBS_PER_MINUTE": "100000", "KILN_MAX_ACTIVE_JOBS": "100000",
+          "KILN_MAX_CONCURRENT_UPLOADS": "1000"}
+
+
+def tiny_model(seed: int) -> bytes:
+    """Conv -> Relu -> global average pool, different weights per seed (so no upload is deduplicated)."""
+    weight = numpy_helper.from_array(np.random.default_rng(seed).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("GlobalAveragePool", ["r"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def rss_mib(pid: int) -> float:
+    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(match.group(1)) / 1024
+
+
+def start_serve(data_dir: Path, workers: int) -> tuple[subprocess.Popen, str, str]:
+    port = 18000 + os.getpid() % 1000
+    log = open(data_dir.parent / "serve.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--data-dir", str(data_dir),
+                             "--concurrency", str(workers), "--log-level", "warning"], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, **LIMITS})
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/api/v1/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    token = next(line.strip() for line in (data_dir.parent / "serve.log").read_text().splitlines()
+                 if line.startswith("kiln_"))
+    return proc, url, token
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+async def run(args) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="kiln-load-"))
+    proc, url, token = start_serve(workdir / "data", args.workers)
+    rss_before = rss_mib(proc.pid)
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    try:
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=300,
+                                     limits=limits) as client:
+
+            async def timed(method: str, path: str, **kwargs) -> httpx.Response:
+                start = time.perf_counter()
+                response = await client.request(method, path, **kwargs)
+                latencies.append(time.perf_counter() - start)
+                return response
+
+            start = time.perf_counter()
+            uploads = await asyncio.gather(*(timed("POST", "/api/v1/models", files={"file": (f"m{i}.onnx", tiny_model(i))})
+                                             for i in range(args.uploads)))
+            upload_s = time.perf_counter() - start
+            model_ids = [r.json()["id"] for r in uploads if r.status_code == 201]
+            upload_latencies = list(latencies)
+            latencies.clear()
+
+            start = time.perf_counter()
+            created = await asyncio.gather(*(timed("POST", "/api/v1/jobs", json={"model_id": model_ids[i % len(model_ids)]})
+                                             for i in range(args.jobs)))
+            job_ids = [r.json()["id"] for r in created if r.status_code == 201]
+            pending, final = set(job_ids), {}
+            while pending and time.perf_counter() - start < args.timeout_s:
+                # The load a UI or CI client puts on the API while jobs run: status polls plus job lists.
+                polled = await asyncio.gather(*(timed("GET", f"/api/v1/jobs/{j}") for j in list(pending)[:50]),
+                                              timed("GET", "/api/v1/jobs", params={"limit": 100}))
+                for response in polled[:-1]:
+                    job = response.json()
+                    if job["status"] in ("succeeded", "failed", "cancelled"):
+                        pending.discard(job["id"])
+                        final[job["id"]] = job
+                await asyncio.sleep(0.5)
+            jobs_s = time.perf_counter() - start
+    finally:
+        rss_after = rss_mib(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+
+    succeeded = [j for j in final.values() if j["status"] == "succeeded"]
+    retried = [j for j in final.values() if j["attempts"] != 1]
+    artifacts = {j: sorted(p.name for p in (workdir / "data" / "jobs" / j).iterdir())
+                 for j in final if (workdir / "data" / "jobs" / j).exists()}
+    odd = {j: files for j, files in artifacts.items() if files != ["artifact.tar.gz", "report.html", "report.json"]}
+    leftovers = list((workdir / "data" / "tmp").iterdir())
+    print(f"uploads: {len(model_ids)}/{args.uploads} accepted in {upload_s:.1f} s "
+          f"(p50 {percentile(upload_latencies, 50) * 1000:.0f} ms, p99 {percentile(upload_latencies, 99) * 1000:.0f} ms)")
+    print(f"jobs: {len(succeeded)} succeeded / {len(job_ids)} submitted ({args.jobs} requested), "
+          f"{len(final) - len(succeeded)} failed or cancelled, {len(pending)} unfinished, {jobs_s:.1f} s on {args.workers} workers")
+    print(f"duplicates: {len(retried)} jobs ran more than once, {len(odd)} job folders with other than one artifact, "
+          f"{len(leftovers)} temp leftovers")
+    print(f"API latency during the jobs ({len(latencies)} requests): p50 {percentile(latencies, 50) * 1000:.1f} ms, "
+          f"p99 {percentile(latencies, 99) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
+    print(f"API RSS: {rss_before:.0f} MiB before, {rss_after:.0f} MiB after")
+    print(f"(data and serve.log in {workdir})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--uploads", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--timeout-s", type=float, default=1800)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
