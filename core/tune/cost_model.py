@@ -71,13 +71,11 @@ class XGBCostModel:
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """Scores (higher = faster); zeros before the first fit."""
-        import xgboost as xgb
-
         features = np.asarray(features, np.float32)
         if self.booster is None or len(features) == 0:
             return np.zeros(len(features))
         start = time.perf_counter()
-        out = self.booster.predict(xgb.DMatrix(features))
+        out = self.booster.inplace_predict(features)  # no DMatrix: SA calls this with a few rows at a time
         self.times.predicts.append(time.perf_counter() - start)
         self.times.predicted += len(features)
         return out

@@ -84,7 +84,8 @@ class XGBTuner(Tuner):
         self.model = XGBCostModel(seed=seed)
         for x, y in history:
             self.model.add_history(x, y)
-        self._features: dict[int, np.ndarray] = {}
+        self._features: dict[int, Optional[np.ndarray]] = {}
+        self._scores: dict[int, float] = {}
         self.xs: list[np.ndarray] = []
         self.ys: list[float] = []
         self.indices: list[int] = []
@@ -111,12 +112,16 @@ class XGBTuner(Tuner):
         return self._features[index]
 
     def score(self, indices: Sequence[int]) -> np.ndarray:
-        feats = [self.features(i) for i in indices]
+        """Model scores, memoized until the next fit (SA chains revisit points often)."""
+        todo = list(dict.fromkeys(i for i in indices if i not in self._scores))
+        feats = [self.features(i) for i in todo]
         ok = [k for k, f in enumerate(feats) if f is not None]
-        out = np.full(len(indices), INVALID_SCORE)
+        for i in todo:
+            self._scores[i] = INVALID_SCORE
         if ok:
-            out[ok] = self.model.predict(np.stack([feats[k] for k in ok]))
-        return out
+            for k, s in zip(ok, self.model.predict(np.stack([feats[k] for k in ok]))):
+                self._scores[todo[k]] = float(s)
+        return np.asarray([self._scores[i] for i in indices])
 
     def _propose(self, n: int) -> list[int]:
         if n <= 0:
@@ -143,6 +148,7 @@ class XGBTuner(Tuner):
             self.indices.append(config.index)
         if len(self.xs) >= 2:
             self.model.fit(np.stack(self.xs), np.asarray(self.ys))
+            self._scores.clear()
 
 
 TUNERS: dict[str, Callable[..., Tuner]] = {"xgb": XGBTuner, "random": RandomTuner, "grid": GridSearchTuner}
