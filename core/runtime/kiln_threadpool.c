@@ -44,8 +44,8 @@
 
 typedef struct worker {
     pthread_t thread;
-    int id;        /* 1..nworkers; the launcher is 0 */
-    uint32_t seen; /* the last generation this worker looked at */
+    int id;             /* 1..nworkers; the launcher is 0 */
+    uint32_t first_gen; /* the generation when it was started: it joins any later one */
 } worker;
 
 static struct {
@@ -163,18 +163,18 @@ static int run_chunks(int first) {
 
 /* ------------------------------------------------------------------ workers */
 
-/* Park on the futex unless something changed since `seen` (see the protocol at the top). */
-static void park(const worker* w) {
+/* Park on the futex unless something changed since generation `seen` (see the protocol at the top). */
+static void park(uint32_t seen) {
     uint32_t seq = atomic_load(&pool.wake_seq);
     atomic_fetch_add(&pool.sleepers, 1);
-    if (GEN(atomic_load(&pool.state)) == w->seen && !atomic_load(&pool.shutdown) && !atomic_load(&pool.hot))
+    if (GEN(atomic_load(&pool.state)) == seen && !atomic_load(&pool.shutdown) && !atomic_load(&pool.hot))
         futex_wait(&pool.wake_seq, seq);
     atomic_fetch_sub(&pool.sleepers, 1);
 }
 
-/* Join the region of generation w->seen if it is still open; false if it closed or was replaced. */
-static int join(const worker* w, uint64_t s) {
-    while (GEN(s) == w->seen && !(s & CLOSED))
+/* Join the region of generation `gen` if it is still open; false if it closed or was replaced. */
+static int join(uint32_t gen, uint64_t s) {
+    while (GEN(s) == gen && !(s & CLOSED))
         if (atomic_compare_exchange_weak_explicit(&pool.state, &s, s + 1, memory_order_acquire,
                                                   memory_order_relaxed))
             return 1;
@@ -182,16 +182,17 @@ static int join(const worker* w, uint64_t s) {
 }
 
 static void* worker_main(void* arg) {
-    worker* w = (worker*)arg;
-    in_region = 1; /* a region launched from inside a chunk runs serially */
+    const worker* w = (const worker*)arg;
+    uint32_t seen = w->first_gen; /* the last generation looked at (a local: no shared line is written) */
+    in_region = 1;                /* a region launched from inside a chunk runs serially */
     unsigned long mode = kiln_float_mode_get();
     int64_t last_region = now_ns(); /* when this worker last saw a region (or woke up) */
     int64_t idle_since = last_region; /* ... or, later, last saw the pool hot: it parks spin_ns after */
     for (unsigned spins = 1;; spins++) {
         uint64_t s = atomic_load_explicit(&pool.state, memory_order_acquire);
-        if (GEN(s) != w->seen) {
-            w->seen = GEN(s);
-            if (join(w, s)) {
+        if (GEN(s) != seen) {
+            seen = GEN(s);
+            if (join(seen, s)) {
                 /* Compute in the launcher's float mode (FTZ/DAZ under kiln_run): same results as serial. */
                 if ((pool.float_mode ^ mode) & KILN_FLOAT_CONTROL_BITS) kiln_float_mode_set(mode = pool.float_mode);
                 int ran = run_chunks(w->id % pool.nchunks);
@@ -208,7 +209,7 @@ static void* worker_main(void* arg) {
         if (atomic_load_explicit(&pool.hot, memory_order_relaxed)) {
             idle_since = t;
         } else if (t - idle_since >= pool.spin_ns) {
-            park(w);
+            park(seen);
             idle_since = last_region = now_ns();
             continue;
         }
@@ -244,7 +245,7 @@ static void start_workers(int n) {
     while (pool.nworkers < n) {
         worker* w = &pool.workers[pool.nworkers];
         w->id = pool.nworkers + 1;
-        w->seen = gen;
+        w->first_gen = gen;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) break;
         pool.nworkers++;
     }
