@@ -72,6 +72,7 @@ async def run(args) -> None:
     proc, url, token = start_serve(workdir / "data", args.workers)
     rss_before = rss_mib(proc.pid)
     latencies: list[float] = []
+    server_errors: list[str] = []
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     try:
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=300,
@@ -81,6 +82,8 @@ async def run(args) -> None:
                 start = time.perf_counter()
                 response = await client.request(method, path, **kwargs)
                 latencies.append(time.perf_counter() - start)
+                if response.status_code >= 500:
+                    server_errors.append(f"{method} {path}: {response.status_code}")
                 return response
 
             start = time.perf_counter()
@@ -126,7 +129,8 @@ async def run(args) -> None:
           f"{len(leftovers)} temp leftovers")
     print(f"API latency during the jobs ({len(latencies)} requests): p50 {percentile(latencies, 50) * 1000:.1f} ms, "
           f"p99 {percentile(latencies, 99) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
-    print(f"API RSS: {rss_before:.0f} MiB before, {rss_after:.0f} MiB after")
+    print(f"API RSS: {rss_before:.0f} MiB before, {rss_after:.0f} MiB after; {len(server_errors)} responses were 5xx "
+          f"{server_errors[:3]}")
     print(f"(data and serve.log in {workdir})")
 
 

@@ -22,6 +22,10 @@ def get_db(request: Request) -> Iterator[Session]:
 
 def current_user(token: Annotated[str, Depends(bearer_token)], db: Annotated[Session, Depends(get_db)]) -> User:
     user = user_for_token(db, token)
+    # End the read transaction: its connection goes back to the pool (the user object stays loaded), so a
+    # request that waits long before it next needs the database (an upload streaming, its pre-flight
+    # check) holds no connection meanwhile. Found by bench/bench_load.py: 50 uploads exhausted the pool.
+    db.commit()
     if user is None:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid or revoked token",
                             headers={"WWW-Authenticate": "Bearer"})

@@ -134,6 +134,7 @@ def run_compile_job(job_id: str, settings: Settings, database: Database, *, work
             return "duplicate"
         attempts = job.attempts + 1
         if attempts > settings.job_max_attempts:
+            remove_staging(settings, job_id)  # the last killed attempt's
             finish(db, job_id, "failed", code="too_many_attempts",
                    error=f"gave up after {settings.job_max_attempts} attempts (the worker died each time)")
             return "failed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import tarfile
 import time
 
 import pytest
@@ -118,3 +119,15 @@ def test_killed_attempt_leaves_no_staging_for_the_next(api, job):
     assert not leftover.exists()
     outputs = sorted(p.name for p in storage.job_dir(api.settings, job_id).iterdir())
     assert outputs == ["artifact.tar.gz", "report.html", "report.json"]
+
+
+def test_artifact_has_fixed_names_and_regular_files_only(api, job):
+    job_id = job()
+    assert _run(api, job_id).status == "succeeded"
+    with tarfile.open(storage.job_dir(api.settings, job_id) / storage.ARTIFACT) as tar:
+        members = tar.getmembers()
+        assert all(m.isreg() and "/" not in m.name and not m.name.startswith(".") for m in members)
+        assert {m.name for m in members} == {"libkiln_model.so", "kiln_model.h", "weights.bin", "metadata.json",
+                                             "kiln_loader.py", "report.json", "report.html", "README.txt"}
+        for member in members:
+            tarfile.data_filter(member, "/extract/here")  # raises for links, devices, absolute or escaping names
