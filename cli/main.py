@@ -73,14 +73,18 @@ def default_records_path() -> Path:
 
 
 def _tuning_options(args: argparse.Namespace, bar, task) -> Optional[dict]:
-    """Tuning with --tune-trials N, records from --records (default: the user's cache when tuning)."""
-    if not args.tune_trials and not args.records:
-        return None
+    """Tuning with --tune-trials N; records from --records, else the user's default file, which every
+    compile consults when it exists (tuned once, every later compile gets the best configs)."""
     records = args.records or str(default_records_path())
+    if not args.tune_trials and not args.records and not Path(records).is_file():
+        return None
     plan: dict = {}
 
     def on_plan(p: dict) -> None:
         plan.update(p)
+        if not p["trials"]:
+            bar.console.print(f"tuning records: {p['cache_hits']} of {p['tasks']} tasks have a tuned config", highlight=False)
+            return
         bar.console.print(f"tuning {p['tuned_tasks']} of {p['tasks']} tasks ({p['cache_hits']} from records), "
                           f"{p['trials']} trials, about {p['estimate_s']:.0f} s", highlight=False)
 
