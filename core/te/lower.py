@@ -175,6 +175,8 @@ class _Lowering:
         each producer point is stored at the consumer point the map gives, where there is one; every
         read of the producer must land on the point just computed (checked after simplification)."""
         pop, cop = producer.op, consumer.op
+        if not reads_at_own_axes(self.sch, cop, pop, anywhere=True):
+            raise ScheduleError(f"reverse_compute_at: {cop.name} reads a stage computed after {pop.name}")
         point, valid = consumer.point_map([values[p] for p in pop.axis])
         cbuf, pbuf = self.buffers[id(cop)], self.buffers[id(pop)]
         body = simplify(substitute(self.expand(cop.body), {c.var: e for c, e in zip(cop.axis, point)}))

@@ -197,9 +197,10 @@ class Schedule:
         return list(found.values())
 
 
-def reads_at_own_axes(sch: Schedule, consumer: ComputeOp, producer: ComputeOp) -> bool:
+def reads_at_own_axes(sch: Schedule, consumer: ComputeOp, producer: ComputeOp, anywhere: bool = False) -> bool:
     """Whether `consumer` reads `producer` only at its own axes, in order (directly or through
-    inlined stages that do the same), and reads no other computed stage (it runs before them)."""
+    inlined stages that do the same), and reads no other computed stage (it runs before them).
+    With `anywhere`, only the second half: the indices are the caller's to check."""
     from ..tir.functor import walk_expr
 
     def at_axis(index, iv: IterVar) -> bool:  # a size-1 axis may be read at a literal 0 (broadcast reads)
@@ -212,7 +213,8 @@ def reads_at_own_axes(sch: Schedule, consumer: ComputeOp, producer: ComputeOp) -
             read = e.tensor.op
             if read is not producer and not sch[e.tensor].inlined:
                 return False
-            if len(e.indices) != len(op.axis) or not all(at_axis(i, iv) for i, iv in zip(e.indices, op.axis)):
+            if not anywhere and (len(e.indices) != len(op.axis)
+                                 or not all(at_axis(i, iv) for i, iv in zip(e.indices, op.axis))):
                 return False
             if read is not producer and not ok(read):
                 return False

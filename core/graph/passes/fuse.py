@@ -81,7 +81,9 @@ class _Fuser:
 
     def run(self, phase: int) -> None:
         for k in range(len(self.fg.nodes)):
-            pattern = self.groups.pattern[self.groups.root(k)] if self.groups.root(k) == k else self.fg.patterns[k]
+            # As in TVM: a group's root acts with its group's pattern (an Add that took a conv is
+            # complex and takes the next ReLU), a node merged into a later group with its own.
+            pattern = self.pattern_of(k) if self.groups.root(k) == k else self.fg.patterns[k]
             dom = self.tree.parent[k]
             if pattern == Pattern.OPAQUE or dom is None or self.groups.root(dom) == self.groups.root(k):
                 continue
