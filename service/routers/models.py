@@ -4,6 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from starlette.concurrency import run_in_threadpool
 
 from .. import storage
 from ..deps import DbDep, SettingsDep, UserDep, owned
@@ -31,7 +32,10 @@ async def upload_model(request: Request, response: Response, user: UserDep, _all
     """Upload an ONNX model as multipart field `file`. Checked (ONNX checker, op coverage, sizes) before it is kept."""
     upload = await receive_upload(request, settings.tmp_dir, settings.max_upload_bytes)
     try:
-        existing = db.scalar(select(Model).where(Model.user_id == user.id, Model.sha256 == upload.sha256))
+        # Database work runs in the thread pool and ends its transaction before the next await: an
+        # upload waiting for its pre-flight check holds no pooled connection, and the event loop never
+        # blocks on one (bench_load.py: 50 concurrent uploads deadlocked the pool before this).
+        existing = await run_in_threadpool(_existing, db, user.id, upload.sha256)
         if existing is not None:
             response.status_code = status.HTTP_200_OK
             return ModelOut.of(existing, deduplicated=True)
@@ -44,19 +48,30 @@ async def upload_model(request: Request, response: Response, user: UserDep, _all
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail)
         row = Model(id=new_id(), user_id=user.id, filename=upload.filename, sha256=upload.sha256,
                     size_bytes=upload.size, summary=check.summary)
-        storage.store_model(settings, upload.folder, row.id)
-        db.add(row)
-        try:
-            db.commit()
-        except IntegrityError:  # the same file raced in from a parallel upload: keep the first
-            db.rollback()
-            storage.remove_model(settings, row.id)
-            existing = db.scalar(select(Model).where(Model.user_id == user.id, Model.sha256 == upload.sha256))
+        kept, deduplicated = await run_in_threadpool(_keep, db, settings, upload, row)
+        if deduplicated:
             response.status_code = status.HTTP_200_OK
-            return ModelOut.of(existing, deduplicated=True)
-        return ModelOut.of(row)
+        return ModelOut.of(kept, deduplicated=deduplicated)
     finally:
         upload.discard()
+
+
+def _existing(db, user_id: int, sha256: str) -> Model | None:
+    row = db.scalar(select(Model).where(Model.user_id == user_id, Model.sha256 == sha256))
+    db.commit()  # release the connection; the row stays loaded (expire_on_commit=False)
+    return row
+
+
+def _keep(db, settings, upload, row: Model) -> tuple[Model, bool]:
+    storage.store_model(settings, upload.folder, row.id)
+    db.add(row)
+    try:
+        db.commit()
+    except IntegrityError:  # the same file raced in from a parallel upload: keep the first
+        db.rollback()
+        storage.remove_model(settings, row.id)
+        return _existing(db, row.user_id, row.sha256), True
+    return row, False
 
 
 @router.get("", response_model=list[ModelOut])
