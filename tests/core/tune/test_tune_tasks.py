@@ -30,3 +30,11 @@ def test_trials_split_by_weight(tiny_tasks):
     assert split_trials(tiny_tasks, 9) == [6, 3]
     assert sum(split_trials(tiny_tasks, 1)) == 1
     assert split_trials(tiny_tasks, 0) == [0, 0]
+
+
+def test_cross_target_tuning_measures_nothing(tiny_graph):
+    from core.tune import tune_graph
+
+    target = get_target("aarch64")
+    outcome = tune_graph(tiny_graph, target, {"trials": 8})
+    assert outcome.report["trials"] == 0 and not outcome.chosen
