@@ -13,8 +13,12 @@ from .tables import Base
 class Database:
     def __init__(self, url: str):
         sqlite = url.startswith("sqlite")
+        # The API runs sync routes on a 40-thread pool: with fewer pooled connections, a burst of requests
+        # (bench_load.py: 200 job submissions at once) timed out waiting for one (500s). SQLite serializes
+        # writers anyway (busy_timeout), so the connections themselves are cheap.
+        pool = {"pool_size": 10, "max_overflow": 50, "pool_timeout": 120} if sqlite else {}
         self.engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30} if sqlite else {},
-                                    pool_pre_ping=not sqlite)
+                                    pool_pre_ping=not sqlite, **pool)
         if sqlite:
             # The API and worker processes share the file: WAL lets readers proceed while a job writes.
             @event.listens_for(self.engine, "connect")
