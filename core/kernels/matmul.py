@@ -9,15 +9,19 @@ from ..te import tensor as te
 from ..tir.expr import Expr, const
 from .broadcast import broadcast_shape
 from .common import require
+from .matmul_packed import pack_panels, packed_matmul, worth_packing
 from .registry import register_compute
 
 
-def matmul(a: te.Tensor, b: te.Tensor) -> te.Tensor:
+def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None) -> te.Tensor:
+    """`packed_columns`: b is already packed (a constant weight, [..., N/nr, K, nr]) for N columns."""
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("MatMul: inputs must have rank >= 1")
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     a_shape = (1,) + a.shape if a_vec else a.shape
     b_shape = b.shape + (1,) if b_vec else b.shape
+    if packed_columns is not None:  # the logical [..., K, N] of the panels
+        b_shape = b.shape[:-3] + (b.shape[-2], packed_columns)
     m, k = a_shape[-2:]
     k2, n = b_shape[-2:]
     if k != k2:
@@ -30,6 +34,11 @@ def matmul(a: te.Tensor, b: te.Tensor) -> te.Tensor:
     def operand_batch(shape: Sequence[int], bi: Sequence[Expr]) -> list[Expr]:
         off = nb - (len(shape) - 2)
         return [zero if d == 1 else bi[off + q] for q, d in enumerate(shape[:-2])]
+
+    if packed_columns is not None:
+        return packed_matmul(a, b, packed_columns, batch, operand_batch)
+    if not (a_vec or b_vec) and worth_packing(m, n, k, a.dtype):
+        return packed_matmul(a, pack_panels(b), n, batch, operand_batch)
 
     def body(*idx: Expr) -> Expr:
         bi, i, j = idx[:nb], idx[nb], idx[nb + 1]

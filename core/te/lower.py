@@ -110,16 +110,22 @@ class _Lowering:
                 cond = logical_and(cond, c)
             return IfThenElse(cond, stmt)
 
-        def nest(ivs: Sequence[IterVar], stmt: Stmt) -> Stmt:
-            for iv in reversed(ivs):
+        def nest(ivs: Sequence[IterVar], stmt: Stmt, conds: Sequence[Expr] = ()) -> Stmt:
+            # Each guard sits just inside the innermost loop it mentions, so a guard that only the
+            # outer loops decide (a block split that does not divide) stays out of the micro-kernel,
+            # where a conditional store would keep the accumulators in memory.
+            depth = {id(c): max((d for d, iv in enumerate(ivs) if _mentions(c, iv.var)), default=-1) for c in conds}
+            for d in reversed(range(len(ivs))):
+                stmt = guarded(stmt, [c for c in conds if depth[id(c)] == d])
+                iv = ivs[d]
                 stmt = For(iv.var, IntImm(iv.extent), stage.annotations.get(iv, ForKind.SERIAL), stmt)
-            return stmt
+            return guarded(stmt, [c for c in conds if depth[id(c)] == -1])
 
         epilogues = [s for s in self.sch.stages if s.attach is not None and s.attach[0] is stage]
         if not isinstance(body, Reduce):
             if epilogues:
                 raise ScheduleError(f"reverse_compute_at: {op.name} is not a reduction")
-            return nest(leaves, guarded(Store(buf, out_index, substitute(body, root)), guards))
+            return nest(leaves, Store(buf, out_index, substitute(body, root)), guards)
 
         update = Store(buf, out_index, substitute(body.combine(buf.load(out_index), body.source), root))
         first_reduce = next(k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv))
@@ -129,9 +135,9 @@ class _Lowering:
         # it only with conditions that do not mention reduce axes.
         init_guards = [g for g in guards if not self._mentions_reduce(stage, g)]
         init = Store(buf, out_index, body.init)
-        init_nest = nest([iv for iv in inner_spatial], guarded(init, init_guards))
+        init_nest = nest([iv for iv in inner_spatial], init, init_guards)
         # Vectorizing the init over a spatial axis is always safe; keep other annotations serial.
-        main = seq(init_nest, nest(inner, guarded(update, guards)))
+        main = seq(init_nest, nest(inner, update, guards))
         if not epilogues:
             return nest(leaves[:first_reduce], main)
         if len(epilogues) > 1 or epilogues[0].attach[1] not in leaves[:first_reduce]:

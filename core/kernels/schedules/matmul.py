@@ -4,6 +4,8 @@ Loop order batch, j.o, k.o, i.o | k.i | i.i (unrolled), j.i (vectorized): B's ro
 k is one vector load, each A element one broadcast, and the i.i x j.i accumulators stay in
 registers for the whole k.i loop; a K_TILE x j.i panel of B stays in L1 while all row tiles use it.
 Threads split the fused (batch, j.o) panels (or (batch, i.o, j.o) tiles when K is short).
+Products over packed B (core/kernels/matmul_packed.py) get the cache-blocked micro-kernel of
+matmul_blocked.py instead.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from ...target import Target
 from ...te.schedule import Schedule
 from ...te.tensor import ComputeOp, Tensor
 from .conv2d import MAX_ACCUMULATORS, column_tile
-from .generic import extent, output_stage, parallelize, worth_parallel
+from .generic import extent, injective_stage, output_stage, parallelize, worth_parallel
+from .matmul_blocked import schedule_blocked
 from .util import find_ops, largest_divisor
 
 
@@ -60,8 +63,13 @@ def schedule_matmul_stage(sch: Schedule, op: ComputeOp, target: Target, row: Opt
 
 
 def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:
-    """`knobs` (row, col, k_tile) come from a tuned config (core/tune/templates.py)."""
+    """`knobs` (row, col, k_tile; row_block for packed B) come from a tuned config (core/tune/templates.py)."""
+    for op in find_ops(outs, ["matmul_pack"]):  # B packed at run time: a parallel copy before the product
+        injective_stage(sch[Tensor(op)], target)
     for op in find_ops(outs, ["matmul"]):
-        schedule_matmul_stage(sch, op, target, **knobs)
+        if op.attrs.get("packed"):
+            schedule_blocked(sch, op, outs, target, **knobs)
+        else:
+            schedule_matmul_stage(sch, op, target, **{k: v for k, v in knobs.items() if k != "row_block"})
     for op in find_ops(outs, ["injective"]):  # the squeeze of 1-D operands
         output_stage(sch, op, outs, target)

@@ -1,0 +1,80 @@
+"""MatMul over packed weights: B laid out as panels [..., N/nr, K, nr] so that the micro-kernel
+streams each panel contiguously, and the output padded to whole register tiles (then cropped)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..te import tensor as te
+from ..tir.expr import Expr, const, minimum, select
+
+PANEL = 16  # columns per panel of packed B: two AVX2 vectors of float32 (the 6 x 16 micro-kernel)
+ROW_CHOICES = {6: 1.0, 5: 0.92, 4: 0.85, 3: 0.7}  # micro-kernel rows -> measured relative speed (6 x 16 best)
+MIN_WORK = 16 ** 3  # multiply-adds below which packing costs more than it saves
+
+
+def worth_packing(m: int, n: int, k: int, dtype: str) -> bool:
+    """Float32 products with at least a few rows and one panel of columns (M == 1 is a GEMV, whose
+    rows of B are already contiguous; other dtypes keep the plain tile)."""
+    return dtype == "float32" and m >= 3 and n >= 8 and k >= 8 and m * n * k >= MIN_WORK
+
+
+def micro_rows(m: int) -> int:
+    """Rows of the micro-kernel: the best speed per useful row once M is padded to a multiple."""
+    return max(ROW_CHOICES, key=lambda r: (m / (-(-m // r) * r)) * ROW_CHOICES[r])
+
+
+def pad_to(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def pack_panels(b: te.Tensor, panel: int = PANEL) -> te.Tensor:
+    """B [..., K, N] -> [..., ceil(N / panel), K, panel], zero beyond column N."""
+    *batch, k, n = b.shape
+    panels = -(-n // panel)
+
+    def body(*idx: Expr) -> Expr:
+        *bi, p, kk, c = idx
+        col = p * panel + c
+        if panels * panel == n:
+            return b(*bi, kk, col)
+        return select(col < n, b(*bi, kk, minimum(col, n - 1)), const(0, b.dtype))
+
+    return te.compute(tuple(batch) + (panels, k, panel), body, name="matmul_pack", tag="matmul_pack")
+
+
+def packed_matmul(a: te.Tensor, pb: te.Tensor, n: int, batch: tuple[int, ...],
+                  operand_batch, rows: Optional[int] = None) -> te.Tensor:
+    """C[..., i, j] = sum_k A[..., i, k] * PB[..., j / nr, k, j % nr] over M and N padded to whole
+    micro-tiles (A's padding rows read its last row, computed and never stored), cropped to M x N.
+    `operand_batch(shape, batch indices)` maps output batch indices to an operand's own."""
+    m, k = a.shape[-2:]
+    *_, panels, _, panel = pb.shape
+    mr = rows or micro_rows(m)
+    m_pad, n_pad = pad_to(m, mr), panels * panel
+    rk = te.reduce_axis(k, "rk")
+    nb = len(batch)
+
+    def body(*idx: Expr) -> Expr:
+        bi, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        row = i if m_pad == m else minimum(i, m - 1)
+        lhs = a(*operand_batch(a.shape, bi), row, rk.var)
+        rhs = pb(*operand_batch(pb.shape[:-3] + (1, 1), bi), j // panel, rk.var, j % panel)
+        return te.sum(lhs * rhs, rk)
+
+    attrs = {"panel": panel, "rows": mr, "packed": True}
+    out = te.compute(batch + (m_pad, n_pad), body, name="matmul", tag="matmul", attrs=attrs)
+    if (m_pad, n_pad) == (m, n):
+        return out
+    return te.compute(batch + (m, n), lambda *idx: out(*idx), name="matmul_crop", tag="matmul_crop")
+
+
+def pack_weights(b: np.ndarray, panel: int = PANEL) -> np.ndarray:
+    """numpy version of `pack_panels`, for constant weights packed at compile time."""
+    *batch, k, n = b.shape
+    n_pad = pad_to(n, panel)
+    padded = np.zeros(tuple(batch) + (k, n_pad), b.dtype)
+    padded[..., :n] = b
+    out = padded.reshape(tuple(batch) + (k, n_pad // panel, panel))
+    return np.ascontiguousarray(np.moveaxis(out, -2, -3))
