@@ -63,4 +63,4 @@ def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None) -> 
 @register_compute("MatMul")
 def matmul_op(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     a, b = require(inputs, 2, "MatMul")
-    return [matmul(a, b)]
+    return [matmul(a, b, attrs.get("packed_columns"))]

@@ -12,8 +12,16 @@ from core.graph.ops import Pattern, register_op
 from ._common import NUMERIC_DTYPES, broadcast_shapes, expect_arity, expect_dtype, expect_same_dtype
 
 
+def _unpacked(b: np.ndarray, columns: int) -> np.ndarray:
+    """Panels [..., N/nr, K, nr] (a constant packed by pack_matmul_weights) back to [..., K, N]."""
+    *batch, panels, k, nr = b.shape
+    return np.moveaxis(b, -3, -2).reshape(tuple(batch) + (k, panels * nr))[..., :columns]
+
+
 def _matmul_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
     a, b = inputs
+    if attrs.get("packed_columns") is not None:
+        b = _unpacked(b, attrs["packed_columns"])
     compute = np.float32 if a.dtype == np.float16 else a.dtype
     return [np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False)).astype(a.dtype, copy=False)]
 
@@ -24,6 +32,8 @@ def _matmul(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     dtype = expect_same_dtype("MatMul", types)
     expect_dtype("MatMul", types[0], NUMERIC_DTYPES)
     a, b = types
+    if attrs.get("packed_columns") is not None:  # b holds panels [..., N/nr, K, nr] of a [..., K, N] weight
+        b = TensorType(b.shape[:-3] + (b.shape[-2], int(attrs["packed_columns"])), b.dtype)
     if a.rank < 2 or b.rank < 2:
         raise ShapeError(f"MatMul: operands must have rank >= 2 (the frontend reshapes vectors), got {a} and {b}")
     if a.shape[-1] != b.shape[-2]:

@@ -1,0 +1,124 @@
+"""MatMul over packed B: panels built at run time or packed at compile time (constant weights),
+ragged M and N padded and cropped, fused epilogues, and the micro-kernel's accumulators in registers."""
+from __future__ import annotations
+
+import re
+import tempfile
+
+import numpy as np
+import pytest
+
+from core.codegen.build import assembly, build_library
+from core.codegen.kernel_library import load_kernels
+from core.graph.ir import Graph, Node, TensorType
+from core.graph.ops import get_op
+from core.graph.passes.pack_matmul_weights import pack_matmul_weights
+from core.kernels import get_compute
+from core.kernels.elementwise import unary
+from core.kernels.matmul_packed import PANEL, micro_rows, pack_weights
+from core.kernels.schedules.epilogue import schedule_epilogue
+from core.kernels.schedules.matmul import schedule_matmul
+from core.kernels.testing import OpKernel, build_kernels
+from core.target import get_target
+from core.te import tensor as te
+from core.te.lower import lower
+from core.te.schedule import create_schedule
+
+NATIVE = get_target("native")
+rng = np.random.default_rng(11)
+
+# (A shape, B shape): whole tiles, ragged rows and columns, a batch of attention products, K blocked
+SHAPES = [((60, 64), (64, 32)), ((37, 300), (300, 29)), ((1, 2, 64, 64), (1, 2, 64, 64)),
+          ((64, 512), (512, 128)), ((13, 40), (3, 40, 24))]
+
+
+def _arrays(a_shape, b_shape):
+    return rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    kernels, expected = [], []
+    for n, (a_shape, b_shape) in enumerate(SHAPES):
+        a, b = _arrays(a_shape, b_shape)
+        kernels.append(OpKernel(f"runtime{n}", "MatMul", [a, b]))
+        expected.append(a @ b)
+        if len(b_shape) == 2:  # a constant weight, packed at compile time
+            kernels.append(OpKernel(f"const{n}", "MatMul", [a, pack_weights(b)], {"packed_columns": b_shape[1]}))
+            expected.append(a @ b)
+    return list(zip(kernels, build_kernels(kernels), expected))
+
+
+def test_packed_products_match_numpy(runs):
+    for kernel, run, want in runs:
+        assert kernel.schedule is not None
+        (got,) = run.run()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=kernel.name)
+
+
+def test_constant_weights_are_not_packed_again(runs):
+    for kernel, _, _ in runs:
+        packs = [s for s in kernel.schedule.stages if s.op.tag == "matmul_pack"]
+        assert bool(packs) == kernel.name.startswith("runtime"), kernel.name
+
+
+def test_pack_weights_pads_with_zeros():
+    b = rng.standard_normal((5, 20)).astype(np.float32)
+    packed = pack_weights(b)
+    assert packed.shape == (2, 5, PANEL)
+    np.testing.assert_array_equal(packed[1, :, :4], b[:, 16:])
+    assert not packed[1, :, 4:].any()
+
+
+def test_micro_rows_trade_padding_for_tile_height():
+    assert micro_rows(1020) == 6 and micro_rows(1024) == 6  # 1026 rows: 0.2% padding
+    assert micro_rows(8) == 4 and micro_rows(5) == 5
+
+
+def test_bias_relu_epilogue_runs_in_the_tile_of_a_padded_product():
+    a, bm = te.placeholder((37, 300), "float32", "a"), te.placeholder((300, 29), "float32", "b")
+    bias = te.placeholder((29,), "float32", "bias")
+    (mm,) = get_compute("MatMul")([a, bm], {}, [])
+    added = te.compute(mm.shape, lambda i, j: mm(i, j) + bias(j), name="add")
+    out = unary("Relu", added, {})
+    sch = create_schedule([out])
+    sch[added].compute_inline()
+    schedule_matmul(sch, [out], NATIVE)
+    schedule_epilogue(sch, [out], NATIVE)
+    assert sch[out].attach is not None
+    func = lower(sch, [a, bm, bias, out], "k_mm_epi")
+    arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (a, bm, bias)]
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], NATIVE, f"{tmp}/k.so"))
+        got = np.zeros(out.shape, np.float32)
+        lib.call(func.name, *arrays, got, *[np.zeros(b.shape, b.dtype) for b in func.workspaces])
+    np.testing.assert_allclose(got, np.maximum(arrays[0] @ arrays[1] + arrays[2], 0), rtol=1e-4, atol=1e-4)
+
+
+def test_graph_pass_packs_constant_weights_and_keeps_semantics():
+    w = rng.standard_normal((64, 40)).astype(np.float32)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    types = {"x": TensorType((8, 64), "float32"), "w": TensorType((64, 40), "float32"),
+             "y": TensorType((8, 40), "float32")}
+    graph = Graph(("x",), ("y",), (Node("MatMul", ("x", "w"), ("y",)),), types, {"w": w})
+    packed = pack_matmul_weights(graph)
+    (node,) = packed.nodes
+    assert node.attr("packed_columns") == 40 and packed.constants[node.inputs[1]].shape == (3, 64, PANEL)
+    op = get_op("MatMul")
+    assert op.infer([packed.type_of(i) for i in node.inputs], node.attrs) == [types["y"]]
+    (folded,) = op.fold([x, packed.constants[node.inputs[1]]], node.attrs)
+    np.testing.assert_allclose(folded, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_micro_kernel_keeps_accumulators_in_registers():
+    """The innermost loop of a 6 x 16 tile: 12 FMAs per k into 12 distinct ymm registers, no stores."""
+    if "+avx2" not in NATIVE.features or "+avx512f" in NATIVE.features:
+        pytest.skip("checks the AVX2 micro-kernel")
+    a, b = np.zeros((120, 256), np.float32), np.zeros((256, 64), np.float32)
+    kernel = OpKernel("mm_asm", "MatMul", [a, pack_weights(b)], {"packed_columns": 64})
+    asm = assembly([kernel.lower(NATIVE)], NATIVE)
+    blocks = re.split(r"\n\.LBB\d+_\d+:", asm)
+    loop = max(blocks, key=lambda blk: blk.count("vfmadd231ps")).split("\n\tj")[0]  # up to the back edge
+    fmas = re.findall(r"vfmadd231ps\s+[^\n]*%(ymm\d+)\n", loop)
+    assert len(fmas) >= 12 and len(set(fmas)) == 12
+    assert not re.search(r"vmovups\s+%ymm\d+, [^\n]*\(", loop)  # no accumulator goes back to memory
