@@ -129,6 +129,8 @@ def apply_conv(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mappi
 
 # -- MatMul -------------------------------------------------------------------------------------
 def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    if op.attrs.get("packed"):
+        return _packed_space(op, target, default)
     space = ConfigSpace()
     *_, i, j = op.axis
     (k,) = op.reduce_axis
@@ -140,11 +142,30 @@ def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> 
     return space
 
 
+def _packed_space(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    """Over packed B: rows dividing the padded M, columns dividing the panel (whole vectors)."""
+    space = ConfigSpace()
+    *_, i, _ = op.axis
+    (k,) = op.reduce_axis
+    lanes, panel = target.lanes(op.dtype), op.attrs["panel"]
+    space.define_knob("row", [_inner(f) for f in _tiles_upto(i.extent, 1, 8, default["row"])])
+    space.define_knob("col", sorted({c for c in (lanes, 2 * lanes, panel) if panel % c == 0} | {default["col"]}))
+    space.define_knob("k_tile", [_inner(f) for f in _tiles_upto(k.extent, min(64, k.extent), k.extent, default["k_tile"])])
+    # Row tiles per cache block (mc = row x row_block rows of A stay in L2); a last partial block is guarded.
+    space.define_knob("row_block", sorted({b for b in (1, 2, 4, 8, 12, 16, 20, 32) if b <= i.extent}
+                                          | {default["row_block"]}))
+    return space
+
+
 def read_matmul_default(stage: Stage) -> dict:
     *_, i, j = stage.op.axis
     (k,) = stage.op.reduce_axis
-    return {"row": split_factor(stage, i) or i.extent, "col": split_factor(stage, j) or j.extent,
-            "k_tile": split_factor(stage, k) or k.extent}
+    out = {"row": split_factor(stage, i) or i.extent, "col": split_factor(stage, j) or j.extent,
+           "k_tile": split_factor(stage, k) or k.extent}
+    if stage.op.attrs.get("packed"):  # the second split of i's outer part is the row block
+        tiles = next((r.outer for r in stage.relations if isinstance(r, Split) and r.parent is i), None)
+        out["row_block"] = next((r.factor for r in stage.relations if isinstance(r, Split) and r.parent is tiles), 1)
+    return out
 
 
 def matmul_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
