@@ -47,14 +47,20 @@ class Executable:
     memory: MemoryPlan
 
 
+# Multiply-adds per output element of the ops that have them (weights OIHW, or packed OIHW[x]i[y]o:
+# input channels per group x window either way).
+_MACS_PER_OUTPUT: dict[str, Callable[[Node, Graph], int]] = {
+    "Conv": lambda node, graph: int(np.prod(graph.type_of(node.inputs[1]).shape[1:])),
+    "Conv2dNCHWc": lambda node, graph: int(np.prod(graph.type_of(node.inputs[1]).shape[1:5])),
+    "MatMul": lambda node, graph: graph.type_of(node.inputs[0]).shape[-1],
+}
+
+
 def _flops(node: Node, graph: Graph) -> int:
     """Multiply-adds count twice; other ops count one operation per output element."""
-    out = graph.type_of(node.outputs[0])
-    if node.op == "Conv":
-        w = graph.type_of(node.inputs[1])
-        return 2 * out.numel * int(np.prod(w.shape[1:]))
-    if node.op == "MatMul":
-        return 2 * out.numel * graph.type_of(node.inputs[0]).shape[-1]
+    macs = _MACS_PER_OUTPUT.get(node.op)
+    if macs is not None:
+        return 2 * graph.type_of(node.outputs[0]).numel * macs(node, graph)
     return sum(graph.type_of(o).numel for o in node.outputs)
 
 

@@ -142,7 +142,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         "target": tgt.name, "opt_level": opt_level, "compiler_version": __version__,
         "graph": {"nodes_in": nodes_in, "kernels": len(exe.kernels),
                   "fusion_groups": [{"kernel": k.name, "ops": list(k.ops)} for k in exe.kernels if len(k.ops) > 1],
-                  "layout_transforms": 0, "passes": list(LEVELS[opt_level])},
+                  "layout_transforms": sum("LayoutTransform" in k.ops for k in exe.kernels), "passes": list(LEVELS[opt_level])},
         "memory": {"arena_bytes": exe.memory.arena_bytes, "naive_bytes": exe.memory.naive_bytes,
                    "weights_bytes": len(exe.weights)},
         "kernels": [{"name": k.name, "ops": list(k.ops), "flops": k.flops, "time_ms": kernel_times.get(k.name),

@@ -1,4 +1,5 @@
-"""Kernel benchmark: default-schedule GFLOP/s of hot ops (resnet18 convs, matmuls) next to ONNX Runtime.
+"""Kernel benchmark: default-schedule GFLOP/s of hot ops (resnet18 convs, matmuls) next to ONNX Runtime;
+convs also in the blocked layout (Conv2dNCHWc, what -O3 compiles them to).
 
 Run by hand, never from tests: `python -m core.kernels.benchmark [--threads 2] [name ...]`.
 Both sides get the same thread count; each number is the best median over a few rounds.
@@ -87,19 +88,49 @@ def _ort_ms(w: Workload, arrays: list[np.ndarray], threads: int) -> Optional[flo
     return best
 
 
+def _blocked_kernel(w: Workload, arrays: list[np.ndarray]):
+    """The conv as -O3 compiles it: Conv2dNCHWc on blocked data with packed weights (None if it stays NCHW)."""
+    from ..graph.blocked import block_for, pack_weights, to_blocked
+    from ..graph.passes.alter_layout import MIN_BLOCK_SHARE, vector_lanes
+    from .testing import OpKernel
+
+    if w.op != "Conv":
+        return None
+    x, weights, bias = arrays
+    lanes, group = vector_lanes(), w.attrs["group"]
+    depthwise = group > 1 and group == x.shape[1] == weights.shape[0]
+    ob = block_for(weights.shape[0], lanes)
+    if (group > 1 and not depthwise) or ob * MIN_BLOCK_SHARE < lanes:
+        return None
+    ib = ob if depthwise else block_for(x.shape[1], lanes)
+    attrs = {k: w.attrs[k] for k in ("strides", "pads", "dilations")}
+    return OpKernel(f"bench_{w.name}_nchwc", "Conv2dNCHWc",
+                    [to_blocked(x, ib), pack_weights(weights, ib, ob, depthwise), bias.reshape(-1, ob)],
+                    dict(attrs, depthwise=depthwise))
+
+
+def _best_ms(kernel_run) -> float:
+    kernel_run.run()
+    return min(kernel_run.time_ms(repeat=15, number=3) for _ in range(3))
+
+
 def run(names: list[str], threads: int) -> list[dict[str, Any]]:
     from .testing import OpKernel, build_kernels
 
     chosen = [w for w in WORKLOADS if not names or w.name in names]
     rng = np.random.default_rng(0)
     inputs = [[rng.standard_normal(s).astype(np.float32) for s in w.shapes] for w in chosen]
-    runs = build_kernels([OpKernel(f"bench_{w.name}", w.op, arrs, w.attrs) for w, arrs in zip(chosen, inputs)])
+    kernels = [OpKernel(f"bench_{w.name}", w.op, arrs, w.attrs) for w, arrs in zip(chosen, inputs)]
+    blocked = [_blocked_kernel(w, arrs) for w, arrs in zip(chosen, inputs)]
+    runs = build_kernels(kernels + [k for k in blocked if k is not None])
+    blocked_runs = iter(runs[len(kernels):])
     rows = []
-    for w, arrs, kernel_run in zip(chosen, inputs, runs):
-        kernel_run.run()
-        ms = min(kernel_run.time_ms(repeat=15, number=3) for _ in range(3))
+    for w, arrs, kernel_run, nchwc in zip(chosen, inputs, runs, blocked):
+        ms = _best_ms(kernel_run)
+        nchwc_ms = _best_ms(next(blocked_runs)) if nchwc is not None else None
         ort_ms = _ort_ms(w, arrs, threads)
         rows.append({"name": w.name, "ms": ms, "gflops": w.flops / ms / 1e6, "ort_ms": ort_ms,
+                     "nchwc_ms": nchwc_ms, "nchwc_gflops": w.flops / nchwc_ms / 1e6 if nchwc_ms else None,
                      "ort_gflops": w.flops / ort_ms / 1e6 if ort_ms else None})
     return rows
 
@@ -110,11 +141,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # before the first kernel starts libgomp
-    print(f"{'workload':30s} {'kiln ms':>9s} {'GFLOP/s':>8s} {'ort ms':>9s} {'GFLOP/s':>8s} {'ratio':>6s}")
+    print(f"{'workload':30s} {'kiln ms':>9s} {'GFLOP/s':>8s} {'NCHWc ms':>9s} {'GFLOP/s':>8s} "
+          f"{'ort ms':>9s} {'GFLOP/s':>8s} {'ratio':>6s}")
     for r in run(args.names, args.threads):
-        ort_ms = r["ort_ms"]
+        ort_ms, nchwc_ms = r["ort_ms"], r["nchwc_ms"]
+        best = min(r["ms"], nchwc_ms or r["ms"])
         print(f"{r['name']:30s} {r['ms']:9.3f} {r['gflops']:8.1f} "
-              + (f"{ort_ms:9.3f} {r['ort_gflops']:8.1f} {r['ms'] / ort_ms:6.2f}" if ort_ms else "      n/a"))
+              + (f"{nchwc_ms:9.3f} {r['nchwc_gflops']:8.1f} " if nchwc_ms else f"{'-':>9s} {'-':>8s} ")
+              + (f"{ort_ms:9.3f} {r['ort_gflops']:8.1f} {best / ort_ms:6.2f}" if ort_ms else "      n/a"))
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
 """Imports every op module so that their computes and schedules register (loaded lazily by the registry)."""
-from . import broadcast, conv2d, elementwise, layer_norm, matmul, pool, reduce, softmax, transform  # noqa: F401
+from . import (broadcast, conv2d, conv2d_nchwc, elementwise, layer_norm, layout_transform, matmul, pool,  # noqa: F401
+               pool_nchwc, reduce, softmax, transform)
 from .schedules import cpu  # noqa: F401

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..kernels.schedules.conv2d import schedule_conv2d
+from ..kernels.schedules.conv2d_nchwc import schedule_conv2d_nchwc
 from ..kernels.schedules.matmul import schedule_matmul
 from ..kernels.schedules.util import find_ops
 from ..target import Target
@@ -127,6 +128,33 @@ def apply_conv(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mappi
     schedule_conv2d(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
 
 
+# -- Conv2dNCHWc (blocked layout) ----------------------------------------------------------------
+def define_conv_nchwc(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    """Register tile: ow_tile columns x oc_tile channel blocks x oh_tile rows (exact splits only)."""
+    space = ConfigSpace()
+    _, ocb, oh, ow, _ = op.axis
+    space.define_knob("ow_tile", [_inner(f) for f in _tiles_upto(ow.extent, 1, 16, default["ow_tile"])])
+    if not op.attrs.get("depthwise"):
+        space.define_knob("oc_tile", [_inner(f) for f in _tiles_upto(ocb.extent, 1, 8, default["oc_tile"])])
+    space.define_knob("oh_tile", [_inner(f) for f in _tiles_upto(oh.extent, 1, 4, default["oh_tile"])])
+    return space
+
+
+def read_conv_nchwc_default(stage: Stage) -> dict:
+    _, ocb, oh, ow, _ = stage.op.axis
+    return {"ow_tile": split_factor(stage, ow) or ow.extent, "oc_tile": split_factor(stage, ocb) or 1,
+            "oh_tile": split_factor(stage, oh) or 1}
+
+
+def conv_nchwc_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
+    # One vector accumulator per (column, channel block, row) of the tile.
+    return cfg["ow_tile"] * cfg.get("oc_tile", 1) * cfg.get("oh_tile", 1) <= MAX_ACCUMULATOR_VECTORS
+
+
+def apply_conv_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
+    schedule_conv2d_nchwc(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
+
+
 # -- MatMul -------------------------------------------------------------------------------------
 def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
     if op.attrs.get("packed"):
@@ -177,6 +205,8 @@ def apply_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Map
 
 
 register_template(Template("Conv", "conv2d", define_conv, apply_conv, read_conv_default, conv_valid))
+register_template(Template("Conv2dNCHWc", "conv2d_nchwc", define_conv_nchwc, apply_conv_nchwc, read_conv_nchwc_default,
+                           conv_nchwc_valid))
 register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid))
 
 

@@ -141,9 +141,11 @@ def test_resnet18_o3_fuses_every_conv_epilogue(models_dir):
     report = _o3_report(models_dir, "resnet18")
     lone = [k["ops"] for k in report["kernels"] if k["ops"] in (["BatchNormalization"], ["Relu"], ["Add"])]
     assert not lone, lone
+    # -O3 runs resnet18's convs in NCHW8c (blocked): one transform in, one out (before the Flatten).
     kinds = {tuple(k["ops"]) for k in report["kernels"]}
-    assert ("Conv", "Relu") in kinds and ("Conv", "Add", "Relu") in kinds
-    assert all(k["ops"][0] == "Conv" for k in report["kernels"] if "Relu" in k["ops"])
+    assert ("Conv2dNCHWc", "Relu") in kinds and ("Conv2dNCHWc", "Add", "Relu") in kinds
+    assert all(k["ops"][0] == "Conv2dNCHWc" for k in report["kernels"] if "Relu" in k["ops"])
+    assert report["graph"]["layout_transforms"] == 2
     memory = report["memory"]
     assert memory["arena_bytes"] <= 0.4 * memory["naive_bytes"]
 

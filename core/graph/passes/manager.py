@@ -7,20 +7,21 @@ import sys
 
 from core.graph.ir import Graph
 
-from . import cse, eliminate_dead_code, fold_constants, fold_scale_bias, fuse, simplify  # noqa: F401 (registers)
+from . import alter_layout, cse, eliminate_dead_code, fold_constants, fold_scale_bias, fuse, simplify  # noqa: F401
 from .registry import GraphPass, get_pass
 
 _CLEANUP = ("fold_constants", "simplify", "cse", "fold_scale_bias", "fold_constants", "simplify",
             "eliminate_dead_code")
 
 # O0 runs only what compiling needs (nothing: the importer already folded constants); O1 simplifies
-# (folding, DCE, CSE, algebraic rewrites); O2 adds operator fusion; O3 is everything (today the same
-# passes as O2; the layout transformation will join it).
+# (folding, DCE, CSE, algebraic rewrites); O2 adds operator fusion; O3 is everything: conv regions
+# in the blocked layout NCHW[x]c (before fusion, so epilogues fuse into the blocked convs; DCE then
+# drops the unpacked weights).
 LEVELS: dict[int, tuple[str, ...]] = {
     0: (),
     1: _CLEANUP,
     2: _CLEANUP + ("fuse_ops",),
-    3: _CLEANUP + ("fuse_ops",),
+    3: _CLEANUP + ("alter_layout", "eliminate_dead_code", "fuse_ops"),
 }
 
 PASSES_BY_LEVEL: dict[int, list[tuple[str, GraphPass]]] = {

@@ -5,16 +5,21 @@ from ..broadcast import BINARY
 from ..elementwise import UNARY
 from ..registry import register_schedule
 from .conv2d import schedule_conv2d
+from .conv2d_nchwc import schedule_conv2d_nchwc, schedule_global_pool_nchwc, schedule_pool_nchwc
 from .generic import schedule_injective
 from .matmul import schedule_matmul
 from .norm import schedule_row_ops
 from .pool import schedule_global_pool, schedule_pool
 
 _INJECTIVE_OPS = tuple(UNARY) + tuple(BINARY) + ("Where", "Reshape", "Transpose", "Concat", "Slice", "Gather",
-                                                 "GatherElements", "Expand", "Pad")
+                                                 "GatherElements", "Expand", "Pad",
+                                                 "LayoutTransform")
 _SCHEDULES = {
     schedule_injective: _INJECTIVE_OPS,
     schedule_conv2d: ("Conv",),
+    schedule_conv2d_nchwc: ("Conv2dNCHWc",),
+    schedule_pool_nchwc: ("MaxPoolNCHWc", "AveragePoolNCHWc"),
+    schedule_global_pool_nchwc: ("GlobalAveragePoolNCHWc", "GlobalMaxPoolNCHWc"),
     schedule_matmul: ("MatMul",),
     schedule_pool: ("MaxPool", "AveragePool"),
     schedule_global_pool: ("GlobalAveragePool", "GlobalMaxPool"),

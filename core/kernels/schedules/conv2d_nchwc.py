@@ -1,0 +1,100 @@
+"""CPU schedules of the blocked layout: Conv2dNCHWc (TVM's conv2d_NCHWc register tile), blocked pools.
+
+Conv loop order: (n, oc.o, oh.o) fused and parallel, ow.o | ic.o, kh, kw, ic.i | oh.i, oc.i, ow.i
+(unrolled) | oc block (vectorized). A tile of oh_tile x oc_tile x ow_tile vector accumulators stays
+in registers for the whole reduction; each step loads oc_tile weight vectors (contiguous, packed
+OIHW[x]i[y]o) and broadcasts oh_tile x ow_tile input scalars, for as many FMAs as accumulators. A
+1x1 conv is the same tile over pixels x channels: a GEMM micro-kernel with K = ic.o x ic.i.
+Depthwise convs vectorize the shared channel block: (n, c, oh) parallel | ow.o | kh, kw | ow.i | c.i.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ...target import Target
+from ...te.schedule import Schedule
+from ...te.tensor import ComputeOp, Tensor
+from .generic import extent, output_stage, parallelize, reduce_stage, window_pad_stage, worth_parallel
+from .util import find_ops, inputs_tagged, largest_divisor
+
+MAX_ACCUMULATORS = 12  # of the 16 vector registers (AVX2); the rest hold the weights and broadcasts
+MAX_COLUMNS = 8  # unrolled output columns per tile (TVM's reg_n)
+
+
+def default_tiles(op: ComputeOp, target: Target) -> tuple[int, int, int]:
+    """(ow_tile, oc_tile, oh_tile): the most accumulators within budget, exact splits only (a guard
+    in an unrolled tile serializes it); ties go to more channel blocks (fewer broadcasts per FMA)."""
+    _, ocb, oh, ow, _ = (a.extent for a in op.axis)
+    if op.attrs.get("depthwise"):
+        return largest_divisor(ow, list(range(MAX_COLUMNS, 0, -1))) or 1, 1, 1
+    best = (0, 0, 0, 0)
+    for oc_t in (4, 3, 2, 1):
+        if ocb % oc_t:
+            continue
+        for oh_t in (1, 2):
+            if oh % oh_t or oc_t * oh_t > MAX_ACCUMULATORS:
+                continue
+            budget = min(MAX_COLUMNS, MAX_ACCUMULATORS // (oc_t * oh_t))
+            ow_t = largest_divisor(ow, list(range(budget, 0, -1))) or 1
+            score = (ow_t * oc_t * oh_t, oc_t, -oh_t, ow_t)
+            best = max(best, score)
+    _, oc_t, neg_oh_t, ow_t = best
+    return ow_t, oc_t, -neg_oh_t
+
+
+def schedule_conv_nchwc_stage(sch: Schedule, op: ComputeOp, target: Target, ow_tile: Optional[int] = None,
+                              oc_tile: Optional[int] = None, oh_tile: Optional[int] = None) -> None:
+    """Schedule one conv2d_nchwc stage; the tiles are knobs (defaults: default_tiles)."""
+    stage = sch[Tensor(op)]
+    n, oc, oh, ow, ob = op.axis
+    d_ow, d_oc, d_oh = default_tiles(op, target)
+    owo, owi = stage.split(ow, ow_tile or d_ow)
+    oho, ohi = stage.split(oh, oh_tile or d_oh)
+    if op.attrs.get("depthwise"):
+        rkh, rkw = op.reduce_axis
+        stage.reorder(n, oc, oho, owo, rkh, rkw, ohi, owi, ob)
+        outer = [n, oc, oho]
+    else:
+        ric, rkh, rkw, rib = op.reduce_axis
+        oco, oci = stage.split(oc, oc_tile or d_oc)
+        stage.reorder(n, oco, oho, owo, ric, rkh, rkw, rib, ohi, oci, owi, ob)
+        stage.unroll(oci)
+        outer = [n, oco, oho]
+    stage.unroll(ohi)
+    stage.unroll(owi)
+    stage.vectorize(ob)
+    if worth_parallel(extent(op.axis) * extent(op.reduce_axis), target):
+        parallelize(stage, outer, target)
+
+
+def schedule_conv2d_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:
+    """`knobs` (ow_tile, oc_tile, oh_tile) come from a tuned config (core/tune/templates.py)."""
+    for op in find_ops(outs, ["conv2d_nchwc"]):
+        schedule_conv_nchwc_stage(sch, op, target, **knobs)
+        for pad in inputs_tagged(op, "conv2d_nchwc_pad"):
+            window_pad_stage(sch[Tensor(pad)], target)
+    for op in find_ops(outs, ["conv2d_nchwc_bias"]):
+        output_stage(sch, op, outs, target)
+
+
+def schedule_pool_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
+    """(n, c, oh) parallel | ow | kh, kw | block (vectorized): one vector per output pixel."""
+    for op in find_ops(outs, ["pool_nchwc_pad"]):
+        window_pad_stage(sch[Tensor(op)], target)
+    for op in find_ops(outs, ["pool_nchwc"]):
+        stage = sch[Tensor(op)]
+        n, c, oh, ow, b = op.axis
+        rkh, rkw = op.reduce_axis
+        stage.reorder(n, c, oh, ow, rkh, rkw, b)
+        stage.vectorize(b)
+        if worth_parallel(extent(op.axis) * extent(op.reduce_axis), target):
+            parallelize(stage, [n, c, oh], target)
+    for op in find_ops(outs, ["pool_nchwc_out"]):
+        output_stage(sch, op, outs, target)
+
+
+def schedule_global_pool_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
+    for op in find_ops(outs, ["reduce"]):
+        reduce_stage(sch[Tensor(op)], target)  # the block is inner_spatial: vectorized under the reduction
+    for op in find_ops(outs, ["pool"]):
+        output_stage(sch, op, outs, target)

@@ -1,0 +1,189 @@
+"""The layout pass (alter_layout): conv regions in NCHW[x]c, transforms only at region boundaries,
+packed weights; every rewritten graph keeps its meaning under the reference interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.graph.blocked import block_for, from_blocked, pack_weights, to_blocked, unpack_weights
+from core.graph.interpret import evaluate
+from core.graph.ir import TensorType
+from core.graph.passes import fuse_ops, get_pass, run_passes
+from core.graph.passes.alter_layout import _LANES, alter_layout
+from core.graph.testing import CONV, assert_same_meaning, conv, image_builder, ops, rng
+
+
+@pytest.fixture(autouse=True)
+def eight_lanes():
+    token = _LANES.set(8)  # AVX2's float lanes, whatever the host
+    yield
+    _LANES.reset(token)
+
+
+def _optimized(graph):
+    return run_passes(graph, [(n, get_pass(n)) for n in ("alter_layout", "eliminate_dead_code")])
+
+
+def _chain(channels=(8, 16, 16, 8), shape=(1, 8, 6, 6)):
+    b, x = image_builder(shape)
+    for k, (c, m) in enumerate(zip(channels, channels[1:])):
+        x = conv(b, x, c, m, seed=k)
+        (x,) = b.add_node("Relu", [x])
+    b.set_outputs([x])
+    return b.build()
+
+
+def test_block_choice_and_weight_packing_round_trip():
+    assert [block_for(c, 8) for c in (64, 12, 3, 1000, 7)] == [8, 6, 3, 8, 7]
+    x = rng(0).standard_normal((2, 16, 3, 5)).astype(np.float32)
+    assert to_blocked(x, 8).shape == (2, 2, 3, 5, 8)
+    np.testing.assert_array_equal(from_blocked(to_blocked(x, 8)), x)
+    w = rng(1).standard_normal((16, 8, 3, 3)).astype(np.float32)
+    packed = pack_weights(w, 4, 8, False)
+    assert packed.shape == (2, 2, 3, 3, 4, 8) and packed[1, 0, 2, 1, 3, 5] == w[13, 3, 2, 1]
+    np.testing.assert_array_equal(unpack_weights(packed, False), w)
+    dw = rng(2).standard_normal((16, 1, 3, 3)).astype(np.float32)
+    np.testing.assert_array_equal(unpack_weights(pack_weights(dw, 8, 8, True), True), dw)
+
+
+def test_a_chain_of_three_convs_has_exactly_two_transforms():
+    graph = _chain()
+    after = _optimized(graph)
+    assert ops(after).count("LayoutTransform") == 2
+    assert ops(after)[0] == "LayoutTransform" and ops(after)[-1] == "LayoutTransform"
+    assert ops(after).count("Conv2dNCHWc") == 3 and "Conv" not in ops(after)
+    assert all(after.type_of(n.outputs[0]).rank == 5 for n in after.nodes if n.op in ("Conv2dNCHWc", "Relu"))
+    assert len(after.constants) == 6 and all(after.constants[c].ndim in (2, 6) for c in after.constants)
+    assert_same_meaning(graph, after)
+
+
+def test_region_ends_at_flatten_and_starts_again_after_it():
+    b, x = image_builder((1, 8, 4, 4))
+    y = conv(b, x, 8, 16, seed=0)
+    (y,) = b.add_node("MaxPool", [y], kernel=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0), dilations=(1, 1),
+                      ceil_mode=0)
+    (f,) = b.add_node("Reshape", [y], shape=(1, 16 * 2 * 2))
+    (back,) = b.add_node("Reshape", [f], shape=(1, 16, 2, 2))
+    z = conv(b, back, 16, 8, seed=1)
+    b.set_outputs([z])
+    graph = b.build()
+    after = _optimized(graph)
+    assert ops(after) == ["LayoutTransform", "Conv2dNCHWc", "MaxPoolNCHWc", "LayoutTransform", "Reshape", "Reshape",
+                          "LayoutTransform", "Conv2dNCHWc", "LayoutTransform"]
+    assert_same_meaning(graph, after)
+
+
+def test_non_divisible_channel_counts_take_the_largest_dividing_block():
+    graph = _chain(channels=(12, 20, 14), shape=(1, 12, 6, 6))
+    after = _optimized(graph)
+    convs = [n for n in after.nodes if n.op == "Conv2dNCHWc"]
+    assert [after.type_of(n.inputs[1]).shape[4:] for n in convs] == [(6, 5), (5, 7)]
+    assert ops(after).count("LayoutTransform") == 2
+    assert_same_meaning(graph, after)
+
+
+def test_a_region_with_a_losing_conv_stays_nchw_as_a_whole():
+    graph = _chain(channels=(3, 16, 16), shape=(1, 3, 6, 6))  # the first conv reduces over 3 x 3 x 3 < 64 values
+    assert ops(_optimized(graph)) == ops(graph)
+
+
+def test_narrow_output_blocks_stay_nchw():
+    graph = _chain(channels=(16, 16, 3), shape=(1, 16, 6, 6))  # 3 output channels: 3 lanes out of 8
+    after = _optimized(graph)
+    assert ops(after) == ["LayoutTransform", "Conv2dNCHWc", "Relu", "LayoutTransform", "Conv", "Relu"]
+    assert_same_meaning(graph, after)
+
+
+def test_a_branch_with_a_residual_add_and_a_plain_reader():
+    # x -> conv -> relu -> conv -> add(relu) -> relu -> out;  relu is also an output itself (NCHW)
+    b, x = image_builder((1, 8, 5, 5))
+    y = conv(b, x, 8, 8, seed=0)
+    (r,) = b.add_node("Relu", [y])
+    z = conv(b, r, 8, 8, seed=1)
+    (s,) = b.add_node("Add", [z, r])
+    (o,) = b.add_node("Relu", [s])
+    b.set_outputs([o, r])
+    graph = b.build()
+    after = _optimized(graph)
+    assert ops(after).count("LayoutTransform") == 3  # in; and out for each of the two outputs
+    assert [n.op for n in after.nodes if n.outputs[0] in graph.outputs] == ["LayoutTransform", "LayoutTransform"]
+    assert_same_meaning(graph, after)
+    fused = fuse_ops(after)
+    assert ("Conv2dNCHWc", "Add", "Relu") in [n.attr("ops") for n in fused.nodes if n.op == "Fused"]
+
+
+def test_per_channel_constants_are_blocked_and_concat_along_channels_stays_blocked():
+    b, x = image_builder((1, 8, 4, 4))
+    left, right = conv(b, x, 8, 8, seed=0), conv(b, x, 8, 16, seed=1)
+    (cat,) = b.add_node("Concat", [left, right], axis=1)
+    scale = rng(3).standard_normal((24, 1, 1)).astype(np.float32)
+    (y,) = b.add_node("Mul", [cat, b.add_constant(scale, "scale")])
+    (y,) = b.add_node("Add", [y, b.add_constant(np.float32(0.5).reshape(()), "half")])
+    (y,) = b.add_node("GlobalAveragePool", [y])
+    b.set_outputs([y])
+    graph = b.build()
+    after = _optimized(graph)
+    assert ops(after) == ["LayoutTransform", "Conv2dNCHWc", "Conv2dNCHWc", "Concat", "Mul", "Add",
+                          "GlobalAveragePoolNCHWc", "LayoutTransform"]
+    mul = next(n for n in after.nodes if n.op == "Mul")
+    assert after.type_of(mul.inputs[1]).shape == (1, 3, 1, 1, 8)
+    assert_same_meaning(graph, after)
+
+
+def test_depthwise_and_grouped_convs_stay_nchw():
+    b, x = image_builder((1, 16, 6, 6))
+    w = b.add_constant(rng(0).standard_normal((16, 1, 3, 3)).astype(np.float32), "dw")
+    (y,) = b.add_node("Conv", [x, w], **dict(CONV, group=16))
+    g = b.add_constant(rng(1).standard_normal((16, 8, 3, 3)).astype(np.float32), "grouped")
+    (z,) = b.add_node("Conv", [y, g], **dict(CONV, group=2))
+    b.set_outputs([z])
+    graph = b.build()
+    assert ops(_optimized(graph)) == ["Conv", "Conv"]
+
+
+def test_blocked_depthwise_conv_means_the_same():
+    from core.graph.ops import get_op
+
+    x = rng(0).standard_normal((1, 16, 7, 7)).astype(np.float32)
+    w = rng(1).standard_normal((16, 1, 3, 3)).astype(np.float32)
+    bias = rng(2).standard_normal(16).astype(np.float32)
+    attrs = {"strides": (2, 2), "pads": (1, 1, 1, 1), "dilations": (1, 1)}
+    (expected,) = get_op("Conv").fold([x, w, bias], dict(attrs, group=16))
+    (got,) = get_op("Conv2dNCHWc").fold([to_blocked(x, 8), pack_weights(w, 8, 8, True), bias.reshape(2, 8)],
+                                        dict(attrs, depthwise=True))
+    np.testing.assert_allclose(from_blocked(got), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_graph_without_convs_is_untouched_and_o3_runs_the_pass():
+    from core.graph.passes import LEVELS
+
+    b, x = image_builder()
+    (y,) = b.add_node("Relu", [x])
+    b.set_outputs([y])
+    graph = b.build()
+    assert alter_layout(graph).nodes == graph.nodes
+    assert "alter_layout" in LEVELS[3] and all("alter_layout" not in LEVELS[k] for k in (0, 1, 2))
+    assert LEVELS[3].index("alter_layout") < LEVELS[3].index("fuse_ops")
+
+
+def test_layout_transform_types():
+    from core.errors import ShapeError
+    from core.graph.ops import get_op
+
+    infer = get_op("LayoutTransform").infer
+    assert infer([TensorType((1, 16, 3, 3), "float32")], {"src_block": 0, "dst_block": 8})[0].shape == (1, 2, 3, 3, 8)
+    assert infer([TensorType((1, 2, 3, 3, 8), "float32")], {"src_block": 8, "dst_block": 4})[0].shape == (1, 4, 3, 3, 4)
+    with pytest.raises(ShapeError):
+        infer([TensorType((1, 12, 3, 3), "float32")], {"src_block": 0, "dst_block": 8})
+    x = rng(4).standard_normal((1, 16, 2, 3)).astype(np.float32)
+    graph = _transform_graph()
+    np.testing.assert_array_equal(evaluate(graph, {"x": x})[graph.outputs[0]], x)
+
+
+def _transform_graph():
+    b, x = image_builder((1, 16, 2, 3))
+    (a,) = b.add_node("LayoutTransform", [x], src_block=0, dst_block=8)
+    (c,) = b.add_node("LayoutTransform", [a], src_block=8, dst_block=4)
+    (y,) = b.add_node("LayoutTransform", [c], src_block=4, dst_block=0)
+    b.set_outputs([y])
+    return b.build()
