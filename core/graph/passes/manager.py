@@ -8,6 +8,7 @@ import sys
 from core.graph.ir import Graph
 
 from . import alter_layout, cse, eliminate_dead_code, fold_constants, fold_scale_bias, fuse, simplify  # noqa: F401
+from . import pack_matmul_weights  # noqa: F401 (registers: constant MatMul weights packed into panels)
 from .registry import GraphPass, get_pass
 
 _CLEANUP = ("fold_constants", "simplify", "cse", "fold_scale_bias", "fold_constants", "simplify",
@@ -16,12 +17,12 @@ _CLEANUP = ("fold_constants", "simplify", "cse", "fold_scale_bias", "fold_consta
 # O0 runs only what compiling needs (nothing: the importer already folded constants); O1 simplifies
 # (folding, DCE, CSE, algebraic rewrites); O2 adds operator fusion; O3 is everything: conv regions
 # in the blocked layout NCHW[x]c (before fusion, so epilogues fuse into the blocked convs; DCE then
-# drops the unpacked weights).
+# drops the unpacked weights); constant MatMul weights packed into the micro-kernel's panels.
 LEVELS: dict[int, tuple[str, ...]] = {
     0: (),
     1: _CLEANUP,
     2: _CLEANUP + ("fuse_ops",),
-    3: _CLEANUP + ("alter_layout", "eliminate_dead_code", "fuse_ops"),
+    3: _CLEANUP + ("pack_matmul_weights", "alter_layout", "eliminate_dead_code", "fuse_ops"),
 }
 
 PASSES_BY_LEVEL: dict[int, list[tuple[str, GraphPass]]] = {

@@ -157,6 +157,20 @@ def _mm_register_tile(sch, c):
     s.parallel(s.fuse(io, jo))
 
 
+def _mm_block_guard(sch, c):
+    # Row blocks of 2 tiles over 4 tiles of 4 rows (13 rows): both splits are guarded; the block guard
+    # mentions only the outer loops and must sit outside the reduce loop.
+    s = sch[c]
+    i, j = c.op.axis
+    (k,) = c.op.reduce_axis
+    io, ii = s.split(i, 4)
+    ib, io = s.split(io, 3)
+    jo, ji = s.split(j, 8)
+    s.reorder(ib, jo, io, k, ii, ji)
+    s.unroll(ii)
+    s.vectorize(ji)
+
+
 def _mm_fuse_reduce(sch, c):
     s = sch[c]
     (k,) = c.op.reduce_axis
@@ -192,7 +206,7 @@ VARIANTS: list[tuple[str, Callable, Callable]] = [
     ("unroll", elementwise, _unroll), ("all_together", elementwise, _all_together),
     ("mm_split", matmul, _split), ("mm_tile", matmul, _tile), ("mm_split_reduce", matmul, _mm_split_reduce),
     ("mm_reduce_outermost", matmul, _mm_reduce_outermost), ("mm_register_tile", matmul, _mm_register_tile),
-    ("mm_fuse_reduce", matmul, _mm_fuse_reduce), ("mm_vectorize", matmul, _vectorize),
+    ("mm_fuse_reduce", matmul, _mm_fuse_reduce), ("mm_block_guard", matmul, _mm_block_guard), ("mm_vectorize", matmul, _vectorize),
     ("mm_unroll", matmul, _unroll), ("mm_parallel", matmul, _parallel),
     ("inline", chain, _inline), ("inline_and_vectorize", chain, _inline_and_vectorize),
     ("producer_scheduled", chain, _producer_scheduled),
@@ -252,6 +266,24 @@ def test_annotations_reach_the_loop_program(outputs):
     assert ForKind.PARALLEL in _kinds(outputs["parallel_fused"][2])
     assert ForKind.UNROLLED in _kinds(outputs["unroll"][2])
     assert _kinds(outputs["mm_register_tile"][2]) >= {ForKind.PARALLEL, ForKind.UNROLLED, ForKind.VECTORIZED}
+
+
+def test_guards_sit_inside_the_innermost_loop_they_mention(outputs):
+    from core.tir.expr import Var
+    from core.tir.functor import walk_expr
+    from core.tir.stmt import IfThenElse
+
+    func = outputs["mm_block_guard"][2]
+    reduce_loops = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.var.name.startswith("k")]
+    assert reduce_loops
+    for loop in reduce_loops:  # a guard inside the reduce loop mentions a loop of its own (the row guard)
+        inner = {s.var for s in walk_stmt(loop) if isinstance(s, For)}
+        for s in walk_stmt(loop.body):
+            if isinstance(s, IfThenElse):
+                assert any(isinstance(v, Var) and v in inner for v in walk_expr(s.cond)), s.cond
+    # ... and the block guard, which only the outer loops decide, encloses the reduce loop.
+    assert any(isinstance(s, IfThenElse) and any(x is loop for x in walk_stmt(s.then_case))
+               for s in walk_stmt(func.body) for loop in reduce_loops)
 
 
 def test_inline_removes_the_intermediate_buffer(outputs):
