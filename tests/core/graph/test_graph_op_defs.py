@@ -21,6 +21,9 @@ EXPECTED_OPS = {
     "GatherElements", "Expand", "Pad", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
     "Softmax", "LogSoftmax", "LayerNormalization",
     "Fused",  # made only by the fusion pass: a group of the ops above as one kernel
+    # made only by the layout pass (alter_layout, -O3): the blocked layout NCHW[x]c
+    "LayoutTransform", "Conv2dNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",
+    "GlobalMaxPoolNCHWc",
 }
 
 
