@@ -20,6 +20,7 @@ from .codegen import build_library, load_kernels
 from .executor import Executable, build_executable
 from .frontend import import_onnx
 from .graph.ir import Graph
+from .graph.passes.alter_layout import layout_target
 from .graph.passes.manager import LEVELS, optimize
 from .report import SCHEMA_VERSION
 from .runtime.header import render_header
@@ -81,7 +82,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     with stage("import", 0.0):
         graph = import_onnx(model if isinstance(model, (str, Path)) else data, input_shapes=input_shapes)
     nodes_in = len(graph.nodes)
-    with stage("optimize", 0.1):
+    with stage("optimize", 0.1), layout_target(tgt):  # blocked layouts use the target's vector width
         graph = optimize(graph, opt_level)
     tuning_report: dict[str, Any] = {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}
     schedule_for, tuned_kernels = None, set()

@@ -68,12 +68,9 @@ def workload_key(desc: dict) -> str:
 
 
 def _flops(node: Node, graph: Graph) -> int:
-    out = graph.type_of(node.outputs[0])
-    if node.op == "Conv":
-        return 2 * out.numel * int(np.prod(graph.type_of(node.inputs[1]).shape[1:]))
-    if node.op == "MatMul":
-        return 2 * out.numel * graph.type_of(node.inputs[0]).shape[-1]
-    return sum(graph.type_of(o).numel for o in node.outputs)
+    from ..executor import _flops as kernel_flops
+
+    return kernel_flops(node, graph)
 
 
 @dataclass(eq=False)

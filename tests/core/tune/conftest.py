@@ -55,4 +55,4 @@ def tiny_tasks(tiny_graph):
 
 @pytest.fixture(scope="session")
 def conv_task(tiny_tasks):
-    return next(t for t in tiny_tasks if t.template.op == "Conv")
+    return next(t for t in tiny_tasks if t.template.op == "Conv2dNCHWc")

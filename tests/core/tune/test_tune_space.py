@@ -63,7 +63,7 @@ def test_sample_is_distinct_and_avoids_excluded():
 
 
 def test_template_defaults_are_points_of_their_space(tiny_tasks):
-    assert {t.template.op for t in tiny_tasks} == {"Conv", "MatMul"}
+    assert {t.template.op for t in tiny_tasks} == {"Conv2dNCHWc", "MatMul"}
     for task in tiny_tasks:
         space = task.space
         assert len(space) > 1 and space.default is not None

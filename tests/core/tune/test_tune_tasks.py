@@ -9,10 +9,10 @@ from core.tune.task import extract_tasks
 
 
 def test_identical_workloads_share_a_task(tiny_tasks):
-    convs = [t for t in tiny_tasks if t.template.op == "Conv"]
+    convs = [t for t in tiny_tasks if t.template.op == "Conv2dNCHWc"]
     # Two convs with the same shapes, attrs and fused ReLU: one task of weight 2 (weights differ in value only).
     assert len(convs) == 1 and convs[0].weight == 2
-    assert [t.template.op for t in tiny_tasks] == ["Conv", "MatMul"]  # heaviest first
+    assert [t.template.op for t in tiny_tasks] == ["Conv2dNCHWc", "MatMul"]  # heaviest first
     assert "Relu" in convs[0].desc["epilogue"]
 
 
