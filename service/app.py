@@ -19,6 +19,7 @@ from core.errors import KilnError
 
 from .auth import bearer_token, user_for_token
 from .db import Database
+from .tables import Job
 from .rate_limits import Limiter
 from .routers import health, jobs, models, targets
 from .settings import Settings, get_settings
@@ -28,15 +29,19 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 API_PREFIX = "/api/v1"
 
 
-def celery_enqueue(settings: Settings) -> Callable[[str], None]:
-    """Send compile jobs to the Celery broker by task name (the API never imports the tasks)."""
+def celery_enqueue(settings: Settings, database: Database) -> Callable[[str], None]:
+    """Send compile jobs to the Celery broker by task name (the API never imports the tasks), on the
+    queue the job needs: `compile`, or `measure.<device kind>` when it tunes."""
     from workers.celery_app import create_celery
-    from workers.queues import COMPILE_QUEUE
+    from workers.queues import job_queue
 
     celery = create_celery(settings)
 
     def enqueue(job_id: str) -> None:
-        celery.send_task("kiln.compile", args=[job_id], queue=COMPILE_QUEUE, task_id=f"compile-{job_id}")
+        with database.session() as db:
+            job = db.get(Job, job_id)
+            queue = job_queue(job.target, int(job.tuning.get("trials", 0)))
+        celery.send_task("kiln.compile", args=[job_id], queue=queue, task_id=f"compile-{job_id}")
     return enqueue
 
 
@@ -57,7 +62,7 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
                   description="Compile ONNX models into native deployment artifacts, validated against ONNX Runtime.")
     app.state.settings = settings
     app.state.db = database
-    app.state.enqueue = enqueue or celery_enqueue(settings)
+    app.state.enqueue = enqueue or celery_enqueue(settings, database)
     app.state.limiter = Limiter()
     # Each pre-flight check is a child process importing ONNX: bound how many run at once, not who may upload.
     app.state.preflight_slots = asyncio.Semaphore(settings.preflight_concurrency)

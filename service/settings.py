@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     job_hard_time_limit_s: int = Field(default=3720, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
     max_tuning_trials: int = Field(default=20000, ge=0)
+    # Tuning records every job reads and extends (keyed by workload, target, compiler version).
+    records_file: Optional[Path] = None
+    # Device kinds some worker measures on (`kiln worker` serves measure.<kind> for its own hardware);
+    # None: this machine's. A tuning job for another kind would wait forever, so it is refused.
+    measure_kinds: Optional[list[str]] = None
     # A tensor (declared, inferred, or an input fixed by input_shapes) larger than this is refused with a
     # 422 before anything allocates it: a 1 KB model may ask for a ConstantOfShape of 10^12 elements.
     max_tensor_bytes: int = Field(default=4 << 30, gt=0)
@@ -60,6 +65,10 @@ class Settings(BaseSettings):
     @property
     def tmp_dir(self) -> Path:
         return self.data_dir / "tmp"
+
+    @property
+    def records(self) -> Path:
+        return self.records_file or self.data_dir / "tuning-records.jsonl"
 
     @property
     def database(self) -> str:

@@ -41,8 +41,25 @@ def compile_limits(settings: Settings) -> Limits:
                   file_bytes=settings.job_file_limit_bytes, open_files=4096)
 
 
+def tuning_options(report: Callable, tuning: Optional[dict], records: str) -> dict:
+    """core.compile's tuning options for a job: every job reads the shared records (cache hits cost no
+    trials); a job with a budget tunes, reporting its stage as `tuning k/N`."""
+    plan = {"trials": 0}
+
+    def progress(_stage: str, fraction: float) -> None:
+        done = round(fraction * plan["trials"])
+        report("progress", f"tuning {done}/{plan['trials']}", 0.15 + 0.05 * fraction)
+
+    options = {"trials": int((tuning or {}).get("trials") or 0), "records": records,
+               "on_plan": lambda p: plan.update(trials=p["trials"]), "progress": progress}
+    if (tuning or {}).get("time_budget_s"):
+        options["time_budget_s"] = float(tuning["time_budget_s"])
+    return options
+
+
 def compile_into(report: Callable, model_path: str, staging: str, *, target: str, opt_level: int,
-                 input_shapes: Optional[dict], threads: Optional[int], max_tensor_bytes: int) -> dict:
+                 input_shapes: Optional[dict], threads: Optional[int], max_tensor_bytes: int,
+                 tuning: Optional[dict] = None, records: Optional[str] = None) -> dict:
     """In the child: compile, then write the artifact and both reports into `staging`."""
     import core
     from core.frontend import import_onnx
@@ -57,8 +74,11 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
     try:
         if input_shapes:  # the pre-flight could not size a symbolic model; with the job's shapes it can
             check_graph_sizes(import_onnx(model_path, input_shapes=input_shapes), budget)
+        # The tuner reports its own `tuning k/N` stage; the compile's plain "tune" stage would hide it.
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
-                                progress=lambda stage, fraction: report("progress", stage, fraction), threads=threads)
+                                tuning=tuning_options(report, tuning, records) if records else None,
+                                progress=lambda stage, fraction: stage == "tune" or report("progress", stage, fraction),
+                                threads=threads)
         try:
             out = folder / "out"
             artifact.save(out / storage.ARTIFACT)

@@ -65,6 +65,7 @@ def _compile(settings: Settings, job: Job, db: Session) -> None:
                           target=job.target, opt_level=job.opt_level,
                           input_shapes={k: tuple(v) for k, v in job.input_shapes.items()} or None,
                           threads=settings.compile_threads, max_tensor_bytes=settings.max_tensor_bytes,
+                          tuning=job.tuning, records=str(settings.records),
                           limits=compile_limits(settings), on_message=on_message, what="the compile")
         except SandboxError as err:
             if isinstance(err, SandboxTimeout):

@@ -20,6 +20,11 @@ def measure_queue(target: "str | Target") -> str:
     return f"measure.{device_kind(target)}"
 
 
+def job_queue(target: str, trials: int) -> str:
+    """Untuned compiles run anywhere; a tuning job measures, so it goes to its device kind's queue."""
+    return measure_queue(target) if trials > 0 else COMPILE_QUEUE
+
+
 def host_device_kinds() -> list[str]:
     """Named targets whose code runs on this machine (e.g. x86-64-v3 on an AVX2 host, v3 and v4 on AVX-512)."""
     return [t.name for t in all_targets() if t.name != "native" and t.runs_on_host()]

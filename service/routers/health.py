@@ -16,5 +16,5 @@ def health(db: DbDep, settings: SettingsDep) -> dict:
     db.execute(text("SELECT 1"))
     # What this server offers, so that clients can adapt their forms before a request is refused.
     return {"status": "ok", "version": core.__version__,
-            "features": {"tuning": False, "max_tuning_trials": settings.max_tuning_trials,
+            "features": {"tuning": True, "max_tuning_trials": settings.max_tuning_trials,
                          "max_upload_bytes": settings.max_upload_bytes}}

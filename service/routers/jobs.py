@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from core.errors import KilnError
 from core.target import get_target
+from workers.queues import device_kind, host_device_kinds
 
 from .. import storage
 from ..deps import DbDep, SettingsDep, UserDep, owned
@@ -45,8 +46,17 @@ def _check_request(body: JobCreate, summary: dict, settings) -> None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             f"tuning.trials {body.tuning.trials} is over this server's limit of {settings.max_tuning_trials}")
     if body.tuning.trials > 0:
+        kinds = settings.measure_kinds if settings.measure_kinds is not None else host_device_kinds()
+        if device_kind(body.target) not in kinds:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"no worker of this server can measure {device_kind(body.target)} code, so target "
+                                f"{body.target!r} cannot be tuned here (tunable: {', '.join(kinds) or 'none'}); "
+                                "compile it with tuning.trials = 0")
+    budget = body.tuning.time_budget_s
+    if budget is not None and budget > settings.job_soft_time_limit_s:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            "schedule tuning is not available in this version yet: use tuning.trials = 0")
+                            f"tuning.time_budget_s {budget:g} is over this server's job time limit of "
+                            f"{settings.job_soft_time_limit_s} s")
     names = {i["name"] for i in summary["inputs"]}
     unknown = sorted(set(body.input_shapes) - names)
     if unknown:

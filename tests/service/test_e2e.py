@@ -102,3 +102,16 @@ def test_kiln_submit_reports_a_refused_model(live_service, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kiln: error: upload failed: HTTP 422") and "not an ONNX model" in lines[0]
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_tuning_job_runs_on_the_measure_queue(live_service, make_model):
+    """A job with a tuning budget goes to measure.<device kind>; the embedded worker serves it."""
+    with httpx.Client(base_url=live_service.url, headers=live_service.headers, timeout=120) as client:
+        model = client.post("/api/v1/models", files={"file": ("tiny.onnx", make_model(seed=7))}).json()
+        job = client.post("/api/v1/jobs", json={"model_id": model["id"], "tuning": {"trials": 4}}).json()
+        states = _follow_events(client, job["id"])
+        assert states[-1]["status"] == "succeeded", states[-1]
+        assert any(s["stage"].startswith("tuning ") for s in states) or \
+            client.get(states[-1]["links"]["report"]).json()["tuning"]["cache_hits"] > 0
+        report = client.get(states[-1]["links"]["report"]).json()
+    assert report["tuning"]["trials"] + report["tuning"]["cache_hits"] > 0

@@ -36,7 +36,8 @@ def test_create_job_queues_it(api, make_model):
 @pytest.mark.parametrize("body,message", [
     ({"target": "sparc"}, "unknown target"),
     ({"opt_level": 7}, "less than or equal to 3"),
-    ({"tuning": {"trials": 10}}, "not available"),
+    ({"tuning": {"time_budget_s": 10 ** 7}}, "over this server's job time limit"),
+    ({"target": "aarch64", "tuning": {"trials": 8}}, "cannot be tuned here"),
     ({"tuning": {"trials": 10 ** 9}}, "over this server's limit"),
     ({"tuning": {"trials": -1}}, "greater than or equal to 0"),
     ({"input_shapes": {"nope": [1]}}, "unknown inputs"),

@@ -2,7 +2,7 @@
 
 One user journey: sign in, upload squeezenet, compile it for the host, follow the live progress,
 read the report, download the artifact and run it against ONNX Runtime. Plus the error paths a
-user meets first: a bad token, a file that is not a model, a tuning budget this version refuses.
+user meets first: a bad token, a file that is not a model, a tuning budget that is not a whole number.
 If Chromium cannot start, the tests fail (CI installs it): a skipped browser test hides a broken UI.
 """
 from __future__ import annotations
@@ -124,12 +124,12 @@ def test_compile_follow_report_and_download(page, live_service, models_dir, tmp_
     page.get_by_test_id("target-select").select_option("native")
     expect(page.get_by_test_id("opt-level-select")).to_have_value("3")
 
-    # This version refuses tuning: the form says so instead of failing silently.
-    page.get_by_test_id("trials-input").fill("8")
+    # A tuning budget that is not a whole number of trials is refused in the form, with a reason.
+    page.get_by_test_id("trials-input").fill("2.5")
     page.get_by_test_id("create-job").click()
     form_error = page.get_by_test_id("job-form-error")
     expect(form_error).to_contain_text("The job was not created")
-    expect(form_error).to_contain_text("tuning")
+    expect(form_error).to_contain_text("whole number of trials")
     page.get_by_test_id("trials-input").fill("0")
 
     with page.expect_response(lambda r: r.url.endswith("/api/v1/jobs") and r.request.method == "POST") as created:

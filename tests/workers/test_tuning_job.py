@@ -1,0 +1,53 @@
+"""A job with a tuning budget tunes (stage `tuning k/N`), records go to the server's shared database,
+and the next job for the same workloads measures nothing. Tuning jobs go to their device kind's queue."""
+from __future__ import annotations
+
+import json
+
+from service import storage
+from workers import compile_job
+from workers.compile_job import run_compile_job
+from workers.queues import COMPILE_QUEUE, host_device_kinds, job_queue
+
+
+def _tuned_job(api, headers, model_id, trials):
+    response = api.client.post("/api/v1/jobs", headers=headers,
+                               json={"model_id": model_id, "tuning": {"trials": trials, "time_budget_s": 120}})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def test_tuning_job_reports_progress_and_shares_records(api, make_model, monkeypatch):
+    stages: list[str] = []
+    real_writer = compile_job._progress_writer
+
+    def recording_writer(db, job_id, **kwargs):
+        report = real_writer(db, job_id, **kwargs)
+
+        def wrapped(stage, fraction):
+            stages.append(stage)
+            report(stage, fraction)
+        return wrapped
+
+    monkeypatch.setattr(compile_job, "_progress_writer", recording_writer)
+    headers = api.auth()
+    model = api.upload(headers, make_model()).json()
+    first = _tuned_job(api, headers, model["id"], trials=6)
+    assert run_compile_job(first, api.settings, api.app.state.db) == "succeeded"
+    tuning = json.loads((storage.job_dir(api.settings, first) / storage.REPORT_JSON).read_text())["tuning"]
+    assert tuning["trials"] > 0 and tuning["tasks"]
+    assert any(s.startswith("tuning ") and s.split(" ")[1].split("/")[1] == str(tuning["trials"]) for s in stages), stages
+    assert api.settings.records.is_file() and api.settings.records.stat().st_size > 0
+
+    second = _tuned_job(api, headers, model["id"], trials=6)
+    assert run_compile_job(second, api.settings, api.app.state.db) == "succeeded"
+    again = json.loads((storage.job_dir(api.settings, second) / storage.REPORT_JSON).read_text())["tuning"]
+    assert again["trials"] == 0 and again["cache_hits"] == len(again["tasks"]) >= 1
+
+
+def test_tuning_jobs_are_routed_to_their_device_kind():
+    assert job_queue("native", 0) == COMPILE_QUEUE
+    assert job_queue("x86-64-v4", 0) == COMPILE_QUEUE
+    assert job_queue("x86-64-v4", 100) == "measure.x86-64-v4"
+    assert job_queue("aarch64", 1) == "measure.aarch64"
+    assert job_queue("native", 10) == f"measure.{host_device_kinds()[-1]}"
