@@ -159,4 +159,6 @@ def space_to_depth(ctx: ConvertContext) -> str:
     n, c, h, w, b = _blocks(ctx)
     if h % b or w % b:
         ctx.fail(f"spatial size {h}x{w} is not a multiple of blocksize {b}")
-    return _block_rearrange(ctx, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), (n, c * b * b, h // b, w // b))
+    # CRD (opset 25's mode attribute) keeps each channel's block together; DCR, the default, leads with the block offsets.
+    perm = (0, 1, 3, 5, 2, 4) if ctx.attr("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+    return _block_rearrange(ctx, (n, c, h // b, b, w // b, b), perm, (n, c * b * b, h // b, w // b))
