@@ -7,6 +7,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import onnx
 import onnx.numpy_helper
+import onnx.shape_inference
 from onnx.backend.base import Backend, BackendRep
 
 from .errors import KilnError, ShapeError
@@ -135,10 +136,13 @@ class KilnBackend(Backend):
         names = [n for n in node.input if n]
         graph_inputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
                         for n, a in zip(names, arrays)]
-        graph_outputs = [onnx.helper.make_empty_tensor_value_info(n) for n in node.output if n]
-        graph = onnx.helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
-        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)])
+        model = onnx.helper.make_model(onnx.helper.make_graph([node], "run_node", graph_inputs, []),
+                                       opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)])
+        # The checker wants typed graph outputs: take them from ONNX's own shape inference of the node.
+        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+        model.graph.output.extend(inferred.get(n) or onnx.helper.make_empty_tensor_value_info(n)
+                                  for n in node.output if n)
         return cls.run_model(model, arrays, device, **kwargs)
 
     @classmethod
