@@ -63,7 +63,10 @@ class XGBCostModel:
             xs.append(x)
             ys.append(y / max(float(y.max()), 1e-12))  # relative throughput within the workload
             qid.append(np.full(len(y), q))
-        dtrain = xgb.DMatrix(np.concatenate(xs), label=np.concatenate(ys), qid=np.concatenate(qid))
+        # nthread everywhere: XGBoost's OpenMP pool, once started, deadlocks a process forked later
+        # (a sandboxed compile, a measurement); one thread also keeps fits reproducible.
+        dtrain = xgb.DMatrix(np.concatenate(xs), label=np.concatenate(ys), qid=np.concatenate(qid),
+                             nthread=self.threads)
         dtrain.set_weight(np.asarray(weights, np.float32))  # ranking weights are per query group
         params = dict(XGB_PARAMS, seed=self.seed, nthread=self.threads)
         self.booster = xgb.train(params, dtrain, num_boost_round=self.rounds)
