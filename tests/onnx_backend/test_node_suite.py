@@ -1,6 +1,7 @@
 """ONNX's own backend node tests (onnx.backend.test) run against Kiln through `core.backend.KilnBackend`.
 
 Known failures live in expected_failures.txt (strict: one that starts passing fails the suite, so the list stays true).
+All 1884 run by default (~1 min with -n 2 on 2 cores); KILN_ONNX_NODE_TESTS=REGEX runs a slice, KILN_ONNX_XFAIL=none the raw suite.
 """
 from __future__ import annotations
 
