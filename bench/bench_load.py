@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,8 +18,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+from serve_harness import start_serve
 
-ROOT = Path(__file__).resolve().parents[1]
 LIMITS = {"KILN_UPLOADS_PER_MINUTE": "100000", "KILN_JOBS_PER_MINUTE": "100000", "KILN_MAX_ACTIVE_JOBS": "100000",
           "KILN_MAX_CONCURRENT_UPLOADS": "1000"}
 
@@ -45,31 +42,13 @@ def rss_mib(pid: int) -> float:
     return int(match.group(1)) / 1024
 
 
-def start_serve(data_dir: Path, workers: int) -> tuple[subprocess.Popen, str, str]:
-    port = 18000 + os.getpid() % 1000
-    log = open(data_dir.parent / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--data-dir", str(data_dir),
-                             "--concurrency", str(workers), "--log-level", "warning"], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, **LIMITS})
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/api/v1/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    token = next(line.strip() for line in (data_dir.parent / "serve.log").read_text().splitlines()
-                 if line.startswith("kiln_"))
-    return proc, url, token
-
-
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
 async def run(args) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="kiln-load-"))
-    proc, url, token = start_serve(workdir / "data", args.workers)
+    proc, url, token = start_serve(workdir / "data", concurrency=args.workers, env=LIMITS)
     rss_before = rss_mib(proc.pid)
     latencies: list[float] = []
     server_errors: list[str] = []

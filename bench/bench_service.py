@@ -8,37 +8,16 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
 import httpx
+from serve_harness import start_serve
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _start(data_dir: Path) -> tuple[subprocess.Popen, str, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(data_dir.parent / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--data-dir", str(data_dir),
-                             "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/api/v1/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    log.seek(0)
-    token = next(line.strip() for line in log if line.startswith("kiln_"))
-    return proc, url, token
 
 
 def _seconds(a: str, b: str) -> float:
@@ -76,7 +55,7 @@ def main() -> None:
     parser.add_argument("--opt-level", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kiln-bench-service-") as tmp:
-        proc, url, token = _start(Path(tmp) / "data")
+        proc, url, token = start_serve(Path(tmp) / "data")
         try:
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=600) as client:
                 runs = [one_job(client, Path(args.model), args.opt_level) for _ in range(args.jobs)]

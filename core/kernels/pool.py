@@ -24,13 +24,19 @@ def pool_out_size(size: int, kernel: int, stride: int, lo: int, hi: int, dilatio
 def _geometry(op: str, x: te.Tensor, attrs: Mapping[str, Any], out_types: list[TensorType]):
     if x.ndim != 4:
         raise ShapeError(f"{op}: only 2-D pooling (4-D NCHW input) is supported, got {list(x.shape)}")
+    return pool_geometry(op, x, attrs, out_types)
+
+
+def pool_geometry(op: str, x: te.Tensor, attrs: Mapping[str, Any], out_types: list[TensorType]):
+    """Window, strides, pads, dilations and output rows x columns of a 2-D pool over axes 2 and 3
+    (NCHW, or NCHW[x]c whose block axis comes after them)."""
     kernel = tuple(attr(attrs, "kernel", op))
     strides = tuple(attr(attrs, "strides", op, (1, 1)))
     pads = tuple(attr(attrs, "pads", op, (0, 0, 0, 0)))
     dil = tuple(attrs.get("dilations") or (1, 1))
     ceil_mode = bool(attrs.get("ceil_mode", 0))
     if out_types:
-        out_hw = tuple(out_types[0].shape[2:])
+        out_hw = tuple(out_types[0].shape[2:4])
     else:
         out_hw = tuple(pool_out_size(x.shape[2 + a], kernel[a], strides[a], pads[a], pads[a + 2], dil[a], ceil_mode)
                        for a in range(2))

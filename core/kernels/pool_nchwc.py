@@ -7,9 +7,9 @@ from ..errors import ShapeError
 from ..graph.ir import TensorType
 from ..te import tensor as te
 from ..tir.expr import Expr, cast, const, maximum, minimum
-from .common import attr, prod, require
+from .common import prod, require
 from .conv2d_nchwc import padded_window_input
-from .pool import pool_out_size
+from .pool import pool_geometry
 from .reduce import reduce_over
 from .registry import register_compute
 
@@ -17,17 +17,7 @@ from .registry import register_compute
 def _geometry(op: str, x: te.Tensor, attrs: Mapping[str, Any], out_types: list[TensorType]):
     if x.ndim != 5:
         raise ShapeError(f"{op}: expects a 5-D NCHW[x]c input, got {list(x.shape)}")
-    kernel = tuple(attr(attrs, "kernel", op))
-    strides = tuple(attr(attrs, "strides", op, (1, 1)))
-    pads = tuple(attr(attrs, "pads", op, (0, 0, 0, 0)))
-    dil = tuple(attrs.get("dilations") or (1, 1))
-    ceil_mode = bool(attrs.get("ceil_mode", 0))
-    if out_types:
-        out_hw = tuple(out_types[0].shape[2:4])
-    else:
-        out_hw = tuple(pool_out_size(x.shape[2 + a], kernel[a], strides[a], pads[a], pads[a + 2], dil[a], ceil_mode)
-                       for a in range(2))
-    return kernel, strides, pads, dil, out_hw
+    return pool_geometry(op, x, attrs, out_types)
 
 
 def _window_reduce(op: str, x: te.Tensor, attrs, out_types, fill, reducer, name: str, tag: str) -> te.Tensor:

@@ -3,37 +3,26 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import httpx
 import pytest
 
 pytestmark = pytest.mark.slow
 
-FAST_SWEEP = {"KILN_HEARTBEAT_S": "0.5", "KILN_STALE_AFTER_S": "4", "KILN_SWEEP_INTERVAL_S": "1"}
 
 
-def _wait_for(client, job_id, predicate, timeout_s=300):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job = client.get(f"/api/v1/jobs/{job_id}").json()
-        if predicate(job):
-            return job
-        time.sleep(0.1)
-    raise TimeoutError(f"job {job_id} never got there: {job}")
 
-
-def test_sigkill_during_compile_requeues_and_completes_once(start_kiln, models_dir):
-    service = start_kiln(FAST_SWEEP)
+def test_sigkill_during_compile_requeues_and_completes_once(start_kiln, models_dir, fast_sweep, wait_for_job, ended):
+    service = start_kiln(fast_sweep)
     with httpx.Client(base_url=service.url, headers=service.headers, timeout=60) as client:
         with open(models_dir / "squeezenet1_1.onnx", "rb") as f:
             model = client.post("/api/v1/models", files={"file": ("squeezenet1_1.onnx", f)}).json()
         job = client.post("/api/v1/jobs", json={"model_id": model["id"]}).json()
-        running = _wait_for(client, job["id"], lambda j: j["stage"] in ("optimizing", "building"))
+        running = wait_for_job(client, job["id"], lambda j: j["stage"] in ("optimizing", "building"))
         pid = int(running["worker"].rsplit("pid ", 1)[1])
         os.kill(pid, signal.SIGKILL)
 
-        final = _wait_for(client, job["id"], lambda j: j["status"] in ("succeeded", "failed", "cancelled"))
+        final = wait_for_job(client, job["id"], ended)
         assert final["status"] == "succeeded", final
         assert final["attempts"] == 2
         assert int(final["worker"].rsplit("pid ", 1)[1]) != pid

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 
 import httpx
 import pytest
@@ -16,18 +15,7 @@ from workers.queues import COMPILE_QUEUE
 
 pytestmark = pytest.mark.slow
 
-FAST_SWEEP = {"KILN_HEARTBEAT_S": "0.5", "KILN_STALE_AFTER_S": "4", "KILN_SWEEP_INTERVAL_S": "1"}
-TERMINAL = ("succeeded", "failed", "cancelled")
 
-
-def _wait_for(client, job_id, predicate, timeout_s=120):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job = client.get(f"/api/v1/jobs/{job_id}").json()
-        if predicate(job):
-            return job
-        time.sleep(0.05)
-    raise TimeoutError(f"job {job_id} never got there: {job}")
 
 
 def _submit(client, data: bytes) -> dict:
@@ -40,35 +28,35 @@ def _outputs(service, job_id) -> list[str]:
     return sorted(p.name for p in (service.data_dir / "jobs" / job_id).iterdir())
 
 
-def test_sigterm_to_the_worker_finishes_the_running_job_first(start_kiln, make_model):
-    service = start_kiln(FAST_SWEEP)
+def test_sigterm_to_the_worker_finishes_the_running_job_first(start_kiln, make_model, fast_sweep, wait_for_job, ended):
+    service = start_kiln(fast_sweep)
     with httpx.Client(base_url=service.url, headers=service.headers, timeout=60) as client:
         job = _submit(client, make_model())
-        running = _wait_for(client, job["id"], lambda j: j["status"] == "running")
+        running = wait_for_job(client, job["id"], lambda j: j["status"] == "running")
         main_pid = int(re.search(r"kiln-(\d+)@", running["worker"]).group(1))
         os.kill(main_pid, signal.SIGTERM)  # Celery's warm shutdown: stop taking jobs, finish the one running
-        final = _wait_for(client, job["id"], lambda j: j["status"] in TERMINAL)
+        final = wait_for_job(client, job["id"], ended)
         assert (final["status"], final["attempts"]) == ("succeeded", 1), final
         assert client.get(final["links"]["artifact"]).status_code == 200
     assert _outputs(service, job["id"]) == ["artifact.tar.gz", "report.html", "report.json"]
     assert list((service.data_dir / "tmp").iterdir()) == []
 
 
-def test_sigterm_to_the_pool_process_queues_the_job_again(start_kiln, make_model):
-    service = start_kiln(FAST_SWEEP)
+def test_sigterm_to_the_pool_process_queues_the_job_again(start_kiln, make_model, fast_sweep, wait_for_job, ended):
+    service = start_kiln(fast_sweep)
     with httpx.Client(base_url=service.url, headers=service.headers, timeout=60) as client:
         job = _submit(client, make_model(seed=1))
-        running = _wait_for(client, job["id"], lambda j: j["status"] == "running")
+        running = wait_for_job(client, job["id"], lambda j: j["status"] == "running")
         pool_pid = int(running["worker"].rsplit("pid ", 1)[1])
         os.kill(pool_pid, signal.SIGTERM)  # the process running the compile goes away mid-job
-        final = _wait_for(client, job["id"], lambda j: j["status"] in TERMINAL)
+        final = wait_for_job(client, job["id"], ended)
         assert final["status"] == "succeeded", final
         assert final["attempts"] in (1, 2)  # finished before the signal landed, or redelivered and run again
     assert _outputs(service, job["id"]) == ["artifact.tar.gz", "report.html", "report.json"]
     assert list((service.data_dir / "tmp").iterdir()) == []
 
 
-def test_task_delivered_twice_over_redis_makes_one_artifact(redis_url, start_kiln, make_model):
+def test_task_delivered_twice_over_redis_makes_one_artifact(redis_url, start_kiln, make_model, wait_for_job, ended):
     service = start_kiln({"KILN_BROKER_URL": redis_url, "KILN_RESULT_BACKEND": redis_url})
     celery = create_celery(Settings(data_dir=service.data_dir, broker_url=redis_url, result_backend=redis_url))
     with httpx.Client(base_url=service.url, headers=service.headers, timeout=60) as client:
@@ -76,7 +64,7 @@ def test_task_delivered_twice_over_redis_makes_one_artifact(redis_url, start_kil
         # The broker hands the same job over again (a redelivery after a lost ack, or a retried publish).
         for copy in range(2):
             celery.send_task("kiln.compile", args=[job["id"]], queue=COMPILE_QUEUE, task_id=f"dup-{copy}-{job['id']}")
-        final = _wait_for(client, job["id"], lambda j: j["status"] in TERMINAL)
+        final = wait_for_job(client, job["id"], ended)
         assert (final["status"], final["attempts"]) == ("succeeded", 1), final
         results = [celery.AsyncResult(f"dup-{copy}-{job['id']}").get(timeout=120) for copy in range(2)]
         assert sorted(results) in (["succeeded", "succeeded"], ["duplicate", "succeeded"])
