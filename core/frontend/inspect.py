@@ -22,7 +22,7 @@ from .converters import find_converter
 from .converters.registry import canonical_domain
 from .model_loading import DEFAULT_BUDGET, ModelSource, SizeBudget, load_model
 from .onnx_importer import import_onnx
-from .onnx_values import numpy_dtype
+from .onnx_values import declared_dims, numpy_dtype
 
 
 def _signature(values, initializers: set[str]) -> list[dict[str, Any]]:
@@ -31,8 +31,7 @@ def _signature(values, initializers: set[str]) -> list[dict[str, Any]]:
         if value.name in initializers:
             continue
         tensor = value.type.tensor_type
-        shape = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
-                 if tensor.HasField("shape") else None)
+        shape = declared_dims(tensor)
         try:
             dtype = numpy_dtype(tensor.elem_type, f"value {value.name!r}")
         except KilnError:

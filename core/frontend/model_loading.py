@@ -89,7 +89,8 @@ def check_inferred_sizes(proto: onnx.ModelProto, budget: SizeBudget) -> None:
     graph = proto.graph
     for value in [*graph.value_info, *graph.output]:
         tensor = value.type.tensor_type
-        if not tensor.HasField("shape") or not all(d.HasField("dim_value") for d in tensor.shape.dim):
+        if not tensor.HasField("shape") or not all(d.HasField("dim_value") and d.dim_value >= 0
+                                                      for d in tensor.shape.dim):
             continue  # symbolic: sized once the compile fixes its input shapes
         nbytes = math.prod(d.dim_value for d in tensor.shape.dim) * _itemsize(tensor.elem_type)
         if nbytes > budget.max_tensor_bytes:

@@ -13,7 +13,7 @@ from core.graph.ir import Graph, TensorType
 from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
 from .model_loading import ModelSource, load_model
-from .onnx_values import attribute_values, numpy_dtype, tensor_to_array
+from .onnx_values import attribute_values, declared_dims, numpy_dtype, tensor_to_array
 
 
 def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -47,8 +47,7 @@ def _input_types(inputs: Sequence[onnx.ValueInfoProto], shapes: dict[str, Sequen
             raise ShapeError(f"input {value.name!r} is not a tensor; only tensor inputs are supported")
         tensor = value.type.tensor_type
         dtype = numpy_dtype(tensor.elem_type, f"input {value.name!r}")
-        declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim] \
-            if tensor.HasField("shape") else None
+        declared = declared_dims(tensor)
         if value.name in shapes:
             types[value.name] = TensorType(_fixed_shape(value.name, declared, shapes[value.name]), dtype)
             continue

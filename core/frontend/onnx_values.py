@@ -45,3 +45,12 @@ def attribute_values(node: onnx.NodeProto) -> dict[str, Any]:
             value = [v.decode("utf-8", errors="replace") for v in value]
         values[attribute.name] = value
     return values
+
+
+def declared_dims(tensor_type) -> list | None:
+    """A tensor type's declared shape: ints for fixed dims, the dim_param (or "?") for symbolic ones.
+    Some exporters (PaddlePaddle) write dim_value -1 for a dynamic dim: that is symbolic too."""
+    if not tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or "?")
+            for d in tensor_type.shape.dim]
