@@ -1,4 +1,5 @@
-"""Reduction computes: ReduceSum/Mean/Max/Min/Prod over sorted axes, and the shared `reduce_over` builder."""
+"""Reduction computes: ReduceSum/Mean/Max/Min/Prod over sorted axes, ArgMax/ArgMin (extreme, then its
+position), and the shared `reduce_over` builder."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -6,7 +7,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import ShapeError
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, cast, const, is_float
+from ..tir.expr import Expr, cast, const, eq, is_float, select
 from .common import prod, require
 from .registry import register_compute
 
@@ -68,3 +69,32 @@ def _register(op: str, combiner: str) -> None:
 for _op, _comb in (("ReduceSum", "sum"), ("ReduceMean", "sum"), ("ReduceMax", "max"), ("ReduceMin", "min"),
                    ("ReduceProd", "prod")):
     _register(_op, _comb)
+
+
+def _register_arg(op: str, combiner: str) -> None:
+    @register_compute(op)
+    def compute(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+        (x,) = require(inputs, 1, op)
+        axis = int(attrs["axis"])
+        keepdims, last = bool(attrs.get("keepdims", 1)), bool(attrs.get("select_last_index", 0))
+        peak = reduce_over(x, [axis], True, combiner, f"{op.lower()}_peak")
+        extent = x.shape[axis]
+        shape = [1 if a == axis else d for a, d in enumerate(x.shape)] if keepdims else \
+            [d for a, d in enumerate(x.shape) if a != axis]
+
+        def body(*i: Expr) -> Expr:
+            k = te.reduce_axis(extent, "k")
+            outer = list(i[:axis]) + [const(0, "int64")] + list(i[axis + (1 if keepdims else 0):])
+            at_k = list(outer)
+            at_k[axis] = k.var
+            hit = eq(x(*at_k), peak(*outer))
+            # The first extreme is the smallest hit position, the last one the largest.
+            if last:
+                return te.max(select(hit, k.var, const(-1, "int64")), [k])
+            return te.min(select(hit, k.var, const(extent, "int64")), [k])
+
+        return [te.compute(shape, body, name=op.lower(), tag="reduce", attrs={"inner_spatial": 0})]
+
+
+_register_arg("ArgMax", "max")
+_register_arg("ArgMin", "min")

@@ -1,5 +1,6 @@
 """Reductions: axes from the attribute (older opsets) or a constant input (ReduceSum 13+, others 18+),
-normalized to sorted non-negative axes; ReduceL1/L2/SumSquare/LogSum/LogSumExp are decomposed."""
+normalized to sorted non-negative axes; ReduceL1/L2/SumSquare/LogSum/LogSumExp are decomposed;
+ArgMax/ArgMin over one axis."""
 from __future__ import annotations
 
 from .registry import ConvertContext, converter
@@ -75,3 +76,16 @@ for _op in _DIRECT:
     converter(_op, since_version=1)(_direct(_op))
 for _op in _DECOMPOSED:
     converter(_op, since_version=1)(_decomposed(_op))
+
+
+def _arg_extreme(op: str):
+    def convert(ctx: ConvertContext) -> str:
+        axis = ctx.axis(ctx.attr("axis", 0), ctx.type_of(0).rank)
+        return ctx.emit1(op, [ctx.input(0)], axis=axis, keepdims=int(ctx.attr("keepdims", 1)),
+                         select_last_index=int(ctx.attr("select_last_index", 0)))
+
+    return convert
+
+
+for _op in ("ArgMax", "ArgMin"):
+    converter(_op, since_version=1)(_arg_extreme(_op))

@@ -51,3 +51,36 @@ _register_reduce("ReduceMean", _mean, needs_nonempty=True)
 _register_reduce("ReduceMax", np.max, needs_nonempty=True)
 _register_reduce("ReduceMin", np.min, needs_nonempty=True)
 _register_reduce("ReduceProd", np.prod, needs_nonempty=False)
+
+
+def _arg_fold(pick: Callable) -> Callable:
+    def fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+        x, axis = inputs[0], attrs["axis"]
+        if attrs.get("select_last_index"):
+            # The last extreme is the first one of the reversed axis, counted from the end.
+            index = x.shape[axis] - 1 - pick(np.flip(x, axis), axis=axis)
+        else:
+            index = pick(x, axis=axis)
+        index = np.asarray(index, dtype=np.int64)
+        return [np.expand_dims(index, axis) if attrs["keepdims"] else index]
+
+    return fold
+
+
+def _register_arg(name: str, pick: Callable) -> None:
+    def infer(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+        expect_arity(name, types, 1)
+        expect_dtype(name, types[0], NUMERIC_DTYPES)
+        x, axis = types[0], attrs.get("axis")
+        if not isinstance(axis, int) or not 0 <= axis < x.rank:
+            raise ShapeError(f"{name}: axis must be a normalized axis of {x}, got {axis!r}")
+        if x.shape[axis] == 0:
+            raise ShapeError(f"{name}: cannot pick from the empty axis {axis} of {x}")
+        return [TensorType(reduced_shape(name, x, {"axes": (axis,), "keepdims": attrs.get("keepdims")}), "int64")]
+
+    # Two stages (the extreme value, then its first or last position): not fusable.
+    register_op(name, Pattern.OPAQUE, fold=_arg_fold(pick))(infer)
+
+
+_register_arg("ArgMax", np.argmax)
+_register_arg("ArgMin", np.argmin)
