@@ -94,11 +94,13 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
     sch = create_schedule(out_tensors)
     anchor = max(nodes, key=lambda n: get_op(n.op).pattern)
     complex_anchor = len(nodes) > 1 and get_op(anchor.op).pattern >= Pattern.REDUCTION
+    # A value no kernel output reads (Concat skips an empty part) has no stage: nothing to inline.
+    staged = {id(stage.op) for stage in sch.stages}
     for node in nodes:  # every value but the kernel outputs is computed inline, in its reader's loops
         if node is anchor and complex_anchor:
             continue
         for o in node.outputs:
-            if o not in outputs:
+            if o not in outputs and id(tensors[o].op) in staged:
                 sch[tensors[o]].compute_inline()
 
     def schedule_of(node: Node) -> ScheduleFn:
