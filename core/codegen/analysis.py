@@ -73,7 +73,7 @@ def may_trap(expr: Expr) -> bool:
     for e in walk_expr(expr):
         if isinstance(e, Load):
             return True
-        if isinstance(e, BinOp) and e.op in ("div", "floordiv", "floormod") and not is_float(e.dtype):
+        if isinstance(e, BinOp) and e.op in ("div", "floordiv", "floormod", "truncmod") and not is_float(e.dtype):
             if not (isinstance(e.b, IntImm) and e.b.value != 0):
                 return True
     return False

@@ -6,8 +6,8 @@ from llvmlite import ir
 
 from ..errors import CodegenError
 from . import vecmath
-from .llvm_types import (F32, F64, I1, I32, I64, const, int_bits, is_bool, is_float, is_signed, lanes_of, mangle,
-                         reg_type, scalar_type, splat_const, with_lanes)
+from .llvm_types import (F32, F64, I1, I32, I64, const, int_bits, is_bool, is_float, is_signed, itemsize, lanes_of,
+                         mangle, mem_type, reg_type, scalar_type, splat_const, with_lanes)
 
 
 def declare(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -104,10 +104,30 @@ def binop(b: ir.IRBuilder, op: str, dtype: str, x: ir.Value, y: ir.Value, y_cons
             return b.fcmp_unordered("!=", x, y) if op == "ne" else b.fcmp_ordered(_FCMP[op], x, y)
         cmp = b.icmp_signed if is_signed(dtype) else b.icmp_unsigned
         return cmp(_FCMP[op], x, y)
+    if op in _BITWISE:
+        return _bitwise(b, op, dtype, x, y)
     if is_bool(dtype):
         return _bool_arith(b, op, x, y)
     out = _float_binop(b, op, dtype, x, y) if is_float(dtype) else _int_binop(b, op, dtype, x, y, y_const)
     return bf16_round(b, out) if dtype == "bfloat16" else out
+
+
+_BITWISE = ("bitand", "bitor", "bitxor", "shl", "shr")
+
+
+def _bitwise(b: ir.IRBuilder, op: str, dtype: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    # Shifts by >= the bit width are poison in LLVM; TIR requires 0 <= shift < width (kernels clamp).
+    if is_float(dtype):
+        raise CodegenError(f"bit operation {op!r} is not defined on {dtype}")
+    if op == "bitand":
+        return b.and_(x, y)
+    if op == "bitor":
+        return b.or_(x, y)
+    if op == "bitxor":
+        return b.xor(x, y)
+    if op == "shl":
+        return b.shl(x, y)
+    return b.ashr(x, y) if is_signed(dtype) else b.lshr(x, y)
 
 
 def _bool_arith(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -137,6 +157,8 @@ def _float_binop(b: ir.IRBuilder, op: str, dtype: str, x: ir.Value, y: ir.Value)
         return b.fdiv(x, y)
     if op == "floordiv":
         return intrinsic(b, "floor", dtype, [b.fdiv(x, y)])
+    if op == "truncmod":
+        return b.frem(x, y)
     if op == "floormod":
         r = b.frem(x, y)
         zero = ir.Constant(x.type, None)
@@ -165,6 +187,8 @@ def _int_binop(b: ir.IRBuilder, op: str, dtype: str, x: ir.Value, y: ir.Value, y
         return b.sdiv(x, y) if signed else b.udiv(x, y)
     if op in ("floordiv", "floormod"):
         return _int_floor_divmod(b, op, signed, x, y, y_const)
+    if op == "truncmod":  # C semantics: the remainder has the dividend's sign
+        return b.srem(x, y) if signed else b.urem(x, y)
     if op in ("min", "max"):
         cmp = b.icmp_signed if signed else b.icmp_unsigned
         return b.select(cmp("<" if op == "min" else ">", x, y), x, y)
@@ -281,7 +305,9 @@ def _float_to_int(b: ir.IRBuilder, dst: str, v: ir.Value, lanes: int) -> ir.Valu
 
 _LLVM_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "floor": "floor",
               "ceil": "ceil", "trunc": "trunc", "round": "roundeven"}
-_LIBM = {"erf": ("erff", "erf"), "tanh": ("tanhf", "tanh")}
+_LIBM = {"erf": ("erff", "erf"), "tanh": ("tanhf", "tanh"), "tan": ("tanf", "tan"), "asin": ("asinf", "asin"),
+         "acos": ("acosf", "acos"), "atan": ("atanf", "atan"), "sinh": ("sinhf", "sinh"), "cosh": ("coshf", "cosh"),
+         "asinh": ("asinhf", "asinh"), "acosh": ("acoshf", "acosh"), "atanh": ("atanhf", "atanh")}
 
 
 def intrinsic(b: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
@@ -306,7 +332,7 @@ def intrinsic(b: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> i
 
 
 def _libm_call(b: ir.IRBuilder, name: str, dtype: str, x: ir.Value) -> ir.Value:
-    """erf/tanh have no LLVM intrinsic: call libm per lane (half goes through float)."""
+    """erf/tanh/tan/asin/... have no LLVM intrinsic: call libm per lane (half goes through float)."""
     f32_name, f64_name = _LIBM[name]
     st = scalar_type(x.type)
     if isinstance(st, ir.DoubleType):
@@ -327,3 +353,21 @@ def _int_intrinsic(b: ir.IRBuilder, name: str, dtype: str, x: ir.Value) -> ir.Va
         t = x.type
         return b.call(declare(b.module, f"llvm.abs.{mangle(t)}", t, [t, I1]), [x, ir.Constant(I1, 0)])
     raise CodegenError(f"intrinsic {name!r} needs a float argument, got {dtype}")
+
+
+def reinterpret(b: ir.IRBuilder, src: str, dst: str, v: ir.Value) -> ir.Value:
+    """The memory bits of register value `v` (dtype `src`) read as dtype `dst` of the same item size."""
+    if itemsize(src) != itemsize(dst):
+        raise CodegenError(f"cannot reinterpret {src} as {dst}: item sizes differ")
+    lanes = lanes_of(v)
+    if is_bool(src):
+        bits = b.zext(v, with_lanes(mem_type("bool"), lanes))
+    elif src == "bfloat16":
+        bits = bf16_to_bits(b, v)
+    else:
+        bits = v
+    if is_bool(dst):
+        return b.icmp_unsigned("!=", bits, ir.Constant(bits.type, None))
+    if dst == "bfloat16":
+        return bf16_from_bits(b, b.bitcast(bits, with_lanes(ir.IntType(16), lanes)))
+    return b.bitcast(bits, with_lanes(mem_type(dst), lanes))

@@ -225,6 +225,8 @@ class VectorBody:
             cond = arith.to_bool(b, e.cond.dtype, self.expr(e.cond))
             return self.select(cond, e.true_value, e.false_value)
         if isinstance(e, Call):
+            if e.name == "reinterpret":
+                return arith.reinterpret(b, e.args[0].dtype, e.dtype, self.expr(e.args[0]))
             args = arith.unify(b, *(self.expr(a) for a in e.args))
             return arith.intrinsic(b, e.name, e.args[0].dtype, args)
         return self.fe.emit_expr(e)  # constants
@@ -239,7 +241,7 @@ class VectorBody:
             rhs = arith.to_bool(b, e.b.dtype, self.expr(e.b))
             return arith.binop(b, e.op, "bool", lhs, rhs)
         x, y = self.expr(e.a), self.expr(e.b)
-        divides = e.op in ("div", "floordiv", "floormod") and not is_float(e.dtype)
+        divides = e.op in ("div", "floordiv", "floormod", "truncmod") and not is_float(e.dtype)
         if divides and self.mask is not None and lanes_of(y) > 1:
             y = b.select(self.mask, y, const(e.dtype, 1, self.lanes))  # idle lanes must not divide by zero
         return arith.binop(b, e.op, e.a.dtype, x, y, const_int(e.b))

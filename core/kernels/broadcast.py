@@ -1,12 +1,15 @@
-"""Binary broadcast computes (numpy broadcasting): arithmetic, comparisons, logic, and Where."""
+"""Binary broadcast computes (numpy broadcasting): arithmetic, remainders, comparisons, logic, bit operations,
+and Where."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+import numpy as np
+
 from ..errors import ShapeError
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, binop, cast, logical_and, logical_or, maximum, minimum, select
+from ..tir.expr import Expr, binop, cast, const, eq, is_float, logical_and, logical_or, maximum, minimum, select
 from .common import broadcast_read, require
 from .registry import register_compute
 
@@ -16,6 +19,37 @@ BinaryFn = Callable[[Expr, Expr], Expr]
 def _pow(a: Expr, b: Expr) -> Expr:
     # ONNX allows an exponent of another dtype; compute in the base's dtype as ONNX Runtime does.
     return binop("pow", a, cast(a.dtype, b))
+
+
+def _remainder(op: str) -> BinaryFn:
+    """floormod/truncmod; an integer divisor of 0 gives 0 (numpy) rather than a trap, and so does -1,
+    whose remainder is always 0 but whose division overflows on INT_MIN."""
+    def body(a: Expr, b: Expr) -> Expr:
+        if is_float(a.dtype):
+            return binop(op, a, b)
+        idle = eq(b, const(0, b.dtype))
+        if a.dtype.startswith("int"):
+            idle = logical_or(idle, eq(b, const(-1, b.dtype)))
+        return binop(op, a, select(idle, const(1, b.dtype), b))
+
+    return body
+
+
+def _shift(left: bool) -> BinaryFn:
+    """ONNX BitShift: shifting by less than 0 or at least the bit width gives 0, or the sign fill
+    when a signed value shifts right. TIR shifts need an in-range amount, so the amount is clamped."""
+    def body(a: Expr, b: Expr) -> Expr:
+        width = np.dtype(a.dtype).itemsize * 8
+        signed = a.dtype.startswith("int")
+        valid = b < const(width, b.dtype)
+        if signed:
+            valid = logical_and(valid, b >= const(0, b.dtype))
+        if not left and signed:  # shifting by width-1 is exactly the sign fill
+            return binop("shr", a, select(valid, b, const(width - 1, b.dtype)))
+        shifted = binop("shl" if left else "shr", a, select(valid, b, const(0, b.dtype)))
+        return select(valid, shifted, const(0, a.dtype))
+
+    return body
 
 
 BINARY: dict[str, BinaryFn] = {
@@ -33,6 +67,13 @@ BINARY: dict[str, BinaryFn] = {
     "GreaterOrEqual": lambda a, b: binop("ge", a, b),
     "And": lambda a, b: logical_and(cast("bool", a), cast("bool", b)),
     "Or": lambda a, b: logical_or(cast("bool", a), cast("bool", b)),
+    "FloorMod": _remainder("floormod"),
+    "TruncMod": _remainder("truncmod"),
+    "BitwiseAnd": lambda a, b: binop("bitand", a, b),
+    "BitwiseOr": lambda a, b: binop("bitor", a, b),
+    "BitwiseXor": lambda a, b: binop("bitxor", a, b),
+    "BitShiftLeft": _shift(left=True),
+    "BitShiftRight": _shift(left=False),
 }
 
 

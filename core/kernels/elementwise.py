@@ -1,11 +1,12 @@
-"""Unary elementwise computes: out[i] = f(x[i]) (activations, math functions, Cast, Clip, IsNaN, Not)."""
+"""Unary elementwise computes: out[i] = f(x[i]) (activations, math functions, trigonometry, Cast, BitCast,
+Clip, IsNaN, IsInf, Not, BitwiseNot)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, Not, call, cast, const, is_float, maximum, minimum, select
+from ..tir.expr import Expr, Not, binop, call, cast, const, eq, is_float, logical_or, maximum, minimum, reinterpret, select
 from .common import attr, require, typed_const
 from .registry import register_compute
 
@@ -62,6 +63,26 @@ def _leaky_relu(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
     return select(x < const(0, x.dtype), x * const(alpha, x.dtype), x)
 
 
+def _sign(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
+    # x itself where it is neither positive nor negative: keeps 0 and NaN as numpy's sign does.
+    return select(x > const(0, x.dtype), const(1, x.dtype), select(x < const(0, x.dtype), const(-1, x.dtype), x))
+
+
+def _isinf(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
+    checks = [eq(x, const(float(sign) * float("inf"), x.dtype))
+              for sign, key in ((1, "detect_positive"), (-1, "detect_negative")) if attr(attrs, key, "IsInf", True)]
+    if not checks:
+        return const(0, "bool")
+    return checks[0] if len(checks) == 1 else logical_or(checks[0], checks[1])
+
+
+def _bitwise_not(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
+    return binop("bitxor", x, const(-1, x.dtype))  # -1 is all ones in every integer width
+
+
+_LIBM_UNARY = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+
+
 UNARY: dict[str, UnaryFn] = {
     "Relu": lambda x, a, dt: maximum(x, const(0, x.dtype)),
     "Sigmoid": _float_only("Sigmoid", _sigmoid),
@@ -81,6 +102,12 @@ UNARY: dict[str, UnaryFn] = {
     "Cast": lambda x, a, dt: cast(dt, x),
     "Clip": _clip,
     "LeakyRelu": _leaky_relu,
+    "Round": lambda x, a, dt: call("round", x),  # TIR round is half to even, as ONNX wants
+    "Sign": _sign,
+    "IsInf": _isinf,
+    "BitwiseNot": _bitwise_not,
+    "BitCast": lambda x, a, dt: reinterpret(str(attr(a, "to", "BitCast")), x),
+    **{name.capitalize(): _float_only(name.capitalize(), lambda x, name=name: call(name, x)) for name in _LIBM_UNARY},
 }
 
 
@@ -88,7 +115,7 @@ def unary(op: str, x: te.Tensor, attrs: Mapping[str, Any], out_dtype: Optional[s
     """The compute of unary `op` applied to `x` (usable by other computes, e.g. fused epilogues)."""
     fn = UNARY[op]
     if out_dtype is None:
-        out_dtype = str(attrs.get("to")) if op == "Cast" else fn(x(*([0] * x.ndim)), attrs, x.dtype).dtype
+        out_dtype = str(attrs.get("to")) if op in ("Cast", "BitCast") else fn(x(*([0] * x.ndim)), attrs, x.dtype).dtype
     return te.compute(x.shape, lambda *i: cast(out_dtype, fn(x(*i), attrs, out_dtype)), name=op.lower(),
                       tag="elemwise")
 

@@ -15,8 +15,13 @@ ExprLike = Union["Expr", int, float, bool]
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("and", "or")
-BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "pow") + COMPARISONS + LOGICAL
-INTRINSICS = ("exp", "log", "sqrt", "erf", "tanh", "abs", "floor", "ceil", "round", "isnan", "sin", "cos", "trunc")
+# Integer bit operations; "shl"/"shr" need 0 <= shift < bit width ("shr" is arithmetic on signed dtypes).
+BITWISE = ("bitand", "bitor", "bitxor", "shl", "shr")
+# "truncmod" is C's % and fmod (the result has the dividend's sign); "floormod" is numpy's %.
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "truncmod", "min", "max", "pow") + COMPARISONS \
+    + LOGICAL + BITWISE
+INTRINSICS = ("exp", "log", "sqrt", "erf", "tanh", "abs", "floor", "ceil", "round", "isnan", "sin", "cos", "trunc",
+              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "reinterpret")
 
 
 def is_float(dtype: str) -> bool:
@@ -218,6 +223,12 @@ def select(cond: Expr, true_value: ExprLike, false_value: ExprLike) -> Expr:
 def cast(dtype: str, value: ExprLike) -> Expr:
     value = as_expr(value)
     return value if value.dtype == dtype else Cast(dtype, value)
+
+
+def reinterpret(dtype: str, value: ExprLike) -> Expr:
+    """The bits of `value` read as `dtype`, which must have the same size in memory (ONNX BitCast)."""
+    value = as_expr(value)
+    return value if value.dtype == dtype else Call("reinterpret", (value,), dtype)
 
 
 def call(name: str, *args: ExprLike) -> Expr:

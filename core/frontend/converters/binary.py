@@ -1,4 +1,5 @@
-"""Binary ONNX ops (opset 7+ numpy broadcasting), Where, and variadic Max/Min/Sum/Mean as chains."""
+"""Binary ONNX ops (opset 7+ numpy broadcasting: arithmetic, Mod, comparisons, logic, bitwise ops, BitShift),
+Where, and variadic Max/Min/Sum/Mean as chains."""
 from __future__ import annotations
 
 from .registry import ConvertContext, converter
@@ -16,6 +17,27 @@ def _direct(op: str):
 
 for _op, _since in _DIRECT.items():
     converter(_op, since_version=_since)(_direct(_op))
+
+
+_BITWISE = {"BitwiseAnd": "BitwiseAnd", "BitwiseOr": "BitwiseOr", "BitwiseXor": "BitwiseXor"}
+for _op, _ir_op in _BITWISE.items():
+    converter(_op, since_version=18)(_direct(_ir_op))
+
+
+@converter("Mod", since_version=10)
+def mod(ctx: ConvertContext) -> str:
+    # fmod=0: numpy's % (the divisor's sign); fmod=1: C's fmod (the dividend's sign).
+    op = "TruncMod" if int(ctx.attr("fmod", 0)) else "FloorMod"
+    return ctx.emit1(op, [ctx.input(0), ctx.input(1)])
+
+
+@converter("BitShift", since_version=11)
+def bit_shift(ctx: ConvertContext) -> str:
+    direction = ctx.attr("direction")
+    ops = {"LEFT": "BitShiftLeft", "RIGHT": "BitShiftRight"}
+    if direction not in ops:
+        ctx.fail(f"direction must be LEFT or RIGHT, got {direction!r}")
+    return ctx.emit1(ops[direction], [ctx.input(0), ctx.input(1)])
 
 
 @converter("Xor", since_version=7)

@@ -10,7 +10,9 @@ from ..onnx_values import numpy_dtype
 from .registry import ConvertContext, converter
 
 _DIRECT = {"Relu": 6, "Sigmoid": 6, "Tanh": 6, "Sqrt": 6, "Exp": 6, "Log": 6, "Neg": 6, "Abs": 6,
-           "Reciprocal": 6, "Floor": 6, "Ceil": 6, "Not": 1, "Erf": 9, "IsNaN": 9}
+           "Reciprocal": 6, "Floor": 6, "Ceil": 6, "Not": 1, "Erf": 9, "IsNaN": 9, "Round": 11, "Sign": 9,
+           "Sin": 7, "Cos": 7, "Tan": 7, "Asin": 7, "Acos": 7, "Atan": 7, "Sinh": 9, "Cosh": 9, "Asinh": 9,
+           "Acosh": 9, "Atanh": 9, "BitwiseNot": 18}
 
 
 def _direct(op: str):
@@ -49,6 +51,17 @@ def _cast_to(ctx: ConvertContext, dtype: str) -> str:
 @converter("Cast", since_version=6)
 def cast(ctx: ConvertContext) -> str:
     return _cast_to(ctx, numpy_dtype(ctx.attr("to"), ctx.where))
+
+
+@converter("BitCast", since_version=26)
+def bit_cast(ctx: ConvertContext) -> str:
+    return ctx.emit1("BitCast", [ctx.input(0)], to=numpy_dtype(ctx.attr("to"), ctx.where))
+
+
+@converter("IsInf", since_version=10)
+def is_inf(ctx: ConvertContext) -> str:
+    return ctx.emit1("IsInf", [ctx.input(0)], detect_positive=bool(ctx.attr("detect_positive", 1)),
+                     detect_negative=bool(ctx.attr("detect_negative", 1)))
 
 
 @converter("CastLike", since_version=15)

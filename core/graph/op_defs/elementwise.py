@@ -1,4 +1,4 @@
-"""Unary elementwise ops (Relu, Exp, Cast, Clip, ...): same shape in and out, numpy folds."""
+"""Unary elementwise ops (Relu, Exp, trigonometry, Cast, BitCast, Clip, ...): same shape in and out, numpy folds."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ from core.errors import ShapeError
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, register_op
 
-from ._common import FLOAT_DTYPES, NUMERIC_DTYPES, expect_arity, expect_dtype
+from ._common import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, expect_arity, expect_dtype
 
 _ANY = None  # any dtype accepted
 _BOOL = frozenset({"bool"})
@@ -63,6 +63,43 @@ _register_unary("Ceil", np.ceil, FLOAT_DTYPES)
 _register_unary("Not", np.logical_not, _BOOL)
 _register_unary("IsNaN", np.isnan, FLOAT_DTYPES, out_dtype="bool")
 _register_unary("Identity", np.copy, _ANY)
+_register_unary("Round", np.round, FLOAT_DTYPES)  # numpy rounds half to even, as ONNX does
+_register_unary("Sign", np.sign, NUMERIC_DTYPES)
+_register_unary("BitwiseNot", np.invert, INT_DTYPES)
+for _name, _fn in {"Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
+                   "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh, "Acosh": np.arccosh,
+                   "Atanh": np.arctanh}.items():
+    _register_unary(_name, _fn, FLOAT_DTYPES)
+
+
+def _isinf_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    x = inputs[0]
+    positive = np.isposinf(x) if attrs.get("detect_positive", True) else np.zeros(x.shape, bool)
+    negative = np.isneginf(x) if attrs.get("detect_negative", True) else np.zeros(x.shape, bool)
+    return [positive | negative]
+
+
+@register_op("IsInf", Pattern.ELEMWISE, fold=_isinf_fold)
+def _isinf(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    expect_arity("IsInf", types, 1)
+    expect_dtype("IsInf", types[0], FLOAT_DTYPES)
+    return [TensorType(types[0].shape, "bool")]
+
+
+def _bitcast_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    return [np.ascontiguousarray(inputs[0]).view(attrs["to"])]
+
+
+@register_op("BitCast", Pattern.ELEMWISE, fold=_bitcast_fold)
+def _bitcast(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    expect_arity("BitCast", types, 1)
+    try:
+        target = np.dtype(attrs["to"])
+    except (KeyError, TypeError) as err:
+        raise ShapeError(f"BitCast: attribute 'to' must be a numpy dtype name, got {attrs.get('to')!r}") from err
+    if target.itemsize != np.dtype(types[0].dtype).itemsize:
+        raise ShapeError(f"BitCast: {types[0].dtype} and {target.name} differ in size; the bits cannot be reinterpreted")
+    return [TensorType(types[0].shape, target.name)]
 
 
 def _cast_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:

@@ -20,6 +20,9 @@ EXPECTED_OPS = {
     "GlobalAveragePool", "GlobalMaxPool", "MatMul", "Reshape", "Transpose", "Concat", "Slice", "Gather",
     "GatherElements", "Expand", "Pad", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
     "Softmax", "LogSoftmax", "LayerNormalization",
+    "Round", "Sign", "BitwiseNot", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
+    "Atanh", "IsInf", "BitCast", "FloorMod", "TruncMod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShiftLeft",
+    "BitShiftRight",
     "Fused",  # made only by the fusion pass: a group of the ops above as one kernel
     # made only by the layout pass (alter_layout, -O3): the blocked layout NCHW[x]c
     "LayoutTransform", "Conv2dNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",

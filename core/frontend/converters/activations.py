@@ -1,0 +1,79 @@
+"""Activation ONNX ops that decompose into IR elementwise ops: ThresholdedRelu, Softplus, Softsign, Selu, Celu,
+Shrink, Mish and Swish (the fusion pass merges each chain back into one kernel)."""
+from __future__ import annotations
+
+from .registry import ConvertContext, converter
+
+
+def _softplus(ctx: ConvertContext, x: str) -> str:
+    # log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): never overflows, unlike the textbook form.
+    tail = ctx.emit1("Exp", [ctx.emit1("Neg", [ctx.emit1("Abs", [x])])])
+    log1p = ctx.emit1("Log", [ctx.emit1("Add", [tail, ctx.scalar_like(1, x)])])
+    return ctx.emit1("Add", [ctx.emit1("Max", [x, ctx.scalar_like(0, x)]), log1p])
+
+
+def _expm1_scaled(ctx: ConvertContext, x: str, alpha: float) -> str:
+    """alpha * (e^x - 1)."""
+    expm1 = ctx.emit1("Sub", [ctx.emit1("Exp", [x]), ctx.scalar_like(1, x)])
+    return ctx.emit1("Mul", [expm1, ctx.scalar_like(alpha, x)])
+
+
+@converter("ThresholdedRelu", since_version=10)
+def thresholded_relu(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    above = ctx.emit1("Greater", [x, ctx.scalar_like(float(ctx.attr("alpha", 1.0)), x)])
+    return ctx.emit1("Where", [above, x, ctx.scalar_like(0, x)])
+
+
+@converter("Softplus", since_version=1)
+def softplus(ctx: ConvertContext) -> str:
+    return _softplus(ctx, ctx.input(0))
+
+
+@converter("Softsign", since_version=1)
+def softsign(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    return ctx.emit1("Div", [x, ctx.emit1("Add", [ctx.emit1("Abs", [x]), ctx.scalar_like(1, x)])])
+
+
+@converter("Selu", since_version=6)
+def selu(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    alpha = float(ctx.attr("alpha", 1.67326319217681884765625))
+    gamma = float(ctx.attr("gamma", 1.05070102214813232421875))
+    positive = ctx.emit1("Greater", [x, ctx.scalar_like(0, x)])
+    inner = ctx.emit1("Where", [positive, x, _expm1_scaled(ctx, x, alpha)])
+    return ctx.emit1("Mul", [inner, ctx.scalar_like(gamma, x)])
+
+
+@converter("Celu", since_version=12)
+def celu(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    alpha = float(ctx.attr("alpha", 1.0))
+    negative_part = _expm1_scaled(ctx, ctx.emit1("Div", [x, ctx.scalar_like(alpha, x)]), alpha)
+    return ctx.emit1("Add", [ctx.emit1("Max", [x, ctx.scalar_like(0, x)]),
+                             ctx.emit1("Min", [negative_part, ctx.scalar_like(0, x)])])
+
+
+@converter("Shrink", since_version=9)
+def shrink(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    bias, lambd = float(ctx.attr("bias", 0.0)), float(ctx.attr("lambd", 0.5))
+    below = ctx.emit1("Less", [x, ctx.scalar_like(-lambd, x)])
+    above = ctx.emit1("Greater", [x, ctx.scalar_like(lambd, x)])
+    shifted_up = ctx.emit1("Add", [x, ctx.scalar_like(bias, x)])
+    shifted_down = ctx.emit1("Sub", [x, ctx.scalar_like(bias, x)])
+    return ctx.emit1("Where", [below, shifted_up, ctx.emit1("Where", [above, shifted_down, ctx.scalar_like(0, x)])])
+
+
+@converter("Mish", since_version=18)
+def mish(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    return ctx.emit1("Mul", [x, ctx.emit1("Tanh", [_softplus(ctx, x)])])
+
+
+@converter("Swish", since_version=24)
+def swish(ctx: ConvertContext) -> str:
+    x = ctx.input(0)
+    scaled = ctx.emit1("Mul", [x, ctx.scalar_like(float(ctx.attr("alpha", 1.0)), x)])
+    return ctx.emit1("Mul", [x, ctx.emit1("Sigmoid", [scaled])])
