@@ -1,10 +1,11 @@
 """Element selection: Slice (ONNX clamping resolved statically), Split (one Slice per output),
-Gather, GatherElements and Pad."""
+Gather, GatherElements, GatherND, Pad, Trilu, EyeLike, OneHot and ReverseSequence."""
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
+import onnx
 
 from .registry import ConvertContext, converter
 
@@ -149,3 +150,37 @@ def pad_inputs(ctx: ConvertContext) -> str:
         ctx.fail(f"pads {pads} need {2 * rank} values for a rank-{rank} input")
     fill = 0.0 if value is None or value.size == 0 else float(value.reshape(-1)[0])
     return _pad(ctx, pads, fill)
+
+
+@converter("Trilu", since_version=14)
+def trilu(ctx: ConvertContext) -> str:
+    if ctx.type_of(0).rank < 2:
+        ctx.fail("input must have rank 2 or more")
+    k = ctx.optional_constant(1, "k")
+    return ctx.emit1("Trilu", [ctx.input(0)], upper=int(ctx.attr("upper", 1)),
+                     k=0 if k is None else int(k.reshape(-1)[0]))
+
+
+@converter("EyeLike", since_version=9)
+def eye_like(ctx: ConvertContext) -> str:
+    dtype = ctx.attr("dtype")
+    name = ctx.type_of(0).dtype if dtype is None else onnx.helper.tensor_dtype_to_np_dtype(dtype).name
+    return ctx.emit1("EyeLike", [ctx.input(0)], dtype=name, k=int(ctx.attr("k", 0)))
+
+
+@converter("GatherND", since_version=11)
+def gather_nd(ctx: ConvertContext) -> str:
+    return ctx.emit1("GatherND", [ctx.input(0), ctx.input(1)], batch_dims=int(ctx.attr("batch_dims", 0)))
+
+
+@converter("OneHot", since_version=9)
+def one_hot(ctx: ConvertContext) -> str:
+    depth = float(ctx.constant(1, "depth").reshape(-1)[0])
+    axis = ctx.axis(ctx.attr("axis", -1), ctx.type_of(0).rank + 1)
+    return ctx.emit1("OneHot", [ctx.input(0), ctx.input(2)], depth=int(depth), axis=axis)
+
+
+@converter("ReverseSequence", since_version=10)
+def reverse_sequence(ctx: ConvertContext) -> str:
+    return ctx.emit1("ReverseSequence", [ctx.input(0), ctx.input(1)], time_axis=int(ctx.attr("time_axis", 0)),
+                     batch_axis=int(ctx.attr("batch_axis", 1)))

@@ -47,3 +47,42 @@ def test_arg_extreme_with_ties(op, axis, keepdims, last):
     x = RNG.integers(0, 3, (3, 5, 4)).astype(np.float32)  # many ties: first vs last position matters
     check(helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=keepdims, select_last_index=last),
           {"x": x}, {"y": I64}, opset=13)
+
+
+@pytest.mark.parametrize("upper,k", [(1, 0), (0, -1), (1, 2), (0, 7)])
+def test_trilu(upper, k):
+    x = RNG.standard_normal((2, 4, 5)).astype(np.float32)
+    check(helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper), {"x": x, "k": np.array(k, np.int64)},
+          {"y": F32}, opset=14)
+
+
+def test_eye_like_off_diagonal_with_dtype():
+    check(helper.make_node("EyeLike", ["x"], ["y"], k=-1, dtype=onnx.TensorProto.INT32),
+          {"x": np.zeros((4, 3), np.float32)}, {"y": onnx.TensorProto.INT32}, opset=9)
+
+
+@pytest.mark.parametrize("batch_dims,indices", [
+    (0, np.array([[1, -1], [0, 2]], np.int64)),  # whole-element tuples, a negative index
+    (0, np.array([[[1]], [[-2]]], np.int64)),  # slices of the rest
+    (1, np.array([[1], [0]], np.int64)),
+])
+def test_gather_nd(batch_dims, indices):
+    data = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    if batch_dims == 0 and indices.shape[-1] == 2:
+        data = data[:, :3, :3].copy()
+    check(helper.make_node("GatherND", ["d", "i"], ["y"], batch_dims=batch_dims), {"d": data, "i": indices},
+          {"y": F32}, opset=13)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot_negative_and_out_of_range(axis):
+    indices = np.array([[0, -1, 3], [5, 2, -4]], np.int64)  # 5 is out of range (an all-off row)
+    check(helper.make_node("OneHot", ["i", "depth", "v"], ["y"], axis=axis),
+          {"i": indices, "depth": np.array(4, np.int64), "v": np.array([-2, 3], np.float32)}, {"y": F32}, opset=11)
+
+
+@pytest.mark.parametrize("time_axis,batch_axis", [(0, 1), (1, 0)])
+def test_reverse_sequence(time_axis, batch_axis):
+    x = RNG.standard_normal((4, 4, 2)).astype(np.float32)
+    check(helper.make_node("ReverseSequence", ["x", "n"], ["y"], time_axis=time_axis, batch_axis=batch_axis),
+          {"x": x, "n": np.array([4, 1, 0, 3], np.int64)}, {"y": F32}, opset=10)
