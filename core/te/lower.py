@@ -191,7 +191,7 @@ class _Lowering:
 
         extents = {iv.var: iv.extent for iv in producer.leaf_iter_vars}
         for e in walk_expr(body):
-            if isinstance(e, Load) and e.buffer is pbuf and not _agree(e.index, here, extents):
+            if isinstance(e, Load) and e.buffer is pbuf and not _agree(e.index, here, extents, valid):
                 raise ScheduleError(f"reverse_compute_at: {cop.name} reads {pop.name} away from the mapped point")
         store = Store(cbuf, simplify(flat_index(cbuf.shape, list(point))), body)
         return self._epilogue_loops(producer, spatial, store, guards + ([valid] if valid is not None else []), {})
@@ -235,24 +235,33 @@ class _Lowering:
         return any(isinstance(e, Var) and e in reduce_vars for e in walk_expr(expr))
 
 
-def _agree(a: Expr, b: Expr, extents: dict, samples: int = 48) -> bool:
+def _agree(a: Expr, b: Expr, extents: dict, valid: Expr | None = None, samples: int = 48) -> bool:
     """Whether two index expressions over loop variables agree on the loop corners and on seeded
-    random points (each variable within its extent): a check of a schedule's promise, not a proof."""
+    random points (each variable within its extent) where `valid` holds (points the guard skips
+    are never stored, e.g. the padding columns of a conv over the flattened image): a check of a
+    schedule's promise, not a proof."""
     import random
 
     from ..tir.functor import walk_expr
 
-    names = list(dict.fromkeys(e for e in walk_expr(a) if isinstance(e, Var)))
-    names += [v for v in dict.fromkeys(e for e in walk_expr(b) if isinstance(e, Var)) if v not in names]
+    exprs = [a, b] + ([valid] if valid is not None else [])
+    names = list(dict.fromkeys(e for x in exprs for e in walk_expr(x) if isinstance(e, Var)))
     rng = random.Random(0)
     points = [{v: 0 for v in names}, {v: extents.get(v, 1) - 1 for v in names}]
     points += [{v: rng.randrange(extents.get(v, 1)) for v in names} for _ in range(samples)]
     for point in points:
         at = {v: IntImm(x, v.dtype) for v, x in point.items()}
+        if valid is not None and not _holds(simplify(substitute(valid, at))):
+            continue
         va, vb = simplify(substitute(a, at)), simplify(substitute(b, at))
         if not (isinstance(va, IntImm) and isinstance(vb, IntImm) and va.value == vb.value):
             return False
     return True
+
+
+def _holds(condition: Expr) -> bool:
+    # A condition over constants simplifies to an integer (bool) immediate; anything else is not known to hold.
+    return isinstance(condition, IntImm) and bool(condition.value)
 
 
 def _mentions(expr: Expr, var: Var) -> bool:

@@ -64,6 +64,23 @@ def test_small_cnn_matches_onnxruntime(tmp_path):
     assert [o["name"] for o in meta["outputs"]] == ["prob", "y"]
 
 
+def test_swish_after_a_1x1_conv_on_a_one_row_image(tmp_path):
+    # PP-OCRv4's recognizer: a 1x1 conv on a 1x40 image runs over 48 flattened pixels (3 vectors of 16);
+    # its fused swish reads the conv twice, and the never-stored padding columns need not map back.
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((120, 60, 1, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(120).astype(np.float32), "b"),
+             numpy_helper.from_array(np.float32([1.5]), "beta")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Mul", ["c", "beta"], ["m"]),
+             helper.make_node("Sigmoid", ["m"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "swish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 60, 1, 40])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 120, 1, 40])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    path = core.compile(model, target="native", benchmark=False).save(tmp_path / "swish.tar.gz")
+    result = compare(*run_both(model, path))
+    assert result.ok, result
+
+
 def test_report_has_stable_keys():
     artifact = core.compile(small_cnn(), target="native")
     report = artifact.report
