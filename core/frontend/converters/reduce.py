@@ -1,6 +1,6 @@
 """Reductions: axes from the attribute (older opsets) or a constant input (ReduceSum 13+, others 18+),
 normalized to sorted non-negative axes; ReduceL1/L2/SumSquare/LogSum/LogSumExp are decomposed;
-ArgMax/ArgMin over one axis."""
+ArgMax/ArgMin over one axis; CumSum/CumProd along one axis."""
 from __future__ import annotations
 
 from .registry import ConvertContext, converter
@@ -89,3 +89,16 @@ def _arg_extreme(op: str):
 
 for _op in ("ArgMax", "ArgMin"):
     converter(_op, since_version=1)(_arg_extreme(_op))
+
+
+def _cumulative(op: str):
+    def convert(ctx: ConvertContext) -> str:
+        axis = ctx.axis(int(ctx.constant(1, "axis").reshape(-1)[0]), ctx.type_of(0).rank)
+        return ctx.emit1(op, [ctx.input(0)], axis=axis, exclusive=int(ctx.attr("exclusive", 0)),
+                         reverse=int(ctx.attr("reverse", 0)))
+
+    return convert
+
+
+converter("CumSum", since_version=11)(_cumulative("CumSum"))
+converter("CumProd", since_version=26)(_cumulative("CumProd"))

@@ -1,4 +1,5 @@
-"""Reductions over a sorted tuple of axes: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd."""
+"""Reductions over a sorted tuple of axes (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd), ArgMax/ArgMin
+over one axis, and the running reductions CumSum/CumProd."""
 from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
@@ -84,3 +85,35 @@ def _register_arg(name: str, pick: Callable) -> None:
 
 _register_arg("ArgMax", np.argmax)
 _register_arg("ArgMin", np.argmin)
+
+
+def _cumulative_fold(accumulate: Callable, identity: int) -> Callable:
+    def fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+        x, axis = inputs[0], attrs["axis"]
+        src = np.flip(x, axis) if attrs["reverse"] else x
+        if attrs["exclusive"]:
+            # Shift by one along the axis: each position sees only the elements before it.
+            head = np.full_like(np.take(src, [0], axis=axis), identity)
+            src = np.concatenate([head, np.take(src, range(src.shape[axis] - 1), axis=axis)], axis=axis)
+        out = accumulate(src, axis=axis, dtype=x.dtype)
+        return [np.ascontiguousarray(np.flip(out, axis) if attrs["reverse"] else out)]
+
+    return fold
+
+
+def _register_cumulative(name: str, accumulate: Callable, identity: int) -> None:
+    def infer(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+        expect_arity(name, types, 1)
+        expect_dtype(name, types[0], NUMERIC_DTYPES)
+        axis = attrs.get("axis")
+        if not isinstance(axis, int) or not 0 <= axis < types[0].rank:
+            raise ShapeError(f"{name}: axis must be a normalized axis of {types[0]}, got {axis!r}")
+        if attrs.get("exclusive") not in (0, 1) or attrs.get("reverse") not in (0, 1):
+            raise ShapeError(f"{name}: exclusive and reverse must be 0 or 1")
+        return [types[0]]
+
+    register_op(name, Pattern.REDUCTION, fold=_cumulative_fold(accumulate, identity))(infer)
+
+
+_register_cumulative("CumSum", np.cumsum, 0)
+_register_cumulative("CumProd", np.cumprod, 1)

@@ -86,3 +86,14 @@ def test_reverse_sequence(time_axis, batch_axis):
     x = RNG.standard_normal((4, 4, 2)).astype(np.float32)
     check(helper.make_node("ReverseSequence", ["x", "n"], ["y"], time_axis=time_axis, batch_axis=batch_axis),
           {"x": x, "n": np.array([4, 1, 0, 3], np.int64)}, {"y": F32}, opset=10)
+
+
+@pytest.mark.parametrize("op,opset", [("CumSum", 14), ("CumProd", 26)])
+@pytest.mark.parametrize("axis,exclusive,reverse", [(0, 0, 0), (1, 1, 0), (-1, 0, 1), (1, 1, 1)])
+def test_cumulative(op, opset, axis, exclusive, reverse):
+    x = RNG.uniform(0.5, 1.5, (3, 5)).astype(np.float32)
+    node = helper.make_node(op, ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    try:
+        check(node, {"x": x, "axis": np.array(axis, np.int64)}, {"y": F32}, opset=opset)
+    except ort.capi.onnxruntime_pybind11_state.NotImplemented:
+        pytest.skip(f"this onnxruntime has no {op} at opset {opset}")
