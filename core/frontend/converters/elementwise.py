@@ -32,14 +32,20 @@ def identity(ctx: ConvertContext) -> str:
 
 
 @converter("Dropout", since_version=1)
-def dropout(ctx: ConvertContext) -> str:
-    # Inference semantics: Dropout is the identity unless a constant training_mode=True asks otherwise.
+def dropout(ctx: ConvertContext) -> list[str]:
+    # Inference semantics: the identity with an all-true mask. Training mode is exact only with ratio 0;
+    # a real drop draws a random mask, and Kiln has no random generator to match anyone's.
     if ctx.opset >= 12 and ctx.has_input(2) and bool(ctx.constant(2, "training_mode")):
-        ctx.unsupported("Dropout in training mode")
+        ratio = ctx.optional_constant(1, "ratio")
+        if ratio is None or float(np.asarray(ratio).reshape(())) != 0.0:
+            ctx.unsupported("Dropout in training mode with ratio > 0 (a random mask)")
     if ctx.opset < 7 and ctx.attr("is_test", 0) == 0:
         ctx.unsupported("Dropout with is_test=0")
-    ctx.reject_extra_outputs(1, "output (mask is not)")
-    return ctx.input(0)
+    if not ctx.output_used(1):
+        return [ctx.input(0)]
+    mask_dtype = "bool" if ctx.opset >= 10 else ctx.type_of(0).dtype  # the mask had type T before opset 10
+    keep_all = ctx.emit1("Expand", [ctx.const(np.ones((), mask_dtype))], shape=ctx.shape(0))
+    return [ctx.input(0), keep_all]
 
 
 def _cast_to(ctx: ConvertContext, dtype: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .batch_norm_training import batch_norm_training
 from .registry import ConvertContext, converter
 
 
@@ -17,7 +18,7 @@ def _per_channel_shape(ctx: ConvertContext) -> tuple[int, ...]:
 @converter("BatchNormalization", since_version=7)
 def batch_norm(ctx: ConvertContext) -> str:
     if ctx.attr("training_mode", 0):
-        ctx.unsupported("BatchNormalization in training mode")
+        return batch_norm_training(ctx)
     if ctx.opset < 9 and ctx.attr("spatial", 1) == 0:
         ctx.unsupported("BatchNormalization with spatial=0")
     ctx.reject_extra_outputs(1, "Y (running statistics are not)")
