@@ -1,5 +1,5 @@
 """Element selection: Slice (ONNX clamping resolved statically), Split (one Slice per output),
-Gather, GatherElements, GatherND, Pad, Trilu, EyeLike, OneHot and ReverseSequence."""
+Gather, GatherElements, GatherND, Pad, Trilu, EyeLike, OneHot, ReverseSequence and TopK."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -184,3 +184,15 @@ def one_hot(ctx: ConvertContext) -> str:
 def reverse_sequence(ctx: ConvertContext) -> str:
     return ctx.emit1("ReverseSequence", [ctx.input(0), ctx.input(1)], time_axis=int(ctx.attr("time_axis", 0)),
                      batch_axis=int(ctx.attr("batch_axis", 1)))
+
+
+@converter("TopK", since_version=1)
+def top_k(ctx: ConvertContext) -> list[str]:
+    axis = ctx.axis(ctx.attr("axis", -1), ctx.type_of(0).rank)
+    if ctx.opset >= 10:
+        k = int(ctx.constant(1, "K").reshape(-1)[0])
+    else:
+        k = int(ctx.attr("k"))
+    values, indices = ctx.emit("TopK", [ctx.input(0)], 2, axis=axis, k=k, largest=int(ctx.attr("largest", 1)),
+                               sorted=int(ctx.attr("sorted", 1)))
+    return [values, indices]

@@ -1,5 +1,5 @@
 """Reductions over a sorted tuple of axes (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd), ArgMax/ArgMin
-over one axis, and the running reductions CumSum/CumProd."""
+over one axis, the running reductions CumSum/CumProd, and TopK (k extremes along one axis, in order)."""
 from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
@@ -117,3 +117,25 @@ def _register_cumulative(name: str, accumulate: Callable, identity: int) -> None
 
 _register_cumulative("CumSum", np.cumsum, 0)
 _register_cumulative("CumProd", np.cumprod, 1)
+
+
+def _top_k_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    x, axis, k = inputs[0], attrs["axis"], attrs["k"]
+    # A stable sort keeps equal values in index order, as ONNX asks; largest sorts the negated key.
+    key = x if not attrs["largest"] else (-x.astype(np.float64) if x.dtype.kind in "fu" else -x)
+    order = np.argsort(key, axis=axis, kind="stable")
+    indices = np.take(order, range(k), axis=axis).astype(np.int64)
+    return [np.take_along_axis(x, indices, axis=axis), indices]
+
+
+@register_op("TopK", Pattern.OPAQUE, fold=_top_k_fold)
+def _top_k(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    expect_arity("TopK", types, 1)
+    expect_dtype("TopK", types[0], NUMERIC_DTYPES)
+    x, axis, k = types[0], attrs.get("axis"), attrs.get("k")
+    if not isinstance(axis, int) or not 0 <= axis < x.rank:
+        raise ShapeError(f"TopK: axis must be a normalized axis of {x}, got {axis!r}")
+    if not isinstance(k, int) or not 0 <= k <= x.shape[axis]:
+        raise ShapeError(f"TopK: k={k!r} must lie in [0, {x.shape[axis]}] for {x} along axis {axis}")
+    shape = tuple(k if a == axis else d for a, d in enumerate(x.shape))
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]

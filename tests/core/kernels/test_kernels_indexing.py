@@ -97,3 +97,10 @@ def test_cumulative(op, opset, axis, exclusive, reverse):
         check(node, {"x": x, "axis": np.array(axis, np.int64)}, {"y": F32}, opset=opset)
     except ort.capi.onnxruntime_pybind11_state.NotImplemented:
         pytest.skip(f"this onnxruntime has no {op} at opset {opset}")
+
+
+@pytest.mark.parametrize("axis,largest,k", [(-1, 1, 3), (0, 0, 2), (1, 1, 6)])
+def test_top_k_with_ties(axis, largest, k):
+    x = RNG.integers(0, 4, (3, 6)).astype(np.float32)  # ties: equal values come out in index order
+    check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest),
+          {"x": x, "k": np.array([min(k, x.shape[axis])], np.int64)}, {"v": F32, "i": I64}, opset=11)
