@@ -1,11 +1,40 @@
-"""MaxPool, AveragePool (1-D and 2-D) and the global pools (4-D as IR ops, other ranks as reductions)."""
+"""MaxPool, AveragePool (1-D and 2-D on the tuned 2-D ops; 3-D and dilated averages on PoolND), LpPool
+(PoolND) and the global pools (4-D as IR ops, other ranks as reductions)."""
 from __future__ import annotations
 
 from .registry import ConvertContext, converter
 from .windows import as_2d, lift_1d, lower_1d, resolve_window, spatial_rank
 
 
+def _pool_nd(ctx: ConvertContext, mode: str) -> str:
+    """Any spatial rank on the generic PoolND op."""
+    x = ctx.type_of(0)
+    if x.rank < 3:
+        ctx.fail(f"expects an (N, C, D1, ...) input, got {x}")
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", ()))
+    if len(kernel) != x.rank - 2:
+        ctx.fail(f"kernel_shape {list(kernel)} does not match a {x.rank - 2}-D input")
+    window = resolve_window(ctx, x.shape[2:], kernel)
+    attrs = dict(mode=mode, kernel=kernel, strides=window.strides, dilations=window.dilations, pads=window.pads,
+                 ceil_mode=int(ctx.attr("ceil_mode", 0)))
+    if mode == "avg":
+        attrs["count_include_pad"] = int(ctx.attr("count_include_pad", 0))
+    if mode == "lp":
+        attrs["p"] = int(ctx.attr("p", 2))
+        if attrs["p"] < 1:
+            ctx.fail(f"p={attrs['p']} must be at least 1")
+    return ctx.emit1("PoolND", [ctx.input(0)], **attrs)
+
+
+def _needs_pool_nd(ctx: ConvertContext, op: str) -> bool:
+    if ctx.type_of(0).rank == 5:
+        return True
+    return op == "AveragePool" and any(d != 1 for d in ctx.attr("dilations", ()) or ())
+
+
 def _pool(ctx: ConvertContext, op: str) -> str:
+    if _needs_pool_nd(ctx, op):
+        return _pool_nd(ctx, "max" if op == "MaxPool" else "avg")
     spatial = spatial_rank(ctx, "pooling")
     kernel = tuple(int(k) for k in ctx.attr("kernel_shape", ()))
     if len(kernel) != spatial:
@@ -33,6 +62,11 @@ def max_pool(ctx: ConvertContext) -> str:
 @converter("AveragePool", since_version=1)
 def average_pool(ctx: ConvertContext) -> str:
     return _pool(ctx, "AveragePool")
+
+
+@converter("LpPool", since_version=1)
+def lp_pool(ctx: ConvertContext) -> str:
+    return _pool_nd(ctx, "lp")
 
 
 def _global(ctx: ConvertContext, op: str, reduction: str) -> str:

@@ -2,3 +2,4 @@
 from . import binary, conv, elementwise, fused, indexing, layout, matmul, normalization, pool, reduce  # noqa: F401
 from . import blocked  # noqa: F401,E402 (after pool and conv: its variants wrap them)
 from . import resize  # noqa: F401,E402
+from . import pool_nd  # noqa: F401,E402

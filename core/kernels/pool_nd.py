@@ -1,0 +1,84 @@
+"""PoolND compute: a reduction over the window taps of any number of spatial axes (max, average, Lp),
+bounds checked inline (reads are clamped into the input, padded taps are masked out); the
+average's divisor and the Lp root are an elementwise stage after it."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+from ..graph.ir import TensorType
+from ..graph.op_defs.pool_nd import pool_nd_geometry
+from ..te import tensor as te
+from ..tir.expr import Expr, call, cast, const, logical_and, maximum, minimum, select
+from .common import require
+from .registry import register_compute
+
+
+def _i64(value: int) -> Expr:
+    return const(value, "int64")
+
+
+def _tap_count(start: Expr, kernel: int, dilation: int, lo: int, hi: int) -> Expr:
+    """How many taps start + k*dilation (0 <= k < kernel) land in [lo, hi): closed form."""
+    first = maximum(_i64(0), -((start - lo) // dilation))  # ceil((lo - start) / d)
+    last = minimum(_i64(kernel - 1), (_i64(hi - 1) - start) // dilation)
+    return maximum(last - first + 1, _i64(0))
+
+
+@register_compute("PoolND")
+def pool_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+    (x,) = require(inputs, 1, "PoolND")
+    out, w = pool_nd_geometry(x.shape, attrs)
+    spatial, mode = len(out), attrs["mode"]
+    kernel, strides, dilations, pads = w["kernel"], w["strides"], w["dilations"], w["pads"]
+    p = float(attrs.get("p", 2))
+    taps = [te.reduce_axis(k, f"rk{a}") for a, k in enumerate(kernel)]
+    acc = x.dtype if mode == "max" or x.dtype == "float64" else "float32"
+
+    def body(n: Expr, c: Expr, *o: Expr) -> Expr:
+        inside: Expr | None = None
+        at = []
+        for a in range(spatial):
+            coord = o[a] * strides[a] + taps[a].var * dilations[a] - pads[a]
+            size = x.shape[2 + a]
+            ok = logical_and(coord >= 0, coord < size)
+            inside = ok if inside is None else logical_and(inside, ok)
+            at.append(minimum(maximum(coord, _i64(0)), _i64(size - 1)))
+        value = x(n, c, *at)
+        if mode == "max":
+            return te.max(select(inside, value, te.lowest(x.dtype)), taps)
+        value = cast(acc, value)
+        if mode == "lp":
+            value = call("abs", value)
+            if p == 2:
+                value = value * value
+            elif p != 1:
+                value = call("exp", call("log", value) * const(p, acc))
+        return te.sum(select(inside, value, const(0, acc)), taps)
+
+    name = {"max": "max_pool_nd", "avg": "avg_pool_nd", "lp": "lp_pool_nd"}[mode]
+    shape = x.shape[:2] + out
+    total = te.compute(shape, body, name=name if mode == "max" else name + "_sum", tag="pool_nd")
+    if mode == "max":
+        return [total]
+    if mode == "lp":
+        def root(*i: Expr) -> Expr:
+            s = total(*i)
+            if p == 2:
+                s = call("sqrt", s)
+            elif p != 1:
+                s = call("exp", call("log", s) / const(p, acc))
+            return cast(x.dtype, s)
+
+        return [te.compute(shape, root, name=name, tag="pool_nd")]
+    include_pad = bool(attrs.get("count_include_pad", 0))
+
+    def average(n: Expr, c: Expr, *o: Expr) -> Expr:
+        count: Expr | None = None
+        for a in range(spatial):
+            lo = -pads[a] if include_pad else 0
+            hi = x.shape[2 + a] + (pads[spatial + a] if include_pad else 0)
+            axis_count = _tap_count(o[a] * strides[a] - pads[a], kernel[a], dilations[a], lo, hi)
+            count = axis_count if count is None else count * axis_count
+        return cast(x.dtype, total(n, c, *o) / cast(acc, count))
+
+    return [te.compute(shape, average, name=name, tag="pool_nd")]
