@@ -10,6 +10,7 @@ import onnx.numpy_helper
 import onnx.shape_inference
 from onnx.backend.base import Backend, BackendRep
 
+from .backend_structures import flat_feeds, flatten_inputs, is_structured_type, layout_of, unflatten_output
 from .errors import KilnError, ShapeError
 
 _CPU = "CPU"
@@ -24,6 +25,16 @@ _PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "Upsample": (1,), "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "CenterCropPad": (1,),
 }
 
+# Control flow and sequences: a Loop's trip count, sequence positions and split sizes.
+_PARAMETER_INPUTS.update({"Loop": (0,), "SequenceAt": (1,), "SequenceInsert": (2,), "SequenceErase": (1,),
+                          "SplitToSequence": (1,)})
+# Conditions are parameters only when a graph input feeds them directly: one computed from data (silero
+# VAD's If) must not compile the model once per input value; the importer selects or masks instead.
+_DIRECT_PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {"If": (0,), "Loop": (1,)}
+# Ops whose outputs depend only on their input's shape: a shape computed through them does not make
+# the tensor itself a compile-time parameter.
+_SHAPE_ONLY = {"Shape", "Size"}
+
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     # Old models list initializers among the inputs too; only the rest are fed at run time.
@@ -37,9 +48,43 @@ def _declared_static(value: onnx.ValueInfoProto) -> bool:
 
 
 def _parameter_inputs(model: onnx.ModelProto, inputs: Sequence[str]) -> set[str]:
+    """Graph inputs that set a shape or parameter: directly, or through the values computed from them
+    (Range's limit from a Sub of inputs, Expand's shape from a Split inside an If branch)."""
     names = set(inputs)
-    return {node.input[i] for node in model.graph.node if node.domain in ("", "ai.onnx")
-            for i in _PARAMETER_INPUTS.get(node.op_type, ()) if i < len(node.input) and node.input[i] in names}
+    nodes = list(_all_nodes(model.graph))
+    def slots(table: dict[str, tuple[int, ...]]) -> list[str]:
+        return [node.input[i] for node in nodes if node.domain in ("", "ai.onnx")
+                for i in table.get(node.op_type, ()) if i < len(node.input) and node.input[i]]
+    return (set(slots(_DIRECT_PARAMETER_INPUTS)) | _ancestors(nodes, slots(_PARAMETER_INPUTS))) & names
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for sub in _subgraphs(node):
+            yield from _all_nodes(sub)
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+
+
+def _ancestors(nodes: Sequence[onnx.NodeProto], values: Sequence[str]) -> set[str]:
+    """The values these are computed from, not through Shape/Size; a control-flow node's outputs are
+    taken to depend on its inputs and on everything its subgraphs read."""
+    producer = {out: node for node in nodes for out in node.output}
+    seen, stack = set(), list(values)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type not in _SHAPE_ONLY:
+            stack.extend(n for n in node.input if n)
+            stack.extend(n for sub in _subgraphs(node) for inner in _all_nodes(sub) for n in inner.input if n)
+            stack.extend(o.name for sub in _subgraphs(node) for o in sub.output)
+    return seen
 
 
 class KilnBackendRep(BackendRep):
@@ -51,13 +96,14 @@ class KilnBackendRep(BackendRep):
         self._target, self._opt_level = target, opt_level
         self._inputs = [i.name for i in _graph_inputs(model)]
         self._outputs = [o.name for o in model.graph.output]
+        self._output_infos = list(model.graph.output)
+        # sequence/optional inputs: flattened into tensor inputs, compiled once per structure (backend_structures)
+        self._structured = {i.name: i.type for i in _graph_inputs(model) if is_structured_type(i.type)}
         self._parameters = _parameter_inputs(model, self._inputs)
         # signature -> (artifact, module); the artifact owns the folder the module's library lives in
         self._compiled: dict[tuple, tuple[Any, Any]] = {}
         graph_inputs = _graph_inputs(model)
-        # Non-tensor inputs (sequences, optionals) compile at once too: the importer's typed error says why not.
-        if any(not i.type.HasField("tensor_type") for i in graph_inputs) or \
-                (not self._parameters and all(_declared_static(i) for i in graph_inputs)):
+        if not self._structured and not self._parameters and all(_declared_static(i) for i in graph_inputs):
             self._compile((), self._data, None)  # unsupported ops surface from prepare(), where users expect them
 
     def _compile(self, key: tuple, data: bytes, shapes: Optional[dict[str, tuple[int, ...]]]):
@@ -74,35 +120,46 @@ class KilnBackendRep(BackendRep):
         if () in self._compiled:
             module = self._compiled[()][1]
         else:
+            layouts = {n: layout_of(self._structured[n], feeds[n], n) for n in feeds if n in self._structured}
+            for name, layout in layouts.items():
+                feeds.update(flat_feeds(name, layout, feeds.pop(name)))
             params = {n: np.array(v) for n, v in feeds.items() if n in self._parameters}
             feeds = {n: v for n, v in feeds.items() if n not in self._parameters}
             shapes = {n: tuple(np.shape(v)) for n, v in feeds.items()}
             key = (tuple(sorted(shapes.items())),
-                   tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in sorted(params.items())))
+                   tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in sorted(params.items())),
+                   tuple(sorted(layouts.items())))
             module = self._compiled[key][1] if key in self._compiled else \
-                self._compile(key, self._specialized(params), shapes)
+                self._compile(key, self._specialized(params, layouts, feeds), shapes)
         results = module.run(feeds)
-        return tuple(results[name] for name in self._outputs)
+        return tuple(unflatten_output(output, results) for output in self._output_infos)
 
-    def _specialized(self, params: dict[str, np.ndarray]) -> bytes:
-        """The model with the given inputs turned into initializers (the importer then reads them as constants)."""
-        if not params:
+    def _specialized(self, params: dict[str, np.ndarray], layouts: Optional[dict[str, tuple]] = None,
+                     feeds: Optional[dict[str, np.ndarray]] = None) -> bytes:
+        """The model with the given inputs turned into initializers (the importer then reads them as
+        constants) and its sequence/optional inputs flattened into tensor inputs."""
+        if not params and not layouts:
             return self._data
         model = onnx.ModelProto()
         model.CopyFrom(self._model)
+        if layouts:
+            flatten_inputs(model, layouts, {**(feeds or {}), **params})
         model.graph.initializer.extend(onnx.numpy_helper.from_array(v, n) for n, v in params.items())
         return model.SerializeToString()
 
-    def _feeds(self, inputs: Any) -> dict[str, np.ndarray]:
+    def _feeds(self, inputs: Any) -> dict[str, Any]:
         if isinstance(inputs, dict):
-            return {name: np.asarray(value) for name, value in inputs.items()}
-        if isinstance(inputs, np.ndarray):
-            inputs = [inputs]
-        inputs = list(inputs)
-        if len(inputs) > len(self._inputs):
-            raise ShapeError(f"got {len(inputs)} inputs; the model takes {len(self._inputs)}: {self._inputs}")
-        # ONNX lets trailing optional inputs be left out; the compiled model then reports them missing.
-        return {name: np.asarray(value) for name, value in zip(self._inputs, inputs)}
+            pairs = list(inputs.items())
+        else:
+            if isinstance(inputs, np.ndarray):
+                inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) > len(self._inputs):
+                raise ShapeError(f"got {len(inputs)} inputs; the model takes {len(self._inputs)}: {self._inputs}")
+            # ONNX lets trailing optional inputs be left out; the compiled model then reports them missing.
+            pairs = list(zip(self._inputs, inputs))
+        # sequences and optionals stay as fed (lists, None): run() flattens them
+        return {name: value if name in self._structured else np.asarray(value) for name, value in pairs}
 
     def close(self) -> None:
         for artifact, module in self._compiled.values():

@@ -1,5 +1,9 @@
 """import_onnx: ONNX model -> graph IR with static shapes, every op converted by its registered
-converter for the model's opset. All unsupported ops are collected and reported together."""
+converter for the model's opset. All unsupported ops are collected and reported together.
+
+Subgraphs (If branches, Loop/Scan bodies) are imported inline into the same graph by their converters
+through `_Scope`, seeing every value of the enclosing scopes; ONNX sequences and optionals are
+compile-time structures over tensor values (structured_values), flattened at the graph outputs."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -14,6 +18,10 @@ from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
 from .model_loading import ModelSource, load_model
 from .onnx_values import attribute_values, declared_dims, numpy_dtype, tensor_to_array
+from .structured_values import OptionalValue, SequenceValue, Value, flatten, is_structured, kind_of
+
+# Ops that pass a sequence or optional through unchanged (their tensor converters never see it).
+_STRUCTURE_PASSTHROUGH = {"Identity"}
 
 
 def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -22,7 +30,7 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     opsets = {canonical_domain(o.domain): int(o.version) for o in proto.opset_import}
     builder = GraphBuilder(graph.name or "model")
     builder.reserve_names(o.name for o in graph.output)
-    values: dict[str, str] = {}  # ONNX value name -> graph-IR value name
+    values: dict[str, Value] = {}  # ONNX value name -> graph-IR value name (or a sequence/optional of them)
 
     initializers = {t.name for t in graph.initializer}
     graph_inputs = [i for i in graph.input if i.name not in initializers]
@@ -83,9 +91,38 @@ def _fixed_shape(name: str, declared: list | None, given: Sequence[int]) -> tupl
     return shape
 
 
+class _Scope:
+    """Imports a subgraph into the enclosing builder: its nodes see the enclosing values (ONNX's outer
+    scope) plus `bindings` for its own inputs, and what it defines stays inside it."""
+
+    def __init__(self, opsets: dict[str, int], builder: GraphBuilder, values: dict[str, Value]):
+        self.opsets, self.builder, self.values = opsets, builder, values
+
+    def import_graph(self, graph: onnx.GraphProto, bindings: Mapping[str, Value]) -> list[Value]:
+        inner = dict(self.values)
+        inner.update(bindings)
+        for tensor in graph.initializer:
+            inner[tensor.name] = self.builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
+        _convert_nodes(graph, self.opsets, self.builder, inner)
+        missing = [o.name for o in graph.output if o.name not in inner]
+        if missing:
+            raise ShapeError(f"subgraph {graph.name!r}: outputs {missing} are never produced")
+        return [inner[o.name] for o in graph.output]
+
+
+def _referenced_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name read by the graph's nodes, including from inside their subgraphs."""
+    names = {name for node in graph.node for name in node.input if name}
+    for node in graph.node:
+        for attribute in node.attribute:
+            for sub in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)):
+                names |= _referenced_names(sub) | {o.name for o in sub.output}
+    return names
+
+
 def _convert_nodes(graph: onnx.GraphProto, opsets: dict[str, int], builder: GraphBuilder,
-                   values: dict[str, str]) -> None:
-    consumed = {name for node in graph.node for name in node.input if name} | {o.name for o in graph.output}
+                   values: dict[str, Value]) -> None:
+    consumed = _referenced_names(graph) | {o.name for o in graph.output}
     problems: list[tuple[str, str, int]] = []
     reasons: list[str] = []
     poisoned: set[str] = set()  # outputs of nodes that could not be converted
@@ -99,10 +136,22 @@ def _convert_nodes(graph: onnx.GraphProto, opsets: dict[str, int], builder: Grap
         if fn is None or any(name in poisoned for name in node.input) or deferred_error is not None:
             poisoned.update(node.output)
             continue
-        ctx = ConvertContext(builder, node, opset, [values.get(n, "") if n else "" for n in node.input],
-                             {}, [bool(n) and n in consumed for n in node.output])
+        structured = {i: values[n] for i, n in enumerate(node.input) if n and is_structured(values.get(n))}
+        if structured and node.op_type in _STRUCTURE_PASSTHROUGH and domain == "":
+            values.update({out: structured[0] for out in node.output[:1] if out})
+            continue
+        inputs = ["" if i in structured else values.get(n, "") if n else "" for i, n in enumerate(node.input)]
+        ctx = ConvertContext(builder, node, opset, inputs, {}, [bool(n) and n in consumed for n in node.output],
+                             structured, _Scope(opsets, builder, values))
         try:
+            if structured and not getattr(fn, "accepts_structured", False):
+                index, value = next(iter(structured.items()))
+                ctx.unsupported(f"input {index} is {kind_of(value)}, which this op does not take")
             _convert_one(fn, ctx, values, consumed)
+        except UnsupportedOpError as err:  # from a subgraph: its ops join this graph's list
+            problems.extend(err.ops)
+            reasons.extend(getattr(err, "reasons", ()))
+            poisoned.update(node.output)
         except UnsupportedFeature as err:
             problems.append((domain, node.op_type, opset))
             reasons.append(f"{ctx.where}: {err}")
@@ -117,7 +166,7 @@ def _convert_nodes(graph: onnx.GraphProto, opsets: dict[str, int], builder: Grap
         raise deferred_error
 
 
-def _convert_one(fn, ctx: ConvertContext, values: dict[str, str], consumed: set[str]) -> None:
+def _convert_one(fn, ctx: ConvertContext, values: dict[str, Value], consumed: set[str]) -> None:
     node = ctx.node
     missing = [n for n in node.input if n and n not in values]
     if missing:
@@ -129,7 +178,7 @@ def _convert_one(fn, ctx: ConvertContext, values: dict[str, str], consumed: set[
         raise
     except Exception as err:  # a malformed attribute or an unforeseen combination: still one clear line
         raise ShapeError(f"{ctx.where}: cannot be converted ({type(err).__name__}: {err})") from err
-    produced = [produced] if isinstance(produced, str) else list(produced)
+    produced = [produced] if isinstance(produced, (str, SequenceValue, OptionalValue)) else list(produced)
     for index, name in enumerate(node.output):
         if index < len(produced):
             values[name] = produced[index]
@@ -139,27 +188,43 @@ def _convert_one(fn, ctx: ConvertContext, values: dict[str, str], consumed: set[
 
 def _unsupported(problems: list[tuple[str, str, int]], reasons: list[str]) -> UnsupportedOpError:
     error = UnsupportedOpError(problems)
+    error.reasons = list(reasons)  # type: ignore[attr-defined]  (kept when a subgraph's list joins its parent's)
     if reasons:
         error.message = f"{error.message} ({'; '.join(reasons)})"
         error.args = (error.message,)
     return error
 
 
-def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[str, str]) -> list[str]:
-    """Graph outputs keep their ONNX names and are all produced by nodes (Identity if need be)."""
-    names = []
+def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[str, Value]) -> list[str]:
+    """Graph outputs keep their ONNX names and are all produced by nodes (Identity if need be); a
+    sequence or optional output is flattened into tensor outputs `name::0`, `name::1`, ..."""
     for output in graph.output:
-        value = values.get(output.name)
-        if value is None:
+        if output.name not in values:
             raise ShapeError(f"graph output {output.name!r} is never produced")
-        renameable = builder.is_node_output(value) and value not in names
-        if renameable and (value == output.name or not builder.has_value(output.name)):
-            names.append(builder.rename_value(value, output.name))
-            for onnx_name, bound in values.items():  # other ONNX names may alias the renamed value
-                if bound == value:
-                    values[onnx_name] = output.name
-        else:
-            target = output.name if not builder.has_value(output.name) else builder.fresh_name(output.name)
-            names.append(builder.add_identity(value, target))
-        values[output.name] = names[-1]
+    builder.reserve_names(name for o in graph.output for name, _ in flatten(o.name, values[o.name]))
+    names: list[str] = []
+    for output in graph.output:
+        for name, value in flatten(output.name, values[output.name]):
+            names.append(_bind_output(builder, values, names, name, value))
+        if not is_structured(values[output.name]):
+            values[output.name] = names[-1]
     return names
+
+
+def _bind_output(builder: GraphBuilder, values: dict[str, Value], bound: list[str], name: str, value: str) -> str:
+    renameable = builder.is_node_output(value) and value not in bound
+    if renameable and (value == name or not builder.has_value(name)):
+        result = builder.rename_value(value, name)
+        for key, other in values.items():  # other ONNX names (and sequences) may hold the renamed value
+            values[key] = _renamed(other, value, name)
+        return result
+    target = name if not builder.has_value(name) else builder.fresh_name(name)
+    return builder.add_identity(value, target)
+
+
+def _renamed(value: Value, old: str, new: str) -> Value:
+    if isinstance(value, SequenceValue):
+        return SequenceValue(tuple(new if e == old else e for e in value.elements), value.elem_dtype)
+    if isinstance(value, OptionalValue) and value.element is not None:
+        return OptionalValue(_renamed(value.element, old, new))
+    return new if value == old else value

@@ -3,6 +3,7 @@ from . import binary, constants, conv, elementwise, linalg, normalization, pool,
 from . import loss  # noqa: F401
 from . import activations  # noqa: F401,E402
 from . import resize  # noqa: F401,E402
+from . import control_flow, sequence  # noqa: F401,E402
 from .registry import ConvertContext, UnsupportedFeature, converter, find_converter, supported_ops
 
 __all__ = ["ConvertContext", "UnsupportedFeature", "converter", "find_converter", "supported_ops"]

@@ -2,7 +2,7 @@
 converter gets for one ONNX node; a converter returns one graph-IR value per ONNX output."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn, Sequence, Union
 
 import numpy as np
@@ -40,6 +40,12 @@ def converter(op_type: str, since_version: int = 1, domain: str = "") -> Callabl
     return wrap
 
 
+def accepts_structured(fn: ConverterFn) -> ConverterFn:
+    """Marks a converter that takes sequence/optional inputs (others are refused them by the importer)."""
+    fn.accepts_structured = True  # type: ignore[attr-defined]
+    return fn
+
+
 def find_converter(domain: str, op_type: str, opset: int) -> ConverterFn | None:
     for since, fn in _CONVERTERS.get((canonical_domain(domain), op_type), ()):
         if since <= opset:
@@ -59,6 +65,11 @@ class ConvertContext:
     inputs: list[str]  # graph-IR value per ONNX input; "" where the optional input is absent
     attrs: dict[str, Any]
     outputs_used: list[bool]  # whether each ONNX output is consumed by a node or is a graph output
+    # Sequence/optional inputs (structured_values), by input index; only converters marked with
+    # @accepts_structured get them, and read them through value(). `scope` imports subgraphs
+    # (If/Loop/Scan bodies) seeing this node's enclosing values.
+    structured: dict[int, Any] = field(default_factory=dict)
+    scope: Any = None
 
     # -- description -------------------------------------------------------------------------
     @property
@@ -78,7 +89,11 @@ class ConvertContext:
 
     # -- inputs and attributes ---------------------------------------------------------------
     def has_input(self, index: int) -> bool:
-        return index < len(self.inputs) and bool(self.inputs[index])
+        return index in self.structured or (index < len(self.inputs) and bool(self.inputs[index]))
+
+    def value(self, index: int) -> Any:
+        """Input `index` as a tensor value name, a SequenceValue or an OptionalValue."""
+        return self.structured[index] if index in self.structured else self.input(index)
 
     def input(self, index: int) -> str:
         if not self.has_input(index):

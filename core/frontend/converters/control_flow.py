@@ -1,0 +1,197 @@
+"""If, Loop and Scan, imported inline: Kiln compiles static shapes, so control flow is resolved at import.
+
+- If with a condition known at compile time (a constant, or a graph input core.backend specializes
+  on) imports only the taken branch. With a condition computed at run time (silero VAD, torch
+  exports) both branches are imported and each output is selected with Where: both branches run, and
+  they must give the same types (shapes included). We chose this over compiling each branch as its
+  own function behind a run-time branch because the executor runs one straight-line kernel list with
+  one statically planned arena; select keeps every pass (fusion, memory planning, tuning) unchanged,
+  and data-dependent If in exported models are mostly cheap either/or computations.
+- Loop and Scan are unrolled: the body is imported once per iteration with the iteration number as a
+  constant, so shapes may even change from one iteration to the next (a growing sequence). The trip
+  count must be known at compile time (Scan: the scan axis; Loop: M, or a condition that becomes a
+  constant false); a Loop condition computed at run time is honoured by masking: every iteration up
+  to M runs and the loop-carried values keep their last value once it turns false (no scan outputs
+  then, as their length would depend on data). Unrolling is capped at MAX_UNROLLED_NODES body nodes.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnx
+
+from ..onnx_values import numpy_dtype
+from ..structured_values import Value
+from .registry import ConvertContext, accepts_structured, converter
+from .structure_helpers import as_flag, select, stack, take
+
+MAX_UNROLLED_NODES = 20000  # body nodes imported in all by one Loop/Scan (iterations x body size)
+
+
+def _check_unroll(ctx: ConvertContext, body: onnx.GraphProto, iterations: int, what: str) -> None:
+    if iterations * max(len(body.node), 1) > MAX_UNROLLED_NODES:
+        ctx.unsupported(f"{what} of {iterations} iterations over a {len(body.node)}-node body would unroll "
+                        f"into more than {MAX_UNROLLED_NODES} nodes; Kiln unrolls loops at import and has no "
+                        f"native loop")
+
+
+def _known_flag(ctx: ConvertContext, value: str) -> bool | None:
+    array = ctx.builder.constant_value(value)
+    if array is None:
+        return None
+    if array.size != 1:
+        ctx.fail(f"a condition must have one element, got shape {list(array.shape)}")
+    return bool(array.reshape(()))
+
+
+def _bind(body: onnx.GraphProto, values: Sequence[Value]) -> dict[str, Value]:
+    return {formal.name: value for formal, value in zip(body.input, values)}
+
+
+@converter("If", since_version=1)
+@accepts_structured
+def if_(ctx: ConvertContext) -> list[Value]:
+    then_branch, else_branch = ctx.attr("then_branch"), ctx.attr("else_branch")
+    if then_branch is None or else_branch is None:
+        ctx.fail("needs both then_branch and else_branch")
+    known = _known_flag(ctx, ctx.input(0))
+    if known is not None:
+        return ctx.scope.import_graph(then_branch if known else else_branch, {})
+    flag = as_flag(ctx, ctx.input(0), "the condition")
+    then_values = ctx.scope.import_graph(then_branch, {})
+    else_values = ctx.scope.import_graph(else_branch, {})
+    if len(then_values) != len(else_values):
+        ctx.fail(f"the branches give {len(then_values)} and {len(else_values)} outputs")
+    return [select(ctx, flag, t, e, f"output {i}: the branches give") for i, (t, e)
+            in enumerate(zip(then_values, else_values))]
+
+
+@converter("Loop", since_version=1)
+@accepts_structured
+def loop(ctx: ConvertContext) -> list[Value]:
+    body = ctx.attr("body")
+    carried: list[Value] = [ctx.value(i) for i in range(2, len(ctx.node.input))]
+    trip_count = None
+    if ctx.has_input(0):
+        array = ctx.builder.constant_value(ctx.input(0))
+        if array is None:
+            ctx.unsupported("the trip count M is computed at run time; Kiln unrolls loops at import and needs "
+                            "M at compile time")
+        trip_count = int(array.reshape(()))
+    running: str | None = ctx.input(1) if ctx.has_input(1) else None  # None: always true
+    if running is not None and _known_flag(ctx, running) is True:
+        running = None
+    if trip_count is None and running is not None and _known_flag(ctx, running) is None:
+        ctx.unsupported("neither the trip count M nor the condition is known at compile time")
+    limit = trip_count if trip_count is not None else MAX_UNROLLED_NODES // max(len(body.node), 1) + 1
+    if trip_count is not None:
+        _check_unroll(ctx, body, trip_count, "a loop")
+    scans: list[list[Value]] = []
+    true = ctx.const(np.array(True))
+    iteration = 0
+    while iteration < limit:
+        if running is not None and _known_flag(ctx, running) is False:
+            break
+        counter = ctx.const(np.array(iteration, dtype=np.int64))
+        outputs = ctx.scope.import_graph(body, _bind(body, [counter, running or true, *carried]))
+        if len(outputs) < 1 + len(carried):
+            ctx.fail(f"the body gives {len(outputs)} outputs for {len(carried)} loop-carried values")
+        condition, updated, scanned = outputs[0], outputs[1:1 + len(carried)], outputs[1 + len(carried):]
+        if not isinstance(condition, str):
+            ctx.fail("the body's condition output must be a tensor")
+        if running is None:
+            carried, running = list(updated), condition
+            scans.append(scanned)
+        else:  # a run-time condition: the iteration's results count only while it holds
+            if scanned:
+                ctx.unsupported("scan outputs with a loop condition computed at run time: their length would "
+                                "depend on data")
+            flag = as_flag(ctx, running, "the loop condition")
+            carried = [select(ctx, flag, new, old, f"loop-carried value {i} changes type: it goes from")
+                       for i, (new, old) in enumerate(zip(updated, carried))]
+            running = ctx.emit1("And", [flag, as_flag(ctx, condition, "the loop condition")])
+        if running is not None and _known_flag(ctx, running) is True:
+            running = None
+        iteration += 1
+    if trip_count is None and (running is None or _known_flag(ctx, running) is not False):
+        ctx.unsupported(f"no trip count and the condition is still true after {iteration} iterations")
+    body_outputs = list(body.output)[1 + len(carried):]
+    return carried + [_stack_scan(ctx, [step[j] for step in scans], body_outputs[j], j)
+                      for j in range(len(body_outputs))]
+
+
+def _stack_scan(ctx: ConvertContext, steps: list[Value], declared: onnx.ValueInfoProto, index: int) -> str:
+    if any(not isinstance(s, str) for s in steps):
+        ctx.fail(f"scan output {index} must be a tensor")
+    if steps:
+        shapes = {ctx.builder.type_of(s).shape for s in steps}
+        if len(shapes) > 1:
+            ctx.fail(f"scan output {index} changes shape between iterations: {sorted(shapes)}")
+        return stack(ctx, steps, 0)
+    tensor = declared.type.tensor_type  # no iteration ran: an empty output of the declared element shape
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    if not tensor.HasField("shape") or None in dims:
+        ctx.unsupported(f"scan output {index} after zero iterations needs the body to declare its shape")
+    return ctx.const(np.zeros([0, *dims], dtype=numpy_dtype(tensor.elem_type, ctx.where)))
+
+
+@converter("Scan", since_version=9)
+def scan(ctx: ConvertContext) -> list[str]:
+    body = ctx.attr("body")
+    inputs = [ctx.input(i) for i in range(len(ctx.node.input))]
+    num_scan = int(ctx.attr("num_scan_inputs"))
+    states, sequences = inputs[:len(inputs) - num_scan], inputs[len(inputs) - num_scan:]
+    num_outputs = len(body.output) - len(states)
+    axes = [ctx.axis(a, ctx.builder.type_of(x).rank, "scan_input_axes")
+            for a, x in zip(ctx.attr("scan_input_axes", [0] * num_scan), sequences)]
+    return _scan(ctx, body, states, sequences, axes, ctx.attr("scan_input_directions", [0] * num_scan),
+                 ctx.attr("scan_output_axes", [0] * num_outputs),
+                 ctx.attr("scan_output_directions", [0] * num_outputs))
+
+
+@converter("Scan", since_version=8)
+def scan_batched(ctx: ConvertContext) -> list[str]:
+    """Opset 8: a leading batch axis on every input, optional per-batch sequence_lens."""
+    body = ctx.attr("body")
+    inputs = [ctx.input(i) for i in range(1, len(ctx.node.input))]
+    num_scan = int(ctx.attr("num_scan_inputs"))
+    states, sequences = inputs[:len(inputs) - num_scan], inputs[len(inputs) - num_scan:]
+    full = ctx.builder.type_of(sequences[0]).shape[1]
+    lengths = ctx.optional_constant(0, "sequence_lens")
+    if lengths is not None and np.any(lengths != full):
+        ctx.unsupported(f"sequence_lens {lengths.tolist()} shorter than the scan axis ({full})")
+    num_outputs = len(body.output) - len(states)
+    directions = ctx.attr("directions", [0] * num_scan)
+    per_batch = []
+    for b in range(ctx.builder.type_of(inputs[0]).shape[0]):
+        per_batch.append(_scan(ctx, body, [take(ctx, s, 0, b) for s in states],
+                               [take(ctx, x, 0, b) for x in sequences], [0] * num_scan, directions,
+                               [0] * num_outputs, [0] * num_outputs))
+    return [stack(ctx, [outputs[j] for outputs in per_batch], 0) for j in range(len(body.output))]
+
+
+def _scan(ctx: ConvertContext, body: onnx.GraphProto, states: list[str], sequences: list[str], axes: list[int],
+          directions: Sequence[int], output_axes: Sequence[int], output_directions: Sequence[int]) -> list[str]:
+    lengths = {ctx.builder.type_of(x).shape[axis] for x, axis in zip(sequences, axes)}
+    if len(lengths) != 1:
+        ctx.fail(f"scan inputs have different lengths along their scan axes: {sorted(lengths)}")
+    steps = lengths.pop()
+    if steps == 0:
+        ctx.unsupported("a scan over zero steps")
+    _check_unroll(ctx, body, steps, "a scan")
+    scanned: list[list[Value]] = []
+    for t in range(steps):
+        items = [take(ctx, x, axis, steps - 1 - t if reverse else t)
+                 for x, axis, reverse in zip(sequences, axes, directions)]
+        outputs = ctx.scope.import_graph(body, _bind(body, [*states, *items]))
+        states, step_outputs = list(outputs[:len(states)]), outputs[len(states):]
+        if any(not isinstance(v, str) for v in outputs):
+            ctx.fail("Scan bodies give tensors only")
+        scanned.append(step_outputs)
+    results = list(states)
+    for j, (axis, reverse) in enumerate(zip(output_axes, output_directions)):
+        column = [step[j] for step in scanned]
+        rank = ctx.builder.type_of(column[0]).rank
+        results.append(stack(ctx, column[::-1] if reverse else column, ctx.axis(axis, rank + 1, "scan_output_axes")))
+    return results
