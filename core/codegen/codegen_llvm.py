@@ -212,7 +212,18 @@ class FunctionEmitter:
         elif s.kind is ForKind.UNROLLED:
             self._unrolled(s)
         else:
-            self.serial_for(s)
+            self.serial_for(s, self.pragma_md(s))
+
+    def pragma_md(self, s: For) -> LoopID | None:
+        """llvm.loop metadata for a serial loop's pragmas: ("pragma_unroll", n) asks LLVM's unroller
+        for n copies of the body (a partial unroll with a remainder loop, unlike ForKind.UNROLLED)."""
+        props = []
+        for key, value in s.annotations:
+            if key == "pragma_unroll":
+                props.append(("llvm.loop.unroll.count", int(value)))
+            else:
+                raise CodegenError(f"kernel {self.kernel_name}: unknown loop annotation {key!r} on {s.var.name}")
+        return self.ctx.loop_md(*props) if props else None
 
     def _unrolled(self, s: For) -> None:
         n = const_int(s.extent)

@@ -2,7 +2,8 @@
 
 Per stage, the leaf axes become nested loops; the original axes are recovered from the split/fuse
 relations; splits that do not divide get a guard; reductions get an init nest placed just outside
-their first reduce loop; inlined stages are substituted into their consumers.
+their first reduce loop; inlined stages are substituted into their consumers; a compute_at stage is
+lowered inside its consumer's loop over the region bound.py infers, into a local buffer.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, logical_
 from ..tir.functor import rewrite_expr, substitute
 from ..tir.simplify import simplify, simplify_stmt
 from ..tir.stmt import Allocate, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
+from .bound import infer_region
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 
@@ -36,6 +38,13 @@ class _Lowering:
             self._add_buffer(t, names)
         self.workspaces: list[Buffer] = []
         self.locals: list[Buffer] = []
+        self.names = names
+        self.strides: dict[Buffer, list[int]] = {}  # storage_align'd buffers: element stride per axis
+        self.attached: dict[int, tuple[Buffer, list[Expr]]] = {}  # compute_at op -> (local buffer, first point)
+        for stage in sch.stages:
+            if stage.aligns and id(stage.op) in self.buffers:
+                raise ScheduleError(f"storage_align: {stage.op.name} is an argument of the kernel, whose layout "
+                                    f"the caller fixes")
         for stage in sch.stages:
             # A producer whose epilogue is attached and has its exact type accumulates right in the
             # epilogue's buffer: each tile is finished, then rewritten in place, before the next.
@@ -44,20 +53,36 @@ class _Lowering:
                     and stage.op.shape == producer.op.shape and stage.op.dtype == producer.op.dtype:
                 self.buffers[id(producer.op)] = self.buffers[id(stage.op)]
         for stage in sch.stages:
-            if stage.inlined or id(stage.op) in self.buffers:
+            if stage.inlined or id(stage.op) in self.buffers or _computed_at(stage):
                 continue
-            buf = self._add_buffer(stage.tensor, names, scope=stage.scope)
+            buf = self._add_buffer(stage.tensor, names, scope=stage.scope, aligns=stage.aligns)
             (self.locals if stage.scope == "local" else self.workspaces).append(buf)
         self._expanded: dict[int, Expr] = {}
 
-    def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global") -> Buffer:
+    def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global", aligns: Optional[dict] = None,
+                    shape: Optional[Sequence[int]] = None) -> Buffer:
         name, k = t.name, 1
         while name in names:
             name, k = f"{t.name}_{k}", k + 1
         names.add(name)
-        buf = Buffer(name, t.shape, t.dtype, scope)
+        shape = tuple(t.shape if shape is None else shape)
+        strides = _aligned_strides(shape, aligns) if aligns else None
+        # A padded buffer is (rows of axis 0, padded row) in memory; self.strides addresses it.
+        buf = Buffer(name, (shape[0], strides[0]) if strides else shape, t.dtype, scope)
+        if strides:
+            self.strides[buf] = strides
         self.buffers[id(t.op)] = buf
         return buf
+
+    def address(self, buf: Buffer, indices: Sequence[Expr]) -> Expr:
+        """The flat element index of a logical point of `buf` (row-major, or its padded strides)."""
+        strides = self.strides.get(buf)
+        if strides is None:
+            return flat_index(buf.shape, indices)
+        index: Expr = IntImm(0)
+        for i, stride in zip(indices, strides):
+            index = index + i * stride
+        return index
 
     # -- expressions ---------------------------------------------------------------------------
     def expand(self, expr: Expr) -> Expr:
@@ -70,37 +95,109 @@ class _Lowering:
             if isinstance(op, ComputeOp) and self.sch[e.tensor].inlined:
                 body = self._inlined_body(op)
                 return substitute(body, {ax.var: idx for ax, idx in zip(op.axis, e.indices)})
+            if id(op) in self.attached:  # a compute_at producer: its local buffer holds the region only
+                local, first = self.attached[id(op)]
+                return local.load(self.address(local, [i - b for i, b in zip(e.indices, first)]))
             buf = self.buffers.get(id(op))
             if buf is None:
                 kind = "placeholder" if isinstance(op, PlaceholderOp) else "tensor"
                 raise ScheduleError(f"{kind} {op.name} is read but not passed as an argument to lower()")
-            return buf.load(flat_index(buf.shape, e.indices))
+            return buf.load(self.address(buf, e.indices))
 
         return rewrite_expr(expr, visit)
 
     def _inlined_body(self, op: ComputeOp) -> Expr:
         if id(op) not in self._expanded:
-            self._expanded[id(op)] = self.expand(op.body)
+            self._expanded[id(op)] = self.expand(self.sch[Tensor(op)].body)
         return self._expanded[id(op)]
 
-    # -- loop nests ----------------------------------------------------------------------------
-    def stage_nest(self, stage: Stage) -> Stmt:
-        op = stage.op
-        buf = self.buffers[id(op)]
+    def reads_of(self, expr: Expr, producer: ComputeOp) -> list[tuple[Expr, ...]]:
+        """The index tuples at which `expr` reads `producer`, directly or through inlined stages."""
+        from ..tir.functor import walk_expr
+
+        found: list[tuple[Expr, ...]] = []
+        for e in walk_expr(expr):
+            if not isinstance(e, TensorRead):
+                continue
+            if e.tensor.op is producer:
+                found.append(e.indices)
+            elif isinstance(e.tensor.op, ComputeOp) and self.sch[e.tensor].inlined:
+                stage = self.sch[e.tensor]
+                body = substitute(stage.body, {ax.var: i for ax, i in zip(stage.op.axis, e.indices)})
+                found += self.reads_of(body, producer)
+        return found
+
+    def check_single_readers(self) -> None:
+        """A compute_at producer exists only per tile of its consumer: no other stage may read it."""
+        for producer in self.sch.stages:
+            if not _computed_at(producer):
+                continue
+            for other in self.sch.stages:
+                if other is producer or other is producer.attach[0] or other.inlined:
+                    continue
+                if self.reads_of(other.body, producer.op):
+                    raise ScheduleError(f"compute_at: {producer.op.name} is also read by {other.op.name}, "
+                                        f"not only by {producer.attach[0].op.name}")
+
+    def attach_producers(self, stage: Stage, ext: dict, root: dict) -> dict[IterVar, list[tuple[Buffer, Stmt]]]:
+        """Lower every stage compute_at'd into `stage`: per attach loop, (local buffer, the producer's
+        nest over the region one iteration of that loop reads). Registers each local buffer, so the
+        consumer's reads, expanded after this, load from it."""
+        placed: dict[IterVar, list[tuple[Buffer, Stmt]]] = {}
         leaves = stage.leaf_iter_vars
+        for producer in self.sch.stages:
+            if not _computed_at(producer) or producer.attach[0] is not stage:
+                continue
+            iv = producer.attach[1]
+            pos = next((k for k, leaf in enumerate(leaves) if leaf is iv), None)
+            if pos is None:
+                raise ScheduleError(f"compute_at: {iv.name} is no longer a loop of {stage.op.name} "
+                                    f"(split or fused after {producer.op.name} was attached)")
+            if any(stage.annotations.get(x) is ForKind.VECTORIZED for x in leaves[: pos + 1]):
+                raise ScheduleError(f"compute_at: {producer.op.name} would sit inside a vectorized loop of "
+                                    f"{stage.op.name}")
+            reads = [tuple(simplify(substitute(i, root)) for i in idx) for idx in self.reads_of(stage.body, producer.op)]
+            if not reads:
+                raise ScheduleError(f"compute_at: {stage.op.name} does not read {producer.op.name}")
+            region = infer_region(reads, {x.var: ext[x] for x in leaves[pos + 1:]}, producer.op.shape)
+            local = self._add_buffer(producer.tensor, self.names, "local", producer.aligns, [e for _, e in region])
+            del self.buffers[id(producer.op)]  # read through self.attached, relative to the region
+            self.attached[id(producer.op)] = (local, [first for first, _ in region])
+            self._expanded.clear()  # inlined bodies expanded before now read the producer's old buffer
+            placed.setdefault(iv, []).append((local, self.stage_nest(producer, region, local)))
+        return placed
+
+    # -- loop nests ----------------------------------------------------------------------------
+    def stage_nest(self, stage: Stage, region: Optional[list] = None, buf: Optional[Buffer] = None) -> Stmt:
+        """The loop nest of one stage. With `region` (a compute_at stage: per axis its first point,
+        over the consumer's outer loops, and its extent), only that region, into local `buf` at
+        coordinates relative to the first point."""
+        op = stage.op
+        buf = buf if buf is not None else self.buffers[id(op)]
+        leaves = stage.leaf_iter_vars
+        ext = _leaf_extents(stage, region)
         values: dict[IterVar, Expr] = {iv: iv.var for iv in leaves}
         guards: list[Expr] = []
         for rel in reversed(stage.relations):
             if isinstance(rel, Split):
                 values[rel.parent] = values[rel.outer] * rel.factor + values[rel.inner]
-                if rel.parent.extent % rel.factor:
-                    guards.append(binop("lt", values[rel.parent], rel.parent.extent))
+                if ext[rel.parent] % rel.factor and ext[rel.parent] > rel.factor:
+                    guards.append(binop("lt", values[rel.parent], ext[rel.parent]))
             elif isinstance(rel, Fuse):
-                values[rel.outer] = values[rel.fused] // rel.inner.extent
-                values[rel.inner] = values[rel.fused] % rel.inner.extent
-        root = {iv.var: values[iv] for iv in list(op.axis) + list(op.reduce_axis)}
-        out_index = flat_index(buf.shape, [values[a] for a in op.axis])
-        body = self.expand(op.body)
+                values[rel.outer] = values[rel.fused] // ext[rel.inner]
+                values[rel.inner] = values[rel.fused] % ext[rel.inner]
+        root = {iv.var: values[iv] for iv in list(op.axis) + list(stage.reduce_axis)}
+        if region is not None:
+            for iv, (first, extent), dim in zip(op.axis, region, op.shape):
+                root[iv.var] = first + values[iv]
+                if extent < dim:  # a tile at the edge may reach past the tensor: compute only real points
+                    guards += [binop("ge", root[iv.var], 0), binop("lt", root[iv.var], dim)]
+        out_index = self.address(buf, [values[a] for a in op.axis])
+        attached = self.attach_producers(stage, ext, root)
+        # Reads are substituted to leaf loop variables before expansion: a compute_at producer's first
+        # point is over leaf variables too (and a leaf may be a root axis' own variable).
+        body = self.expand(substitute(stage.body, root))
+        placed: list[IterVar] = []
 
         def guarded(stmt: Stmt, conds: list[Expr]) -> Stmt:
             if not conds:
@@ -110,7 +207,7 @@ class _Lowering:
                 cond = logical_and(cond, c)
             return IfThenElse(cond, stmt)
 
-        def nest(ivs: Sequence[IterVar], stmt: Stmt, conds: Sequence[Expr] = ()) -> Stmt:
+        def nest(ivs: Sequence[IterVar], stmt: Stmt, conds: Sequence[Expr] = (), init: bool = False) -> Stmt:
             # Each guard sits just inside the innermost loop it mentions, so a guard that only the
             # outer loops decide (a block split that does not divide) stays out of the micro-kernel,
             # where a conditional store would keep the accumulators in memory.
@@ -118,16 +215,28 @@ class _Lowering:
             for d in reversed(range(len(ivs))):
                 stmt = guarded(stmt, [c for c in conds if depth[id(c)] == d])
                 iv = ivs[d]
-                stmt = For(iv.var, IntImm(iv.extent), stage.annotations.get(iv, ForKind.SERIAL), stmt)
+                if not init:  # compute_at producers run first in each iteration of their loop
+                    for local, producer_nest in attached.get(iv, ()):
+                        stmt = Allocate(local, seq(producer_nest, stmt))
+                        placed.append(iv)
+                pragmas = tuple(sorted(stage.pragmas.get(iv, {}).items()))
+                stmt = For(iv.var, IntImm(ext[iv]), stage.annotations.get(iv, ForKind.SERIAL), stmt, pragmas)
             return guarded(stmt, [c for c in conds if depth[id(c)] == -1])
 
-        epilogues = [s for s in self.sch.stages if s.attach is not None and s.attach[0] is stage]
+        def finished(stmt: Stmt) -> Stmt:
+            if len(placed) != sum(len(v) for v in attached.values()):
+                raise ScheduleError(f"compute_at: an attach loop of {op.name} is not in its loop nest")
+            return stmt
+
+        epilogues = [s for s in self.sch.stages if s.attach is not None and s.attach[0] is stage and s.after_producer]
+        if epilogues and region is not None:
+            raise ScheduleError(f"reverse_compute_at: {op.name} is itself computed at another stage")
         if not isinstance(body, Reduce):
             if epilogues:
                 raise ScheduleError(f"reverse_compute_at: {op.name} is not a reduction")
-            return nest(leaves, Store(buf, out_index, substitute(body, root)), guards)
+            return finished(nest(leaves, Store(buf, out_index, body), guards))
 
-        update = Store(buf, out_index, substitute(body.combine(buf.load(out_index), body.source), root))
+        update = Store(buf, out_index, body.combine(buf.load(out_index), body.source))
         first_reduce = next(k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv))
         inner = leaves[first_reduce:]
         inner_spatial = [iv for iv in inner if not self._is_reduce(stage, iv)]
@@ -135,16 +244,16 @@ class _Lowering:
         # it only with conditions that do not mention reduce axes.
         init_guards = [g for g in guards if not self._mentions_reduce(stage, g)]
         init = Store(buf, out_index, body.init)
-        init_nest = nest([iv for iv in inner_spatial], init, init_guards)
+        init_nest = nest([iv for iv in inner_spatial], init, init_guards, init=True)
         # Vectorizing the init over a spatial axis is always safe; keep other annotations serial.
         main = seq(init_nest, nest(inner, update, guards))
         if not epilogues:
-            return nest(leaves[:first_reduce], main)
+            return finished(nest(leaves[:first_reduce], main))
         if len(epilogues) > 1 or epilogues[0].attach[1] not in leaves[:first_reduce]:
             raise ScheduleError(f"reverse_compute_at: one consumer per reduction, attached outside its reduce loops")
         at = leaves.index(epilogues[0].attach[1]) + 1
         epilogue = self.epilogue_nest(stage, epilogues[0], leaves[at:], values, init_guards, nest)
-        return nest(leaves[:at], seq(nest(leaves[at:first_reduce], main), epilogue))
+        return finished(nest(leaves[:at], seq(nest(leaves[at:first_reduce], main), epilogue)))
 
     def epilogue_nest(self, producer: Stage, consumer: Stage, inner: Sequence[IterVar], values: dict,
                       guards: list[Expr], nest) -> Stmt:
@@ -171,8 +280,8 @@ class _Lowering:
             else:
                 crop.append(binop("lt", values[p], c.extent))
         point = {c.var: values[p] for c, p in zip(cop.axis, pop.axis)}
-        store = Store(cbuf, flat_index(cbuf.shape, [values[p] for p in pop.axis]),
-                      substitute(self.expand(cop.body), point))
+        store = Store(cbuf, self.address(cbuf, [values[p] for p in pop.axis]),
+                      substitute(self.expand(consumer.body), point))
         return self._epilogue_loops(producer, spatial, store, guards + crop, clamped)
 
     def _mapped_epilogue(self, producer: Stage, consumer: Stage, spatial: list[IterVar], values: dict,
@@ -185,15 +294,15 @@ class _Lowering:
             raise ScheduleError(f"reverse_compute_at: {cop.name} reads a stage computed after {pop.name}")
         point, valid = consumer.point_map([values[p] for p in pop.axis])
         cbuf, pbuf = self.buffers[id(cop)], self.buffers[id(pop)]
-        body = simplify(substitute(self.expand(cop.body), {c.var: e for c, e in zip(cop.axis, point)}))
-        here = flat_index(pbuf.shape, [values[p] for p in pop.axis])
+        body = simplify(substitute(self.expand(consumer.body), {c.var: e for c, e in zip(cop.axis, point)}))
+        here = self.address(pbuf, [values[p] for p in pop.axis])
         from ..tir.functor import walk_expr
 
         extents = {iv.var: iv.extent for iv in producer.leaf_iter_vars}
         for e in walk_expr(body):
             if isinstance(e, Load) and e.buffer is pbuf and not _agree(e.index, here, extents, valid):
                 raise ScheduleError(f"reverse_compute_at: {cop.name} reads {pop.name} away from the mapped point")
-        store = Store(cbuf, simplify(flat_index(cbuf.shape, list(point))), body)
+        store = Store(cbuf, simplify(self.address(cbuf, list(point))), body)
         return self._epilogue_loops(producer, spatial, store, guards + ([valid] if valid is not None else []), {})
 
     def _epilogue_loops(self, producer: Stage, spatial: list[IterVar], store: Stmt, conds: list[Expr],
@@ -264,6 +373,38 @@ def _holds(condition: Expr) -> bool:
     return isinstance(condition, IntImm) and bool(condition.value)
 
 
+def _computed_at(stage: Stage) -> bool:
+    """Whether `stage` is compute_at'd inside a consumer (not a reverse_compute_at epilogue)."""
+    return stage.attach is not None and not stage.after_producer and not stage.inlined
+
+
+def _leaf_extents(stage: Stage, region: Optional[list]) -> dict[IterVar, int]:
+    """Every iteration variable's extent, the relations replayed from the root extents (a compute_at
+    stage's region, else the op's): a split's inner loop never exceeds its parent."""
+    ext: dict[IterVar, int] = {iv: iv.extent for iv in stage.reduce_axis}
+    for k, iv in enumerate(stage.op.axis):
+        ext[iv] = iv.extent if region is None else region[k][1]
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            ext[rel.outer] = -(-ext[rel.parent] // rel.factor)
+            ext[rel.inner] = min(rel.factor, ext[rel.parent])
+        elif isinstance(rel, Fuse):
+            ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+    return ext
+
+
+def _aligned_strides(shape: Sequence[int], aligns: dict) -> list[int]:
+    """Row-major strides in elements, each aligned axis' stride rounded up to factor * k + offset."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        stride = strides[d + 1] * shape[d + 1]
+        if d in aligns:
+            factor, offset = aligns[d]
+            stride += (offset - stride) % factor
+        strides[d] = stride
+    return strides
+
+
 def _mentions(expr: Expr, var: Var) -> bool:
     from ..tir.functor import walk_expr
 
@@ -282,10 +423,13 @@ def lower(sch: Schedule, args: Sequence[Tensor], name: str, num_outputs: int = 1
 
     Intermediate stages that are neither inlined nor local become workspace parameters appended
     after the outputs; the caller (the graph executor) provides their memory."""
+    arg_ops = {id(t.op) for t in args}
     for stage in sch.stages:
-        if stage.attach is not None and not stage.after_producer:
-            raise ScheduleError(f"compute_at of {stage.op.name} is not supported by this lowering yet")
+        if _computed_at(stage) and id(stage.op) in arg_ops:
+            raise ScheduleError(f"compute_at: {stage.op.name} is an argument of the kernel; only an "
+                                f"intermediate can be computed per tile into a local buffer")
     low = _Lowering(sch, args)
+    low.check_single_readers()
     body_parts = [low.stage_nest(s) for s in sch.stages if not s.inlined and s.attach is None]
     body = seq(*body_parts)
     for buf in low.locals:

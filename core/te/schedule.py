@@ -1,8 +1,9 @@
 """Schedules: how a tensor expression is computed (loop structure), kept apart from the compute.
 
 Each compute op gets a Stage whose leaf iteration variables start as its axes and are reshaped by
-primitives (split, fuse, reorder, tile) and annotated (vectorize, parallel, unroll); stages can be
-inlined into their consumers (compute_inline) or nested inside them (compute_at).
+primitives (split, fuse, reorder, tile) and annotated (vectorize, parallel, unroll, pragma); stages
+can be inlined into their consumers (compute_inline) or nested inside them (compute_at), padded
+(storage_align), and given a scratch copy (Schedule.cache_read / cache_write, in cache.py).
 """
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ class Stage:
     after_producer: bool = False  # attach is a reverse_compute_at: this consumer runs inside its producer's loop
     point_map: Optional[PointMap] = None  # reverse_compute_at: producer point -> (consumer point, valid)
     scope: str = "global"  # "local": a per-call scratch buffer on the stack (cache_write)
+    pragmas: dict = field(default_factory=dict)  # IterVar -> {key: value}: codegen hints on that loop
+    aligns: dict = field(default_factory=dict)  # axis position -> (factor, offset) of that axis' stride
+    body_override: Optional[Expr] = None  # what cache_read/cache_write made this stage compute instead
+
+    @property
+    def body(self) -> Expr:
+        """What this stage computes: the op's body unless a cache primitive redirected its reads."""
+        return self.op.body if self.body_override is None else self.body_override
 
     @property
     def tensor(self) -> Tensor:
@@ -57,7 +66,9 @@ class Stage:
 
     @property
     def reduce_axis(self) -> tuple[IterVar, ...]:
-        return self.op.reduce_axis
+        from .tensor import Reduce
+
+        return self.body.axis if isinstance(self.body, Reduce) else ()
 
     def _check_leaf(self, iv: IterVar) -> int:
         for pos, leaf in enumerate(self.leaf_iter_vars):
@@ -112,7 +123,37 @@ class Stage:
 
     def _annotate(self, iv: IterVar, kind: ForKind) -> None:
         self._check_leaf(iv)
+        if iv in self.pragmas:
+            raise ScheduleError(f"{iv.name} carries a pragma, which needs a serial loop")
         self.annotations[iv] = kind
+
+    def pragma(self, iv: IterVar, key: str, value: int) -> None:
+        """A codegen hint on loop `iv` that keeps it one serial loop: ("unroll", n) asks LLVM to
+        unroll it n times (llvm.loop.unroll.count), with a remainder, unlike unroll() which copies
+        the whole body at lowering."""
+        self._check_leaf(iv)
+        if key != "unroll":
+            raise ScheduleError(f"pragma: unknown key {key!r} (known: 'unroll')")
+        if not isinstance(value, int) or value < 1:
+            raise ScheduleError(f"pragma unroll: the count must be a positive int, got {value!r}")
+        if self.annotations.get(iv, ForKind.SERIAL) is not ForKind.SERIAL:
+            raise ScheduleError(f"pragma: {iv.name} is {self.annotations[iv].value}, not a serial loop")
+        self.pragmas.setdefault(iv, {})["pragma_" + key] = value
+
+    def storage_align(self, iv: IterVar, factor: int, offset: int = 0) -> None:
+        """Pad this stage's buffer so that the stride of axis `iv` (elements between consecutive
+        values of iv) is factor * k + offset, as TVM's storage_align: rows of a power-of-two width
+        then stop mapping to the same cache sets. The axis must not be the innermost one."""
+        positions = [k for k, ax in enumerate(self.op.axis) if ax is iv]
+        if not positions:
+            raise ScheduleError(f"storage_align: {iv.name} is not an axis of {self.op.name}")
+        if positions[0] == len(self.op.axis) - 1:
+            raise ScheduleError(f"storage_align: {iv.name} is the innermost axis of {self.op.name} (stride 1)")
+        if factor < 1 or not 0 <= offset < factor:
+            raise ScheduleError(f"storage_align: need factor >= 1 and 0 <= offset < factor, got {factor}, {offset}")
+        if self.inlined:
+            raise ScheduleError(f"storage_align: {self.op.name} is inlined and has no buffer")
+        self.aligns[positions[0]] = (int(factor), int(offset))
 
     def vectorize(self, iv: IterVar) -> None:
         self._annotate(iv, ForKind.VECTORIZED)
@@ -126,14 +167,30 @@ class Stage:
         self._annotate(iv, ForKind.UNROLLED)
 
     def compute_inline(self) -> None:
-        if self.op.reduce_axis:
+        if self.reduce_axis:
             raise ScheduleError(f"compute_inline: {self.op.name} is a reduction and cannot be inlined")
         self.inlined = True
 
     def compute_at(self, parent: "Stage", iv: IterVar) -> None:
-        """Compute this stage inside `parent`'s loop `iv`, only the region that iteration needs."""
-        parent._check_leaf(iv)
+        """Compute this stage inside `parent`'s loop `iv`, only the region that one iteration of
+        iv reads (bound.py infers it from parent's reads over the loops inside iv), into a local
+        buffer of that size. Lowering checks that parent is this stage's only reader."""
+        if parent is self:
+            raise ScheduleError(f"compute_at: {self.op.name} cannot be computed inside itself")
+        try:
+            parent._check_leaf(iv)
+        except ScheduleError:
+            raise ScheduleError(f"compute_at: {iv.name} is not a loop (leaf axis) of {parent.op.name}") from None
+        if self.inlined or parent.inlined:
+            raise ScheduleError(f"compute_at: {self.op.name} or {parent.op.name} is inlined")
+        stage: Optional[Stage] = parent
+        while stage is not None:  # attaching inside one's own consumer chain would be a cycle
+            if stage is self:
+                raise ScheduleError(f"compute_at: {parent.op.name} is computed inside {self.op.name}")
+            stage = stage.attach[0] if stage.attach is not None else None
         self.attach = (parent, iv)
+        self.after_producer = False
+        self.point_map = None
 
     def reverse_compute_at(self, producer: "Stage", iv: IterVar, point_map: Optional[PointMap] = None) -> None:
         """Compute this consumer inside `producer`'s loop `iv`, right after each iteration has
@@ -188,6 +245,21 @@ class Schedule:
         except KeyError:
             raise ScheduleError(f"{tensor.name} is not part of this schedule") from None
 
+    def cache_write(self, tensor: Tensor, scope: str = "local") -> Tensor:
+        from .cache import cache_write
+
+        return cache_write(self, tensor, scope)
+
+    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence[Tensor]) -> Tensor:
+        from .cache import cache_read
+
+        return cache_read(self, tensor, scope, readers)
+
+    def add_stage(self, stage: Stage, before: Stage) -> None:
+        """Register a stage a primitive created, placed just before `before` (its first reader)."""
+        self.stages.insert(self.stages.index(before), stage)
+        self._by_op[id(stage.op)] = stage
+
     def placeholders(self) -> list[Tensor]:
         found: dict[int, Tensor] = {}
         for stage in self.stages:
@@ -207,7 +279,7 @@ def reads_at_own_axes(sch: Schedule, consumer: ComputeOp, producer: ComputeOp, a
         return index is iv.var or (iv.extent == 1 and isinstance(index, IntImm) and index.value == 0)
 
     def ok(op: ComputeOp) -> bool:
-        for e in walk_expr(op.body):
+        for e in walk_expr(sch[Tensor(op)].body):
             if not isinstance(e, TensorRead) or isinstance(e.tensor.op, PlaceholderOp):
                 continue
             read = e.tensor.op

@@ -49,7 +49,7 @@ def rewrite_stmt(stmt: Stmt, expr_fn: ExprFn, stmt_fn: Optional[Callable[[Stmt],
     if isinstance(stmt, Store):
         new: Stmt = Store(stmt.buffer, rx(stmt.index), rx(stmt.value))
     elif isinstance(stmt, For):
-        new = For(stmt.var, rx(stmt.extent), stmt.kind, rs(stmt.body))
+        new = For(stmt.var, rx(stmt.extent), stmt.kind, rs(stmt.body), stmt.annotations)
     elif isinstance(stmt, Seq):
         new = Seq(tuple(rs(s) for s in stmt.stmts))
     elif isinstance(stmt, IfThenElse):

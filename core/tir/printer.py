@@ -10,7 +10,8 @@ def format_stmt(stmt: Stmt, indent: int = 0) -> str:
         return f"{pad}{stmt.buffer.name}[{stmt.index}] = {stmt.value}"
     if isinstance(stmt, For):
         kind = "" if stmt.kind is ForKind.SERIAL else f" {stmt.kind.value}"
-        return f"{pad}for{kind} {stmt.var} in 0..{stmt.extent}:\n" + format_stmt(stmt.body, indent + 1)
+        notes = "".join(f" [{k}={v}]" for k, v in stmt.annotations)
+        return f"{pad}for{kind} {stmt.var} in 0..{stmt.extent}{notes}:\n" + format_stmt(stmt.body, indent + 1)
     if isinstance(stmt, Seq):
         return "\n".join(format_stmt(s, indent) for s in stmt.stmts)
     if isinstance(stmt, IfThenElse):

@@ -238,7 +238,7 @@ def simplify_stmt(stmt: Stmt, ranges: Optional[dict[Var, tuple[int, int]]] = Non
             simp.ranges[s.var] = (0, r[1] - 1) if r else (0, 2**62)
             body = visit(s.body)
             del simp.ranges[s.var]
-            return For(s.var, extent, s.kind, body)
+            return For(s.var, extent, s.kind, body, s.annotations)
         if isinstance(s, IfThenElse):
             cond = simp(s.cond)
             if isinstance(cond, IntImm):
@@ -264,3 +264,12 @@ def _subst_var(stmt: Stmt, var: Var) -> Stmt:
     from .functor import substitute_stmt
 
     return substitute_stmt(stmt, {var: IntImm(0, var.dtype)})
+
+
+def linear_form(e: Expr) -> tuple[dict[Expr, int], int]:
+    """An int expression as ({term: coefficient}, constant); a non-linear part is one opaque term."""
+    return _linear(e)
+
+
+def from_linear(terms: dict[Expr, int], constant: int, dtype: str = "int64") -> Expr:
+    return _build(terms, constant, dtype)

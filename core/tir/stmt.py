@@ -1,7 +1,8 @@
 """Statements of the loop program (TIR) and the PrimFunc that holds one kernel.
 
 Loops always start at 0 and step by 1; `For.kind` says how codegen runs them (serial, parallel
-across threads, vectorized into SIMD lanes, or fully unrolled).
+across threads, vectorized into SIMD lanes, or fully unrolled); `For.annotations` carries hints
+for codegen that do not change the meaning (a pragma: ("pragma_unroll", n) asks LLVM to unroll by n).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class For(Stmt):
     extent: Expr
     kind: ForKind
     body: Stmt
+    annotations: tuple[tuple[str, object], ...] = ()  # (key, value) pairs, e.g. ("pragma_unroll", 4)
 
 
 @dataclass(frozen=True)

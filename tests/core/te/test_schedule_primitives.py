@@ -1,10 +1,12 @@
 """Each schedule primitive keeps the computed values: scheduled kernels against the unscheduled ones.
 
 All variants are lowered, compiled into one library and run on the same inputs; errors for misuse
-are typed (ScheduleError).
+are typed (ScheduleError). The memory primitives (cache_read/cache_write, compute_at, storage_align)
+and the unroll pragma run over several shapes, and IR checks show each did what it claims.
 """
 from __future__ import annotations
 
+import functools
 import tempfile
 from typing import Callable
 
@@ -19,7 +21,7 @@ from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
 from core.tir.functor import walk_stmt
-from core.tir.stmt import For, ForKind
+from core.tir.stmt import Allocate, For, ForKind, Store
 
 M, N, K = 13, 37, 29  # nothing divides nicely: splits need guards
 
@@ -196,6 +198,144 @@ def _producer_scheduled(sch, c):
     s.parallel(b.op.axis[0])
 
 
+# -- memory primitives and pragmas, over several shapes (tiles that do not divide, tiles larger than
+# the tensor) -----------------------------------------------------------------------------------
+SHAPES = [(13, 37, 29), (16, 32, 64), (3, 5, 2)]
+
+
+def matmul_of(m, n, k):
+    a = te.placeholder((m, k), "float32", "a")
+    b = te.placeholder((k, n), "float32", "b")
+    r = te.reduce_axis(k, "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], r), name="c")
+    return [a, b], c
+
+
+def chain_of(m, n, k):
+    a = te.placeholder((m, n), "float32", "a")
+    b = te.compute((m, n), lambda i, j: a[i, j] + 1.0, name="b")
+    c = te.compute((m, n), lambda i, j: b[i, j] * b[i, j], name="c")
+    return [a], c
+
+
+def stencil_of(m, n, k):
+    # c reads b at two columns: the region of b one tile needs is one column wider than the tile.
+    a = te.placeholder((m, n + 1), "float32", "a")
+    b = te.compute((m, n + 1), lambda i, j: a[i, j] * 3.0, name="b")
+    c = te.compute((m, n), lambda i, j: b[i, j] - b[i, j + 1], name="c")
+    return [a], c
+
+
+def row_scale_of(m, n, k):
+    # A reduction computed per row of its consumer: b[i] = sum_k a[i, k]; c[i, j] = b[i] * x[i, j].
+    a = te.placeholder((m, k), "float32", "a")
+    x = te.placeholder((m, n), "float32", "x")
+    r = te.reduce_axis(k, "k")
+    b = te.compute((m,), lambda i: te.sum(a[i, r], r), name="b")
+    c = te.compute((m, n), lambda i, j: b[i] * x[i, j], name="c")
+    return [a, x], c
+
+
+def _producer(c):
+    return c.op.input_tensors[0]
+
+
+def _cache_write_tile(sch, c):
+    cc = sch.cache_write(c, "local")
+    xo, yo, xi, yi = sch[c].tile(*c.op.axis, 4, 8)
+    sch[cc].compute_at(sch[c], yo)
+    ic, jc = cc.op.axis
+    (kc,) = sch[cc].reduce_axis
+    sch[cc].reorder(kc, ic, jc)
+    sch[cc].vectorize(jc)
+
+
+def _cache_write_root(sch, c):
+    cc = sch.cache_write(c, "local")  # not attached: a whole-output local accumulator, then one copy
+    sch[cc].split(sch[cc].reduce_axis[0], 4)
+
+
+def _cache_write_elementwise(sch, c):
+    cc = sch.cache_write(c, "local")
+    io, ii = sch[c].split(c.op.axis[0], 4)
+    sch[cc].compute_at(sch[c], io)
+
+
+def _cache_read_row(sch, c):
+    a = c.op.input_tensors[0]
+    aa = sch.cache_read(a, "local", [c])
+    sch[aa].compute_at(sch[c], c.op.axis[0])  # one row of a per output row
+
+
+def _cache_read_and_write(sch, c):
+    a = c.op.input_tensors[0]
+    cc = sch.cache_write(c, "local")
+    xo, yo, xi, yi = sch[c].tile(*c.op.axis, 4, 8)
+    sch[cc].compute_at(sch[c], yo)
+    (kc,) = sch[cc].reduce_axis
+    ko, ki = sch[cc].split(kc, 3)
+    sch[cc].reorder(ko, ki, *cc.op.axis)
+    aa = sch.cache_read(a, "local", [cc])
+    sch[aa].compute_at(sch[cc], ko)  # nested: a 4 x 3 panel of a per k block of each tile
+
+
+def _compute_at_tile(sch, c):
+    b = _producer(c)
+    xo, yo, xi, yi = sch[c].tile(*c.op.axis, 4, 8)
+    sch[b].compute_at(sch[c], yo)
+
+
+def _compute_at_scheduled_producer(sch, c):
+    b = _producer(c)
+    xo, yo, xi, yi = sch[c].tile(*c.op.axis, 4, 8)
+    sch[b].compute_at(sch[c], yo)
+    bo, bi = sch[b].split(b.op.axis[1], 3)  # 3 does not divide the 8- or 9-wide region
+    sch[b].vectorize(bi)
+
+
+def _compute_at_reduction(sch, c):
+    b = _producer(c)
+    sch[b].compute_at(sch[c], c.op.axis[0])
+
+
+def _storage_align(sch, c):
+    sch[_producer(c)].storage_align(_producer(c).op.axis[0], 8, 0)
+
+
+def _storage_align_local(sch, c):
+    b = _producer(c)
+    xo, yo, xi, yi = sch[c].tile(*c.op.axis, 4, 8)
+    sch[b].compute_at(sch[c], yo)
+    sch[b].storage_align(b.op.axis[0], 16, 1)  # local rows padded to 16k + 1 elements
+
+
+def _pragma_unroll(sch, c):
+    sch[c].pragma(c.op.axis[1], "unroll", 4)
+
+
+def _mm_pragma_unroll(sch, c):
+    s = sch[c]
+    (k,) = c.op.reduce_axis
+    s.reorder(c.op.axis[0], k, c.op.axis[1])
+    s.pragma(k, "unroll", 2)
+    s.vectorize(c.op.axis[1])
+
+
+MEMORY_VARIANTS = [("cache_write_tile", matmul_of, _cache_write_tile), ("cache_write_root", matmul_of, _cache_write_root),
+                   ("cache_write_elementwise", chain_of, _cache_write_elementwise),
+                   ("cache_read_row", matmul_of, _cache_read_row), ("cache_read_and_write", matmul_of, _cache_read_and_write),
+                   ("compute_at_tile", chain_of, _compute_at_tile), ("compute_at_stencil", stencil_of, _compute_at_tile),
+                   ("compute_at_scheduled_producer", stencil_of, _compute_at_scheduled_producer),
+                   ("compute_at_reduction", row_scale_of, _compute_at_reduction),
+                   ("storage_align", chain_of, _storage_align), ("storage_align_local", stencil_of, _storage_align_local),
+                   ("pragma_unroll", chain_of, _pragma_unroll), ("mm_pragma_unroll", matmul_of, _mm_pragma_unroll)]
+
+
+def _shaped(name, factory, schedule, shape, first):
+    # The first shape keeps the plain name, for the IR checks below.
+    return (name if first else f"{name}_{'x'.join(map(str, shape))}", functools.partial(factory, *shape), schedule)
+
+
 VARIANTS: list[tuple[str, Callable, Callable]] = [
     ("split", elementwise, _split), ("split_divides", elementwise, _split_divides),
     ("split_nparts", elementwise, _split_nparts), ("split_twice", elementwise, _split_twice),
@@ -210,7 +350,8 @@ VARIANTS: list[tuple[str, Callable, Callable]] = [
     ("mm_unroll", matmul, _unroll), ("mm_parallel", matmul, _parallel),
     ("inline", chain, _inline), ("inline_and_vectorize", chain, _inline_and_vectorize),
     ("producer_scheduled", chain, _producer_scheduled),
-]
+] + [_shaped(name, factory, schedule, shape, k == 0) for name, factory, schedule in MEMORY_VARIANTS
+     for k, shape in enumerate(SHAPES)]
 
 
 @pytest.fixture(scope="module")
@@ -314,3 +455,135 @@ def test_misuse_raises_schedule_errors():
         s.reorder(j, j)
     with pytest.raises(ScheduleError, match="placeholder"):
         sch[inputs[0]]
+
+
+# -- IR checks of the memory primitives and the pragma -------------------------------------------
+def _allocations(func):
+    return {s.buffer.name: s for s in walk_stmt(func.body) if isinstance(s, Allocate)}
+
+
+def _loops_around(func, pred):
+    """For each statement matching `pred`: the loop variables (names) enclosing it."""
+    found = []
+
+    def visit(stmt, loops):
+        if pred(stmt):
+            found.append(loops)
+        if isinstance(stmt, For):
+            visit(stmt.body, loops + [stmt.var.name])
+        elif isinstance(stmt, Allocate):
+            visit(stmt.body, loops)
+        elif hasattr(stmt, "stmts"):
+            for x in stmt.stmts:
+                visit(x, loops)
+        elif hasattr(stmt, "then_case"):
+            visit(stmt.then_case, loops)
+            if stmt.else_case is not None:
+                visit(stmt.else_case, loops)
+
+    visit(func.body, [])
+    return found
+
+
+def test_cache_write_accumulates_locally_and_writes_back_once_per_tile(outputs):
+    func = outputs["cache_write_tile"][2]
+    local = _allocations(func)["c.local"]
+    assert local.buffer.scope == "local" and local.buffer.numel == 4 * 8  # one tile, not the whole output
+    # The accumulator lives inside the tile loops (so each tile, and each thread, has its own).
+    (around,) = _loops_around(func, lambda s: isinstance(s, Allocate) and s.buffer.name == "c.local")
+    assert len(around) == 2 and all(v.endswith(".o") for v in around)
+    to_c = _loops_around(func, lambda s: isinstance(s, Store) and s.buffer.name == "c")
+    assert len(to_c) == 1 and not any(v.startswith("k") for v in to_c[0])  # one write-back, no reduce loop
+    updates = _loops_around(func, lambda s: isinstance(s, Store) and s.buffer.name == "c.local")
+    assert any(any(v.startswith("k") for v in loops) for loops in updates)  # the reduction updates the local tile
+
+
+def test_cache_read_copies_only_the_region_its_loop_reads(outputs):
+    assert _allocations(outputs["cache_read_row"][2])["a.local"].buffer.numel == 29  # one row of a (K = 29)
+    allocs = _allocations(outputs["cache_read_and_write"][2])
+    assert allocs["a.local"].buffer.numel == 4 * 3 and allocs["c.local"].buffer.numel == 4 * 8
+
+
+def test_compute_at_allocates_the_inferred_region(outputs):
+    assert _allocations(outputs["compute_at_tile"][2])["b"].buffer.shape == (4, 8)
+    assert _allocations(outputs["compute_at_stencil"][2])["b"].buffer.shape == (4, 9)  # the tile + one column
+    assert _allocations(outputs["compute_at_reduction"][2])["b"].buffer.shape == (1,)
+    for name in ("compute_at_tile", "compute_at_stencil", "compute_at_reduction"):
+        assert not outputs[name][2].workspaces  # no whole intermediate any more
+
+
+def test_storage_align_pads_the_row_stride(outputs):
+    func = outputs["storage_align"][2]
+    (b,) = func.workspaces
+    assert b.shape == (13, 40)  # rows of 37 padded to a multiple of 8
+    assert any("* 40" in str(s.index) for s in walk_stmt(func.body) if isinstance(s, Store) and s.buffer is b)
+    local = _allocations(outputs["storage_align_local"][2])["b"].buffer
+    assert local.shape == (4, 17)  # a 4 x 9 region with rows padded to 16k + 1
+
+
+def test_pragma_unroll_becomes_llvm_loop_metadata(outputs):
+    from core.codegen.build import lower_to_llvm_ir
+
+    func = outputs["pragma_unroll"][2]
+    loops = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.annotations]
+    assert len(loops) == 1 and loops[0].annotations == (("pragma_unroll", 4),) and loops[0].kind is ForKind.SERIAL
+    text = lower_to_llvm_ir([func])
+    assert '!"llvm.loop.unroll.count", i32 4' in text and text.count("!llvm.loop ") == 1
+    assert '"llvm.loop.unroll.count", i32 2' in lower_to_llvm_ir([outputs["mm_pragma_unroll"][2]])
+    assert "llvm.loop.unroll.count" not in lower_to_llvm_ir([outputs["unroll"][2]])  # full unroll is distinct
+
+
+def test_memory_primitives_misuse_raises_schedule_errors():
+    inputs, c = chain_of(13, 37, 1)
+    b = _producer(c)
+    sch = create_schedule(c)
+    io, ii = sch[c].split(c.op.axis[0], 4)
+    with pytest.raises(ScheduleError, match="not a loop"):
+        sch[b].compute_at(sch[c], c.op.axis[0])  # split away: not a leaf any more
+    with pytest.raises(ScheduleError, match="not a loop"):
+        sch[b].compute_at(sch[c], b.op.axis[0])  # an axis of another stage
+    with pytest.raises(ScheduleError, match="itself"):
+        sch[b].compute_at(sch[b], b.op.axis[0])
+    sch[b].compute_at(sch[c], io)
+    with pytest.raises(ScheduleError, match="computed inside"):
+        sch[c].compute_at(sch[b], b.op.axis[0])  # a cycle
+    with pytest.raises(ScheduleError, match="before splitting"):
+        sch.cache_write(c, "local")
+    with pytest.raises(ScheduleError, match="scope"):
+        sch.cache_read(inputs[0], "shared", [b])
+    with pytest.raises(ScheduleError, match="does not read"):
+        sch.cache_read(inputs[0], "local", [c])
+    with pytest.raises(ScheduleError, match="innermost"):
+        sch[b].storage_align(b.op.axis[1], 8)
+    with pytest.raises(ScheduleError, match="offset"):
+        sch[b].storage_align(b.op.axis[0], 8, 8)
+    with pytest.raises(ScheduleError, match="unknown key"):
+        sch[c].pragma(ii, "unroll_and_jam", 2)
+    with pytest.raises(ScheduleError, match="positive"):
+        sch[c].pragma(ii, "unroll", 0)
+    sch[c].vectorize(ii)
+    with pytest.raises(ScheduleError, match="serial"):
+        sch[c].pragma(ii, "unroll", 2)
+
+    # Lowering checks: a producer computed per tile may have no other reader, and must not be an output.
+    a = te.placeholder((8, 8), "float32", "a")
+    p = te.compute((8, 8), lambda i, j: a[i, j] + 1.0, name="p")
+    q = te.compute((8, 8), lambda i, j: p[i, j] * 2.0, name="q")
+    r = te.compute((8, 8), lambda i, j: p[i, j] + q[i, j], name="r")
+    sch = create_schedule(r)
+    sch[p].compute_at(sch[q], q.op.axis[0])
+    with pytest.raises(ScheduleError, match="also read by r"):
+        lower(sch, [a, r], "bad_reader")
+    sch = create_schedule(q)
+    sch[p].compute_at(sch[q], q.op.axis[0])
+    with pytest.raises(ScheduleError, match="argument"):
+        lower(sch, [a, p, q], "bad_output", num_outputs=2)
+    sch = create_schedule(q)
+    sch[q].storage_align(q.op.axis[0], 16)
+    with pytest.raises(ScheduleError, match="argument"):
+        lower(sch, [a, q], "bad_align")
+    sch = create_schedule(q)
+    sch[q].vectorize(q.op.axis[1])
+    sch[p].compute_at(sch[q], q.op.axis[1])
+    with pytest.raises(ScheduleError, match="vectorized"):
+        lower(sch, [a, q], "bad_vector")
