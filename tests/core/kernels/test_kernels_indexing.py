@@ -104,3 +104,30 @@ def test_top_k_with_ties(axis, largest, k):
     x = RNG.integers(0, 4, (3, 6)).astype(np.float32)  # ties: equal values come out in index order
     check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest),
           {"x": x, "k": np.array([min(k, x.shape[axis])], np.int64)}, {"v": F32, "i": I64}, opset=11)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_scatter_elements_duplicates_and_negative_indices(reduction, axis):
+    data = RNG.standard_normal((4, 5)).astype(np.float32)
+    indices = np.array([[1, -1, 1], [0, 3, 3]], np.int64)  # duplicates along both axes; shorter than data
+    updates = RNG.standard_normal(indices.shape).astype(np.float32)
+    check(helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=axis, reduction=reduction),
+          {"d": data, "i": indices, "u": updates}, {"y": F32}, opset=18)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+@pytest.mark.parametrize("indices", [np.array([[1], [-3], [1]], np.int64), np.array([[0, 2], [2, 1], [0, 2]], np.int64)])
+def test_scatter_nd(reduction, indices):
+    data = RNG.standard_normal((3, 4)).astype(np.float32)
+    updates = RNG.standard_normal(indices.shape[:-1] + data.shape[indices.shape[-1]:]).astype(np.float32)
+    if reduction == "none":  # ONNX leaves duplicates undefined without a reduction: keep the tuples distinct
+        indices, updates = indices[:2], updates[:2]
+    check(helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction=reduction),
+          {"d": data, "i": indices, "u": updates}, {"y": F32}, opset=18)
+
+
+def test_scatter_opset9_is_scatter_elements():
+    data = np.zeros((3, 3), np.float32)
+    check(helper.make_node("Scatter", ["d", "i", "u"], ["y"], axis=1),
+          {"d": data, "i": np.array([[1, 0, 2]], np.int64), "u": np.ones((1, 3), np.float32)}, {"y": F32}, opset=9)
