@@ -175,3 +175,21 @@ def test_unaligned_pointers_work(build):
     a[:] = RNG.standard_normal(n)
     lib.call("scale", a, b)
     np.testing.assert_allclose(b, a * 2)
+
+
+def test_pragma_unroll_annotation_is_llvm_loop_metadata(build):
+    # A serial loop annotated ("pragma_unroll", 3) stays one loop in TIR; LLVM gets unroll.count 3 on
+    # its latch (the remainder of 10 = 3 * 3 + 1 handled by LLVM), and the result is unchanged.
+    n = 10
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
+    i = Var("i")
+    loop = For(i, IntImm(n), ForKind.SERIAL, Store(B, i, A.load(i) * 3.0), (("pragma_unroll", 3),))
+    func = PrimFunc("prag", (A, B), loop, 1, 1)
+    text = lower_to_llvm_ir([func])
+    assert '!"llvm.loop.unroll.count", i32 3' in text and "!llvm.loop" in text
+    a, b = RNG.standard_normal(n).astype("float32"), np.zeros(n, "float32")
+    build(func).call("prag", a, b)
+    np.testing.assert_allclose(b, a * 3, rtol=1e-6)
+    with pytest.raises(CodegenError, match="unknown loop annotation"):
+        lower_to_llvm_ir([PrimFunc("bad", (A, B), For(i, IntImm(n), ForKind.SERIAL, Store(B, i, A.load(i)),
+                                                      (("pragma_nope", 1),)), 1, 1)])
