@@ -1,0 +1,96 @@
+"""RNN/GRU/LSTM unrolled at import: compiled natively and compared with ONNX Runtime, including the
+cases the ONNX node tests leave out (ragged sequence_lens, linear_before_reset, clip, other activations)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from core.backend import KilnBackend
+from core.errors import UnsupportedOpError
+from core.frontend import import_onnx
+
+from .conftest import make_model, run_ort
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def recurrent_model(op: str, seq: int, batch: int, size: int, hidden: int, *, directions: int = 1,
+                    seq_lens: bool = False, initial: bool = False, peepholes: bool = False, **attrs):
+    gates = GATES[op]
+    inputs = {"X": ("float32", [seq, batch, size]), "W": ("float32", [directions, gates * hidden, size]),
+              "R": ("float32", [directions, gates * hidden, hidden]),
+              "B": ("float32", [directions, 2 * gates * hidden])}
+    names = ["X", "W", "R", "B", "", "", "", ""]
+    if seq_lens:
+        inputs["lens"] = ("int32", [batch])
+        names[4] = "lens"
+    if initial:
+        inputs["h0"] = ("float32", [directions, batch, hidden])
+        names[5] = "h0"
+        if op == "LSTM":
+            inputs["c0"] = ("float32", [directions, batch, hidden])
+            names[6] = "c0"
+    if peepholes:
+        inputs["P"] = ("float32", [directions, 3 * hidden])
+        names[7] = "P"
+    while not names[-1]:
+        names.pop()
+    outputs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    if directions == 2:
+        attrs["direction"] = "bidirectional"
+    node = helper.make_node(op, names, outputs, hidden_size=hidden, **attrs)
+    return make_model([node], inputs, {o: "float32" for o in outputs}, opset=14)
+
+
+def feeds_for(model, seed=0, lens=None):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in model.graph.input:
+        shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+        feeds[value.name] = (np.asarray(lens, np.int32) if value.name == "lens"
+                             else (rng.standard_normal(shape) * 0.5).astype(np.float32))
+    return feeds
+
+
+def assert_compiled_matches_ort(model, feeds):
+    got = KilnBackend.prepare(model).run(feeds)
+    for name, mine, theirs in zip([o.name for o in model.graph.output], got, run_ort(model, feeds)):
+        assert mine.shape == theirs.shape, name
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_bidirectional_with_initial_state(op):
+    model = recurrent_model(op, seq=4, batch=2, size=3, hidden=5, directions=2, initial=True)
+    assert_compiled_matches_ort(model, feeds_for(model))
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_ragged_sequence_lengths_keep_state_and_zero_the_output(op):
+    model = recurrent_model(op, seq=5, batch=3, size=2, hidden=4, seq_lens=True, initial=True)
+    assert_compiled_matches_ort(model, feeds_for(model, lens=[5, 2, 0]))
+
+
+def test_lstm_peepholes_batch_first_clip_and_coupled_gates():
+    model = recurrent_model("LSTM", seq=3, batch=2, size=3, hidden=4, peepholes=True, clip=0.7, input_forget=1)
+    assert_compiled_matches_ort(model, feeds_for(model, seed=2))
+
+
+def test_gru_linear_before_reset_and_custom_activations():
+    model = recurrent_model("GRU", seq=3, batch=2, size=3, hidden=4, linear_before_reset=1,
+                            activations=["HardSigmoid", "LeakyRelu"], activation_alpha=[0.3, 0.05],
+                            activation_beta=[0.4])
+    assert_compiled_matches_ort(model, feeds_for(model, seed=3))
+
+
+def test_rnn_reverse_with_scaled_tanh():
+    model = recurrent_model("RNN", seq=4, batch=1, size=2, hidden=3, direction="reverse",
+                            activations=["ScaledTanh"], activation_alpha=[1.5], activation_beta=[0.5])
+    assert_compiled_matches_ort(model, feeds_for(model, seed=4))
+
+
+def test_unknown_activation_is_named():
+    model = recurrent_model("RNN", seq=2, batch=1, size=2, hidden=3, activations=["Swoosh"])
+    with pytest.raises(UnsupportedOpError, match="Swoosh"):
+        import_onnx(model)
