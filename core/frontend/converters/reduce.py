@@ -3,6 +3,8 @@ normalized to sorted non-negative axes; ReduceL1/L2/SumSquare/LogSum/LogSumExp a
 ArgMax/ArgMin over one axis; CumSum/CumProd along one axis."""
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import ConvertContext, converter
 
 _DIRECT = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")
@@ -26,10 +28,32 @@ def reduce_axes(ctx: ConvertContext) -> tuple[int, ...] | None:
     return tuple(axes)
 
 
+# Over an empty axis these reductions are their identity everywhere (ONNX: max -inf, min +inf, log-sum-exp
+# log(0) = -inf), known at compile time. ReduceSum/ReduceProd kernels already start from 0 and 1.
+_EMPTY_AXIS_FILL = {"ReduceMax": -np.inf, "ReduceMin": np.inf, "ReduceLogSumExp": -np.inf}
+
+
+def _empty_axis_result(ctx: ConvertContext, axes: tuple[int, ...]) -> str | None:
+    shape, dtype = ctx.shape(0), np.dtype(ctx.type_of(0).dtype)
+    if ctx.op_type not in _EMPTY_AXIS_FILL or not any(shape[a] == 0 for a in axes):
+        return None
+    keepdims = int(ctx.attr("keepdims", 1))
+    out_shape = [1 if a in axes else d for a, d in enumerate(shape) if keepdims or a not in axes]
+    fill = _EMPTY_AXIS_FILL[ctx.op_type]
+    if dtype.kind in "iu":  # integers have no infinity: the extreme value stands in for it
+        fill = np.iinfo(dtype).min if fill < 0 else np.iinfo(dtype).max
+    elif dtype.kind == "b":  # max of nothing is False, min of nothing is True
+        fill = fill > 0
+    return ctx.const(np.full(out_shape, fill, dtype))
+
+
 def _reduce(ctx: ConvertContext, op: str, value: str) -> str:
     axes = reduce_axes(ctx)
     if axes is None:
         return value
+    empty = _empty_axis_result(ctx, axes)
+    if empty is not None:
+        return empty
     return ctx.emit1(op, [value], axes=axes, keepdims=int(ctx.attr("keepdims", 1)))
 
 
@@ -60,6 +84,9 @@ def _log_sum_exp(ctx: ConvertContext, x: str) -> str:
     axes = reduce_axes(ctx)
     if axes is None:
         return x
+    empty = _empty_axis_result(ctx, axes)
+    if empty is not None:
+        return empty
     keepdims = int(ctx.attr("keepdims", 1))
     # Subtract the maximum first so that exp() cannot overflow.
     peak = ctx.emit1("ReduceMax", [x], axes=axes, keepdims=1)

@@ -50,3 +50,19 @@ def test_decomposed_reductions(op, opset, keepdims, onnx_model, check_ort):
     model = _model(onnx_model, op, opset, [0, 2], keepdims)
     feeds = {"x": np.random.default_rng(2).uniform(0.1, 2.0, (2, 3, 4)).astype(np.float32)}
     check_ort(model, feeds, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,dtype,keepdims,fill", [("ReduceMax", F32, 1, -np.inf), ("ReduceMin", F32, 0, np.inf),
+                                                    ("ReduceLogSumExp", F32, 1, -np.inf),
+                                                    ("ReduceMin", "int64", 1, np.iinfo(np.int64).max),
+                                                    ("ReduceMax", "bool", 0, False)])
+def test_reduction_over_an_empty_axis_is_its_identity(op, dtype, keepdims, fill, onnx_model):
+    from core.backend import KilnBackend
+
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+    model = onnx_model([node], {"x": (dtype, [2, 0, 4])}, {"y": dtype}, opset=20,
+                       initializers={"axes": np.array([1], np.int64)})
+    (y,) = KilnBackend.prepare(model).run([np.zeros((2, 0, 4), dtype)])
+    expected = np.full((2, 1, 4) if keepdims else (2, 4), fill, dtype)
+    assert y.dtype == expected.dtype
+    np.testing.assert_array_equal(y, expected)
