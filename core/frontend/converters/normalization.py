@@ -1,10 +1,12 @@
-"""BatchNormalization and InstanceNormalization decomposed into elementwise ops, LayerNormalization,
-and Softmax/LogSoftmax (opset < 13 coerce-to-2-D semantics rebuilt with Reshape)."""
+"""BatchNormalization and InstanceNormalization decomposed into elementwise ops, LayerNormalization
+(its Mean/InvStdDev outputs by decomposition), RMSNormalization and GroupNormalization decomposed into
+reductions, and Softmax/LogSoftmax (opset < 13 coerce-to-2-D semantics rebuilt with Reshape)."""
 from __future__ import annotations
 
 import numpy as np
 
 from .batch_norm_training import batch_norm_training
+from ..onnx_values import numpy_dtype
 from .registry import ConvertContext, converter
 
 
@@ -54,12 +56,67 @@ def instance_norm(ctx: ConvertContext) -> str:
     return ctx.emit1("Add", [scaled, ctx.reshape(ctx.input(2), channel)])
 
 
+def _stashed(ctx: ConvertContext, x: str) -> str:
+    """`x` in the op's stash_type (the precision its statistics are computed in; float32 by default)."""
+    stash = numpy_dtype(int(ctx.attr("stash_type", 1)), ctx.where)
+    return x if ctx.builder.type_of(x).dtype == stash else ctx.emit1("Cast", [x], to=stash)
+
+
+def _cast_back(ctx: ConvertContext, value: str) -> str:
+    dtype = ctx.type_of(0).dtype
+    return value if ctx.builder.type_of(value).dtype == dtype else ctx.emit1("Cast", [value], to=dtype)
+
+
+def _scale_and_shift(ctx: ConvertContext, normalized: str) -> str:
+    y = ctx.emit1("Mul", [_cast_back(ctx, normalized), ctx.input(1)])
+    return ctx.emit1("Add", [y, ctx.input(2)]) if ctx.has_input(2) else y
+
+
 @converter("LayerNormalization", since_version=17)
-def layer_norm(ctx: ConvertContext) -> str:
-    ctx.reject_extra_outputs(1, "Y (Mean and InvStdDev are not)")
+def layer_norm(ctx: ConvertContext) -> list[str]:
     axis = ctx.axis(ctx.attr("axis", -1), ctx.type_of(0).rank)
-    inputs = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
-    return ctx.emit1("LayerNormalization", inputs, axis=axis, epsilon=float(ctx.attr("epsilon", 1e-5)))
+    epsilon = float(ctx.attr("epsilon", 1e-5))
+    if not (ctx.output_used(1) or ctx.output_used(2)):  # Y alone: the fused native kernel
+        inputs = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
+        return [ctx.emit1("LayerNormalization", inputs, axis=axis, epsilon=epsilon)]
+    # ONNX's function body, which also yields the statistics (in stash_type, keepdims shape).
+    x = _stashed(ctx, ctx.input(0))
+    axes = tuple(range(axis, ctx.type_of(0).rank))
+    mean = ctx.emit1("ReduceMean", [x], axes=axes, keepdims=1)
+    centered = ctx.emit1("Sub", [x, mean])
+    variance = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [centered, centered])], axes=axes, keepdims=1)
+    inv_std = ctx.emit1("Reciprocal", [ctx.emit1("Sqrt", [ctx.emit1("Add", [variance, ctx.scalar_like(epsilon, variance)])])])
+    return [_scale_and_shift(ctx, ctx.emit1("Mul", [centered, inv_std])), mean, inv_std]
+
+
+@converter("RMSNormalization", since_version=23)
+def rms_norm(ctx: ConvertContext) -> str:
+    axis = ctx.axis(ctx.attr("axis", -1), ctx.type_of(0).rank)
+    x = _stashed(ctx, ctx.input(0))
+    axes = tuple(range(axis, ctx.type_of(0).rank))
+    mean_square = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [x, x])], axes=axes, keepdims=1)
+    epsilon = ctx.scalar_like(float(ctx.attr("epsilon", 1e-5)), mean_square)
+    rms = ctx.emit1("Sqrt", [ctx.emit1("Add", [mean_square, epsilon])])
+    return ctx.emit1("Mul", [_cast_back(ctx, ctx.emit1("Div", [x, rms])), ctx.input(1)])
+
+
+@converter("GroupNormalization", since_version=21)
+def group_norm(ctx: ConvertContext) -> str:
+    shape = ctx.shape(0)
+    groups = int(ctx.attr("num_groups"))
+    if len(shape) < 2 or groups <= 0 or shape[1] % groups:
+        ctx.fail(f"num_groups={groups} must divide the channels of an (N, C, ...) input, got {list(shape)}")
+    # Statistics per (sample, group): view the input as [N, groups, C/groups * spatial].
+    grouped = ctx.reshape(_stashed(ctx, ctx.input(0)), (shape[0], groups, int(np.prod(shape[1:])) // groups))
+    mean = ctx.emit1("ReduceMean", [grouped], axes=(2,), keepdims=1)
+    centered = ctx.emit1("Sub", [grouped, mean])
+    variance = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [centered, centered])], axes=(2,), keepdims=1)
+    epsilon = ctx.scalar_like(float(ctx.attr("epsilon", 1e-5)), variance)
+    normalized = ctx.emit1("Div", [centered, ctx.emit1("Sqrt", [ctx.emit1("Add", [variance, epsilon])])])
+    y = ctx.reshape(_cast_back(ctx, normalized), shape)
+    channel = _per_channel_shape(ctx)
+    y = ctx.emit1("Mul", [y, ctx.reshape(ctx.input(1), channel)])
+    return ctx.emit1("Add", [y, ctx.reshape(ctx.input(2), channel)])
 
 
 def _softmax_legacy(ctx: ConvertContext, op: str) -> str:
@@ -95,3 +152,40 @@ def log_softmax_legacy(ctx: ConvertContext) -> str:
 @converter("LogSoftmax", since_version=13)
 def log_softmax(ctx: ConvertContext) -> str:
     return _softmax(ctx, "LogSoftmax")
+
+
+@converter("LpNormalization", since_version=1)
+def lp_norm(ctx: ConvertContext) -> str:
+    x, p = ctx.input(0), int(ctx.attr("p", 2))
+    axes = (ctx.axis(ctx.attr("axis", -1), ctx.type_of(0).rank),)
+    if p == 1:
+        norm = ctx.emit1("ReduceSum", [ctx.emit1("Abs", [x])], axes=axes, keepdims=1)
+    elif p == 2:
+        norm = ctx.emit1("Sqrt", [ctx.emit1("ReduceSum", [ctx.emit1("Mul", [x, x])], axes=axes, keepdims=1)])
+    else:
+        ctx.fail(f"p must be 1 or 2, got {p}")
+    # A zero norm yields 0 rather than 0/0 = NaN (ONNX's reference since opset 22).
+    zero = ctx.scalar_like(0, x)
+    return ctx.emit1("Where", [ctx.emit1("Equal", [norm, zero]), zero, ctx.emit1("Div", [x, norm])])
+
+
+@converter("LRN", since_version=1)
+def lrn(ctx: ConvertContext) -> str:
+    x, shape = ctx.input(0), ctx.shape(0)
+    size = int(ctx.attr("size"))
+    if len(shape) < 3 or size < 1:
+        ctx.fail(f"expects an (N, C, D1, ...) input and size >= 1, got {list(shape)} and size={size}")
+    # Sum of squares over the channel window [c - floor((size-1)/2), c + ceil((size-1)/2)]: the
+    # squares zero-padded along C, then `size` shifted channel slices added up.
+    before = (size - 1) // 2
+    rank = len(shape)
+    pads = [0] * (2 * rank)
+    pads[1], pads[1 + rank] = before, size - 1 - before
+    padded = ctx.emit1("Pad", [ctx.emit1("Mul", [x, x])], pads=tuple(pads), mode="constant", value=0.0)
+    square_sum = None
+    for offset in range(size):
+        window = ctx.emit1("Slice", [padded], starts=(0, offset) + (0,) * (rank - 2), steps=(1,) * rank, sizes=tuple(shape))
+        square_sum = window if square_sum is None else ctx.emit1("Add", [square_sum, window])
+    alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
+    base = ctx.emit1("Add", [ctx.emit1("Mul", [square_sum, ctx.scalar_like(alpha / size, x)]), ctx.scalar_like(bias, x)])
+    return ctx.emit1("Div", [x, ctx.emit1("Pow", [base, ctx.scalar_like(beta, x)])])

@@ -1,12 +1,11 @@
-"""BatchNormalization, InstanceNormalization, LayerNormalization and Softmax/LogSoftmax (opset 11 vs 13)."""
+"""BatchNormalization, InstanceNormalization, LayerNormalization (and its statistics outputs), RMSNormalization,
+GroupNormalization, LpNormalization, LRN and Softmax/LogSoftmax (opset 11 vs 13)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from core.errors import UnsupportedOpError
-from core.frontend import import_onnx
 
 F32 = "float32"
 
@@ -57,12 +56,45 @@ def test_layer_norm(axis, with_bias, onnx_model, check_ort):
     assert graph.nodes[0].attr("axis") == axis % 3
 
 
-def test_layer_norm_mean_output_is_unsupported(onnx_model):
-    node = helper.make_node("LayerNormalization", ["x", "scale"], ["y", "mean"], axis=-1)
-    model = onnx_model([node], {"x": (F32, [2, 4])}, {"y": F32, "mean": F32},
-                       initializers={"scale": np.ones(4, np.float32)})
-    with pytest.raises(UnsupportedOpError, match="LayerNormalization.*Mean"):
-        import_onnx(model)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_layer_norm_mean_and_inv_std_dev_outputs(axis, onnx_model, check_ort):
+    shape = [2, 3, 5]
+    rng = np.random.default_rng(4)
+    inits = {"scale": rng.standard_normal(shape[axis:]).astype(np.float32),
+             "bias": rng.standard_normal(shape[axis:]).astype(np.float32)}
+    node = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y", "mean", "inv_std"], axis=axis)
+    model = onnx_model([node], {"x": (F32, shape)}, {"y": F32, "mean": F32, "inv_std": F32}, initializers=inits)
+    graph = check_ort(model, rtol=1e-4, atol=1e-5)
+    assert graph.type_of("mean").shape == tuple(d if a < axis % 3 else 1 for a, d in enumerate(shape))
+
+
+@pytest.mark.parametrize("axis", [0, -1, 2])
+def test_rms_norm(axis, onnx_model, check_ort):
+    shape = [2, 3, 4]
+    scale = np.random.default_rng(5).standard_normal(shape[axis:]).astype(np.float32)
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=1e-3)
+    check_ort(onnx_model([node], {"x": (F32, shape)}, {"y": F32}, opset=23, initializers={"scale": scale}),
+              rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm(onnx_model, check_ort):
+    rng = np.random.default_rng(6)
+    inits = {"scale": rng.standard_normal(6).astype(np.float32), "bias": rng.standard_normal(6).astype(np.float32)}
+    node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=3, epsilon=1e-3)
+    check_ort(onnx_model([node], {"x": (F32, [2, 6, 3, 2])}, {"y": F32}, opset=21, initializers=inits),
+              rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("p,axis", [(1, 0), (2, -1), (2, 1)])
+def test_lp_norm(p, axis, onnx_model, check_ort):
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=p, axis=axis)
+    check_ort(onnx_model([node], {"x": (F32, [3, 4, 2])}, {"y": F32}, opset=22), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_lrn_sums_squares_over_a_channel_window(size, onnx_model, check_ort):
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=0.3, beta=0.6, bias=1.5)
+    check_ort(onnx_model([node], {"x": (F32, [2, 5, 3, 3])}, {"y": F32}, opset=13), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
