@@ -131,3 +131,15 @@ def test_scatter_opset9_is_scatter_elements():
     data = np.zeros((3, 3), np.float32)
     check(helper.make_node("Scatter", ["d", "i", "u"], ["y"], axis=1),
           {"d": data, "i": np.array([[1, 0, 2]], np.int64), "u": np.ones((1, 3), np.float32)}, {"y": F32}, opset=9)
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),  # batched matmul through an ellipsis
+    ("ij,jk", [(3, 4), (4, 2)]),  # implicit output: letters used once, sorted
+    ("bii->bi", [(2, 3, 3)]),  # a diagonal
+    ("i,i->", [(5,), (5,)]),
+    ("ijk->kji", [(2, 3, 4)]),
+])
+def test_einsum(equation, shapes):
+    feeds = {f"x{k}": RNG.standard_normal(s).astype(np.float32) for k, s in enumerate(shapes)}
+    check(helper.make_node("Einsum", list(feeds), ["y"], equation=equation), feeds, {"y": F32}, opset=12)
