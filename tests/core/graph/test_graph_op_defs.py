@@ -23,6 +23,8 @@ EXPECTED_OPS = {
     "Round", "Sign", "BitwiseNot", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
     "Atanh", "IsInf", "BitCast", "FloorMod", "TruncMod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShiftLeft",
     "BitShiftRight",
+    "ArgMax", "ArgMin", "CumSum", "CumProd", "TopK", "Trilu", "EyeLike", "GatherND", "OneHot", "ReverseSequence",
+    "ScatterElements", "ScatterND", "Einsum",  # indexing, selection and reduction-like ops
     "Fused",  # made only by the fusion pass: a group of the ops above as one kernel
     # made only by the layout pass (alter_layout, -O3): the blocked layout NCHW[x]c
     "LayoutTransform", "Conv2dNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",
