@@ -167,6 +167,8 @@ def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> 
     cols = [_inner(f) for f in _tiles_upto(j.extent, min(lanes // 2, j.extent), 8 * lanes, default["col"])]
     space.define_knob("col", cols)
     space.define_knob("k_tile", [_inner(f) for f in _tiles_upto(k.extent, min(16, k.extent), k.extent, default["k_tile"])])
+    # An unroll pragma on the innermost reduce loop (LLVM unrolls it k_unroll times; 1 = LLVM decides).
+    space.define_knob("k_unroll", sorted({1, 2, 4} | {default["k_unroll"]}))
     return space
 
 
@@ -189,7 +191,8 @@ def read_matmul_default(stage: Stage) -> dict:
     *_, i, j = stage.op.axis
     (k,) = stage.op.reduce_axis
     out = {"row": split_factor(stage, i) or i.extent, "col": split_factor(stage, j) or j.extent,
-           "k_tile": split_factor(stage, k) or k.extent}
+           "k_tile": split_factor(stage, k) or k.extent,
+           "k_unroll": max((p.get("pragma_unroll", 1) for p in stage.pragmas.values()), default=1)}
     if stage.op.attrs.get("packed"):  # the second split of i's outer part is the row block
         tiles = next((r.outer for r in stage.relations if isinstance(r, Split) and r.parent is i), None)
         out["row_block"] = next((r.factor for r in stage.relations if isinstance(r, Split) and r.parent is tiles), 1)

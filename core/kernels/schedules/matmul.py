@@ -39,7 +39,10 @@ def gemv_columns(n: int, lanes: int) -> int:
 
 
 def schedule_matmul_stage(sch: Schedule, op: ComputeOp, target: Target, row: Optional[int] = None,
-                          col: Optional[int] = None, k_tile: Optional[int] = None) -> None:
+                          col: Optional[int] = None, k_tile: Optional[int] = None,
+                          k_unroll: Optional[int] = None) -> None:
+    """`k_unroll` > 1 (a tuning knob; off by default, no gain measured) asks LLVM to unroll the
+    innermost reduce loop that many times (an unroll pragma, llvm.loop.unroll.count)."""
     stage = sch[Tensor(op)]
     *batch, i, j = op.axis
     (k,) = op.reduce_axis
@@ -54,8 +57,11 @@ def schedule_matmul_stage(sch: Schedule, op: ComputeOp, target: Target, row: Opt
         stage.reorder(*batch, jo, ko, io, ki, ii, ji)
         outer = [*batch, jo]
     else:
+        ki = k
         stage.reorder(*batch, io, jo, k, ii, ji)
         outer = [*batch, io, jo]
+    if k_unroll and k_unroll > 1:
+        stage.pragma(ki, "unroll", k_unroll)
     stage.unroll(ii)
     stage.vectorize(ji)
     if worth_parallel(extent(op.axis) * k.extent, target):
@@ -68,7 +74,7 @@ def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **kno
         injective_stage(sch[Tensor(op)], target)
     for op in find_ops(outs, ["matmul"]):
         if op.attrs.get("packed"):
-            schedule_blocked(sch, op, outs, target, **knobs)
+            schedule_blocked(sch, op, outs, target, **{k: v for k, v in knobs.items() if k != "k_unroll"})
         else:
             schedule_matmul_stage(sch, op, target, **{k: v for k, v in knobs.items() if k != "row_block"})
     for op in find_ops(outs, ["injective"]):  # the squeeze of 1-D operands

@@ -587,3 +587,26 @@ def test_memory_primitives_misuse_raises_schedule_errors():
     sch[p].compute_at(sch[q], q.op.axis[1])
     with pytest.raises(ScheduleError, match="vectorized"):
         lower(sch, [a, q], "bad_vector")
+
+
+def test_matmul_template_exposes_the_unroll_pragma_as_a_knob():
+    from core.codegen.build import lower_to_llvm_ir
+    from core.kernels.schedules.matmul import schedule_matmul
+    from core.kernels.testing import OpKernel, build_kernels
+    from core.tune.templates import get_template
+
+    rng = np.random.default_rng(1)
+    # Two rows: too few to pack B, so the product runs the register-tile schedule (matmul.py) that has the knob.
+    a, b = rng.standard_normal((2, 300)).astype(np.float32), rng.standard_normal((300, 24)).astype(np.float32)
+    target = get_target("native")
+    kernel = OpKernel("mm_k_unroll", "MatMul", [a, b],
+                      schedule_fn=lambda sch, outs, tgt: schedule_matmul(sch, outs, tgt, k_unroll=4))
+    (run,) = build_kernels([kernel], target)
+    np.testing.assert_allclose(run.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+    assert '"llvm.loop.unroll.count", i32 4' in lower_to_llvm_ir([kernel.func])
+    template = get_template("MatMul")
+    (op,) = [s.op for s in kernel.schedule.stages if s.op.tag == "matmul"]
+    (stage,) = [s for s in kernel.schedule.stages if s.op is op]
+    assert template.read_default(stage)["k_unroll"] == 4  # a tuned point reads back as itself
+    space = template.define(op, target, {"row": 6, "col": 16, "k_tile": 300, "k_unroll": 1})
+    assert [k.name for k in space.knobs][-1] == "k_unroll" and len(space.knobs[-1]) == 3
