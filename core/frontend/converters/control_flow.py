@@ -21,6 +21,8 @@ from typing import Sequence
 import numpy as np
 import onnx
 
+from core.errors import ShapeError
+
 from ..onnx_values import numpy_dtype
 from ..structured_values import Value
 from .registry import ConvertContext, accepts_structured, converter
@@ -59,12 +61,20 @@ def if_(ctx: ConvertContext) -> list[Value]:
     if known is not None:
         return ctx.scope.import_graph(then_branch if known else else_branch, {})
     flag = as_flag(ctx, ctx.input(0), "the condition")
-    then_values = ctx.scope.import_graph(then_branch, {})
-    else_values = ctx.scope.import_graph(else_branch, {})
+    then_values = _import_branch(ctx, then_branch, "then")
+    else_values = _import_branch(ctx, else_branch, "else")
     if len(then_values) != len(else_values):
         ctx.fail(f"the branches give {len(then_values)} and {len(else_values)} outputs")
     return [select(ctx, flag, t, e, f"output {i}: the branches give") for i, (t, e)
             in enumerate(zip(then_values, else_values))]
+
+
+def _import_branch(ctx: ConvertContext, branch: onnx.GraphProto, which: str) -> list[Value]:
+    try:
+        return ctx.scope.import_graph(branch, {})
+    except ShapeError as err:  # an untaken branch may well not fit these shapes: say why it was compiled at all
+        ctx.unsupported(f"the condition is computed at run time, so both branches are compiled and selected, "
+                        f"and the {which} branch does not compile for these shapes ({err.message})")
 
 
 @converter("Loop", since_version=1)
