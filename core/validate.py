@@ -104,10 +104,19 @@ def onnxruntime_session(model_bytes: bytes, threads: int):
         return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
+def _flat_reference(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """ONNX Runtime's outputs named as the compiled model's: a sequence `y` as `y::0`, `y::1`, ...
+    (core.frontend.structured_values), an empty optional as nothing."""
+    from .frontend.structured_values import flatten_reference
+
+    names = [o.name for o in session.get_outputs()]
+    return flatten_reference(dict(zip(names, session.run(names, feeds))))
+
+
 def validate(module, session, graph: Graph, seed: int = 0) -> Comparison:
     """Run both on the same seeded inputs; raise ValidationError on a mismatch beyond tolerance."""
     feeds = random_inputs(graph, seed, index_bounds(graph))
-    expected = dict(zip(graph.outputs, session.run(list(graph.outputs), feeds)))
+    expected = _flat_reference(session, feeds)
     actual = module.run(feeds)
     result = compare(actual, expected)
     if not result.ok:

@@ -63,3 +63,15 @@ def unflatten_sequence(name: str, results: Mapping[str, object]) -> list:
         elements.append(results[element_name(name, index)])
         index += 1
     return elements
+
+
+def flatten_reference(outputs: Mapping[str, object]) -> dict[str, object]:
+    """A reference runtime's outputs (lists for sequences, None for empty optionals) under the names
+    the compiled model gives them."""
+    flat: dict[str, object] = {}
+    for name, value in outputs.items():
+        if isinstance(value, (list, tuple)):
+            flat.update((element_name(name, i), element) for i, element in enumerate(value))
+        elif value is not None:
+            flat[name] = value
+    return flat

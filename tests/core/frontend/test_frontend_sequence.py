@@ -121,3 +121,16 @@ def test_a_position_computed_at_run_time_is_reported():
     model = _model(nodes, [_tensor("x", F32, [3])], [_tensor("y", F32, [1])])
     with pytest.raises(UnsupportedOpError, match="SequenceAt.*position is computed at run time"):
         import_onnx(model)  # (core.backend would specialize on x, whose value sets the position)
+
+
+def test_compile_validates_sequence_outputs_against_onnx_runtime():
+    import core
+
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["parts"], axis=0, keepdims=0)]
+    model = _model(nodes, [_tensor("x", F32, [3, 2])], [_sequence("parts", F32)])
+    artifact = core.compile(model.SerializeToString(), "native", 1, None, benchmark=False)
+    try:
+        assert artifact.report["validation"]["max_abs_err"] == 0.0
+        assert [o["name"] for o in artifact.metadata["outputs"]] == ["parts::0", "parts::1", "parts::2"]
+    finally:
+        artifact.cleanup()
