@@ -250,6 +250,34 @@ def _cache_write_tile(sch, c):
     sch[cc].vectorize(jc)
 
 
+def _cache_write_parallel(sch, c):
+    # The accumulator is allocated inside the parallel loop: each worker thread has its own.
+    cc = sch.cache_write(c, "local")
+    xo, yo, xi, yi = sch[c].tile(*c.op.axis, 4, 8)
+    tile = sch[c].fuse(xo, yo)
+    sch[c].parallel(tile)
+    sch[cc].compute_at(sch[c], tile)
+    sch[cc].vectorize(cc.op.axis[1])
+    sch[cc].reorder(sch[cc].reduce_axis[0], *cc.op.axis)
+
+
+def _cache_read_in_reduce(sch, c):
+    # Both operands copied per step of the reduction, inside the tile: a 4 x 1 column of a and a
+    # 1 x 8 row of b.
+    a, b = c.op.input_tensors
+    s = sch[c]
+    i, j = c.op.axis
+    (k,) = c.op.reduce_axis
+    io, ii = s.split(i, 4)
+    jo, ji = s.split(j, 8)
+    s.reorder(io, jo, k, ii, ji)
+    s.vectorize(ji)
+    aa = sch.cache_read(a, "local", [c])
+    bb = sch.cache_read(b, "local", [c])
+    sch[aa].compute_at(s, k)
+    sch[bb].compute_at(s, k)
+
+
 def _cache_write_root(sch, c):
     cc = sch.cache_write(c, "local")  # not attached: a whole-output local accumulator, then one copy
     sch[cc].split(sch[cc].reduce_axis[0], 4)
@@ -322,6 +350,8 @@ def _mm_pragma_unroll(sch, c):
 
 
 MEMORY_VARIANTS = [("cache_write_tile", matmul_of, _cache_write_tile), ("cache_write_root", matmul_of, _cache_write_root),
+                   ("cache_write_parallel", matmul_of, _cache_write_parallel),
+                   ("cache_read_in_reduce", matmul_of, _cache_read_in_reduce),
                    ("cache_write_elementwise", chain_of, _cache_write_elementwise),
                    ("cache_read_row", matmul_of, _cache_read_row), ("cache_read_and_write", matmul_of, _cache_read_and_write),
                    ("compute_at_tile", chain_of, _compute_at_tile), ("compute_at_stencil", stencil_of, _compute_at_tile),
@@ -496,10 +526,15 @@ def test_cache_write_accumulates_locally_and_writes_back_once_per_tile(outputs):
     assert len(to_c) == 1 and not any(v.startswith("k") for v in to_c[0])  # one write-back, no reduce loop
     updates = _loops_around(func, lambda s: isinstance(s, Store) and s.buffer.name == "c.local")
     assert any(any(v.startswith("k") for v in loops) for loops in updates)  # the reduction updates the local tile
+    parallel = outputs["cache_write_parallel"][2]
+    (loop,) = [s for s in walk_stmt(parallel.body) if isinstance(s, For) and s.kind is ForKind.PARALLEL]
+    assert "c.local" in {s.buffer.name for s in walk_stmt(loop.body) if isinstance(s, Allocate)}  # one per thread
 
 
 def test_cache_read_copies_only_the_region_its_loop_reads(outputs):
     assert _allocations(outputs["cache_read_row"][2])["a.local"].buffer.numel == 29  # one row of a (K = 29)
+    allocs = _allocations(outputs["cache_read_in_reduce"][2])
+    assert allocs["a.local"].buffer.shape == (4, 1) and allocs["b.local"].buffer.shape == (1, 8)
     allocs = _allocations(outputs["cache_read_and_write"][2])
     assert allocs["a.local"].buffer.numel == 4 * 3 and allocs["c.local"].buffer.numel == 4 * 8
 
