@@ -6,7 +6,8 @@ through `_Scope`, seeing every value of the enclosing scopes; ONNX sequences and
 compile-time structures over tensor values (structured_values), flattened at the graph outputs."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections import ChainMap
+from typing import Mapping, MutableMapping, Sequence
 
 import onnx
 
@@ -95,12 +96,11 @@ class _Scope:
     """Imports a subgraph into the enclosing builder: its nodes see the enclosing values (ONNX's outer
     scope) plus `bindings` for its own inputs, and what it defines stays inside it."""
 
-    def __init__(self, opsets: dict[str, int], builder: GraphBuilder, values: dict[str, Value]):
+    def __init__(self, opsets: dict[str, int], builder: GraphBuilder, values: MutableMapping[str, Value]):
         self.opsets, self.builder, self.values = opsets, builder, values
 
     def import_graph(self, graph: onnx.GraphProto, bindings: Mapping[str, Value]) -> list[Value]:
-        inner = dict(self.values)
-        inner.update(bindings)
+        inner = ChainMap(dict(bindings), self.values)  # writes land in the subgraph's own layer (no copy per unrolled iteration)
         for tensor in graph.initializer:
             inner[tensor.name] = self.builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
         _convert_nodes(graph, self.opsets, self.builder, inner)
@@ -121,7 +121,7 @@ def _referenced_names(graph: onnx.GraphProto) -> set[str]:
 
 
 def _convert_nodes(graph: onnx.GraphProto, opsets: dict[str, int], builder: GraphBuilder,
-                   values: dict[str, Value]) -> None:
+                   values: MutableMapping[str, Value]) -> None:
     consumed = _referenced_names(graph) | {o.name for o in graph.output}
     problems: list[tuple[str, str, int]] = []
     reasons: list[str] = []
@@ -166,7 +166,7 @@ def _convert_nodes(graph: onnx.GraphProto, opsets: dict[str, int], builder: Grap
         raise deferred_error
 
 
-def _convert_one(fn, ctx: ConvertContext, values: dict[str, Value], consumed: set[str]) -> None:
+def _convert_one(fn, ctx: ConvertContext, values: MutableMapping[str, Value], consumed: set[str]) -> None:
     node = ctx.node
     missing = [n for n in node.input if n and n not in values]
     if missing:

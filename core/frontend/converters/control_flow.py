@@ -65,7 +65,7 @@ def if_(ctx: ConvertContext) -> list[Value]:
     else_values = _import_branch(ctx, else_branch, "else")
     if len(then_values) != len(else_values):
         ctx.fail(f"the branches give {len(then_values)} and {len(else_values)} outputs")
-    return [select(ctx, flag, t, e, f"output {i}: the branches give") for i, (t, e)
+    return [select(ctx, flag, t, e, f"output {i} of the two branches") for i, (t, e)
             in enumerate(zip(then_values, else_values))]
 
 
@@ -118,7 +118,7 @@ def loop(ctx: ConvertContext) -> list[Value]:
                 ctx.unsupported("scan outputs with a loop condition computed at run time: their length would "
                                 "depend on data")
             flag = as_flag(ctx, running, "the loop condition")
-            carried = [select(ctx, flag, new, old, f"loop-carried value {i} changes type: it goes from")
+            carried = [select(ctx, flag, new, old, f"loop-carried value {i} after and before an iteration")
                        for i, (new, old) in enumerate(zip(updated, carried))]
             running = ctx.emit1("And", [flag, as_flag(ctx, condition, "the loop condition")])
         if running is not None and _known_flag(ctx, running) is True:

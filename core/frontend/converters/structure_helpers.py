@@ -56,18 +56,18 @@ def select(ctx: ConvertContext, flag: str, if_true: Value, if_false: Value, what
         true_type, false_type = ctx.builder.type_of(if_true), ctx.builder.type_of(if_false)
         if true_type != false_type:
             ctx.unsupported(f"{what}: {true_type} versus {false_type}; a condition computed at run time "
-                            f"needs both sides to give the same type")
+                            f"needs both to have the same type")
         return ctx.emit1("Where", [flag, if_true, if_false])
     if isinstance(if_true, SequenceValue) and isinstance(if_false, SequenceValue):
         if len(if_true) != len(if_false):
             ctx.unsupported(f"{what}: sequences of {len(if_true)} and {len(if_false)} tensors; a condition "
-                            f"computed at run time needs both sides to give the same length")
+                            f"computed at run time needs both to have the same length")
         return SequenceValue(tuple(select(ctx, flag, t, f, f"{what} element {i}") for i, (t, f)
                                    in enumerate(zip(if_true.elements, if_false.elements))), if_true.elem_dtype)
     if isinstance(if_true, OptionalValue) and isinstance(if_false, OptionalValue):
         if (if_true.element is None) != (if_false.element is None):
             ctx.unsupported(f"{what}: an empty and a full optional; a condition computed at run time needs "
-                            f"both sides to agree on whether the optional holds a value")
+                            f"both to agree on whether it holds a value")
         if if_true.element is None:
             return if_true
         return OptionalValue(select(ctx, flag, if_true.element, if_false.element, what))
