@@ -6,6 +6,8 @@ from llvmlite import ir
 
 from ..errors import CodegenError
 from . import vecmath
+from ..narrow_dtypes import SUBBYTE_INTS
+from .narrow import bf16_from_bits, bf16_to_bits, round_value, wrap_subbyte
 from .llvm_types import (F32, F64, I1, I32, I64, const, int_bits, is_bool, is_float, is_signed, itemsize, lanes_of,
                          mangle, mem_type, reg_type, scalar_type, splat_const, with_lanes)
 
@@ -55,25 +57,7 @@ def to_bool(b: ir.IRBuilder, dtype: str, v: ir.Value) -> ir.Value:
     return b.fcmp_unordered("!=", v, zero) if is_float(dtype) else b.icmp_unsigned("!=", v, zero)
 
 
-# ---------------------------------------------------------------- bfloat16 (held as float in registers)
-
-def bf16_from_bits(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
-    i32 = with_lanes(I32, lanes_of(bits))
-    wide = b.shl(b.zext(bits, i32), _ic(i32, 16))
-    return b.bitcast(wide, with_lanes(F32, lanes_of(bits)))
-
-
-def bf16_to_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """float -> bfloat16 bits, rounding to nearest even; NaN stays a quiet NaN."""
-    lanes = lanes_of(v)
-    i32 = with_lanes(I32, lanes)
-    bits = b.bitcast(v, i32)
-    lsb = b.and_(b.lshr(bits, _ic(i32, 16)), _ic(i32, 1))
-    rounded = b.lshr(b.add(bits, b.add(lsb, _ic(i32, 0x7FFF))), _ic(i32, 16))
-    quiet = b.or_(b.lshr(bits, _ic(i32, 16)), _ic(i32, 0x40))
-    out = b.select(b.fcmp_unordered("uno", v, v), quiet, rounded)
-    return b.trunc(out, with_lanes(ir.IntType(16), lanes))
-
+# ---------------------------------------------------------------- narrow dtypes (codegen/narrow.py)
 
 def bf16_round(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     """Round a float to the nearest bfloat16 value (kept as float): what each bfloat16 op does."""
@@ -109,7 +93,7 @@ def binop(b: ir.IRBuilder, op: str, dtype: str, x: ir.Value, y: ir.Value, y_cons
     if is_bool(dtype):
         return _bool_arith(b, op, x, y)
     out = _float_binop(b, op, dtype, x, y) if is_float(dtype) else _int_binop(b, op, dtype, x, y, y_const)
-    return bf16_round(b, out) if dtype == "bfloat16" else out
+    return round_value(b, dtype, out)  # bfloat16/float8 round, int4/int2 wrap, others as they are
 
 
 _BITWISE = ("bitand", "bitor", "bitxor", "shl", "shr")
@@ -257,6 +241,12 @@ def cast(b: ir.IRBuilder, src: str, dst: str, v: ir.Value) -> ir.Value:
     """numpy/C conversion of a register value from dtype `src` to dtype `dst`."""
     if src == dst:
         return v
+    out = _cast(b, src, dst, v)
+    # Sub-byte ints wrap to their width, as ml_dtypes' astype does (int4: 9 -> -7).
+    return wrap_subbyte(b, dst, out) if dst in SUBBYTE_INTS else out
+
+
+def _cast(b: ir.IRBuilder, src: str, dst: str, v: ir.Value) -> ir.Value:
     lanes = lanes_of(v)
     to = reg_type(dst, lanes)
     if is_bool(dst):
@@ -269,7 +259,7 @@ def cast(b: ir.IRBuilder, src: str, dst: str, v: ir.Value) -> ir.Value:
         return _float_to_int(b, dst, v, lanes)
     if is_float(dst):
         out = b.sitofp(v, to) if is_signed(src) else b.uitofp(v, to)
-        return bf16_round(b, out) if dst == "bfloat16" else out
+        return round_value(b, dst, out)
     sb, db = int_bits(src), int_bits(dst)
     if db < sb:
         return b.trunc(v, to)
@@ -279,14 +269,15 @@ def cast(b: ir.IRBuilder, src: str, dst: str, v: ir.Value) -> ir.Value:
 
 
 def _float_to_float(b: ir.IRBuilder, src: str, dst: str, v: ir.Value, to: ir.Type) -> ir.Value:
-    width = {"float16": 16, "bfloat16": 32, "float32": 32, "float64": 64}
-    if width[dst] > width[src]:
+    # Register widths: bfloat16 and float8/float4 are held as float.
+    width = {"float16": 16, "float64": 64}
+    if width.get(dst, 32) > width.get(src, 32):
         out = b.fpext(v, to)
-    elif width[dst] < width[src]:
+    elif width.get(dst, 32) < width.get(src, 32):
         out = b.fptrunc(v, to)
     else:
         out = v
-    return bf16_round(b, out) if dst == "bfloat16" else out
+    return round_value(b, dst, out)
 
 
 def _float_to_int(b: ir.IRBuilder, dst: str, v: ir.Value, lanes: int) -> ir.Value:
@@ -328,7 +319,7 @@ def intrinsic(b: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> i
         out = _libm_call(b, name, dtype, x)
     else:
         raise CodegenError(f"unknown intrinsic {name!r}")
-    return bf16_round(b, out) if dtype == "bfloat16" and name not in ("abs", "floor", "ceil", "trunc", "round") else out
+    return out if name in ("abs", "floor", "ceil", "trunc", "round") else round_value(b, dtype, out)
 
 
 def _libm_call(b: ir.IRBuilder, name: str, dtype: str, x: ir.Value) -> ir.Value:

@@ -11,7 +11,7 @@ from ..errors import CodegenError
 from ..target import Target
 from ..tir.expr import BinOp, Buffer, Call, Cast, Expr, FloatImm, IntImm, Load, Not, Select, Var
 from ..tir.stmt import Allocate, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
-from . import arith, vecmath
+from . import arith, narrow, vecmath
 from .analysis import const_int, may_trap
 from .llvm_types import I1, I64, PTR, VOID, const, is_bool, is_signed, itemsize, lanes_of, mem_type, reg_type
 
@@ -106,17 +106,13 @@ class FunctionEmitter:
     def from_mem(self, dtype: str, raw: ir.Value) -> ir.Value:
         if dtype == "bool":
             return self.b.icmp_unsigned("!=", raw, ir.Constant(raw.type, None))
-        if dtype == "bfloat16":
-            return arith.bf16_from_bits(self.b, raw)
-        return raw
+        return narrow.from_mem(self.b, dtype, raw)  # bfloat16/float8/float4 bits, sub-byte ints
 
     def to_mem(self, dtype: str, value: ir.Value) -> ir.Value:
         if dtype == "bool":
             return self.b.zext(value, ir.VectorType(mem_type("bool"), lanes_of(value)) if lanes_of(value) > 1
                                else mem_type("bool"))
-        if dtype == "bfloat16":
-            return arith.bf16_to_bits(self.b, value)
-        return value
+        return narrow.to_mem(self.b, dtype, value)
 
     def alloca(self, t: ir.Type, name: str, align: int = 64) -> ir.Value:
         """A stack slot in the entry block, so loops reuse it instead of growing the stack."""

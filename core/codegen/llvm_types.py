@@ -1,12 +1,16 @@
 """TIR dtypes as LLVM types: how a dtype is stored in memory and how it is held in registers."""
 # bool is i8 in memory and i1 in registers; bfloat16 is i16 in memory and float in registers
-# (llvmlite has no `bfloat`), rounded back to bfloat16 after each operation; every other dtype has
-# one LLVM type for both (float16 arithmetic is done by LLVM through float, rounding each op).
+# (llvmlite has no `bfloat`), rounded back to bfloat16 after each operation; float8/float4/e8m0 are
+# i8 in memory (their bit pattern) and float in registers, rounded likewise; int4/uint4/int2/uint2
+# are i8 in both (wrapped to their width after each operation). Every other dtype has one LLVM type
+# for both (float16 arithmetic is done by LLVM through float, rounding each op). See codegen/narrow.py.
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from ..errors import CodegenError
+from ..narrow_dtypes import MINIFLOATS, NARROW_FLOAT_DTYPES, SUBBYTE_INTS
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -18,12 +22,16 @@ F16 = ir.HalfType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
-_INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64, "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "bool": 1, **{k: v // 8 for k, v in _INT_BITS.items()}}
+# Register widths: sub-byte ints live in i8 registers.
+_INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64, "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64,
+             **{name: 8 for name in SUBBYTE_INTS}}
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "bool": 1, **{k: v // 8 for k, v in _INT_BITS.items()},
+             **{name: 1 for name in MINIFLOATS}}
+_FLOATS = frozenset({"float16", "float32", "float64", *NARROW_FLOAT_DTYPES})
 
 
 def is_float(dtype: str) -> bool:
-    return dtype in ("float16", "bfloat16", "float32", "float64")
+    return dtype in _FLOATS
 
 
 def is_int(dtype: str) -> bool:
@@ -32,6 +40,11 @@ def is_int(dtype: str) -> bool:
 
 def is_signed(dtype: str) -> bool:
     return dtype.startswith("int")
+
+
+def is_narrow_float(dtype: str) -> bool:
+    """Held as float in registers but stored (and rounded after each operation) in fewer bits."""
+    return dtype in NARROW_FLOAT_DTYPES
 
 
 def is_bool(dtype: str) -> bool:
@@ -55,6 +68,8 @@ def mem_type(dtype: str) -> ir.Type:
         return I8
     if dtype == "bfloat16":
         return ir.IntType(16)
+    if dtype in MINIFLOATS:
+        return I8
     return reg_type(dtype)
 
 
@@ -64,7 +79,7 @@ def reg_type(dtype: str, lanes: int = 1) -> ir.Type:
         t: ir.Type = I1
     elif dtype in _INT_BITS:
         t = ir.IntType(_INT_BITS[dtype])
-    elif dtype in ("float32", "bfloat16"):
+    elif dtype == "float32" or dtype in NARROW_FLOAT_DTYPES:
         t = F32
     elif dtype == "float64":
         t = F64
@@ -93,6 +108,8 @@ def const(dtype: str, value, lanes: int = 1) -> ir.Constant:
     t = reg_type(dtype)
     if dtype == "bool":
         v = ir.Constant(t, int(bool(value)))
+    elif dtype in MINIFLOATS:  # the nearest value the format holds, as a float register
+        v = ir.Constant(t, float(np.array(value, np.float32).astype(dtype).astype(np.float32)))
     elif is_float(dtype):
         v = ir.Constant(t, float(value))
     else:

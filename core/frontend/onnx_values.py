@@ -14,6 +14,13 @@ _DTYPES = {
     onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT16: "int16", onnx.TensorProto.INT32: "int32",
     onnx.TensorProto.INT64: "int64", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.UINT16: "uint16",
     onnx.TensorProto.UINT32: "uint32", onnx.TensorProto.UINT64: "uint64", onnx.TensorProto.BOOL: "bool",
+    # Narrow dtypes by their ml_dtypes names (core/narrow_dtypes.py); numpy_helper unpacks 4/2-bit data.
+    onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.FLOAT8E4M3FN: "float8_e4m3fn",
+    onnx.TensorProto.FLOAT8E4M3FNUZ: "float8_e4m3fnuz", onnx.TensorProto.FLOAT8E5M2: "float8_e5m2",
+    onnx.TensorProto.FLOAT8E5M2FNUZ: "float8_e5m2fnuz", onnx.TensorProto.FLOAT4E2M1: "float4_e2m1fn",
+    onnx.TensorProto.INT4: "int4", onnx.TensorProto.UINT4: "uint4",
+    **({onnx.TensorProto.FLOAT8E8M0: "float8_e8m0fnu"} if hasattr(onnx.TensorProto, "FLOAT8E8M0") else {}),
+    **({onnx.TensorProto.INT2: "int2", onnx.TensorProto.UINT2: "uint2"} if hasattr(onnx.TensorProto, "INT2") else {}),
 }
 
 

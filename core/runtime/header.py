@@ -5,7 +5,12 @@ import json
 
 _C_TYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
             "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
-            "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t"}
+            "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t",
+            # Narrow dtypes travel as their bit patterns: float8 one byte; 4- and 2-bit types one
+            # element per byte, the value in the low bits and zeros above (int4 -1 is 0x0F).
+            "float8_e4m3fn": "uint8_t", "float8_e4m3fnuz": "uint8_t", "float8_e5m2": "uint8_t",
+            "float8_e5m2fnuz": "uint8_t", "float8_e8m0fnu": "uint8_t", "float4_e2m1fn": "uint8_t",
+            "int4": "uint8_t", "uint4": "uint8_t", "int2": "uint8_t", "uint2": "uint8_t"}
 
 _ABI = """\
 /* Opaque handle: the weights, the 64-byte aligned arena for intermediates, a lock. */
@@ -82,7 +87,10 @@ def render_header(metadata: dict) -> str:
              " *",
              " * Usage: kiln_model* m = kiln_load(\"weights.bin\");  kiln_run(m, inputs, outputs);  kiln_free(m);",
              " * Link with -lkiln_model (libkiln_model.so); it needs only glibc (libc, libm, libmvec) at run time.",
-             " * float16/bfloat16 tensors travel as their raw 16-bit patterns (uint16_t). */",
+             " * float16/bfloat16 tensors travel as their raw 16-bit patterns (uint16_t); float8 (e4m3fn, e4m3fnuz,",
+             " * e5m2, e5m2fnuz, e8m0fnu) as raw bytes (uint8_t). int4/uint4/int2/uint2/float4_e2m1fn are NOT packed:",
+             " * one element per byte, its bits in the low bits and zeros above (int4 -1 is 0x0F), as ml_dtypes",
+             " * lays them out; ONNX's packed two-per-byte form exists only inside the model file. */",
              "#ifndef KILN_MODEL_H", "#define KILN_MODEL_H", "", "#include <stdint.h>", "",
              "#ifdef __cplusplus", 'extern "C" {', "#endif", "",
              f"#define KILN_TARGET {c_string(metadata.get('target', 'unknown'))}",

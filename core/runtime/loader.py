@@ -3,6 +3,7 @@ Only numpy, ctypes and the standard library: this file ships in every artifact a
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import os
 import platform
@@ -28,13 +29,24 @@ class KilnRuntimeError(RuntimeError):
     """The native library refused to load or run (its message comes from kiln_last_error())."""
 
 
+try:  # optional (the loader needs numpy alone): with ml_dtypes, narrow tensors are ml_dtypes arrays
+    ml_dtypes = importlib.import_module("ml_dtypes")
+except ImportError:  # pragma: no cover - then they travel as raw bits (_RAW_BITS)
+    ml_dtypes = None
+
+# Narrow dtypes (see kiln_model.h): bfloat16 is 2 bytes, float8/float8_e8m0fnu 1 byte; int4/uint4/int2/
+# uint2/float4_e2m1fn take one byte per element, the value's bits in the low bits (ml_dtypes' layout:
+# int4 -1 is 0x0F). Without ml_dtypes numpy does not know these names: they travel as these raw types.
+_RAW_BITS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e4m3fnuz": "uint8", "float8_e5m2": "uint8",
+             "float8_e5m2fnuz": "uint8", "float8_e8m0fnu": "uint8", "float4_e2m1fn": "uint8", "int4": "uint8",
+             "uint4": "uint8", "int2": "uint8", "uint2": "uint8"}
+
+
 def _np_dtype(name: str) -> np.dtype:
-    try:
-        return np.dtype(name)
-    except TypeError:
-        if name == "bfloat16":  # only known to numpy once ml_dtypes is imported; else raw bits
-            return np.dtype(np.uint16)
-        raise
+    if name in _RAW_BITS:
+        scalar = getattr(ml_dtypes, name, None)
+        return np.dtype(scalar if scalar is not None else _RAW_BITS[name])
+    return np.dtype(name)
 
 
 def _host_arch() -> str:

@@ -10,9 +10,11 @@ from typing import Union
 
 import numpy as np
 
+from ..narrow_dtypes import MINIFLOATS  # float8/float4/e8m0 are floats to TIR
+
 ExprLike = Union["Expr", int, float, bool]
 
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64", *MINIFLOATS)
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("and", "or")
 # Integer bit operations; "shl"/"shr" need 0 <= shift < bit width ("shr" is arithmetic on signed dtypes).

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..onnx_values import numpy_dtype
+from .quantize import cast_value
 from .registry import ConvertContext, converter
 
 _DIRECT = {"Relu": 6, "Sigmoid": 6, "Tanh": 6, "Sqrt": 6, "Exp": 6, "Log": 6, "Neg": 6, "Abs": 6,
@@ -49,9 +50,9 @@ def dropout(ctx: ConvertContext) -> list[str]:
 
 
 def _cast_to(ctx: ConvertContext, dtype: str) -> str:
-    if ctx.type_of(0).dtype == dtype:
-        return ctx.input(0)
-    return ctx.emit1("Cast", [ctx.input(0)], to=dtype)
+    # saturate (float8 targets) and round_mode (e8m0) are ONNX Cast/CastLike attributes since opset 19/25.
+    return cast_value(ctx, ctx.input(0), dtype, saturate=bool(ctx.attr("saturate", 1)),
+                      round_mode=str(ctx.attr("round_mode", "up")))
 
 
 @converter("Cast", since_version=6)

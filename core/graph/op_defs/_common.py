@@ -6,13 +6,20 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from core import narrow_dtypes as _narrow
 from core.errors import ShapeError
 from core.graph.ir import TensorType
 
-FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})  # bfloat16 computes as float32
 INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
 INDEX_DTYPES = frozenset({"int32", "int64"})
+# Narrow dtypes (core/narrow_dtypes.py, ml_dtypes names): floats held as float32 in registers, sub-byte ints as i8.
+NARROW_FLOAT_DTYPES = frozenset(_narrow.NARROW_FLOAT_DTYPES)
+FLOAT8_DTYPES = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"})
+SUBBYTE_INT_DTYPES = frozenset(_narrow.SUBBYTE_INTS)
+# What QuantizeLinear may produce and DequantizeLinear read (ONNX's quantized types Kiln supports).
+QUANT_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "float4_e2m1fn"}) | FLOAT8_DTYPES | SUBBYTE_INT_DTYPES
 
 
 def expect_arity(op: str, types: Sequence[TensorType], least: int, most: int | None = None) -> None:
