@@ -1,5 +1,5 @@
 """Element selection: Slice (ONNX clamping resolved statically), Split (one Slice per output),
-Gather, GatherElements, GatherND, Pad, Trilu, EyeLike, OneHot, ReverseSequence and TopK."""
+Gather, GatherElements, GatherND, Pad, CenterCropPad, Trilu, EyeLike, OneHot, ReverseSequence and TopK."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -196,3 +196,26 @@ def top_k(ctx: ConvertContext) -> list[str]:
     values, indices = ctx.emit("TopK", [ctx.input(0)], 2, axis=axis, k=k, largest=int(ctx.attr("largest", 1)),
                                sorted=int(ctx.attr("sorted", 1)))
     return [values, indices]
+
+
+@converter("CenterCropPad", since_version=18)
+def center_crop_pad(ctx: ConvertContext) -> str:
+    """A centered Slice of the axes that shrink, then a centered zero Pad of those that grow."""
+    shape = ctx.shape(0)
+    rank = len(shape)
+    sizes = _int_list(ctx.constant(1, "shape"))
+    axes = ctx.attr("axes")
+    axes = list(range(rank)) if axes is None else [ctx.axis(a, rank, "axes") for a in axes]
+    if len(axes) != len(sizes):
+        ctx.fail(f"shape {sizes} needs one size per axis in {axes}")
+    starts, counts, pads = [0] * rank, list(shape), [0] * (2 * rank)
+    for axis, size in zip(axes, sizes):
+        if size < shape[axis]:
+            starts[axis], counts[axis] = (shape[axis] - size) // 2, size
+        elif size > shape[axis]:
+            extra = size - shape[axis]
+            pads[axis], pads[axis + rank] = extra // 2, extra - extra // 2
+    cropped = emit_slice(ctx, ctx.input(0), starts, [1] * rank, counts)
+    if not any(pads):
+        return cropped
+    return ctx.emit1("Pad", [cropped], pads=tuple(pads), mode="constant", value=0.0)
