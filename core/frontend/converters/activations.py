@@ -1,5 +1,5 @@
 """Activation ONNX ops that decompose into IR elementwise ops: ThresholdedRelu, Softplus, Softsign, Selu, Celu,
-Shrink, Mish and Swish (the fusion pass merges each chain back into one kernel)."""
+Shrink, Mish, Swish, SwiGLU and ai.onnx.ml Binarizer (the fusion pass merges each chain back into one kernel)."""
 from __future__ import annotations
 
 from .registry import ConvertContext, converter
@@ -72,8 +72,26 @@ def mish(ctx: ConvertContext) -> str:
     return ctx.emit1("Mul", [x, ctx.emit1("Tanh", [_softplus(ctx, x)])])
 
 
+def _swish(ctx: ConvertContext, x: str, alpha: float) -> str:
+    """x * sigmoid(alpha * x)."""
+    return ctx.emit1("Mul", [x, ctx.emit1("Sigmoid", [ctx.emit1("Mul", [x, ctx.scalar_like(alpha, x)])])])
+
+
 @converter("Swish", since_version=24)
 def swish(ctx: ConvertContext) -> str:
+    return _swish(ctx, ctx.input(0), float(ctx.attr("alpha", 1.0)))
+
+
+@converter("SwiGLU", since_version=28)
+def swiglu(ctx: ConvertContext) -> str:
+    gate, value = ctx.input(0), ctx.input(1)
+    if ctx.shape(0) != ctx.shape(1):
+        ctx.fail(f"A {list(ctx.shape(0))} and B {list(ctx.shape(1))} must have the same shape (no broadcasting)")
+    return ctx.emit1("Mul", [_swish(ctx, gate, float(ctx.attr("alpha", 1.0))), value])
+
+
+@converter("Binarizer", since_version=1, domain="ai.onnx.ml")
+def binarizer(ctx: ConvertContext) -> str:
     x = ctx.input(0)
-    scaled = ctx.emit1("Mul", [x, ctx.scalar_like(float(ctx.attr("alpha", 1.0)), x)])
-    return ctx.emit1("Mul", [x, ctx.emit1("Sigmoid", [scaled])])
+    above = ctx.emit1("Greater", [x, ctx.scalar_like(float(ctx.attr("threshold", 0.0)), x)])
+    return ctx.emit1("Where", [above, ctx.scalar_like(1, x), ctx.scalar_like(0, x)])

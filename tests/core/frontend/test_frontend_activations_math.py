@@ -105,3 +105,19 @@ def test_bitcast_compiled():
     x = np.array([1.0, -2.5, 0.0, -0.0, np.inf, 3e-39], np.float32)
     (got,) = KilnBackend.prepare(model).run([x])
     np.testing.assert_array_equal(got, x.view(np.int32))
+
+
+def test_swiglu_matches_its_definition(onnx_model):
+    from core.graph.interpret import evaluate
+    model = onnx_model([helper.make_node("SwiGLU", ["a", "b"], ["y"], alpha=1.5)],
+                       {"a": (F32, SHAPE), "b": (F32, SHAPE)}, {"y": F32}, opset=28)
+    a, b = _wide_input(), np.random.default_rng(9).standard_normal(SHAPE).astype(np.float32)
+    (got,) = evaluate(import_onnx(model), {"a": a, "b": b}).values()
+    want = a.astype(np.float64) / (1 + np.exp(-1.5 * a.astype(np.float64))) * b
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_binarizer(onnx_model, check_ort):
+    model = onnx_model([helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", threshold=0.3)],
+                       {"x": (F32, SHAPE)}, {"y": F32}, domains={"ai.onnx.ml": 1})
+    check_ort(model)
