@@ -26,14 +26,13 @@ _PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
 }
 
 # Control flow and sequences: a Loop's trip count, sequence positions and split sizes.
-_PARAMETER_INPUTS.update({"Loop": (0,), "SequenceAt": (1,), "SequenceInsert": (2,), "SequenceErase": (1,),
-                          "SplitToSequence": (1,)})
+_PARAMETER_INPUTS.update({"Loop": (0,), "SequenceInsert": (2,), "SequenceErase": (1,), "SplitToSequence": (1,)})
 _PARAMETER_INPUTS.update({"AffineGrid": (1,), "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "MaxUnpool": (2,),
                           "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,)})  # spatial ops
-# Conditions: a graph input that feeds one directly, or a scalar one they are computed from (silero VAD's
-# `sr`, a flag), is a parameter; data tensors never are (a condition computed from data is selected or
-# masked at run time by the importer instead of compiling the model once per input value).
-_CONDITION_INPUTS: dict[str, tuple[int, ...]] = {"If": (0,), "Loop": (1,)}
+# Selectors (conditions, a SequenceAt position): a graph input that feeds one directly, or a scalar one
+# it is computed from (silero VAD's `sr`, a flag), is a parameter; data tensors never are (a selector
+# computed from data is applied at run time by the importer instead of compiling once per input value).
+_SELECTOR_INPUTS: dict[str, tuple[int, ...]] = {"If": (0,), "Loop": (1,), "SequenceAt": (1,)}
 # Ops whose outputs depend only on their input's shape: a shape computed through them does not make
 # the tensor itself a compile-time parameter.
 _SHAPE_ONLY = {"Shape", "Size"}
@@ -58,10 +57,10 @@ def _parameter_inputs(model: onnx.ModelProto, inputs: Sequence[str]) -> set[str]
     def slots(table: dict[str, tuple[int, ...]]) -> list[str]:
         return [node.input[i] for node in nodes if node.domain in ("", "ai.onnx")
                 for i in table.get(node.op_type, ()) if i < len(node.input) and node.input[i]]
-    conditions = slots(_CONDITION_INPUTS)
+    selectors = slots(_SELECTOR_INPUTS)
     scalars = {i.name for i in model.graph.input if _declared_scalar(i)}
-    return (set(conditions) | _ancestors(nodes, slots(_PARAMETER_INPUTS)) |
-            (_ancestors(nodes, conditions) & scalars)) & names
+    return (set(selectors) | _ancestors(nodes, slots(_PARAMETER_INPUTS)) |
+            (_ancestors(nodes, selectors) & scalars)) & names
 
 
 def _declared_scalar(value: onnx.ValueInfoProto) -> bool:

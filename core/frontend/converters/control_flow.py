@@ -28,7 +28,7 @@ from ..structured_values import Value
 from .registry import ConvertContext, accepts_structured, converter
 from .structure_helpers import as_flag, select, stack, take
 
-MAX_UNROLLED_NODES = 20000  # body nodes imported in all by one Loop/Scan (iterations x body size)
+MAX_UNROLLED_NODES = 4096  # body nodes one Loop/Scan may unroll into (iterations x body size): ~20 ms of compile each
 
 
 def _check_unroll(ctx: ConvertContext, body: onnx.GraphProto, iterations: int, what: str) -> None:

@@ -74,7 +74,28 @@ def sequence_at(ctx: ConvertContext) -> str:
     sequence = _sequence(ctx, 0)
     if not ctx.has_input(1):
         ctx.fail("needs a position")
+    if ctx.builder.constant_value(_tensor(ctx, 1)) is None and len(sequence):
+        return _select_at(ctx, sequence, _tensor(ctx, 1))
     return sequence.elements[_position(ctx, 1, len(sequence), 0)]
+
+
+def _select_at(ctx: ConvertContext, sequence: SequenceValue, position: str) -> str:
+    """sequence[position] for a position computed at run time: a chain of Where over elements of one type
+    (a position out of range, which ONNX Runtime rejects, reads element 0)."""
+    types = {ctx.builder.type_of(e) for e in sequence.elements}
+    if len(types) > 1:
+        ctx.unsupported("the position is computed at run time and the elements differ in shape; sequence "
+                        "positions must then be known at compile time")
+    ptype = ctx.builder.type_of(position)
+    if ptype.numel != 1:
+        ctx.fail(f"the position must have one element, got {ptype}")
+    index = ctx.reshape(position, ())
+    wrapped = ctx.emit1("Where", [ctx.emit1("Less", [index, ctx.scalar_like(0, index)]),
+                                  ctx.emit1("Add", [index, ctx.scalar_like(len(sequence), index)]), index])
+    result = sequence.elements[0]
+    for i, element in enumerate(sequence.elements[1:], start=1):
+        result = ctx.emit1("Where", [ctx.emit1("Equal", [wrapped, ctx.scalar_like(i, index)]), element, result])
+    return result
 
 
 @converter("SequenceInsert", since_version=11)

@@ -9,7 +9,6 @@ from onnx import TensorProto, helper
 
 from core.backend import KilnBackend
 from core.errors import UnsupportedOpError
-from core.frontend import import_onnx
 
 from .conftest import run_ort
 
@@ -114,13 +113,27 @@ def test_optional_input_present_or_empty():
         _assert_same(ours[1], feed if feed is not None else np.array([7, 8, 9], np.float32))
 
 
-def test_a_position_computed_at_run_time_is_reported():
-    nodes = [helper.make_node("SplitToSequence", ["x"], ["parts"]),
+def test_a_position_computed_at_run_time_selects_among_same_shaped_elements():
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["parts"], axis=1),
+             helper.make_node("ReduceMax", ["x"], ["column_sums"], axes=[0], keepdims=0),
+             helper.make_node("ArgMax", ["column_sums"], ["where"], keepdims=0),
+             helper.make_node("Neg", ["where"], ["from_the_end"]),  # a negative position counts from the end
+             helper.make_node("SequenceAt", ["parts", "from_the_end"], ["y"])]
+    model = _model(nodes, [_tensor("x", F32, [2, 4])], [_tensor("y", F32, [2, 1])])
+    rep = KilnBackend.prepare(model)
+    for seed in (1, 6, 0, 7):  # the largest column is 0, 1, 2 and 3
+        _check(model, {"x": np.random.default_rng(seed).standard_normal((2, 4)).astype(np.float32)}, rep)
+    assert len(rep._compiled) == 1  # x is data: selected at run time, not compiled per value
+
+
+def test_a_position_computed_at_run_time_among_different_shapes_is_reported():
+    nodes = [helper.make_node("Constant", [], ["sizes"], value=helper.make_tensor("s", I64, [2], [1, 2])),
+             helper.make_node("SplitToSequence", ["x", "sizes"], ["parts"]),
              helper.make_node("ArgMax", ["x"], ["where"], keepdims=0),
              helper.make_node("SequenceAt", ["parts", "where"], ["y"])]
-    model = _model(nodes, [_tensor("x", F32, [3])], [_tensor("y", F32, [1])])
-    with pytest.raises(UnsupportedOpError, match="SequenceAt.*position is computed at run time"):
-        import_onnx(model)  # (core.backend would specialize on x, whose value sets the position)
+    model = _model(nodes, [_tensor("x", F32, [3])], [_tensor("y", F32, ["n"])])
+    with pytest.raises(UnsupportedOpError, match="SequenceAt.*elements differ in shape"):
+        KilnBackend.prepare(model)
 
 
 def test_compile_validates_sequence_outputs_against_onnx_runtime():
