@@ -326,6 +326,8 @@ def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind) -> list[Optiona
     directions = 2 if direction == "bidirectional" else 1
     batch_first = bool(ctx.attr("layout", 0))
     x = ctx.input(0)
+    if ctx.type_of(0).rank != 3:
+        ctx.fail(f"X must be [seq, batch, input] (rank 3), got {ctx.type_of(0)}")
     if batch_first:
         x = ctx.emit1("Transpose", [x], perm=(1, 0, 2))
     seq, batch, _ = ctx.builder.type_of(x).shape

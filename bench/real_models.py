@@ -1,0 +1,139 @@
+"""Models Kiln was never tuned for, tried as a new user would: ONNX files shipped in PyPI packages
+(OCR, speech) and models exported from Hugging Face `transformers` configs (vision, NLP, speech).
+Each is compiled at -O3, validated against ONNX Runtime and timed against it in the same run.
+
+    .venv/bin/python bench/real_models.py fetch            # pip-download the packaged models (network)
+    /path/to/torch-env/bin/python bench/real_models.py export   # needs torch + transformers + onnxscript
+    .venv/bin/python bench/real_models.py run [--only NAME ...]
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CACHE = Path.home() / ".cache" / "kiln" / "real-models"
+
+# Wheels that ship ONNX models: (requirement, member path in the wheel, model name, fixed input shapes).
+PACKAGED = [
+    ("rapidocr_onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+     "ppocr_cls", {"x": (1, 3, 48, 192)}),
+    ("rapidocr_onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+     "ppocrv4_rec", {"x": (1, 3, 48, 320)}),
+    ("rapidocr_onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+     "ppocrv4_det", {"x": (1, 3, 640, 640)}),
+    ("silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx", "silero_vad", {"input": (1, 512), "state": (2, 1, 128)}),
+    ("silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_sequence.onnx", "silero_vad_seq", {"input": (8, 576)}),
+    ("silero-vad==6.2.3", "silero_vad/data/silero_vad_openvino_16k.onnx", "silero_vad_ov", {}),
+]
+
+# Random-weight models from transformers configs (small sizes, real architectures): name -> shapes.
+EXPORTED = {"distilbert": {}, "t5_encoder": {}, "vit": {}, "convnext": {}, "swin": {}, "segformer": {},
+            "resnet_bottleneck": {}, "whisper_encoder": {}, "wav2vec2": {}}
+
+
+def fetch() -> None:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    wheels = CACHE / "wheels"
+    for requirement in sorted({p[0] for p in PACKAGED}):
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels), requirement],
+                       check=True)
+    for requirement, member, name, _ in PACKAGED:
+        package = requirement.split("==")[0].replace("-", "_")
+        wheel = next(wheels.glob(f"{package}-{requirement.split('==')[1]}-*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            (CACHE / f"{name}.onnx").write_bytes(zf.read(member))
+        print("fetched", name)
+
+
+def export() -> None:
+    import torch
+    import transformers as hf
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 1000, (1, 32))
+    image = torch.randn(1, 3, 224, 224)
+    models = {
+        "distilbert": (hf.DistilBertModel(hf.DistilBertConfig(vocab_size=1000, dim=256, n_layers=2, n_heads=4,
+                                                              hidden_dim=512)),
+                       (ids, torch.ones_like(ids)), ["input_ids", "attention_mask"]),
+        "t5_encoder": (hf.T5EncoderModel(hf.T5Config(vocab_size=1000, d_model=256, d_ff=512, num_layers=2,
+                                                     num_heads=4, d_kv=64)), (ids,), ["input_ids"]),
+        "vit": (hf.ViTModel(hf.ViTConfig(hidden_size=192, num_hidden_layers=2, num_attention_heads=3,
+                                         intermediate_size=384)), (image,), ["pixel_values"]),
+        "convnext": (hf.ConvNextModel(hf.ConvNextConfig(depths=[1, 1, 2, 1], hidden_sizes=[32, 64, 128, 256])),
+                     (image,), ["pixel_values"]),
+        "swin": (hf.SwinModel(hf.SwinConfig(embed_dim=48, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 8])),
+                 (image,), ["pixel_values"]),
+        "segformer": (hf.SegformerForSemanticSegmentation(hf.SegformerConfig(
+            depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 128], decoder_hidden_size=64)), (image,), ["pixel_values"]),
+        "resnet_bottleneck": (hf.ResNetModel(hf.ResNetConfig(depths=[1, 1, 1, 1], layer_type="bottleneck",
+                                                             hidden_sizes=[64, 128, 256, 512])),
+                              (image,), ["pixel_values"]),
+        "whisper_encoder": (hf.WhisperModel(hf.WhisperConfig(
+            d_model=128, encoder_layers=2, encoder_attention_heads=4, decoder_layers=1, decoder_attention_heads=4,
+            encoder_ffn_dim=256, decoder_ffn_dim=256, num_mel_bins=80)).encoder,
+            (torch.randn(1, 80, 3000),), ["input_features"]),
+        "wav2vec2": (hf.Wav2Vec2Model(hf.Wav2Vec2Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                                        intermediate_size=256, conv_dim=(64,) * 7)),
+                     (torch.randn(1, 16000),), ["input_values"]),
+    }
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for name, (model, args, names) in models.items():
+        torch.onnx.export(model.eval(), args, str(CACHE / f"{name}.onnx"), input_names=names, opset_version=17,
+                          dynamo=False)
+        print("exported", name)
+
+
+def run(only: list[str]) -> int:
+    import onnx
+
+    import core
+    from core.errors import KilnError
+
+    shapes = {name: s for _, _, name, s in PACKAGED} | EXPORTED
+    names = [n for n in shapes if (CACHE / f"{n}.onnx").exists() and (not only or n in only)]
+    if not names:
+        print(f"no models in {CACHE}: run `fetch` and/or `export` first", file=sys.stderr)
+        return 1
+    print(f"{'model':<20}{'nodes':>6}{'kernels':>8}{'compile s':>10}{'max err':>10}{'Kiln ms':>9}{'ORT ms':>9}"
+          f"{'ratio':>7}")
+    failures = 0
+    for name in names:
+        path = CACHE / f"{name}.onnx"
+        nodes = len(onnx.load(str(path), load_external_data=False).graph.node)
+        start = time.perf_counter()
+        try:
+            artifact = core.compile(path.read_bytes(), "native", 3, input_shapes=shapes[name] or None)
+        except KilnError as err:
+            failures += 1
+            print(f"{name:<20}{nodes:>6}  FAILED: {err}")
+            continue
+        report = artifact.report
+        lat, err = report["latency_ms"], report["validation"]["max_abs_err"]
+        print(f"{name:<20}{nodes:>6}{len(report['kernels']):>8}{time.perf_counter() - start:>10.1f}{err:>10.1e}"
+              f"{lat['kiln']:>9.2f}{lat['onnxruntime']:>9.2f}{lat['ratio']:>6.2f}x")
+    return 1 if failures else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=["fetch", "export", "run"])
+    parser.add_argument("--only", nargs="*", default=[])
+    args = parser.parse_args()
+    if args.step == "fetch":
+        fetch()
+    elif args.step == "export":
+        export()
+    else:
+        return run(args.only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
