@@ -45,15 +45,24 @@ def _signature(values, initializers: set[str]) -> list[dict[str, Any]]:
 
 
 def unsupported_ops(proto: onnx.ModelProto) -> list[tuple[str, str, int]]:
-    """Every (domain, op, opset) of the main graph that has no converter, deduplicated and sorted."""
+    """Every (domain, op, opset) of the model, subgraphs (If/Loop/Scan bodies) included, that has no
+    converter, deduplicated and sorted."""
     opsets = {canonical_domain(o.domain): int(o.version) for o in proto.opset_import}
     missing = set()
-    for node in proto.graph.node:
+    for node in _nodes(proto.graph):
         domain = canonical_domain(node.domain)
         opset = opsets.get(domain, 0)
         if find_converter(domain, node.op_type, opset) is None:
             missing.add((domain, node.op_type, opset))
     return sorted(missing)
+
+
+def _nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            for sub in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
+                yield from _nodes(sub)
 
 
 def check_graph_sizes(graph: Graph, budget: SizeBudget = DEFAULT_BUDGET) -> None:

@@ -9,7 +9,9 @@ from onnx import TensorProto, helper
 
 from core.backend import KilnBackend
 from core.errors import UnsupportedOpError
+from core.frontend import import_onnx
 from core.frontend.converters import control_flow
+from core.frontend.inspect import unsupported_ops
 
 from .conftest import run_ort
 
@@ -181,3 +183,18 @@ def test_if_nested_in_a_loop_body_is_inlined_per_iteration():
     rng = np.random.default_rng(4)
     feeds = {"acc0": rng.standard_normal(3).astype(np.float32), "x": rng.standard_normal(3).astype(np.float32)}
     _assert_same(KilnBackend.prepare(model), model, feeds)
+
+
+def test_unsupported_ops_inside_bodies_are_listed_with_the_others():
+    then_branch = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["t"], domain="com.example")], "then", [],
+                                    [_value("t", F32, [2])])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [], [_value("e", F32, [2])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch),
+             helper.make_node("Twiddle", ["y"], ["z"], domain="com.example")]
+    graph = helper.make_graph(nodes, "m", [_value("c", BOOL, []), _value("x", F32, [2])], [_value("z", F32, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    expected = [("com.example", "Frobnicate", 1), ("com.example", "Twiddle", 1)]
+    assert unsupported_ops(model) == expected
+    with pytest.raises(UnsupportedOpError) as info:
+        import_onnx(model)
+    assert info.value.ops == expected
