@@ -25,6 +25,8 @@ def reshape(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[TensorType
         raise ShapeError(f"Reshape: cannot reshape {list(x.shape)} to {list(shape)}")
 
     def body(*i: Expr) -> Expr:
+        if prod(shape) == 0:  # an empty tensor: nothing is read (and the strides below would divide by 0)
+            return typed_const(0, x.dtype)
         flat = _i64(0)
         for dim, idx in zip(shape, i):
             flat = flat * dim + idx
@@ -150,8 +152,10 @@ def expand(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[TensorType]
 
 
 def pad_index(idx: Expr, begin: int, dim: int, mode: str) -> Expr:
-    """The input index that output position `idx` reads for reflect/edge padding."""
+    """The input index that output position `idx` reads for reflect/edge/wrap padding."""
     j = idx - begin if begin else idx
+    if mode == "wrap":  # the input repeats periodically: floor modulo of the axis length
+        return j % _i64(dim)
     if mode == "edge":
         return minimum(maximum(j, _i64(0)), _i64(dim - 1))
     if dim == 1:
@@ -167,7 +171,7 @@ def pad(x: te.Tensor, begins: Sequence[int], ends: Sequence[int], mode: str = "c
     shape = tuple(d + b + e for d, b, e in zip(x.shape, begins, ends))
     if any(d <= 0 for d in shape):
         raise ShapeError(f"Pad: pads {list(begins) + list(ends)} leave nothing of {list(x.shape)}")
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         raise ShapeError(f"Pad: unknown mode {mode!r}")
     if mode == "reflect" and any(b >= d or e >= d for d, b, e in zip(x.shape, begins, ends)):
         raise ShapeError(f"Pad: reflect pads {list(begins) + list(ends)} must be smaller than {list(x.shape)}")

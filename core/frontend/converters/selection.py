@@ -117,7 +117,7 @@ def gather_elements(ctx: ConvertContext) -> str:
 
 def _pad(ctx: ConvertContext, pads: list[int], value: float) -> str:
     mode = ctx.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         ctx.unsupported(f"Pad mode {mode!r}")
     if any(p < 0 for p in pads):
         ctx.unsupported("Pad with negative pads (cropping)")

@@ -88,7 +88,7 @@ def _gather_elements(types: Sequence[TensorType], attrs: Mapping) -> list[Tensor
     return [TensorType(indices.shape, data.dtype)]
 
 
-_PAD_MODES = ("constant", "reflect", "edge")
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
 def _pad_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:

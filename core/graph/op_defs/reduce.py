@@ -25,10 +25,10 @@ def reduced_shape(op: str, x: TensorType, attrs: Mapping) -> tuple[int, ...]:
     return tuple(d for a, d in enumerate(x.shape) if a not in axes)
 
 
-def _register_reduce(name: str, reduce: Callable, needs_nonempty: bool) -> None:
+def _register_reduce(name: str, reduce: Callable, needs_nonempty: bool, dtypes=NUMERIC_DTYPES) -> None:
     def infer(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
         expect_arity(name, types, 1)
-        expect_dtype(name, types[0], NUMERIC_DTYPES)
+        expect_dtype(name, types[0], dtypes)
         shape = reduced_shape(name, types[0], attrs)
         if needs_nonempty and any(types[0].shape[a] == 0 for a in attrs["axes"]):
             raise ShapeError(f"{name}: cannot reduce an empty axis of {types[0]}")
@@ -49,8 +49,9 @@ def _mean(x: np.ndarray, axis, keepdims):
 
 _register_reduce("ReduceSum", np.sum, needs_nonempty=False)
 _register_reduce("ReduceMean", _mean, needs_nonempty=True)
-_register_reduce("ReduceMax", np.max, needs_nonempty=True)
-_register_reduce("ReduceMin", np.min, needs_nonempty=True)
+# Over bool, max is "any" and min is "all" (ReduceMax/ReduceMin 20+).
+_register_reduce("ReduceMax", np.max, needs_nonempty=True, dtypes=NUMERIC_DTYPES | {"bool"})
+_register_reduce("ReduceMin", np.min, needs_nonempty=True, dtypes=NUMERIC_DTYPES | {"bool"})
 _register_reduce("ReduceProd", np.prod, needs_nonempty=False)
 
 

@@ -150,3 +150,22 @@ def test_center_crop_pad(shape, axes):
     attrs = {} if axes is None else {"axes": axes}
     check(helper.make_node("CenterCropPad", ["x", "s"], ["y"], **attrs), {"x": x, "s": np.array(shape, np.int64)},
           {"y": F32}, opset=18)
+
+
+def test_pad_wrap():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    check(helper.make_node("Pad", ["x", "p"], ["y"], mode="wrap"), {"x": x, "p": np.array([1, 2, 2, 4], np.int64)},
+          {"y": F32}, opset=19)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_extreme_over_bool(op):
+    x = np.array([[True, False, False], [True, True, True], [False, False, False]])
+    check(helper.make_node(op, ["x", "axes"], ["y"], keepdims=0), {"x": x, "axes": np.array([1], np.int64)},
+          {"y": onnx.TensorProto.BOOL}, opset=20)
+
+
+def test_reshape_of_an_empty_tensor():
+    x = np.zeros((0, 3, 4), np.float32)
+    check(helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1), {"x": x, "s": np.array([3, 4, 0], np.int64)},
+          {"y": F32}, opset=14)
