@@ -80,7 +80,8 @@ def _rebuild(model: onnx.ModelProto, prefix: str, declared: onnx.TypeProto, layo
     return [onnx.helper.make_node("SequenceEmpty", [], [output], dtype=dtype)]
 
 
-def _add_tensor_input(model: onnx.ModelProto, name: str, declared: onnx.TypeProto, feeds: Mapping[str, np.ndarray]) -> None:
+def _add_tensor_input(model: onnx.ModelProto, name: str, declared: onnx.TypeProto,
+                      feeds: Mapping[str, np.ndarray]) -> None:
     array = feeds[name]
     elem_type = declared.tensor_type.elem_type if declared.HasField("tensor_type") else 0
     elem_type = elem_type or onnx.helper.np_dtype_to_tensor_dtype(array.dtype)

@@ -53,7 +53,9 @@ def _input_types(inputs: Sequence[onnx.ValueInfoProto], shapes: dict[str, Sequen
     types, unresolved = {}, []
     for value in inputs:
         if not value.type.HasField("tensor_type"):
-            raise ShapeError(f"input {value.name!r} is not a tensor; only tensor inputs are supported")
+            raise ShapeError(f"input {value.name!r} is not a tensor but a sequence or optional; a compiled model "
+                             f"takes tensors only (core.backend feeds a sequence as tensor inputs {value.name}::0, "
+                             f"{value.name}::1, ...)")
         tensor = value.type.tensor_type
         dtype = numpy_dtype(tensor.elem_type, f"input {value.name!r}")
         declared = declared_dims(tensor)
@@ -100,7 +102,8 @@ class _Scope:
         self.opsets, self.builder, self.values = opsets, builder, values
 
     def import_graph(self, graph: onnx.GraphProto, bindings: Mapping[str, Value]) -> list[Value]:
-        inner = ChainMap(dict(bindings), self.values)  # writes land in the subgraph's own layer (no copy per unrolled iteration)
+        # writes land in the subgraph's own layer: no copy of the enclosing values per unrolled iteration
+        inner = ChainMap(dict(bindings), self.values)
         for tensor in graph.initializer:
             inner[tensor.name] = self.builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
         _convert_nodes(graph, self.opsets, self.builder, inner)
