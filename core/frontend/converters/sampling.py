@@ -1,0 +1,47 @@
+"""GridSample (onto the IR op of that name) and AffineGrid (a constant base grid times theta)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import ConvertContext, converter
+
+_MODES_16 = {"bilinear": "linear", "bicubic": "cubic", "nearest": "nearest"}  # opset 16 names -> opset 20 names
+
+
+@converter("GridSample", since_version=16)
+def grid_sample(ctx: ConvertContext) -> str:
+    mode = ctx.attr("mode", "linear" if ctx.opset >= 20 else "bilinear")
+    mode = _MODES_16.get(mode, mode)
+    if mode == "cubic" and ctx.type_of(0).rank != 4:
+        ctx.unsupported("GridSample cubic mode on a 3-D (volumetric) input")
+    if ctx.type_of(0).rank not in (4, 5):
+        ctx.unsupported(f"GridSample of a rank-{ctx.type_of(0).rank} input (2-D and 3-D sampling only)")
+    return ctx.emit1("GridSample", [ctx.input(0), ctx.input(1)], mode=mode,
+                     padding_mode=ctx.attr("padding_mode", "zeros"), align_corners=int(ctx.attr("align_corners", 0)))
+
+
+def _base_grid(sizes: list[int], align_corners: bool) -> np.ndarray:
+    """[prod(sizes), k + 1] rows (x, y[, z], 1): normalized coordinates, last spatial axis first."""
+    axes = []
+    for n in sizes:
+        if align_corners:
+            axes.append(np.linspace(-1.0, 1.0, n) if n > 1 else np.zeros(1))
+        else:
+            axes.append((np.arange(n) * 2.0 + 1.0) / n - 1.0)
+    mesh = np.meshgrid(*axes, indexing="ij")
+    points = [m.reshape(-1) for m in reversed(mesh)]
+    return np.stack(points + [np.ones_like(points[0])], axis=1)
+
+
+@converter("AffineGrid", since_version=20)
+def affine_grid(ctx: ConvertContext) -> str:
+    theta = ctx.type_of(0)  # (N, k, k + 1)
+    size = [int(v) for v in ctx.constant(1, "size").reshape(-1)]
+    spatial = len(size) - 2
+    if spatial not in (2, 3) or theta.shape[1:] != (spatial, spatial + 1) or theta.shape[0] != size[0]:
+        ctx.fail(f"theta {theta} does not match size {size}")
+    base = ctx.const(_base_grid(size[2:], bool(ctx.attr("align_corners", 0))).T.astype(theta.dtype))  # [k+1, P]
+    # (N, k, k+1) @ (k+1, P) -> (N, k, P) -> (N, P, k) -> (N, D1, ..., k)
+    points = ctx.emit1("MatMul", [ctx.input(0), base])
+    points = ctx.emit1("Transpose", [points], perm=(0, 2, 1))
+    return ctx.reshape(points, [size[0]] + size[2:] + [spatial])
