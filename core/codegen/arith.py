@@ -7,7 +7,7 @@ from llvmlite import ir
 from ..errors import CodegenError
 from . import vecmath
 from ..narrow_dtypes import SUBBYTE_INTS
-from .narrow import bf16_from_bits, bf16_to_bits, round_value, wrap_subbyte
+from .narrow import bf16_from_bits, bf16_to_bits, from_mem, round_value, to_mem, wrap_subbyte
 from .llvm_types import (F32, F64, I1, I32, I64, const, int_bits, is_bool, is_float, is_signed, itemsize, lanes_of,
                          mangle, mem_type, reg_type, scalar_type, splat_const, with_lanes)
 
@@ -351,14 +351,9 @@ def reinterpret(b: ir.IRBuilder, src: str, dst: str, v: ir.Value) -> ir.Value:
     if itemsize(src) != itemsize(dst):
         raise CodegenError(f"cannot reinterpret {src} as {dst}: item sizes differ")
     lanes = lanes_of(v)
-    if is_bool(src):
-        bits = b.zext(v, with_lanes(mem_type("bool"), lanes))
-    elif src == "bfloat16":
-        bits = bf16_to_bits(b, v)
-    else:
-        bits = v
+    # Through the memory form: bool is a byte there, bfloat16/float8 their bit patterns, int4 its low bits.
+    bits = b.zext(v, with_lanes(mem_type("bool"), lanes)) if is_bool(src) else to_mem(b, src, v)
+    bits = b.bitcast(bits, with_lanes(mem_type(dst), lanes))
     if is_bool(dst):
         return b.icmp_unsigned("!=", bits, ir.Constant(bits.type, None))
-    if dst == "bfloat16":
-        return bf16_from_bits(b, b.bitcast(bits, with_lanes(ir.IntType(16), lanes)))
-    return b.bitcast(bits, with_lanes(mem_type(dst), lanes))
+    return from_mem(b, dst, bits)

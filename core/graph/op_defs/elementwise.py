@@ -9,6 +9,7 @@ import numpy as np
 from core.errors import ShapeError
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, register_op
+from core.narrow_dtypes import MINIFLOATS, SUBBYTE_INTS, cast_array
 
 from ._common import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, expect_arity, expect_dtype
 
@@ -90,6 +91,15 @@ def _bitcast_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarr
     return [np.ascontiguousarray(inputs[0]).view(attrs["to"])]
 
 
+def _bit_width(dtype: str) -> int:
+    # Sub-byte dtypes take a whole byte in memory but have fewer bits: int4 is not a bit-cast of int8.
+    if dtype in SUBBYTE_INTS:
+        return SUBBYTE_INTS[dtype][0]
+    if dtype in MINIFLOATS:
+        return MINIFLOATS[dtype].bits
+    return np.dtype(dtype).itemsize * 8
+
+
 @register_op("BitCast", Pattern.ELEMWISE, fold=_bitcast_fold)
 def _bitcast(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     expect_arity("BitCast", types, 1)
@@ -97,14 +107,14 @@ def _bitcast(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
         target = np.dtype(attrs["to"])
     except (KeyError, TypeError) as err:
         raise ShapeError(f"BitCast: attribute 'to' must be a numpy dtype name, got {attrs.get('to')!r}") from err
-    if target.itemsize != np.dtype(types[0].dtype).itemsize:
+    if _bit_width(target.name) != _bit_width(types[0].dtype):
         raise ShapeError(f"BitCast: {types[0].dtype} and {target.name} differ in size; the bits cannot be reinterpreted")
     return [TensorType(types[0].shape, target.name)]
 
 
 def _cast_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
-        return [inputs[0].astype(attrs["to"])]
+        return [cast_array(inputs[0], attrs["to"])]  # astype; e8m0 rounds up as the kernel does
 
 
 @register_op("Cast", Pattern.ELEMWISE, fold=_cast_fold)

@@ -7,6 +7,7 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+import core.narrow_dtypes  # noqa: F401  (numpy learns bfloat16, float8 and int4 by name)
 from core.kernels.testing import Case, assert_matches, run_cases
 
 rng = np.random.default_rng(77)
@@ -106,7 +107,13 @@ for src, dst, make in (("float32", "int32", lambda: rng.standard_normal((3, 5)).
                        ("float16", "uint16", lambda: rng.standard_normal((7,)).astype(np.float16)),
                        ("uint16", "int16", lambda: ints("uint16", (7,), 0, 65535)),
                        ("int8", "uint8", lambda: ints("int8", (2, 8), -128, 127)),
-                       ("bool", "uint8", lambda: rng.random((11,)) < 0.5)):
+                       ("bool", "uint8", lambda: rng.random((11,)) < 0.5),
+                       # narrow dtypes keep their bit patterns in memory (ml_dtypes names)
+                       ("bfloat16", "int16", lambda: rng.standard_normal((9,)).astype("bfloat16")),
+                       ("int16", "bfloat16", lambda: ints("int16", (9,), 0x3F00, 0x4100)),
+                       ("float8_e4m3fn", "uint8", lambda: rng.standard_normal((9,)).astype("float8_e4m3fn")),
+                       ("uint8", "float8_e5m2", lambda: ints("uint8", (9,), 0, 0x7B)),
+                       ("int4", "uint4", lambda: ints("int8", (9,), -8, 7).astype("int4"))):
     _x = make()
     CASES.append(Case(f"BitCast_{src}_{dst}", "BitCast", [_x], {"to": dst}, lambda _x=_x, dst=dst: [_x.view(dst)],
                       rtol=0, atol=0))
