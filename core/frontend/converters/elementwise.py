@@ -1,4 +1,5 @@
-"""Unary ONNX ops: direct IR ops, Cast/CastLike, Clip, Identity/Dropout and small activations
+"""Unary ONNX ops: direct IR ops (math, trigonometry, Round, Sign, BitwiseNot), Cast/CastLike/BitCast, IsInf,
+Clip, Identity/Dropout and small activations
 (PRelu, HardSigmoid, HardSwish, Elu, Gelu) decomposed into IR elementwise ops."""
 from __future__ import annotations
 
