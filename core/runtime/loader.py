@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - then they travel as raw bits (_RAW_BIT
 _RAW_BITS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e4m3fnuz": "uint8", "float8_e5m2": "uint8",
              "float8_e5m2fnuz": "uint8", "float8_e8m0fnu": "uint8", "float4_e2m1fn": "uint8", "int4": "uint8",
              "uint4": "uint8", "int2": "uint8", "uint2": "uint8"}
+_SUBBYTE_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "float4_e2m1fn": 4}
 
 
 def _np_dtype(name: str) -> np.dtype:
@@ -228,6 +229,8 @@ class Module:
             dt = _np_dtype(t["dtype"])
             if t["dtype"] == "bool":
                 feeds[t["name"]] = rng.random(t["shape"]) < 0.5
+            elif t["dtype"] in _SUBBYTE_BITS and dt.kind == "u":  # raw stand-in: valid low bits only
+                feeds[t["name"]] = rng.integers(0, 1 << _SUBBYTE_BITS[t["dtype"]], size=t["shape"]).astype(dt)
             elif dt.kind in "iu":
                 feeds[t["name"]] = rng.integers(0, 10, size=t["shape"]).astype(dt)
             else:

@@ -76,3 +76,12 @@ def test_header_documents_narrow_types_as_bytes():
                           "outputs": [{"name": "y", "shape": [2], "dtype": "float8_e4m3fn"}]})
     assert "#define KILN_INPUT_0_CTYPE uint8_t" in text and "#define KILN_OUTPUT_0_CTYPE uint8_t" in text
     assert "one element per byte" in text
+
+
+def test_random_inputs_without_ml_dtypes_keep_sub_byte_values_in_range(monkeypatch):
+    monkeypatch.setattr(loader_module, "ml_dtypes", None)
+    module = object.__new__(loader_module.Module)  # random_inputs reads only the input descriptions
+    module._inputs = [{"name": "a", "shape": (64,), "dtype": "int2"}, {"name": "b", "shape": (64,), "dtype": "uint4"}]
+    feeds = module.random_inputs(seed=1)
+    assert feeds["a"].dtype == np.uint8 and feeds["a"].max() <= 3
+    assert feeds["b"].dtype == np.uint8 and feeds["b"].max() <= 15
