@@ -8,6 +8,7 @@ from . import sampling  # noqa: F401,E402
 from . import control_flow, sequence  # noqa: F401,E402
 from . import quantize  # noqa: F401,E402
 from . import quantized_linalg  # noqa: F401,E402
+from . import conv_transpose  # noqa: F401,E402
 from .registry import ConvertContext, UnsupportedFeature, converter, find_converter, supported_ops
 
 __all__ = ["ConvertContext", "UnsupportedFeature", "converter", "find_converter", "supported_ops"]
