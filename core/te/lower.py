@@ -168,11 +168,21 @@ class _Lowering:
         return placed
 
     # -- loop nests ----------------------------------------------------------------------------
-    def stage_nest(self, stage: Stage, region: Optional[list] = None, buf: Optional[Buffer] = None) -> Stmt:
+    def stage_nest(self, stage: Stage, region: Optional[list] = None, buf: Optional[Buffer] = None,
+                   edge: Optional[bool] = None) -> Stmt:
         """The loop nest of one stage. With `region` (a compute_at stage: per axis its first point,
         over the consumer's outer loops, and its extent), only that region, into local `buf` at
-        coordinates relative to the first point."""
+        coordinates relative to the first point. A region that may cross the tensor's edge gets two
+        nests: the unguarded one for the tiles inside (`edge` False: vector loops stay vector
+        loops), the guarded one for the tiles at the edge (`edge` True)."""
         op = stage.op
+        if region is not None and edge is None:
+            edges = [(first, extent, dim) for (first, extent), dim in zip(region, op.shape) if extent < dim]
+            if edges:
+                inside = _all([c for first, extent, dim in edges
+                               for c in (binop("ge", first, 0), binop("lt", first + (extent - 1), dim))])
+                return IfThenElse(inside, self.stage_nest(stage, region, buf, edge=False),
+                                  self.stage_nest(stage, region, buf, edge=True))
         buf = buf if buf is not None else self.buffers[id(op)]
         leaves = stage.leaf_iter_vars
         ext = _leaf_extents(stage, region)
@@ -190,7 +200,7 @@ class _Lowering:
         if region is not None:
             for iv, (first, extent), dim in zip(op.axis, region, op.shape):
                 root[iv.var] = first + values[iv]
-                if extent < dim:  # a tile at the edge may reach past the tensor: compute only real points
+                if extent < dim and edge:  # a tile at the edge may reach past the tensor: compute only real points
                     guards += [binop("ge", root[iv.var], 0), binop("lt", root[iv.var], dim)]
         out_index = self.address(buf, [values[a] for a in op.axis])
         attached = self.attach_producers(stage, ext, root)
@@ -422,7 +432,8 @@ def lower(sch: Schedule, args: Sequence[Tensor], name: str, num_outputs: int = 1
     """Lower `sch` to a PrimFunc taking `args` (inputs then the last `num_outputs` outputs).
 
     Intermediate stages that are neither inlined nor local become workspace parameters appended
-    after the outputs; the caller (the graph executor) provides their memory."""
+    after the outputs; the caller (the graph executor) provides their memory. A compute_at stage
+    becomes a local buffer of its region inside its consumer's attach loop."""
     arg_ops = {id(t.op) for t in args}
     for stage in sch.stages:
         if _computed_at(stage) and id(stage.op) in arg_ops:

@@ -20,6 +20,8 @@ from .matmul_blocked import schedule_blocked
 from .util import find_ops, largest_divisor
 
 
+# Guarded remainder rows accumulate in a local tile (schedule_cached_tile) instead of in the output.
+CACHED_REMAINDER_TILES = True
 K_TILE = 128  # rows of B per pass: a 128 x 2-vector panel (16 KB) stays in L1 while the row tiles sweep it
 
 
@@ -49,6 +51,8 @@ def schedule_matmul_stage(sch: Schedule, op: ComputeOp, target: Target, row: Opt
     lanes = target.lanes(op.dtype)
     jt = col or (gemv_columns(j.extent, lanes) if i.extent == 1 else column_tile(j.extent, lanes))
     it = row or row_tile(i.extent, -(-jt // lanes))
+    if CACHED_REMAINDER_TILES and i.extent % it and not (k_tile or k.extent >= 2 * K_TILE):
+        return schedule_cached_tile(sch, op, target, it, jt, k_unroll)
     io, ii = stage.split(i, it)
     jo, ji = stage.split(j, jt)
     k_tile = k_tile or (K_TILE if k.extent >= 2 * K_TILE else None)
@@ -66,6 +70,35 @@ def schedule_matmul_stage(sch: Schedule, op: ComputeOp, target: Target, row: Opt
     stage.vectorize(ji)
     if worth_parallel(extent(op.axis) * k.extent, target):
         parallelize(stage, outer, target)
+
+
+def schedule_cached_tile(sch: Schedule, op: ComputeOp, target: Target, it: int, jt: int,
+                         k_unroll: Optional[int] = None) -> None:
+    """Rows that the row tile does not divide: the product accumulates in a local it x jt tile
+    (cache_write, computed at the tile loop), written back to the output once per tile. In the
+    plain nest the remainder guard sits among the unrolled rows and keeps every tile's accumulators
+    in memory; here only the edge tiles are guarded (lowering splits inside from edge tiles), so
+    the others keep theirs in registers."""
+    out = Tensor(op)
+    local = sch.cache_write(out, "local")
+    stage = sch[out]
+    *batch, i, j = op.axis
+    io, ii = stage.split(i, it)
+    jo, ji = stage.split(j, jt)
+    stage.reorder(*batch, io, jo, ii, ji)
+    stage.vectorize(ji)
+    if worth_parallel(extent(op.axis) * op.reduce_axis[0].extent, target):
+        parallelize(stage, [*batch, io, jo], target)
+    tile_loop = stage.leaf_iter_vars[stage.leaf_iter_vars.index(ii) - 1]  # jo, or the fused parallel loop
+    acc = sch[local]
+    acc.compute_at(stage, tile_loop)
+    *acc_batch, ai, aj = local.op.axis
+    (ak,) = acc.reduce_axis
+    acc.reorder(*acc_batch, ak, ai, aj)
+    acc.unroll(ai)
+    acc.vectorize(aj)
+    if k_unroll and k_unroll > 1:
+        acc.pragma(ak, "unroll", k_unroll)
 
 
 def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:
