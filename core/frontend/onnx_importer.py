@@ -200,18 +200,38 @@ def _unsupported(problems: list[tuple[str, str, int]], reasons: list[str]) -> Un
 
 def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[str, Value]) -> list[str]:
     """Graph outputs keep their ONNX names and are all produced by nodes (Identity if need be); a
-    sequence or optional output is flattened into tensor outputs `name::0`, `name::1`, ..."""
+    sequence or optional output is flattened into tensor outputs `name::0`, `name::1`, ...; an output
+    with a data-dependent shape comes at its upper bound, followed by `name::bound` ([axis, length])."""
     for output in graph.output:
         if output.name not in values:
             raise ShapeError(f"graph output {output.name!r} is never produced")
+    _check_bounded_values(builder)
+    bounded = [(bound_name(o.name), builder.bounds[values[o.name]]) for o in graph.output
+               if isinstance(values[o.name], str) and values[o.name] in builder.bounds]
     builder.reserve_names(name for o in graph.output for name, _ in flatten(o.name, values[o.name]))
+    builder.reserve_names(name for name, _ in bounded)
     names: list[str] = []
     for output in graph.output:
         for name, value in flatten(output.name, values[output.name]):
             names.append(_bind_output(builder, values, names, name, value))
         if not is_structured(values[output.name]):
             values[output.name] = names[-1]
+    for name, bound in bounded:
+        names.append(_bind_output(builder, values, names, name, bound))
     return names
+
+
+def bound_name(name: str) -> str:
+    """The output that says how much of the data-dependent output `name` is valid (the runtime trims)."""
+    return f"{name}::bound"
+
+
+def _check_bounded_values(builder: GraphBuilder) -> None:
+    # Only the runtime knows a data-dependent length: ops after it would compute on the padding.
+    for value in builder.bounds:
+        if builder.is_read(value):
+            raise ShapeError(f"value {value!r} has a data-dependent shape and feeds other ops; Kiln compiles "
+                             f"static shapes, so such a value can only be a graph output")
 
 
 def _bind_output(builder: GraphBuilder, values: dict[str, Value], bound: list[str], name: str, value: str) -> str:

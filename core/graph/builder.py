@@ -34,6 +34,9 @@ class GraphBuilder:
         self._produced: set[str] = set()
         self._reserved: set[str] = set()
         self._outputs: list[str] | None = None
+        # value -> its bound: an int64 [axis, length] value saying how much of this upper-bound-sized
+        # value is valid (data-dependent shapes: NonZero, Compress, Unique, NonMaxSuppression)
+        self.bounds: dict[str, str] = {}
 
     # -- naming ------------------------------------------------------------------------------
     def reserve_names(self, names: Iterable[str]) -> None:
@@ -137,6 +140,13 @@ class GraphBuilder:
         return new
 
     # -- result ------------------------------------------------------------------------------
+    def bound_value(self, value: str, bound: str) -> None:
+        """Marks `value` as data-dependent in size along one axis: `bound` holds [axis, valid length]."""
+        self.bounds[value] = bound
+
+    def is_read(self, value: str) -> bool:
+        return any(value in node.inputs for node in self._nodes)
+
     def set_outputs(self, names: Sequence[str]) -> None:
         for name in names:
             self.type_of(name)

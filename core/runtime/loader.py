@@ -116,6 +116,22 @@ def load(path: "str | os.PathLike", num_threads: int | None = None) -> "Module":
         raise
 
 
+BOUND_SUFFIX = "::bound"
+
+
+def trim_bounded(results: dict) -> dict:
+    """Outputs with a data-dependent shape (NonZero, Unique, ...) come from the library at their upper
+    bound `y`, plus `y::bound` = [axis, length]: the valid part is the first `length` entries along
+    `axis`. Returns the trimmed outputs, without the `::bound` ones."""
+    for name in [n for n in results if n.endswith(BOUND_SUFFIX)]:
+        axis, length = (int(v) for v in results.pop(name))
+        target = name[: -len(BOUND_SUFFIX)]
+        index = [slice(None)] * results[target].ndim
+        index[axis] = slice(0, length)
+        results[target] = np.ascontiguousarray(results[target][tuple(index)])
+    return results
+
+
 class Module:
     """A loaded model. `run({name: array}) -> {name: array}`; also a context manager."""
 
@@ -219,7 +235,7 @@ class Module:
         arrays, outs = self._prepare(feeds)
         rc = self._lib.kiln_run(self._handle, self._pointer_table(arrays), self._pointer_table(outs))
         self._check(rc, "kiln_run")
-        return {t["name"]: o for t, o in zip(self._outputs, outs)}
+        return trim_bounded({t["name"]: o for t, o in zip(self._outputs, outs)})
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Seeded random feeds of the right shapes and dtypes (for benchmarks and smoke tests)."""

@@ -169,3 +169,39 @@ def test_reshape_of_an_empty_tensor():
     x = np.zeros((0, 3, 4), np.float32)
     check(helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1), {"x": x, "s": np.array([3, 4, 0], np.int64)},
           {"y": F32}, opset=14)
+
+
+@pytest.mark.parametrize("x", [RNG.integers(-1, 2, (3, 4)).astype(np.float32), np.zeros((2, 3), bool),
+                               np.array([[True, False], [True, True]])])
+def test_non_zero_trims_to_the_data(x):
+    (got,) = check(helper.make_node("NonZero", ["x"], ["y"]), {"x": x}, {"y": I64}, opset=13)
+    np.testing.assert_array_equal(got, np.array(np.nonzero(x)))
+
+
+@pytest.mark.parametrize("axis,condition", [(None, [0, 1, 1, 0, 1]), (0, [1, 0, 1]), (1, [0, 0]),
+                                            (-1, [1, 1, 0, 1])])
+def test_compress(axis, condition):
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    attrs = {} if axis is None else {"axis": axis}
+    check(helper.make_node("Compress", ["x", "c"], ["y"], **attrs), {"x": x, "c": np.array(condition, bool)},
+          {"y": F32}, opset=11)
+
+
+def test_a_data_dependent_value_cannot_feed_other_ops():
+    node = helper.make_node("NonZero", ["x"], ["n"])
+    cast = helper.make_node("Cast", ["n"], ["y"], to=onnx.TensorProto.FLOAT)
+    graph = helper.make_graph([node, cast], "t", [helper.make_tensor_value_info("x", F32, [2, 2])],
+                              [helper.make_tensor_value_info("y", F32, [2, None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(Exception, match="data-dependent shape and feeds other ops"):
+        KilnBackend.prepare(model)
+
+
+def test_trim_bounded_keeps_the_valid_part_along_the_axis():
+    from core.runtime.loader import trim_bounded
+
+    padded = np.arange(12).reshape(3, 4)
+    out = trim_bounded({"y": padded, "y::bound": np.array([1, 2], np.int64), "z": padded})
+    assert set(out) == {"y", "z"}
+    np.testing.assert_array_equal(out["y"], padded[:, :2])
+    np.testing.assert_array_equal(out["z"], padded)

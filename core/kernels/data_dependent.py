@@ -1,0 +1,92 @@
+"""NonZero and Compress: results at an upper-bound size plus an int64 `[axis, length]` bound (see
+core/graph/op_defs/data_dependent.py). Both place each kept element by a prefix count: element i
+goes to position `number of kept elements before i`, found by reductions (O(n^2) along the scanned
+axis, no sequential loop), and the padding past the count is zero."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+from ..graph.ir import TensorType
+from ..te import tensor as te
+from ..tir.expr import Expr, cast, const, eq, logical_and, ne, select
+from .common import require, typed_const
+from .registry import register_compute
+
+
+def _i64(value: int) -> Expr:
+    return const(int(value), "int64")
+
+
+def prefix_positions(kept, n: int, name: str) -> tuple[te.Tensor, te.Tensor]:
+    """(position[j], total[0]): where the j-th kept element of 0..n-1 sits, and how many are kept;
+    `kept(i)` is a bool expression for index expression i."""
+
+    def before_body(i: Expr) -> Expr:
+        k = te.reduce_axis(n, "k")
+        return te.sum(cast("int64", logical_and(kept(k.var), k.var < i)), [k])
+
+    before = te.compute((n,), before_body, name=f"{name}_before", tag="reduce")
+
+    def position_body(j: Expr) -> Expr:
+        i = te.reduce_axis(n, "i")
+        return te.sum(select(logical_and(kept(i.var), eq(before(i.var), j)), i.var, _i64(0)), [i])
+
+    def total_body(_: Expr) -> Expr:
+        k = te.reduce_axis(n, "k")
+        return te.sum(cast("int64", kept(k.var)), [k])
+
+    position = te.compute((n,), position_body, name=f"{name}_position", tag="reduce")
+    total = te.compute((1,), total_body, name=f"{name}_total", tag="reduce")
+    return position, total
+
+
+def bound_of(axis: int, total: te.Tensor, name: str) -> te.Tensor:
+    return te.compute((2,), lambda t: select(eq(t, _i64(0)), _i64(axis), total(_i64(0))), name=f"{name}_bound",
+                      tag="injective")
+
+
+def _unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
+    idx, stride = [], 1
+    for d in shape:
+        stride *= d
+    for d in shape:
+        stride //= d
+        idx.append((flat // stride) % d if d > 1 else _i64(0))
+    return idx
+
+
+@register_compute("NonZero")
+def non_zero(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+    (x,) = require(inputs, 1, "NonZero")
+    n = 1
+    for d in x.shape:
+        n *= d
+    zero = typed_const(0, x.dtype)
+    position, total = prefix_positions(lambda i: ne(x(*_unravel(i, x.shape)), zero), n, "non_zero")
+
+    def body(axis: Expr, j: Expr) -> Expr:
+        coords = _unravel(position(j), x.shape)
+        value = coords[-1]
+        for a in range(x.ndim - 2, -1, -1):
+            value = select(eq(axis, _i64(a)), coords[a], value)
+        return select(j < total(_i64(0)), value, _i64(0))
+
+    out = te.compute((x.ndim, n), body, name="non_zero", tag="injective")
+    return [out, bound_of(1, total, "non_zero")]
+
+
+@register_compute("Compress")
+def compress(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+    x, condition = require(inputs, 2, "Compress")
+    axis = int(attrs["axis"])
+    length = min(condition.shape[0], x.shape[axis])
+    position, total = prefix_positions(lambda c: condition(c), length, "compress")
+    shape = tuple(length if a == axis else d for a, d in enumerate(x.shape))
+    zero = typed_const(0, x.dtype)
+
+    def body(*i: Expr) -> Expr:
+        idx = list(i)
+        idx[axis] = position(i[axis])
+        return select(i[axis] < total(_i64(0)), x(*idx), zero)
+
+    return [te.compute(shape, body, name="compress", tag="injective"), bound_of(axis, total, "compress")]
