@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from core.backend import KilnBackend
-from core.errors import UnsupportedOpError
+from core.errors import ShapeError, UnsupportedOpError
 
 from .conftest import run_ort
 
@@ -147,3 +147,30 @@ def test_compile_validates_sequence_outputs_against_onnx_runtime():
         assert [o["name"] for o in artifact.metadata["outputs"]] == ["parts::0", "parts::1", "parts::2"]
     finally:
         artifact.cleanup()
+
+
+def test_optional_outputs_come_back_as_the_value_or_none():
+    tensor_type = helper.make_tensor_type_proto(F32, [2])
+    then_branch = helper.make_graph([helper.make_node("Optional", ["x"], ["full"])], "then", [],
+                                    [helper.make_value_info("full", helper.make_optional_type_proto(tensor_type))])
+    else_branch = helper.make_graph([helper.make_node("Optional", [], ["empty"], type=tensor_type)], "else", [],
+                                    [helper.make_value_info("empty", helper.make_optional_type_proto(tensor_type))])
+    nodes = [helper.make_node("If", ["c"], ["maybe"], then_branch=then_branch, else_branch=else_branch)]
+    model = _model(nodes, [_tensor("c", TensorProto.BOOL, []), _tensor("x", F32, [2])],
+                   [_optional_tensor("maybe", F32, [2])], opset=18)
+    rep = KilnBackend.prepare(model)
+    x = np.array([1.5, -2], np.float32)
+    for flag in (True, False):
+        (ours,) = rep.run({"c": np.array(flag), "x": x})
+        (theirs,) = run_ort(model, {"c": np.array(flag), "x": x})
+        if flag:
+            _assert_same(ours, theirs)
+        else:
+            assert ours is None and theirs is None
+
+
+def test_a_sequence_input_fed_an_array_is_a_clear_error():
+    model = _model([helper.make_node("SequenceLength", ["seq"], ["n"])], [_sequence("seq", F32, [2])],
+                   [_tensor("n", I64, [])])
+    with pytest.raises(ShapeError, match="input 'seq' is a sequence: feed a list of arrays"):
+        KilnBackend.prepare(model).run([np.zeros(2, np.float32)])
