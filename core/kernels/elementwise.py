@@ -6,7 +6,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, Not, binop, call, cast, const, eq, is_float, logical_or, maximum, minimum, reinterpret, select
+from ..tir.expr import (Expr, Not, binop, call, cast, const, eq, is_float, logical_or, maximum, minimum, reinterpret,
+                        select)
 from .common import attr, require, typed_const
 from .registry import register_compute
 
@@ -108,7 +109,8 @@ def _bitwise_not(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
     return binop("bitxor", x, const(-1, x.dtype))  # -1 is all ones in every integer width
 
 
-_LIBM_UNARY = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+# TIR math calls: sin/cos vectorize through libmvec, the others are a libm call per lane (rare in models).
+_MATH_CALLS = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 
 
 UNARY: dict[str, UnaryFn] = {
@@ -135,7 +137,7 @@ UNARY: dict[str, UnaryFn] = {
     "IsInf": _isinf,
     "BitwiseNot": _bitwise_not,
     "BitCast": lambda x, a, dt: reinterpret(str(attr(a, "to", "BitCast")), x),
-    **{name.capitalize(): _float_only(name.capitalize(), lambda x, name=name: call(name, x)) for name in _LIBM_UNARY},
+    **{name.capitalize(): _float_only(name.capitalize(), lambda x, name=name: call(name, x)) for name in _MATH_CALLS},
 }
 
 

@@ -108,7 +108,8 @@ def _bitcast(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     except (KeyError, TypeError) as err:
         raise ShapeError(f"BitCast: attribute 'to' must be a numpy dtype name, got {attrs.get('to')!r}") from err
     if _bit_width(target.name) != _bit_width(types[0].dtype):
-        raise ShapeError(f"BitCast: {types[0].dtype} and {target.name} differ in size; the bits cannot be reinterpreted")
+        raise ShapeError(f"BitCast: {types[0].dtype} and {target.name} differ in size; "
+                         "the bits cannot be reinterpreted")
     return [TensorType(types[0].shape, target.name)]
 
 

@@ -37,13 +37,14 @@ CASES.append(unary("Exp", f32(3, 41, low=-80, high=80), "Exp_wide", rtol=2e-6))
 # domain, the clamp to +-1, and inf/NaN; then through float32 for float16, and libm for float64.
 _tanh_grid = np.concatenate([np.linspace(-12, 12, 6001), np.geomspace(1e-9, 0.01, 400), -np.geomspace(1e-9, 0.01, 400),
                              [np.inf, -np.inf, np.nan, 0.0, 4e-4, -4e-4]]).astype(np.float32).reshape(1, -1)
-CASES.append(Case("Tanh_grid", "Tanh", [_tanh_grid], {}, lambda: [np.tanh(_tanh_grid.astype(np.float64)).astype(np.float32)],
-                  rtol=6e-7, atol=0, unscheduled_too=True))
+CASES.append(Case("Tanh_grid", "Tanh", [_tanh_grid], {},
+                  lambda: [np.tanh(_tanh_grid.astype(np.float64)).astype(np.float32)], rtol=6e-7, atol=0,
+                  unscheduled_too=True))
 for _op, _fn in (("Tanh", np.tanh), ("Erf", np.vectorize(__import__("math").erf))):
     for _dtype, _tol in (("float16", 1e-3), ("float64", 1e-12)):
         _v = rng.uniform(-5, 5, (3, 29)).astype(_dtype)
-        CASES.append(Case(f"{_op}_{_dtype}", _op, [_v], {}, lambda _v=_v, _fn=_fn: [_fn(_v.astype(np.float64)).astype(_v.dtype)],
-                          rtol=_tol, atol=_tol))
+        CASES.append(Case(f"{_op}_{_dtype}", _op, [_v], {},
+                          lambda _v=_v, _fn=_fn: [_fn(_v.astype(np.float64)).astype(_v.dtype)], rtol=_tol, atol=_tol))
 # Integer and bool inputs of ops the models use on them.
 _ints = rng.integers(-50, 50, (3, 17)).astype(np.int64)
 CASES += [unary("Abs", _ints), unary("Neg", _ints), unary("Relu", rng.integers(-5, 5, (2, 9)).astype(np.int32)),

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-import core.narrow_dtypes  # noqa: F401  (numpy learns bfloat16, float8 and int4 by name)
+from core.narrow_dtypes import int_range  # importing it teaches numpy bfloat16, float8 and int4 by name
 from core.kernels.testing import Case, assert_matches, run_cases
 
 rng = np.random.default_rng(77)
@@ -21,8 +21,9 @@ def onnx_ref(op_type: str, inputs, **attrs):
     def run():
         names = [f"x{k}" for k in range(len(inputs))]
         node = helper.make_node(op_type, names, ["y"], **attrs)
-        graph = helper.make_graph([node], "ref", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
-                                                                                 a.shape) for n, a in zip(names, inputs)],
+        graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                        for n, a in zip(names, inputs)]
+        graph = helper.make_graph([node], "ref", graph_inputs,
                                   [helper.make_tensor_value_info("y", 0, None)])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 28)])
         return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
@@ -49,7 +50,8 @@ for dtype in INTS:
         lo = np.iinfo(dtype).min
         edge_a, edge_b = np.array([lo, lo, 7, -7], dtype), np.array([-1, 3, -1, 2], dtype)
         for op, fmod in (("FloorMod", 0), ("TruncMod", 1)):
-            CASES.append(Case(f"{op}_{dtype}_extremes", op, [edge_a, edge_b], {}, onnx_ref("Mod", [edge_a, edge_b], fmod=fmod)))
+            CASES.append(Case(f"{op}_{dtype}_extremes", op, [edge_a, edge_b], {},
+                              onnx_ref("Mod", [edge_a, edge_b], fmod=fmod)))
 for dtype in FLOATS:
     a = (rng.uniform(-10, 10, (2, 3, 7)) ).astype(dtype)
     b = np.array([-3.5, -1.25, 2.0, 4.75, -0.5, 1.0, 3.0], dtype)
@@ -58,7 +60,8 @@ for dtype in FLOATS:
 # fmod keeps tiny remainders exactly (a remainder formula through floor(a / b) would lose them).
 _tiny = np.array([1e-10, -1e-10, 5.5, -5.5], np.float32)
 _div = np.array([-5.0, 5.0, 5.0, 5.0], np.float32)
-CASES.append(Case("TruncMod_tiny_remainder", "TruncMod", [_tiny, _div], {}, lambda: [np.fmod(_tiny, _div)], rtol=0, atol=0))
+CASES.append(Case("TruncMod_tiny_remainder", "TruncMod", [_tiny, _div], {}, lambda: [np.fmod(_tiny, _div)],
+                  rtol=0, atol=0))
 _zero_div = np.array([7, -7, 0], np.int32), np.array([0, 0, 0], np.int32)
 CASES.append(Case("FloorMod_by_zero_is_zero", "FloorMod", list(_zero_div), {}, lambda: [np.zeros(3, np.int32)]))
 
@@ -94,8 +97,8 @@ _infs = np.array([np.inf, -np.inf, np.nan, 0.0, 3.4e38, -1.0], np.float32)
 for pos in (True, False):
     for neg in (True, False):
         _want = (np.isposinf(_infs) & pos) | (np.isneginf(_infs) & neg)
-        CASES.append(Case(f"IsInf_{int(pos)}{int(neg)}", "IsInf", [_infs], {"detect_positive": pos, "detect_negative": neg},
-                          lambda _want=_want: [_want]))
+        CASES.append(Case(f"IsInf_{int(pos)}{int(neg)}", "IsInf", [_infs],
+                          {"detect_positive": pos, "detect_negative": neg}, lambda _want=_want: [_want]))
 _infs64 = _infs.astype(np.float64)
 CASES.append(Case("IsInf_float64", "IsInf", [_infs64], {}, lambda: [np.isinf(_infs64)]))
 
@@ -113,7 +116,7 @@ for src, dst, make in (("float32", "int32", lambda: rng.standard_normal((3, 5)).
                        ("int16", "bfloat16", lambda: ints("int16", (9,), 0x3F00, 0x4100)),
                        ("float8_e4m3fn", "uint8", lambda: rng.standard_normal((9,)).astype("float8_e4m3fn")),
                        ("uint8", "float8_e5m2", lambda: ints("uint8", (9,), 0, 0x7B)),
-                       ("int4", "uint4", lambda: ints("int8", (9,), -8, 7).astype("int4"))):
+                       ("int4", "uint4", lambda: ints("int8", (9,), *int_range("int4")).astype("int4"))):
     _x = make()
     CASES.append(Case(f"BitCast_{src}_{dst}", "BitCast", [_x], {"to": dst}, lambda _x=_x, dst=dst: [_x.view(dst)],
                       rtol=0, atol=0))
