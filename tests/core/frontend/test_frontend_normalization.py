@@ -113,3 +113,29 @@ def test_softmax_default_axis_differs_between_opsets(onnx_model, check_ort):
     for opset in (11, 13):
         check_ort(onnx_model([helper.make_node("Softmax", ["x"], ["y"])], {"x": (F32, [2, 3, 4])}, {"y": F32},
                              opset=opset))
+
+
+@pytest.mark.parametrize("op,attrs,outputs,opset", [
+    ("LayerNormalization", {"axis": 1}, ["y", "mean", "inv_std"], 17),
+    ("RMSNormalization", {"axis": -1, "epsilon": 1e-3}, ["y"], 23),
+    ("GroupNormalization", {"num_groups": 2}, ["y"], 21),
+    ("LpNormalization", {"axis": 1, "p": 1}, ["y"], 22),
+    ("LRN", {"size": 3, "alpha": 0.5}, ["y"], 13),
+])
+def test_normalizations_compile_to_native_code(op, attrs, outputs, opset, onnx_model, ort_runner):
+    from core.backend import KilnBackend
+
+    rng = np.random.default_rng(7)
+    shape = [2, 4, 3, 3]
+    inits = {}
+    if op in ("LayerNormalization", "RMSNormalization"):
+        inits["scale"] = rng.standard_normal(shape[attrs["axis"]:]).astype(np.float32)
+    if op == "GroupNormalization":
+        inits = {"scale": rng.standard_normal(4).astype(np.float32), "bias": rng.standard_normal(4).astype(np.float32)}
+    node = helper.make_node(op, ["x", *inits], outputs, **attrs)
+    model = onnx_model([node], {"x": (F32, shape)}, {o: F32 for o in outputs}, opset=opset, initializers=inits)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, :, 0, 0] = 0  # a zero LpNormalization norm gives 0
+    got = KilnBackend.prepare(model).run([x])
+    for name, ours, expected in zip(outputs, got, ort_runner(model, {"x": x})):
+        np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5, err_msg=name)
