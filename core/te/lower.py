@@ -156,7 +156,8 @@ class _Lowering:
             if any(stage.annotations.get(x) is ForKind.VECTORIZED for x in leaves[: pos + 1]):
                 raise ScheduleError(f"compute_at: {producer.op.name} would sit inside a vectorized loop of "
                                     f"{stage.op.name}")
-            reads = [tuple(simplify(substitute(i, root)) for i in idx) for idx in self.reads_of(stage.body, producer.op)]
+            reads = [tuple(simplify(substitute(i, root)) for i in idx)
+                     for idx in self.reads_of(stage.body, producer.op)]
             if not reads:
                 raise ScheduleError(f"compute_at: {stage.op.name} does not read {producer.op.name}")
             region = infer_region(reads, {x.var: ext[x] for x in leaves[pos + 1:]}, producer.op.shape)

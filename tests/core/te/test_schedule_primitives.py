@@ -349,16 +349,18 @@ def _mm_pragma_unroll(sch, c):
     s.vectorize(c.op.axis[1])
 
 
-MEMORY_VARIANTS = [("cache_write_tile", matmul_of, _cache_write_tile), ("cache_write_root", matmul_of, _cache_write_root),
-                   ("cache_write_parallel", matmul_of, _cache_write_parallel),
-                   ("cache_read_in_reduce", matmul_of, _cache_read_in_reduce),
-                   ("cache_write_elementwise", chain_of, _cache_write_elementwise),
-                   ("cache_read_row", matmul_of, _cache_read_row), ("cache_read_and_write", matmul_of, _cache_read_and_write),
-                   ("compute_at_tile", chain_of, _compute_at_tile), ("compute_at_stencil", stencil_of, _compute_at_tile),
-                   ("compute_at_scheduled_producer", stencil_of, _compute_at_scheduled_producer),
-                   ("compute_at_reduction", row_scale_of, _compute_at_reduction),
-                   ("storage_align", chain_of, _storage_align), ("storage_align_local", stencil_of, _storage_align_local),
-                   ("pragma_unroll", chain_of, _pragma_unroll), ("mm_pragma_unroll", matmul_of, _mm_pragma_unroll)]
+MEMORY_VARIANTS = [
+    ("cache_write_tile", matmul_of, _cache_write_tile), ("cache_write_root", matmul_of, _cache_write_root),
+    ("cache_write_parallel", matmul_of, _cache_write_parallel),
+    ("cache_read_in_reduce", matmul_of, _cache_read_in_reduce),
+    ("cache_write_elementwise", chain_of, _cache_write_elementwise), ("cache_read_row", matmul_of, _cache_read_row),
+    ("cache_read_and_write", matmul_of, _cache_read_and_write), ("compute_at_tile", chain_of, _compute_at_tile),
+    ("compute_at_stencil", stencil_of, _compute_at_tile),
+    ("compute_at_scheduled_producer", stencil_of, _compute_at_scheduled_producer),
+    ("compute_at_reduction", row_scale_of, _compute_at_reduction), ("storage_align", chain_of, _storage_align),
+    ("storage_align_local", stencil_of, _storage_align_local), ("pragma_unroll", chain_of, _pragma_unroll),
+    ("mm_pragma_unroll", matmul_of, _mm_pragma_unroll),
+]
 
 
 def _shaped(name, factory, schedule, shape, first):
