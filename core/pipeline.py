@@ -120,8 +120,16 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     latency: dict[str, Any] = {"skipped": f"target {tgt.name} cannot run on this host"}
     kernel_times: dict[str, float] = {}
     nthreads = threads or tgt.num_cores
+    session = None
     if tgt.runs_on_host() and (validate or benchmark):
-        session = onnxruntime_session(data, nthreads)
+        try:
+            session = onnxruntime_session(data, nthreads)
+        except Exception as err:  # ORT has no kernel for what Kiln compiled (e.g. bfloat16 Mul): nothing to compare to
+            if type(err).__name__ != "NotImplemented":
+                raise
+            reason = f"ONNX Runtime cannot run this model: {str(err).splitlines()[0]}"
+            validation, latency = {"skipped": reason}, {"skipped": reason}
+    if session is not None:
         module = Artifact(workdir, metadata, {}, owns_directory=False).load()
         module.set_num_threads(nthreads)
         try:
