@@ -5,7 +5,8 @@ k is one vector load, each A element one broadcast, and the i.i x j.i accumulato
 registers for the whole k.i loop; a K_TILE x j.i panel of B stays in L1 while all row tiles use it.
 Threads split the fused (batch, j.o) panels (or (batch, i.o, j.o) tiles when K is short).
 Products over packed B (core/kernels/matmul_packed.py) get the cache-blocked micro-kernel of
-matmul_blocked.py instead.
+matmul_blocked.py instead. A row tile that does not divide M accumulates in a local tile
+(schedule_cached_tile, cache_write) so the guard stays out of the accumulation.
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ K_TILE = 128  # rows of B per pass: a 128 x 2-vector panel (16 KB) stays in L1 w
 
 
 def row_tile(m: int, vectors: int) -> int:
-    """Rows per register tile. A guarded remainder row keeps its accumulator in memory (LLVM does not
-    unswitch the guard), so a divisor of m is preferred; 6 x 2 vectors is the best shape on AVX2."""
+    """Rows per register tile. A guarded remainder row kept its accumulator in memory (LLVM does not
+    unswitch the guard; schedule_cached_tile now avoids that), and a divisor of m wastes no rows, so
+    one is preferred; 6 x 2 vectors is the best shape on AVX2."""
     budget = max(1, MAX_ACCUMULATORS // vectors)
     if m <= budget:
         return m
