@@ -33,7 +33,8 @@ MAX_UNROLLED_NODES = 4096  # body nodes one Loop/Scan may unroll into (iteration
 
 def _check_unroll(ctx: ConvertContext, body: onnx.GraphProto, iterations: int, what: str) -> None:
     if iterations * max(len(body.node), 1) > MAX_UNROLLED_NODES:
-        ctx.unsupported(f"{what} of {iterations} iterations over a {len(body.node)}-node body would unroll "
+        count = f"{iterations}" if iterations < np.iinfo(np.int64).max else "an unbounded number of"
+        ctx.unsupported(f"{what} of {count} iterations over a {len(body.node)}-node body would unroll "
                         f"into more than {MAX_UNROLLED_NODES} nodes; Kiln unrolls loops at import and has no "
                         f"native loop")
 
@@ -94,15 +95,19 @@ def loop(ctx: ConvertContext) -> list[Value]:
         running = None
     if trip_count is None and running is not None and _known_flag(ctx, running) is None:
         ctx.unsupported("neither the trip count M nor the condition is known at compile time")
-    limit = trip_count if trip_count is not None else MAX_UNROLLED_NODES // max(len(body.node), 1) + 1
-    if trip_count is not None:
-        _check_unroll(ctx, body, trip_count, "a loop")
+    # M may be huge (torch exports a `while` as M = INT64_MAX plus a condition): stop when the condition
+    # turns false at compile time, and give up only past the unroll cap.
+    cap = MAX_UNROLLED_NODES // max(len(body.node), 1)
     scans: list[list[Value]] = []
     true = ctx.const(np.array(True))
     iteration = 0
-    while iteration < limit:
+    while trip_count is None or iteration < trip_count:
         if running is not None and _known_flag(ctx, running) is False:
             break
+        if trip_count is None and running is not None:
+            ctx.unsupported("no trip count M and a condition computed at run time: the loop cannot be unrolled")
+        if iteration >= cap:
+            _check_unroll(ctx, body, trip_count if trip_count is not None else iteration + 1, "a loop")
         counter = ctx.const(np.array(iteration, dtype=np.int64))
         outputs = ctx.scope.import_graph(body, _bind(body, [counter, running or true, *carried]))
         if len(outputs) < 1 + len(carried):
@@ -124,8 +129,6 @@ def loop(ctx: ConvertContext) -> list[Value]:
         if running is not None and _known_flag(ctx, running) is True:
             running = None
         iteration += 1
-    if trip_count is None and (running is None or _known_flag(ctx, running) is not False):
-        ctx.unsupported(f"no trip count and the condition is still true after {iteration} iterations")
     body_outputs = list(body.output)[1 + len(carried):]
     return carried + [_stack_scan(ctx, [step[j] for step in scans], body_outputs[j], j)
                       for j in range(len(body_outputs))]

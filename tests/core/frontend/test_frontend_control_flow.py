@@ -198,3 +198,18 @@ def test_unsupported_ops_inside_bodies_are_listed_with_the_others():
     with pytest.raises(UnsupportedOpError) as info:
         import_onnx(model)
     assert info.value.ops == expected
+
+
+def test_a_while_loop_exported_with_an_unbounded_trip_count_stops_on_its_condition():
+    """torch exports `while i < 3` as M = INT64_MAX and a condition on the iteration number."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "x"], ["acc_out"]), _const("three", np.int64(3)), _const("one", np.int64(1)),
+         helper.make_node("Add", ["i", "one"], ["next_i"]), helper.make_node("Less", ["next_i", "three"], ["cond_out"])],
+        "body", [_value("i", I64, []), _value("cond_in", BOOL, []), _value("acc_in", F32, [3])],
+        [_value("cond_out", BOOL, []), _value("acc_out", F32, [3])])
+    nodes = [_const("trips", np.iinfo(np.int64).max), _const("true", np.array(True)),
+             helper.make_node("Loop", ["trips", "true", "acc0"], ["acc"], body=body)]
+    model = _model(nodes, [_value("acc0", F32, [3]), _value("x", F32, [3])], [_value("acc", F32, [3])])
+    rng = np.random.default_rng(5)
+    feeds = {"acc0": rng.standard_normal(3).astype(np.float32), "x": rng.standard_normal(3).astype(np.float32)}
+    _assert_same(KilnBackend.prepare(model), model, feeds)
