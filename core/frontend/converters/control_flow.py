@@ -1,18 +1,20 @@
 """If, Loop and Scan, imported inline: Kiln compiles static shapes, so control flow is resolved at import.
 
-- If with a condition known at compile time (a constant, or a graph input core.backend specializes
-  on) imports only the taken branch. With a condition computed at run time (silero VAD, torch
-  exports) both branches are imported and each output is selected with Where: both branches run, and
-  they must give the same types (shapes included). We chose this over compiling each branch as its
-  own function behind a run-time branch because the executor runs one straight-line kernel list with
-  one statically planned arena; select keeps every pass (fusion, memory planning, tuning) unchanged,
-  and data-dependent If in exported models are mostly cheap either/or computations.
+- If with a condition known at compile time (a constant, one computed from shapes, or a graph input
+  core.backend specializes on, like silero VAD's `sr`) imports only the taken branch. With a
+  condition computed from data, both branches are imported and each output is selected with Where:
+  both branches run, and they must give the same types (shapes included), else the op is reported
+  unsupported with the reason. We chose this over compiling each branch as its own function behind a
+  run-time branch because the executor runs one straight-line kernel list with one statically planned
+  arena: select keeps every pass (fusion, memory planning, tuning) unchanged, and data-dependent Ifs
+  in exported models are mostly cheap either/or computations. The cost: the untaken branch runs too.
 - Loop and Scan are unrolled: the body is imported once per iteration with the iteration number as a
   constant, so shapes may even change from one iteration to the next (a growing sequence). The trip
   count must be known at compile time (Scan: the scan axis; Loop: M, or a condition that becomes a
   constant false); a Loop condition computed at run time is honoured by masking: every iteration up
   to M runs and the loop-carried values keep their last value once it turns false (no scan outputs
-  then, as their length would depend on data). Unrolling is capped at MAX_UNROLLED_NODES body nodes.
+  then, as their length would depend on data). Unrolling is capped at MAX_UNROLLED_NODES body nodes;
+  beyond it the op is unsupported (there is no native loop in the generated code).
 """
 from __future__ import annotations
 
