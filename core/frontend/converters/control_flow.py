@@ -7,7 +7,9 @@
   unsupported with the reason. We chose this over compiling each branch as its own function behind a
   run-time branch because the executor runs one straight-line kernel list with one statically planned
   arena: select keeps every pass (fusion, memory planning, tuning) unchanged, and data-dependent Ifs
-  in exported models are mostly cheap either/or computations. The cost: the untaken branch runs too.
+  in exported models are mostly cheap either/or computations. The cost: the untaken branch runs too
+  (its out-of-range gathers are clamped, float errors are discarded by the select, but an integer
+  division by zero that the condition was guarding would still trap).
 - Loop and Scan are unrolled: the body is imported once per iteration with the iteration number as a
   constant, so shapes may even change from one iteration to the next (a growing sequence). The trip
   count must be known at compile time (Scan: the scan axis; Loop: M, or a condition that becomes a
