@@ -437,9 +437,16 @@ def lower(sch: Schedule, args: Sequence[Tensor], name: str, num_outputs: int = 1
     becomes a local buffer of its region inside its consumer's attach loop."""
     arg_ops = {id(t.op) for t in args}
     for stage in sch.stages:
-        if _computed_at(stage) and id(stage.op) in arg_ops:
+        if not _computed_at(stage):
+            continue
+        if id(stage.op) in arg_ops:
             raise ScheduleError(f"compute_at: {stage.op.name} is an argument of the kernel; only an "
                                 f"intermediate can be computed per tile into a local buffer")
+        parent = stage.attach[0]
+        if parent.inlined or parent.after_producer:
+            raise ScheduleError(f"compute_at: {parent.op.name}, where {stage.op.name} is computed, is "
+                                f"{'inlined' if parent.inlined else 'a reverse_compute_at epilogue'} "
+                                f"and has no loops of its own")
     low = _Lowering(sch, args)
     low.check_single_readers()
     body_parts = [low.stage_nest(s) for s in sch.stages if not s.inlined and s.attach is None]

@@ -624,6 +624,12 @@ def test_memory_primitives_misuse_raises_schedule_errors():
     sch[p].compute_at(sch[q], q.op.axis[1])
     with pytest.raises(ScheduleError, match="vectorized"):
         lower(sch, [a, q], "bad_vector")
+    s = te.compute((8, 8), lambda i, j: q[i, j] * 3.0, name="s")
+    sch = create_schedule(s)
+    sch[p].compute_at(sch[q], q.op.axis[0])
+    sch[q].compute_inline()  # after the attach: q has no loops left to hold p
+    with pytest.raises(ScheduleError, match="inlined"):
+        lower(sch, [a, s], "bad_inlined_parent")
 
 
 def test_matmul_template_exposes_the_unroll_pragma_as_a_knob():
