@@ -216,8 +216,12 @@ def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[st
             names.append(_bind_output(builder, values, names, name, value))
         if not is_structured(values[output.name]):
             values[output.name] = names[-1]
+    renamed: dict[str, str] = {}  # outputs may share one bound value, renamed by the first of them
     for name, bound in bounded:
-        names.append(_bind_output(builder, values, names, name, bound))
+        value = renamed.get(bound, bound)
+        names.append(_bind_output(builder, values, names, name, value))
+        if not builder.has_value(value):
+            renamed[bound] = names[-1]
     return names
 
 

@@ -1,4 +1,4 @@
-"""NonZero and Compress: results at an upper-bound size plus an int64 `[axis, length]` bound (see
+"""NonZero, Compress and Unique: results at an upper-bound size plus an int64 `[axis, length]` bound (see
 core/graph/op_defs/data_dependent.py). Both place each kept element by a prefix count: element i
 goes to position `number of kept elements before i`, found by reductions (O(n^2) along the scanned
 axis, no sequential loop), and the padding past the count is zero."""
@@ -90,3 +90,75 @@ def compress(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], ou
         return select(i[axis] < total(_i64(0)), x(*idx), zero)
 
     return [te.compute(shape, body, name="compress", tag="injective"), bound_of(axis, total, "compress")]
+
+
+@register_compute("Unique")
+def unique(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+    """Slices along `axis` (single elements for a flattened input) compared pairwise: `diff[k, i]` is
+    the first element where slices k and i differ (`width` when equal), which gives equality, the
+    lexicographic order, first occurrences and each slice's rank among the distinct ones."""
+    (x,) = require(inputs, 1, "Unique")
+    axis, keep_sorted = int(attrs["axis"]), bool(attrs["sorted"])
+    m = x.shape[axis]
+    rest = [d for a, d in enumerate(x.shape) if a != axis]
+    width = 1
+    for d in rest:
+        width *= d
+
+    def at(slice_: Expr, element: Expr) -> Expr:
+        idx = _unravel(element, rest)
+        idx.insert(axis, slice_)
+        return x(*idx)
+
+    def diff_body(k: Expr, i: Expr) -> Expr:
+        s = te.reduce_axis(width, "s")
+        return te.min(select(ne(at(k, s.var), at(i, s.var)), s.var, _i64(width)), [s])
+
+    diff = te.compute((m, m), diff_body, name="unique_diff", tag="reduce")
+
+    def first_body(i: Expr) -> Expr:
+        k = te.reduce_axis(m, "k")
+        return te.min(select(eq(diff(k.var, i), _i64(width)), k.var, _i64(m)), [k])
+
+    first_at = te.compute((m,), first_body, name="unique_first", tag="reduce")  # first equal slice
+
+    def is_first(i: Expr) -> Expr:
+        return eq(first_at(i), i)
+
+    def rank_body(i: Expr) -> Expr:
+        k = te.reduce_axis(m, "k")
+        if keep_sorted:
+            d = diff(k.var, i)
+            d_safe = select(d < _i64(width), d, _i64(0))
+            earlier = logical_and(d < _i64(width), at(k.var, d_safe) < at(i, d_safe))
+        else:
+            earlier = k.var < first_at(i)
+        return te.sum(cast("int64", logical_and(is_first(k.var), earlier)), [k])
+
+    rank = te.compute((m,), rank_body, name="unique_rank", tag="reduce")  # = inverse_indices
+
+    def source_body(j: Expr) -> Expr:
+        i = te.reduce_axis(m, "i")
+        return te.sum(select(logical_and(is_first(i.var), eq(rank(i.var), j)), i.var, _i64(0)), [i])
+
+    def total_body(_: Expr) -> Expr:
+        k = te.reduce_axis(m, "k")
+        return te.sum(cast("int64", is_first(k.var)), [k])
+
+    def counts_body(j: Expr) -> Expr:
+        i = te.reduce_axis(m, "i")
+        return te.sum(cast("int64", eq(rank(i.var), j)), [i])
+
+    source = te.compute((m,), source_body, name="unique_indices", tag="reduce")
+    total = te.compute((1,), total_body, name="unique_total", tag="reduce")
+    counts = te.compute((m,), counts_body, name="unique_counts", tag="reduce")
+    zero = typed_const(0, x.dtype)
+
+    def y_body(*p: Expr) -> Expr:
+        idx = list(p)
+        idx[axis] = source(p[axis])
+        return select(p[axis] < total(_i64(0)), x(*idx), zero)
+
+    y = te.compute(x.shape, y_body, name="unique", tag="injective")
+    inverse = te.compute((m,), lambda i: rank(i), name="unique_inverse", tag="injective")
+    return [y, source, inverse, counts, bound_of(axis, total, "unique"), bound_of(0, total, "unique_rows")]

@@ -1,4 +1,4 @@
-"""Ops with data-dependent output shapes (NonZero, Compress): each IR op also yields the
+"""Ops with data-dependent output shapes (NonZero, Compress, Unique): each IR op also yields the
 `[axis, length]` bound that the importer turns into the output `name::bound` for the runtime."""
 from __future__ import annotations
 
@@ -25,3 +25,18 @@ def compress(ctx: ConvertContext) -> str:
     else:
         axis = ctx.axis(ctx.attr("axis"), ctx.type_of(0).rank)
     return _bounded(ctx, "Compress", [x, ctx.input(1)], axis=axis)
+
+
+@converter("Unique", since_version=11)
+def unique(ctx: ConvertContext) -> list[str]:
+    x = ctx.input(0)
+    if ctx.attr("axis") is None:  # no axis: the distinct elements of the flattened input
+        x, axis = ctx.reshape(x, [ctx.type_of(0).numel]), 0
+    else:
+        axis = ctx.axis(ctx.attr("axis"), ctx.type_of(0).rank)
+    y, first, inverse, counts, y_bound, rows_bound = ctx.emit("Unique", [x], 6, axis=axis,
+                                                              sorted=int(ctx.attr("sorted", 1)))
+    ctx.builder.bound_value(y, y_bound)
+    ctx.builder.bound_value(first, rows_bound)
+    ctx.builder.bound_value(counts, rows_bound)
+    return [y, first, inverse, counts][:max(1, len(ctx.node.output))]

@@ -1,4 +1,4 @@
-"""Ops whose output size depends on the data (NonZero, Compress). Kiln compiles static shapes, so
+"""Ops whose output size depends on the data (NonZero, Compress, Unique). Kiln compiles static shapes, so
 each writes its result into an upper-bound-sized output, padded with zeros, and a second int64
 output `[axis, length]` saying how much of it is valid; the runtime trims graph outputs by it
 (core.runtime.loader.trim_bounded) and the importer refuses such values as inputs of other ops."""
@@ -60,3 +60,33 @@ def _compress(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
         raise ShapeError(f"Compress: condition {condition} must be 1-D")
     length = compress_length(x, condition, axis)
     return [TensorType(tuple(length if a == axis else d for a, d in enumerate(x.shape)), x.dtype), BOUND]
+
+
+def _unique_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    x, axis, keep_sorted = inputs[0], attrs["axis"], attrs["sorted"]
+    slices = np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+    _, first, inverse, counts = np.unique(slices, axis=0, return_index=True, return_inverse=True,
+                                          return_counts=True)
+    inverse = inverse.reshape(-1)
+    if not keep_sorted:  # number the distinct slices by first occurrence instead of by value
+        order = np.argsort(first, kind="stable")
+        renumber = np.empty_like(order)
+        renumber[order] = np.arange(order.size)
+        first, counts, inverse = first[order], counts[order], renumber[inverse]
+    m, found = x.shape[axis], first.size
+    y = np.take(x, first, axis=axis)
+    as_i64 = lambda a: padded(a.astype(np.int64), 0, m)  # noqa: E731
+    return [padded(y, axis, m), as_i64(first), inverse.astype(np.int64), as_i64(counts),
+            np.array([axis, found], np.int64), np.array([0, found], np.int64)]
+
+
+@register_op("Unique", Pattern.OPAQUE, fold=_unique_fold)
+def _unique(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    """Outputs: Y, indices, inverse_indices, counts, Y's bound, and the bound of indices and counts."""
+    expect_arity("Unique", types, 1)
+    x = types[0]
+    axis = expect_axis("Unique", attrs.get("axis"), x.rank)
+    if attrs.get("sorted") not in (0, 1):
+        raise ShapeError(f"Unique: sorted must be 0 or 1, got {attrs.get('sorted')!r}")
+    per_slice = TensorType((x.shape[axis],), "int64")
+    return [x, per_slice, per_slice, per_slice, BOUND, BOUND]

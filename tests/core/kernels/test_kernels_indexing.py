@@ -205,3 +205,14 @@ def test_trim_bounded_keeps_the_valid_part_along_the_axis():
     assert set(out) == {"y", "z"}
     np.testing.assert_array_equal(out["y"], padded[:, :2])
     np.testing.assert_array_equal(out["z"], padded)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("keep_sorted", [0, 1])
+def test_unique_all_outputs(axis, keep_sorted):
+    x = RNG.integers(0, 3, (4, 3)).astype(np.float32)
+    x[2] = x[0]  # a repeated row and column for the axis cases
+    x[:, 2] = x[:, 1]
+    attrs = {"sorted": keep_sorted} if axis is None else {"sorted": keep_sorted, "axis": axis}
+    check(helper.make_node("Unique", ["x"], ["y", "indices", "inverse", "counts"], **attrs), {"x": x},
+          {"y": F32, "indices": I64, "inverse": I64, "counts": I64}, opset=11)
