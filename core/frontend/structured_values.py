@@ -6,7 +6,9 @@ an optional holds a value are known at compile time. A sequence is then simply a
 values; there is no sequence type in the graph IR and no run-time list object. At the model boundary
 a sequence input `x` of n tensors becomes the tensor inputs `x::0` ... `x::{n-1}` (core.backend
 rewrites the model that way, once per structure), and a sequence output `y` becomes the tensor
-outputs `y::0` ... (an empty one: no outputs; the caller rebuilds the list from the names).
+outputs `y::0` ... (an empty one: no outputs; the caller rebuilds the list from the names). An
+optional input holding a tensor is fed as `x::0` (one holding a sequence as its elements); an optional
+output is its content under the same naming (a tensor keeps the name `y`), and an empty one is absent.
 """
 from __future__ import annotations
 
