@@ -43,41 +43,48 @@ def bf16_to_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 
 # ---------------------------------------------------------------- float8 / float4 / e8m0
 
-def _decode_table(dtype: str) -> list[float]:
+def _formula_bits(fmt: MiniFloat, codes: np.ndarray) -> np.ndarray:
+    """The float32 bits minifloat_from_bits computes arithmetically (numpy mirror of the IR below)."""
+    c = codes.astype(np.uint32)
+    e = (c >> fmt.mant_bits) & ((1 << fmt.exp_bits) - 1)
+    m = c & ((1 << fmt.mant_bits) - 1)
+    normal = ((e + 127 - fmt.bias) << 23) | (m << (23 - fmt.mant_bits))
+    sub = (m.astype(np.float32) * np.float32(2.0 ** (1 - fmt.bias - fmt.mant_bits))).view(np.uint32)
+    out = np.where(e == 0, sub, normal).astype(np.uint32)
+    if fmt.signed:
+        out |= ((c >> (fmt.bits - 1)) & 1) << 31
+    return out
+
+
+def _exceptions(dtype: str) -> list[tuple[int, int]]:
+    """(code, float32 bits) where the format's formula is not the value: inf and NaN patterns, fnuz's
+    NaN in the place of -0, e8m0's 2^-127 at code 0. Derived from ml_dtypes, so decoding stays exact."""
     fmt = MINIFLOATS[dtype]
     codes = np.arange(1 << fmt.bits, dtype=np.uint8)
-    return [float(v) for v in codes.view(np.dtype(dtype)).astype(np.float32)]
-
-
-def _table(module: ir.Module, dtype: str) -> ir.GlobalVariable:
-    name = f"kiln.decode.{dtype}"
-    table = module.globals.get(name)
-    if table is None:
-        values = _decode_table(dtype)
-        ty = ir.ArrayType(F32, len(values))
-        table = ir.GlobalVariable(module, ty, name)
-        table.initializer = ir.Constant(ty, values)
-        table.global_constant = True
-        table.linkage = "internal"
-        table.align = 64
-    return table
+    truth = codes.view(np.dtype(dtype)).astype(np.float32).view(np.uint32)
+    computed = _formula_bits(fmt, codes)
+    return [(int(c), int(t)) for c, t, f in zip(codes, truth, computed) if t != f]
 
 
 def minifloat_from_bits(b: ir.IRBuilder, dtype: str, bits: ir.Value) -> ir.Value:
-    """Bit pattern (i8, low bits) -> float, through a per-format table of every value (exact, branch-free)."""
+    """Bit pattern (i8, low bits) -> float: exponent re-biased and mantissa shifted in the integer domain,
+    subnormals scaled by the format's smallest step, the few special patterns selected; vectorizes."""
     fmt = MINIFLOATS[dtype]
     lanes = lanes_of(bits)
-    table = _table(b.module, dtype)
-    index = b.zext(b.and_(bits, _ic(bits.type, (1 << fmt.bits) - 1)), with_lanes(I32, lanes))
-    if lanes == 1:
-        return b.load(b.gep(table, [ir.Constant(I32, 0), index], inbounds=True), typ=F32)
-    # llvmlite's gep takes no vector index: one table load per lane (LLVM may still form a gather).
-    out: ir.Value = ir.Constant(ir.VectorType(F32, lanes), ir.Undefined)
-    for lane in range(lanes):
-        at = ir.Constant(I32, lane)
-        ptr = b.gep(table, [ir.Constant(I32, 0), b.extract_element(index, at)], inbounds=True)
-        out = b.insert_element(out, b.load(ptr, typ=F32), at)
-    return out
+    i32, f32 = with_lanes(I32, lanes), with_lanes(F32, lanes)
+    c = b.zext(b.and_(bits, _ic(bits.type, (1 << fmt.bits) - 1)), i32)
+    e = b.and_(b.lshr(c, _ic(i32, fmt.mant_bits)), _ic(i32, (1 << fmt.exp_bits) - 1))
+    m = b.and_(c, _ic(i32, (1 << fmt.mant_bits) - 1))
+    normal = b.or_(b.shl(b.add(e, _ic(i32, 127 - fmt.bias)), _ic(i32, 23)), b.shl(m, _ic(i32, 23 - fmt.mant_bits)))
+    step = _fc(f32, 2.0 ** (1 - fmt.bias - fmt.mant_bits))
+    sub = b.bitcast(b.fmul(b.uitofp(m, f32), step), i32)
+    out = b.select(b.icmp_unsigned("==", e, _ic(i32, 0)), sub, normal)
+    if fmt.signed:
+        sign = b.and_(b.lshr(c, _ic(i32, fmt.bits - 1)), _ic(i32, 1))
+        out = b.or_(out, b.shl(sign, _ic(i32, 31)))
+    for code, value in _exceptions(dtype):
+        out = b.select(b.icmp_unsigned("==", c, _ic(i32, code)), _ic(i32, value - (1 << 32) if value >= 1 << 31 else value), out)
+    return b.bitcast(out, f32)
 
 
 def minifloat_to_bits(b: ir.IRBuilder, dtype: str, v: ir.Value) -> ir.Value:
