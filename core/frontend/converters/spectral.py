@@ -1,9 +1,10 @@
-"""DFT and STFT as matrix products: the transform of a fixed length is linear in the (real, imag)
+"""DFT and STFT as matrix products (and the window functions, constants of their size): the transform of a fixed length is linear in the (real, imag)
 input, so its real matrix is built at import time (numpy's FFT applied to basis vectors, as ONNX's
 reference computes) and the signal is multiplied by it on the MatMul kernel."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from .registry import ConvertContext, converter
 
@@ -77,3 +78,54 @@ def dft_17(ctx: ConvertContext) -> str:
 def dft(ctx: ConvertContext) -> str:
     axis = int(ctx.constant(2, "axis").reshape(-1)[0]) if ctx.has_input(2) else -2
     return _dft(ctx, axis)
+
+
+@converter("STFT", since_version=17)
+def stft(ctx: ConvertContext) -> str:
+    x = ctx.type_of(0)  # [batch, length, 1 or 2]
+    if x.rank != 3 or x.shape[-1] not in (1, 2):
+        ctx.fail(f"expects a [batch, length, 1 or 2] signal, got {x}")
+    step = int(ctx.constant(1, "frame_step").reshape(-1)[0])
+    window = ctx.input(2) if ctx.has_input(2) else None
+    length = int(ctx.constant(3, "frame_length").reshape(-1)[0]) if ctx.has_input(3) else None
+    if length is None:
+        length = ctx.shape(2)[0] if window is not None else x.shape[1]
+    if window is not None and ctx.shape(2) != (length,):
+        ctx.unsupported(f"STFT window of {ctx.shape(2)} with frame_length {length}")
+    if step < 1 or not 1 <= length <= x.shape[1]:
+        ctx.fail(f"frame_step {step} and frame_length {length} do not fit a signal of {x.shape[1]}")
+    frames = 1 + (x.shape[1] - length) // step
+    starts = np.arange(frames)[:, None] * step + np.arange(length)[None, :]
+    y = ctx.emit1("Gather", [ctx.input(0), ctx.const(starts)], axis=1)  # [batch, frames, length, c]
+    if window is not None:
+        y = ctx.emit1("Mul", [y, ctx.reshape(window, [length, 1])])
+    matrix = transform_matrix(length, x.shape[-1], length, False, bool(ctx.attr("onesided", 1)))
+    return _apply_along(ctx, y, 2, matrix, 2)
+
+
+def _window_positions(ctx: ConvertContext) -> tuple[np.ndarray, int]:
+    size = int(ctx.constant(0, "size").reshape(-1)[0])
+    if size < 1:
+        ctx.fail(f"size {size} must be positive")
+    periodic = int(ctx.attr("periodic", 1))
+    return np.arange(size, dtype=np.float64), size if periodic else size - 1
+
+
+WINDOWS = {
+    "HannWindow": lambda n, span: np.sin(n * np.pi / span) ** 2,
+    "HammingWindow": lambda n, span: 25.0 / 46.0 - (21.0 / 46.0) * np.cos(n * np.pi * 2 / span),
+    "BlackmanWindow": lambda n, span: 0.42 - 0.5 * np.cos(n * np.pi * 2 / span) + 0.08 * np.cos(n * np.pi * 4 / span),
+}
+
+
+def _register_window(op: str) -> None:
+    @converter(op, since_version=17)
+    def window(ctx: ConvertContext) -> str:
+        n, span = _window_positions(ctx)
+        values = WINDOWS[op](n, span) if span > 0 else np.ones(1)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(int(ctx.attr("output_datatype", onnx.TensorProto.FLOAT)))
+        return ctx.const(values.astype(dtype))
+
+
+for _op in WINDOWS:
+    _register_window(_op)

@@ -33,3 +33,19 @@ def test_transform_matrix_is_numpys_fft():
     flat = np.stack([x.real, x.imag], axis=-1).reshape(5, 14)
     got = (flat @ transform_matrix(7, 2, 7, False, False)).reshape(5, 7, 2)
     np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], np.fft.fft(x, axis=1), atol=1e-12)
+
+
+@pytest.mark.parametrize("onesided", [0, 1])
+def test_stft_with_window_matches_ort(onesided):
+    signal = rng.standard_normal((2, 40, 1)).astype(np.float32)
+    window = np.hanning(12).astype(np.float32)
+    node = helper.make_node("STFT", ["signal", "step", "window", "length"], ["y"], onesided=onesided)
+    constants = {"step": np.array(5, np.int64), "length": np.array(12, np.int64)}
+    assert_kiln_matches_ort(node, {"signal": signal, "window": window}, constants, opset=17, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+def test_window_functions_match_ort(op, periodic):
+    node = helper.make_node(op, ["size"], ["y"], periodic=periodic)
+    assert_kiln_matches_ort(node, {}, {"size": np.array(10, np.int64)}, opset=17, atol=1e-6)
