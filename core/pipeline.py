@@ -22,6 +22,7 @@ from .frontend import import_onnx
 from .graph.ir import Graph
 from .graph.passes.alter_layout import layout_target
 from .graph.passes.manager import LEVELS, optimize
+from .narrow_dtypes import NARROW_DTYPES
 from .report import SCHEMA_VERSION
 from .runtime.header import render_header
 from .target import Target, get_target
@@ -121,7 +122,12 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     kernel_times: dict[str, float] = {}
     nthreads = threads or tgt.num_cores
     session = None
-    if tgt.runs_on_host() and (validate or benchmark):
+    # ONNX Runtime's Python API takes and returns numpy's own dtypes only, not ml_dtypes' float8/int4/...
+    unexchangeable = sorted({graph.type_of(n).dtype for n in (*graph.inputs, *graph.outputs)} & NARROW_DTYPES)
+    if tgt.runs_on_host() and (validate or benchmark) and unexchangeable:
+        reason = f"ONNX Runtime's Python API cannot exchange {', '.join(unexchangeable)} tensors"
+        validation, latency = {"skipped": reason}, {"skipped": reason}
+    elif tgt.runs_on_host() and (validate or benchmark):
         try:
             session = onnxruntime_session(data, nthreads)
         except Exception as err:  # ORT has no kernel for what Kiln compiled (e.g. bfloat16 Mul): nothing to compare to

@@ -48,8 +48,8 @@ def _reference(x: np.ndarray, model: onnx.ModelProto) -> tuple[np.ndarray, np.nd
 def test_bfloat16_float8_int4_artifact_loads_and_runs(tmp_path):
     model = _model()
     artifact = core.compile(model, "native", 3, None, validate=True, benchmark=False)
-    # ONNX Runtime has no bfloat16 Mul: validation says so instead of failing the compile.
-    assert "ONNX Runtime cannot run this model" in artifact.report["validation"]["skipped"]
+    # ORT's Python API takes no ml_dtypes arrays: validation says so instead of failing the compile.
+    assert "cannot exchange bfloat16, float8_e4m3fn tensors" in artifact.report["validation"]["skipped"]
     path = artifact.save(tmp_path / "narrow.tar.gz")
     x = (np.arange(12, dtype=np.float32).reshape(3, 4) * 1.37 - 5).astype(ml_dtypes.bfloat16)
     with core.runtime.load(str(path)) as module:
@@ -87,3 +87,20 @@ def test_random_inputs_without_ml_dtypes_keep_sub_byte_values_in_range(monkeypat
     feeds = module.random_inputs(seed=1)
     assert feeds["a"].dtype == np.uint8 and feeds["a"].max() <= 3
     assert feeds["b"].dtype == np.uint8 and feeds["b"].max() <= 15
+
+
+def test_compile_reports_validation_skipped_when_onnxruntime_lacks_the_kernel():
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.BFLOAT16), helper.make_node("Mul", ["h", "h"], ["p"]),
+             helper.make_node("Cast", ["p"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "bf16_inside", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])])
+    opsets = [helper.make_opsetid("", 17)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
+    artifact = core.compile(model, "native", 3, None, validate=True, benchmark=False)
+    assert "ONNX Runtime cannot run this model" in artifact.report["validation"]["skipped"]  # no bfloat16 Mul in ORT
+    x = np.linspace(-3, 3, 8, dtype=np.float32)
+    with artifact.load() as module:
+        y = module.run({"x": x})["y"]
+    xb = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(y, (xb * xb).astype(ml_dtypes.bfloat16).astype(np.float32))
