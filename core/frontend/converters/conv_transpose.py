@@ -129,22 +129,33 @@ def conv_transpose(ctx: ConvertContext) -> str:
         x, w = lift_1d(ctx, x), lift_1d(ctx, w)
         sizes, kernel, strides, dilations, begins, out = ([1] + sizes, [1] + kernel, [1] + strides,
                                                           [1] + dilations, [0] + begins, [1] + out)
+    bias = ctx.input(2) if ctx.has_input(2) else None
+    y = transposed_conv_2d(ctx, x, w, bias, group, sizes, kernel, strides, dilations, begins, out)
+    return ctx.reshape(y, [x_type.shape[0], group * mg] + out[1:]) if spatial == 1 else y
+
+
+def transposed_conv_2d(ctx: ConvertContext, x: str, w: str, bias: str | None, group: int, sizes: list[int],
+                       kernel: list[int], strides: list[int], dilations: list[int], begins: list[int],
+                       out: list[int]) -> str:
+    """The 2-D transposed conv of NCHW x by W [C, Mg, kh, kw] onto `out` rows x columns, `begins` cropped
+    in front: one Conv over the stride phases, interleaved and cropped."""
+    n, c = ctx.builder.type_of(x).shape[:2]
+    mg = ctx.builder.type_of(w).shape[1]
     axes = [phase_axis(sizes[a], kernel[a], strides[a], dilations[a], begins[a], out[a]) for a in range(2)]
     weights = _phase_weights(ctx, w, (c, mg) + tuple(kernel), group, axes, dilations)
     inputs = [x, weights]
     phases = strides[0] * strides[1]
-    if ctx.has_input(2):
-        inputs.append(ctx.emit1("Gather", [ctx.input(2), ctx.const(np.repeat(np.arange(group * mg), phases))], axis=0))
+    if bias is not None:
+        inputs.append(ctx.emit1("Gather", [bias, ctx.const(np.repeat(np.arange(group * mg), phases))], axis=0))
     pads = (axes[0].pad_begin, axes[1].pad_begin, axes[0].pad_end, axes[1].pad_end)
     y = ctx.emit1("Conv", inputs, strides=(1, 1), pads=pads, dilations=(1, 1), group=group)
-    n, m = x_type.shape[0], group * mg
+    m = group * mg
     rows = [a.rows for a in axes]
     if phases > 1:
         y = ctx.reshape(y, [n, m, strides[0], strides[1]] + rows)
         y = ctx.emit1("Transpose", [y], perm=(0, 1, 4, 2, 5, 3))
         y = ctx.reshape(y, [n, m, rows[0] * strides[0], rows[1] * strides[1]])
-    y = _crop(ctx, y, [a.crop for a in axes], [a.size for a in axes])
-    return ctx.reshape(y, [n, m] + out[1:]) if spatial == 1 else y
+    return _crop(ctx, y, [a.crop for a in axes], [a.size for a in axes])
 
 
 def _crop(ctx: ConvertContext, y: str, starts: list[int], sizes: list[int]) -> str:
@@ -153,3 +164,29 @@ def _crop(ctx: ConvertContext, y: str, starts: list[int], sizes: list[int]) -> s
     if all(s == 0 for s in starts) and tuple(sizes) == shape[2:]:
         return y
     return ctx.emit1("Slice", [y], starts=(0, 0) + tuple(starts), steps=(1, 1, 1, 1), sizes=shape[:2] + tuple(sizes))
+
+
+@converter("Col2Im", since_version=18)
+def col2im(ctx: ConvertContext) -> str:
+    """Col2Im is the transposed conv whose weights put block element k of channel c back at offset k:
+    one-hot weights [C * B, 1, *block] with one group per channel (folded at import)."""
+    x = ctx.type_of(0)  # [N, C * prod(block), L]
+    image = [int(v) for v in ctx.constant(1, "image_shape").reshape(-1)]
+    block = [int(v) for v in ctx.constant(2, "block_shape").reshape(-1)]
+    if len(image) != 2 or len(block) != 2:
+        ctx.unsupported(f"Col2Im of a {len(image)}-D image (2-D only)")
+    blocks = block[0] * block[1]
+    if x.rank != 3 or x.shape[1] % blocks:
+        ctx.fail(f"input {x} does not hold blocks of {block}")
+    strides = [int(v) for v in ctx.attr("strides", [1, 1])]
+    dilations = [int(v) for v in ctx.attr("dilations", [1, 1])]
+    pads = [int(v) for v in ctx.attr("pads", [0, 0, 0, 0])]
+    counts = [(image[a] + pads[a] + pads[a + 2] - (block[a] - 1) * dilations[a] - 1) // strides[a] + 1
+              for a in range(2)]
+    if counts[0] * counts[1] != x.shape[2]:
+        ctx.fail(f"{x.shape[2]} blocks do not tile image {image} (expected {counts[0]} x {counts[1]})")
+    channels = x.shape[1] // blocks
+    one_hot = np.tile(np.eye(blocks, dtype=x.dtype).reshape(blocks, 1, *block), (channels, 1, 1, 1))
+    cols = ctx.reshape(ctx.input(0), [x.shape[0], x.shape[1]] + counts)
+    return transposed_conv_2d(ctx, cols, ctx.const(one_hot), None, channels, counts, block, strides, dilations,
+                              pads[:2], image)

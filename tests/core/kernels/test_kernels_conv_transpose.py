@@ -41,3 +41,17 @@ def test_phases_cover_the_output_window():
         axis = phase_axis(size_in, kernel, stride, dilation, pad, out)
         assert axis.crop + axis.size <= axis.rows * stride
         assert axis.pad_begin >= 0 and axis.pad_end >= 0
+
+
+@pytest.mark.parametrize("image,block,attrs", [
+    ([5, 6], [2, 3], {}),
+    ([7, 6], [3, 2], {"strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
+])
+def test_col2im_matches_ort(image, block, attrs):
+    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    counts = [(image[a] + pads[a] + pads[a + 2] - (block[a] - 1) * dilations[a] - 1) // strides[a] + 1 for a in range(2)]
+    x = rng.standard_normal((2, 3 * block[0] * block[1], counts[0] * counts[1])).astype(np.float32)
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], **attrs)
+    constants = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
+    assert_kiln_matches_ort(node, {"x": x}, constants, opset=18)
