@@ -16,7 +16,7 @@ from ..tir.simplify import simplify, simplify_stmt
 from ..tir.stmt import Allocate, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
-from .tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
+from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 
 
 def flat_index(shape: Sequence[int], indices: Sequence[Expr]) -> Expr:
@@ -185,6 +185,8 @@ class _Lowering:
                 return IfThenElse(inside, self.stage_nest(stage, region, buf, edge=False),
                                   self.stage_nest(stage, region, buf, edge=True))
         buf = buf if buf is not None else self.buffers[id(op)]
+        if isinstance(op, ExternOp):  # a hand-written loop program over its input buffers
+            return op.build([self.buffers[id(t.op)] for t in op.inputs], buf)
         leaves = stage.leaf_iter_vars
         ext = _leaf_extents(stage, region)
         values: dict[IterVar, Expr] = {iv: iv.var for iv in leaves}

@@ -84,6 +84,20 @@ class ComputeOp:
         return list(seen.values())
 
 
+@dataclass(eq=False)
+class ExternOp(ComputeOp):
+    """A stage whose loop program is written by hand, for sequential algorithms a compute rule
+    cannot state (greedy NonMaxSuppression): `build(input buffers, output buffer) -> Stmt`. It has
+    no axes to schedule; lowering calls `build` where the stage's loop nest would go."""
+
+    inputs: tuple["Tensor", ...] = ()
+    build: Optional[Callable] = None
+
+    @property
+    def input_tensors(self) -> list["Tensor"]:
+        return list(self.inputs)
+
+
 Operation = Union[PlaceholderOp, ComputeOp]
 
 
@@ -189,6 +203,14 @@ def compute(shape: Sequence[int], fcompute: Callable[..., ExprLike], name: str =
     if _contains_nested_reduce(body):
         raise ScheduleError(f"compute {name}: a Reduce may only appear at the top of the body")
     return Tensor(ComputeOp(name, shape, body.dtype, axis, body, tag, dict(attrs or {})))
+
+
+def extern(shape: Sequence[int], inputs: Sequence["Tensor"], build: Callable, dtype: str, name: str = "extern",
+           tag: str = "extern") -> Tensor:
+    """A tensor computed by `build(input buffers, output buffer) -> Stmt` (see ExternOp)."""
+    op = ExternOp(name, tuple(int(d) for d in shape), np.dtype(dtype).name, (), const(0, dtype), tag, {},
+                  tuple(inputs), build)
+    return Tensor(op)
 
 
 def _contains_nested_reduce(body: Expr) -> bool:

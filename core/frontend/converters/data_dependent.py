@@ -1,5 +1,5 @@
-"""Ops with data-dependent output shapes (NonZero, Compress, Unique): each IR op also yields the
-`[axis, length]` bound that the importer turns into the output `name::bound` for the runtime."""
+"""Ops with data-dependent output shapes (NonZero, Compress, Unique, NonMaxSuppression): each IR op
+also yields the `[axis, length]` bound that the importer turns into the output `name::bound`."""
 from __future__ import annotations
 
 from .registry import ConvertContext, converter
@@ -40,3 +40,19 @@ def unique(ctx: ConvertContext) -> list[str]:
     ctx.builder.bound_value(first, rows_bound)
     ctx.builder.bound_value(counts, rows_bound)
     return [y, first, inverse, counts][:max(1, len(ctx.node.output))]
+
+
+@converter("NonMaxSuppression", since_version=10)
+def non_max_suppression(ctx: ConvertContext) -> str:
+    def scalar(index: int, what: str):
+        value = ctx.optional_constant(index, what)
+        return None if value is None or value.size == 0 else value.reshape(-1)[0]
+
+    max_output = scalar(2, "max_output_boxes_per_class")
+    iou = scalar(3, "iou_threshold")
+    score = scalar(4, "score_threshold")
+    return _bounded(ctx, "NonMaxSuppression", [ctx.input(0), ctx.input(1)],
+                    center_point_box=int(ctx.attr("center_point_box", 0)),
+                    max_output=max(0, int(max_output)) if max_output is not None else 0,
+                    iou_threshold=float(iou) if iou is not None else 0.0,
+                    score_threshold=None if score is None else float(score))

@@ -1,7 +1,8 @@
-"""Ops whose output size depends on the data (NonZero, Compress, Unique). Kiln compiles static shapes, so
-each writes its result into an upper-bound-sized output, padded with zeros, and a second int64
-output `[axis, length]` saying how much of it is valid; the runtime trims graph outputs by it
-(core.runtime.loader.trim_bounded) and the importer refuses such values as inputs of other ops."""
+"""Ops whose output size depends on the data (NonZero, Compress, Unique, NonMaxSuppression).
+Kiln compiles static shapes, so each writes its result into an upper-bound-sized output, padded
+with zeros, and a second int64 output `[axis, length]` saying how much of it is valid; the runtime
+trims graph outputs by it (core.runtime.loader.trim_bounded) and the importer refuses such values
+as inputs of other ops."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -90,3 +91,59 @@ def _unique(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
         raise ShapeError(f"Unique: sorted must be 0 or 1, got {attrs.get('sorted')!r}")
     per_slice = TensorType((x.shape[axis],), "int64")
     return [x, per_slice, per_slice, per_slice, BOUND, BOUND]
+
+
+def nms_rows(batches: int, classes: int, boxes: int, max_output: int) -> int:
+    """The upper bound on selections (at least one row, so that the buffer is never empty)."""
+    return max(1, batches * classes * min(max_output, boxes))
+
+
+def _corners(box: np.ndarray, center: bool) -> tuple[float, float, float, float]:
+    if center:
+        return box[0] - box[2] / 2, box[0] + box[2] / 2, box[1] - box[3] / 2, box[1] + box[3] / 2
+    return min(box[1], box[3]), max(box[1], box[3]), min(box[0], box[2]), max(box[0], box[2])
+
+
+def _suppresses(a: np.ndarray, b: np.ndarray, center: bool, threshold: float) -> bool:
+    ax0, ax1, ay0, ay1 = _corners(a, center)
+    bx0, bx1, by0, by1 = _corners(b, center)
+    ix, iy = min(ax1, bx1) - max(ax0, bx0), min(ay1, by1) - max(ay0, by0)
+    inter = ix * iy
+    area_a, area_b = (ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0)
+    union = area_a + area_b - inter
+    return bool(ix > 0 and iy > 0 and inter > 0 and area_a > 0 and area_b > 0 and union > 0
+                and inter / union > threshold)
+
+
+def _nms_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    boxes, scores = inputs
+    batches, classes, n = scores.shape
+    keep, center = min(attrs["max_output"], n), bool(attrs["center_point_box"])
+    threshold = attrs.get("score_threshold")
+    found = []
+    for b in range(batches):
+        for c in range(classes):
+            order = sorted(range(n), key=lambda i: (-scores[b, c, i], i))
+            kept: list[int] = []
+            for i in order:
+                if len(kept) >= keep or (threshold is not None and not scores[b, c, i] > threshold):
+                    continue
+                if not any(_suppresses(boxes[b, i], boxes[b, j], center, attrs["iou_threshold"]) for j in kept):
+                    kept.append(i)
+                    found.append((b, c, i))
+    rows = nms_rows(batches, classes, n, attrs["max_output"])
+    selected = np.array(found, np.int64).reshape(-1, 3)
+    return [padded(selected, 0, rows), np.array([0, len(found)], np.int64)]
+
+
+@register_op("NonMaxSuppression", Pattern.OPAQUE, fold=_nms_fold)
+def _nms(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    expect_arity("NonMaxSuppression", types, 2)
+    boxes, scores = types
+    if boxes.rank != 3 or scores.rank != 3 or boxes.shape[2] != 4 or boxes.shape[0] != scores.shape[0] \
+            or boxes.shape[1] != scores.shape[2]:
+        raise ShapeError(f"NonMaxSuppression: boxes {boxes} must be [B, N, 4] and scores {scores} [B, C, N]")
+    if not isinstance(attrs.get("max_output"), int) or attrs["max_output"] < 0:
+        raise ShapeError(f"NonMaxSuppression: max_output must be a non-negative int, got {attrs.get('max_output')!r}")
+    batches, classes, n = scores.shape
+    return [TensorType((nms_rows(batches, classes, n, attrs["max_output"]), 3), "int64"), BOUND]

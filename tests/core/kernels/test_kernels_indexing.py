@@ -216,3 +216,22 @@ def test_unique_all_outputs(axis, keep_sorted):
     attrs = {"sorted": keep_sorted} if axis is None else {"sorted": keep_sorted, "axis": axis}
     check(helper.make_node("Unique", ["x"], ["y", "indices", "inverse", "counts"], **attrs), {"x": x},
           {"y": F32, "indices": I64, "inverse": I64, "counts": I64}, opset=11)
+
+
+@pytest.mark.parametrize("center,score_threshold,max_output", [(0, None, 3), (1, 0.3, 2), (0, 0.5, 10), (0, None, 0)])
+def test_non_max_suppression(center, score_threshold, max_output):
+    rng = np.random.default_rng(1)
+    corners = rng.uniform(0, 4, (2, 8, 2, 2)).astype(np.float32)  # overlapping boxes, corners in any order
+    boxes = corners.reshape(2, 8, 4)
+    if center:
+        boxes[..., 2:] = np.abs(boxes[..., 2:])  # width and height
+    scores = rng.uniform(0, 1, (2, 3, 8)).astype(np.float32)
+    scores[0, 0, 5] = scores[0, 0, 2]  # a tie: the lower index goes first
+    inputs = {"boxes": boxes, "scores": scores, "max_output": np.array([max_output], np.int64),
+              "iou": np.array([0.4], np.float32)}
+    names = ["boxes", "scores", "max_output", "iou"]
+    if score_threshold is not None:
+        inputs["score"] = np.array([score_threshold], np.float32)
+        names.append("score")
+    check(helper.make_node("NonMaxSuppression", names, ["selected"], center_point_box=center), inputs,
+          {"selected": I64}, opset=11)
