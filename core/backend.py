@@ -23,6 +23,7 @@ _PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "Clip": (1, 2), "Unsqueeze": (1,), "Squeeze": (1,), "Dropout": (1, 2), "ConstantOfShape": (0,),
     "Range": (0, 1, 2), "Expand": (1,), "Tile": (1,), "TopK": (1,), "OneHot": (1,), "Resize": (1, 2, 3),
     "Upsample": (1,), "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "CenterCropPad": (1,),
+    "NonMaxSuppression": (2, 3, 4),
 }
 
 # Control flow and sequences: a Loop's trip count, sequence positions and split sizes.
