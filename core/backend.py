@@ -130,9 +130,10 @@ class KilnBackendRep(BackendRep):
         if () in self._compiled:
             module = self._compiled[()][1]
         else:
-            layouts = {n: layout_of(self._structured[n], feeds[n], n) for n in feeds if n in self._structured}
+            layouts = {n: layout_of(t, feeds.get(n), n) for n, t in self._structured.items()
+                       if n in feeds or t.HasField("optional_type")}  # an optional left out is empty
             for name, layout in layouts.items():
-                feeds.update(flat_feeds(name, layout, feeds.pop(name)))
+                feeds.update(flat_feeds(name, layout, feeds.pop(name, None)))
             params = {n: np.array(v) for n, v in feeds.items() if n in self._parameters}
             feeds = {n: v for n, v in feeds.items() if n not in self._parameters}
             shapes = {n: tuple(np.shape(v)) for n, v in feeds.items()}
