@@ -30,8 +30,8 @@ _PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
 _PARAMETER_INPUTS.update({"Loop": (0,), "SequenceInsert": (2,), "SequenceErase": (1,), "SplitToSequence": (1,)})
 _PARAMETER_INPUTS.update({"AffineGrid": (1,), "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "MaxUnpool": (2,),
                           "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,)})  # spatial ops
-# Selectors (conditions, a SequenceAt position): a graph input that feeds one directly, or a scalar one
-# it is computed from (silero VAD's `sr`, a flag), is a parameter; data tensors never are (a selector
+# Selectors (conditions, a SequenceAt position): a graph input that feeds one directly, or an integer
+# scalar it is computed from (silero VAD's `sr`, a flag), is a parameter; data never is (a selector
 # computed from data is applied at run time by the importer instead of compiling once per input value).
 _SELECTOR_INPUTS: dict[str, tuple[int, ...]] = {"If": (0,), "Loop": (1,), "SequenceAt": (1,)}
 # Ops whose outputs depend only on their input's shape: a shape computed through them does not make
@@ -65,7 +65,12 @@ def _parameter_inputs(model: onnx.ModelProto, inputs: Sequence[str]) -> set[str]
 
 
 def _declared_scalar(value: onnx.ValueInfoProto) -> bool:
-    return _declared_static(value) and all(d.dim_value == 1 for d in value.type.tensor_type.shape.dim)
+    """An integer or bool one-element input: a setting (a sample rate, a flag), not data like a float threshold."""
+    settings = (onnx.TensorProto.BOOL, onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+                onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32,
+                onnx.TensorProto.UINT64)
+    tensor = value.type.tensor_type
+    return _declared_static(value) and tensor.elem_type in settings and all(d.dim_value == 1 for d in tensor.shape.dim)
 
 
 def _all_nodes(graph: onnx.GraphProto):

@@ -213,3 +213,30 @@ def test_a_while_loop_exported_with_an_unbounded_trip_count_stops_on_its_conditi
     rng = np.random.default_rng(5)
     feeds = {"acc0": rng.standard_normal(3).astype(np.float32), "x": rng.standard_normal(3).astype(np.float32)}
     _assert_same(KilnBackend.prepare(model), model, feeds)
+
+
+def test_an_integer_setting_that_decides_an_if_is_specialized_and_a_float_threshold_is_not():
+    """silero VAD branches on Equal(sr, 16000) into branches of different shapes: sr is compiled per value;
+    a float threshold is data, so its If is selected at run time from one compiled model."""
+    then_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [], [_value("t", F32, [4])])
+    else_branch = helper.make_graph([_const("e", np.arange(2, dtype=np.float32))], "else", [], [_value("e", F32, [2])])
+    nodes = [_const("wide", np.int64(16000)), helper.make_node("Equal", ["sr", "wide"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    model = _model(nodes, [_value("sr", I64, []), _value("x", F32, [4])], [_value("y", F32, ["n"])])
+    rep = KilnBackend.prepare(model)
+    for sr in (16000, 8000):
+        _assert_same(rep, model, {"sr": np.array(sr, np.int64), "x": np.arange(4, dtype=np.float32)})
+    assert len(rep._compiled) == 2
+
+    rep = KilnBackend.prepare(_data_if_model_with_threshold())
+    for threshold in (-100.0, 100.0):
+        feeds = {"x": np.ones((2, 3), np.float32), "w": np.ones(3, np.float32), "limit": np.array(threshold, np.float32)}
+        _assert_same(rep, _data_if_model_with_threshold(), feeds)
+    assert len(rep._compiled) == 1
+
+
+def _data_if_model_with_threshold():
+    model = _data_if_model()
+    model.graph.node[1].CopyFrom(helper.make_node("Identity", ["limit"], ["zero"]))
+    model.graph.input.append(_value("limit", F32, []))
+    return model
