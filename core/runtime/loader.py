@@ -43,6 +43,13 @@ _RAW_BITS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e4m3fnuz": 
 _SUBBYTE_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "float4_e2m1fn": 4}
 
 
+def _raw_bits_of(given: np.dtype, name: str) -> bool:
+    """Whether an array of `given` dtype holds a narrow dtype's raw bits: its raw stand-in (uint8/uint16),
+    or plain void of the same size, which is what np.save/np.load make of ml_dtypes arrays."""
+    raw = np.dtype(_RAW_BITS[name])
+    return given == raw or (given.type is np.void and given.fields is None and given.itemsize == raw.itemsize)
+
+
 def _np_dtype(name: str) -> np.dtype:
     if name in _RAW_BITS:
         scalar = getattr(ml_dtypes, name, None)
@@ -213,9 +220,13 @@ class Module:
             want = _np_dtype(t["dtype"])
             value = feeds[t["name"]]
             arr = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=want)
+            if arr.dtype != want and t["dtype"] in _RAW_BITS and _raw_bits_of(arr.dtype, t["dtype"]):
+                arr = arr.view(want)  # a narrow tensor given as its raw bits (or as np.load's void data)
             if arr.dtype != want:
+                hint = (f"ml_dtypes.{t['dtype']}, or pass its raw bits as {_RAW_BITS[t['dtype']]}"
+                        if t["dtype"] in _RAW_BITS else f"np.{want.name}")
                 raise ValueError(f"input {t['name']!r} has dtype {arr.dtype}, expected {t['dtype']} "
-                                 f"(convert it with .astype(np.{want.name}))")
+                                 f"(convert it with .astype({hint}))")
             if tuple(arr.shape) != t["shape"]:
                 raise ValueError(f"input {t['name']!r} has shape {tuple(arr.shape)}, expected {t['shape']}")
             arrays.append(np.ascontiguousarray(arr))

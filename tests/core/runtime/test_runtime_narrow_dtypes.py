@@ -56,10 +56,12 @@ def test_bfloat16_float8_int4_artifact_loads_and_runs(tmp_path):
         assert [t["dtype"] for t in module.inputs] == ["bfloat16"]
         assert [t["dtype"] for t in module.outputs] == ["bfloat16", "float8_e4m3fn"]
         out = module.run({"x": x})
+        from_raw = module.run({"x": x.view(np.uint16)})  # the same tensor given as its raw bits
     square, q8 = _reference(x, model)
     assert out["square"].dtype == ml_dtypes.bfloat16 and out["q8"].dtype == ml_dtypes.float8_e4m3fn
     np.testing.assert_array_equal(out["square"].view(np.uint16), square.view(np.uint16))
     np.testing.assert_array_equal(out["q8"].view(np.uint8), q8.view(np.uint8))
+    np.testing.assert_array_equal(from_raw["q8"].view(np.uint8), q8.view(np.uint8))
     header = (artifact.directory / "kiln_model.h").read_text()
     assert "#define KILN_INPUT_0_CTYPE uint16_t" in header and "#define KILN_OUTPUT_1_CTYPE uint8_t" in header
 
@@ -104,3 +106,11 @@ def test_compile_reports_validation_skipped_when_onnxruntime_lacks_the_kernel():
         y = module.run({"x": x})["y"]
     xb = x.astype(ml_dtypes.bfloat16).astype(np.float32)
     np.testing.assert_array_equal(y, (xb * xb).astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_narrow_inputs_accept_raw_bits_and_npy_void_but_not_other_narrow_types():
+    assert loader_module._raw_bits_of(np.dtype(np.uint8), "float8_e4m3fn")
+    assert loader_module._raw_bits_of(np.dtype("V2"), "bfloat16")  # what np.load returns for a saved bfloat16 array
+    assert not loader_module._raw_bits_of(np.dtype(ml_dtypes.int4), "float8_e4m3fn")
+    assert not loader_module._raw_bits_of(np.dtype(np.int8), "float8_e4m3fn")
+    assert not loader_module._raw_bits_of(np.dtype(np.uint8), "bfloat16")
