@@ -10,7 +10,8 @@ import onnx.numpy_helper
 import onnx.shape_inference
 from onnx.backend.base import Backend, BackendRep
 
-from .backend_structures import flat_feeds, flatten_inputs, is_structured_type, layout_of, unflatten_output
+from .backend_structures import (flat_feeds, flatten_inputs, is_structured_type, layout_of, sequence_input_info,
+                                 unflatten_output)
 from .errors import KilnError, ShapeError
 
 _CPU = "CPU"
@@ -204,10 +205,11 @@ class KilnBackend(Backend):
     @classmethod
     def run_node(cls, node: onnx.NodeProto, inputs: Sequence[np.ndarray], device: str = _CPU,
                  outputs_info: Optional[Sequence[tuple]] = None, **kwargs: Any) -> tuple[np.ndarray, ...]:
-        """Wrap one node in a model whose inputs take the given arrays' dtypes and shapes."""
-        arrays = [np.asarray(a) for a in inputs]
+        """Wrap one node in a model whose inputs take the given arrays' dtypes and shapes (a list: a sequence)."""
+        arrays = [list(a) if isinstance(a, (list, tuple)) else np.asarray(a) for a in inputs]
         names = [n for n in node.input if n]
-        graph_inputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        graph_inputs = [sequence_input_info(n, a) if isinstance(a, list) else
+                        onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
                         for n, a in zip(names, arrays)]
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
         model = onnx.helper.make_model(onnx.helper.make_graph([node], "run_node", graph_inputs, []),

@@ -35,6 +35,19 @@ def layout_of(type_proto: onnx.TypeProto, value: Any, name: str) -> tuple:
     return ("tensor",)
 
 
+def sequence_input_info(name: str, elements: list) -> onnx.ValueInfoProto:
+    """A sequence graph input typed after the given arrays (float when there are none); elements of one
+    rank get that rank with symbolic dims, so that ONNX shape inference can type what is computed from it."""
+    arrays = [np.asarray(e) for e in elements]
+    dtypes = {a.dtype for a in arrays}
+    if len(dtypes) > 1:
+        raise ShapeError(f"input {name!r}: a sequence holds tensors of one dtype, got {sorted(map(str, dtypes))}")
+    elem = onnx.helper.np_dtype_to_tensor_dtype(dtypes.pop()) if dtypes else onnx.TensorProto.FLOAT
+    ranks = {a.ndim for a in arrays}
+    shape = [f"{name}_d{i}" for i in range(ranks.pop())] if len(ranks) == 1 else None
+    return onnx.helper.make_tensor_sequence_value_info(name, elem, shape)
+
+
 def flat_feeds(name: str, layout: tuple, value: Any) -> dict[str, np.ndarray]:
     if layout[0] == "seq":
         return {element_name(name, i): np.asarray(v) for i, v in enumerate(value)}

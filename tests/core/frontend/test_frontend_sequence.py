@@ -175,3 +175,13 @@ def test_a_sequence_input_fed_an_array_is_a_clear_error():
                    [_tensor("n", I64, [])])
     with pytest.raises(ShapeError, match="input 'seq' is a sequence: feed a list of arrays"):
         KilnBackend.prepare(model).run([np.zeros(2, np.float32)])
+
+
+def test_run_node_takes_and_gives_sequences_as_lists():
+    from core.backend import run_node
+
+    parts = [np.arange(2, dtype=np.float32), np.arange(3, dtype=np.float32) + 5]
+    (joined,) = run_node(helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0), [parts])
+    _assert_same(joined, np.concatenate(parts))
+    (split,) = run_node(helper.make_node("SplitToSequence", ["x"], ["s"], axis=0, keepdims=0), [joined])
+    _assert_same(split, list(joined))
