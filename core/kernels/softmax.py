@@ -5,7 +5,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, call
+from ..tir.expr import Expr, call, cast
 from .common import attr, require
 from .reduce import reduce_over
 from .registry import register_compute
@@ -18,6 +18,11 @@ def _keep(i: Sequence[Expr], axis: int) -> list[Expr]:
     return idx
 
 
+def _wide(dtype: str) -> str:
+    """The type exp and its sum are computed in: float16 sums of exponentials lose digits fast."""
+    return "float32" if dtype == "float16" else dtype
+
+
 def _axis(attrs: Mapping[str, Any], rank: int, op: str) -> int:
     axis = int(attr(attrs, "axis", op, -1))
     return axis + rank if axis < 0 else axis
@@ -27,11 +32,13 @@ def _axis(attrs: Mapping[str, Any], rank: int, op: str) -> int:
 def softmax(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     (x,) = require(inputs, 1, "Softmax")
     axis = _axis(attrs, x.ndim, "Softmax")
+    wide = _wide(x.dtype)
     mx = reduce_over(x, [axis], True, "max", "softmax_max", tag="softmax_max")
     # exp is materialized once: the sum and the normalization both read it.
-    ex = te.compute(x.shape, lambda *i: call("exp", x(*i) - mx(*_keep(i, axis))), name="softmax_exp", tag="softmax_exp")
+    ex = te.compute(x.shape, lambda *i: call("exp", cast(wide, x(*i)) - cast(wide, mx(*_keep(i, axis)))),
+                    name="softmax_exp", tag="softmax_exp")
     total = reduce_over(ex, [axis], True, "sum", "softmax_sum", tag="softmax_sum")
-    out = te.compute(x.shape, lambda *i: ex(*i) / total(*_keep(i, axis)), name="softmax", tag="softmax")
+    out = te.compute(x.shape, lambda *i: cast(x.dtype, ex(*i) / total(*_keep(i, axis))), name="softmax", tag="softmax")
     return [out]
 
 
@@ -39,9 +46,14 @@ def softmax(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out
 def log_softmax(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     (x,) = require(inputs, 1, "LogSoftmax")
     axis = _axis(attrs, x.ndim, "LogSoftmax")
+    wide = _wide(x.dtype)
     mx = reduce_over(x, [axis], True, "max", "log_softmax_max", tag="softmax_max")
+
+    def shifted(idx) -> Expr:
+        return cast(wide, x(*idx)) - cast(wide, mx(*_keep(idx, axis)))
+
     total = reduce_over(x, [axis], True, "sum", "log_softmax_sum", tag="softmax_sum",
-                        source=lambda idx: call("exp", x(*idx) - mx(*_keep(idx, axis))))
-    out = te.compute(x.shape, lambda *i: x(*i) - mx(*_keep(i, axis)) - call("log", total(*_keep(i, axis))),
+                        source=lambda idx: call("exp", shifted(idx)))
+    out = te.compute(x.shape, lambda *i: cast(x.dtype, shifted(i) - call("log", total(*_keep(i, axis)))),
                      name="log_softmax", tag="softmax")
     return [out]
