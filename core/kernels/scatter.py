@@ -1,6 +1,7 @@
-"""ScatterElements and ScatterND as gathers from the output's point of view: each output element
-scans the updates that could land on it (for ScatterElements only those along the scatter axis, so
-the work is the output size times that axis' length) and combines the hits with the data element.
+"""ScatterElements and ScatterND (and TensorScatter, a KV-cache write) as gathers from the output's
+point of view: each output element scans the updates that could land on it (for ScatterElements
+only those along the scatter axis, so the work is the output size times that axis' length) and
+combines the hits with the data element.
 
 Reduction "none" takes the last hit in update order (what ONNX Runtime does for duplicates): one
 stage finds its position, a second stage reads it. add/mul/max/min fold the hits with a reduction,
@@ -11,7 +12,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, const, eq, logical_and, maximum, minimum, select
+from ..tir.expr import Expr, cast, const, eq, logical_and, maximum, minimum, select
 from .common import require, typed_const
 from .indexing import wrap_negative
 from .registry import register_compute
@@ -111,3 +112,23 @@ def scatter_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], 
 def _clamped(idx: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
     """Reads stay inside `shape` for positions that `hit` rules out anyway (p beyond indices' extent)."""
     return [minimum(i, _i64(d - 1)) for i, d in zip(idx, shape)]
+
+
+@register_compute("TensorScatter")
+def tensor_scatter(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+    """Cache position t of batch entry b holds update[t - write[b]] (mod the cache length when
+    circular) where that offset falls inside the update, else keeps the cache element."""
+    cache, update, write = require(inputs, 3, "TensorScatter")
+    axis, circular = int(attrs["axis"]), attrs["mode"] == "circular"
+    length, seq = cache.shape[axis], update.shape[axis]
+
+    def body(*p: Expr) -> Expr:
+        offset = p[axis] - cast("int64", write(p[0]))
+        if circular:
+            offset = offset % _i64(length)
+        idx = list(p)
+        idx[axis] = minimum(maximum(offset, _i64(0)), _i64(seq - 1))
+        inside = logical_and(offset >= _i64(0), offset < _i64(seq))
+        return select(inside, update(*idx), cache(*p))
+
+    return [te.compute(cache.shape, body, name="tensor_scatter", tag="injective")]

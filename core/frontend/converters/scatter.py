@@ -1,5 +1,7 @@
-"""Scatter (opset 9, ScatterElements' old name), ScatterElements and ScatterND, with reductions."""
+"""Scatter (opset 9, ScatterElements' old name), ScatterElements and ScatterND with reductions; TensorScatter."""
 from __future__ import annotations
+
+import numpy as np
 
 from .registry import ConvertContext, converter
 
@@ -22,3 +24,14 @@ def scatter_elements(ctx: ConvertContext) -> str:
 @converter("ScatterND", since_version=11)
 def scatter_nd(ctx: ConvertContext) -> str:
     return ctx.emit1("ScatterND", [ctx.input(0), ctx.input(1), ctx.input(2)], reduction=_reduction(ctx))
+
+
+@converter("TensorScatter", since_version=24)
+def tensor_scatter(ctx: ConvertContext) -> str:
+    cache = ctx.type_of(0)
+    axis = ctx.axis(ctx.attr("axis", -2), cache.rank)
+    if axis == 0:
+        ctx.fail("axis 0 is the batch axis; the sequence axis must come after it")
+    write = ctx.input(2) if ctx.has_input(2) else ctx.const(np.zeros(cache.shape[0], np.int64))
+    return ctx.emit1("TensorScatter", [ctx.input(0), ctx.input(1), write], axis=axis,
+                     mode=str(ctx.attr("mode", "linear")))

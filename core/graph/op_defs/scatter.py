@@ -1,5 +1,5 @@
 """Scatter ops: ScatterElements (per-element targets along one axis) and ScatterND (index tuples),
-with ONNX's reductions none/add/mul/max/min."""
+with ONNX's reductions none/add/mul/max/min; TensorScatter (a KV-cache write along the sequence axis)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -78,3 +78,31 @@ def _scatter_nd(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]
             or updates.shape != indices.shape[:-1] + data.shape[depth:]:
         raise ShapeError(f"ScatterND: indices {indices} and updates {updates} do not fit data {data}")
     return [data]
+
+
+def _tensor_scatter_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    cache, update, write = inputs
+    axis, circular = attrs["axis"], attrs["mode"] == "circular"
+    out = cache.copy()
+    for prefix in np.ndindex(*cache.shape[:axis]):
+        for s in range(update.shape[axis]):
+            at = int(write[prefix[0]]) + s
+            out[prefix + (at % cache.shape[axis] if circular else at,)] = update[prefix + (s,)]
+    return [out]
+
+
+@register_op("TensorScatter", Pattern.INJECTIVE, fold=_tensor_scatter_fold)
+def _tensor_scatter(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    """Inputs: the cache, the update, and one write index per batch entry (the frontend fills zeros)."""
+    expect_arity("TensorScatter", types, 3)
+    cache, update, write = types
+    axis = expect_axis("TensorScatter", attrs.get("axis"), cache.rank)
+    expect_dtype("TensorScatter", write, INDEX_DTYPES, what="write_indices")
+    if attrs.get("mode") not in ("linear", "circular"):
+        raise ShapeError(f"TensorScatter: mode must be linear or circular, got {attrs.get('mode')!r}")
+    if axis == 0 or update.rank != cache.rank or update.dtype != cache.dtype or update.shape[axis] > cache.shape[axis] \
+            or any(u != c for a, (u, c) in enumerate(zip(update.shape, cache.shape)) if a != axis) \
+            or write.shape != (cache.shape[0],):
+        raise ShapeError(f"TensorScatter: update {update} and write_indices {write} do not fit cache {cache} "
+                         f"along axis {axis}")
+    return [cache]

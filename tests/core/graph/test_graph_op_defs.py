@@ -24,7 +24,8 @@ EXPECTED_OPS = {
     "Atanh", "IsInf", "BitCast", "FloorMod", "TruncMod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShiftLeft",
     "BitShiftRight",
     "ArgMax", "ArgMin", "CumSum", "CumProd", "TopK", "Trilu", "EyeLike", "GatherND", "OneHot", "ReverseSequence",
-    "ScatterElements", "ScatterND", "Einsum",  # indexing, selection and reduction-like ops
+    "ScatterElements", "ScatterND", "Einsum", "TensorScatter",  # indexing, selection and reduction-like ops
+    "NonZero", "Compress", "Unique", "NonMaxSuppression",  # data-dependent sizes: padded output plus its bound
     "Fused",  # made only by the fusion pass: a group of the ops above as one kernel
     # made only by the layout pass (alter_layout, -O3): the blocked layout NCHW[x]c
     "LayoutTransform", "Conv2dNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",

@@ -235,3 +235,19 @@ def test_non_max_suppression(center, score_threshold, max_output):
         names.append("score")
     check(helper.make_node("NonMaxSuppression", names, ["selected"], center_point_box=center), inputs,
           {"selected": I64}, opset=11)
+
+
+@pytest.mark.parametrize("mode,write", [("linear", [0, 2]), ("circular", [3, 5])])
+def test_tensor_scatter_matches_the_spec_pseudocode(mode, write):
+    cache = RNG.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    update = RNG.standard_normal((2, 3, 3, 4)).astype(np.float32)
+    write = np.array(write, np.int64)
+    node = helper.make_node("TensorScatter", ["cache", "update", "write"], ["y"], mode=mode)
+    model = _model(node, {"cache": cache, "update": update, "write": write}, {"y": F32}, 24, [cache.shape])
+    (got,) = KilnBackend.run_model(model, [cache, update, write])
+    want = cache.copy()  # the ONNX spec's loop, with the sequence axis at -2
+    for prefix in np.ndindex(*cache.shape[:2]):
+        for s in range(update.shape[2]):
+            at = write[prefix[0]] + s
+            want[prefix + ((at % cache.shape[2]) if mode == "circular" else at,)] = update[prefix + (s,)]
+    np.testing.assert_array_equal(got, want)
