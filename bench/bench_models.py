@@ -3,6 +3,10 @@ warm-up, interleaved rounds, medians; prints a table of ratios and their geometr
 Several -O levels are compiled and timed in the same interleaved rounds (e.g. `-O 0 3`).
 
     .venv/bin/python bench/bench_models.py [--models resnet18 ...] [-t native] [-O 0 3] [--threads 2]
+    .venv/bin/python bench/bench_models.py --model /work/unseen/t5_encoder.onnx [--model other.onnx ...]
+
+`--models` names shared models (MODELS_DIR/NAME.onnx); `--model PATH` adds any ONNX file (repeatable);
+given only `--model`, the shared defaults are skipped.
 """
 from __future__ import annotations
 
@@ -45,7 +49,8 @@ def interleaved(runners: dict, rounds: int, warmup: int = 3, min_round_ms: float
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--models", nargs="+", default=None, help=f"shared model names (default {MODELS})")
+    parser.add_argument("--model", action="append", default=[], metavar="PATH", help="an ONNX file (repeatable)")
     parser.add_argument("-t", "--target", default="native")
     parser.add_argument("-O", "--opt-level", type=int, nargs="+", default=[3], choices=[0, 1, 2, 3])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -57,9 +62,11 @@ def main() -> int:
     from core.validate import index_bounds, onnxruntime_session, random_inputs
 
     levels = list(dict.fromkeys(args.opt_level))
+    names = args.models if args.models is not None else ([] if args.model else MODELS)
+    paths = {name: MODELS_DIR / f"{name}.onnx" for name in names}
+    paths.update({Path(p).stem: Path(p) for p in args.model})
     rows = []
-    for name in args.models:
-        path = MODELS_DIR / f"{name}.onnx"
+    for name, path in paths.items():
         graph = import_onnx(path)
         feeds = random_inputs(graph, 7, index_bounds(graph))
         session = onnxruntime_session(path.read_bytes(), args.threads)
@@ -99,7 +106,7 @@ def main() -> int:
     if len(levels) > 1:
         first, last = levels[0], levels[-1]
         by = {(r[0], r[1]): r[2] for r in rows}
-        for name in args.models:
+        for name in paths:
             print(f"{name}: -O{first} / -O{last} = {by[(name, first)] / by[(name, last)]:.2f}x")
     return 0
 

@@ -10,7 +10,10 @@ from ..te import tensor as te
 from ..tir.expr import Expr, const, minimum, select
 
 PANEL = 16  # columns per panel of packed B: two AVX2 vectors of float32 (the 6 x 16 micro-kernel)
-ROW_CHOICES = {6: 1.0, 5: 0.92, 4: 0.85, 3: 0.7}  # micro-kernel rows -> measured relative speed (6 x 16 best)
+# micro-kernel rows -> measured speed per computed row relative to 6 x 16 (znver3, one thread, packed B:
+# 4 and 5 rows keep 8-10 accumulators, enough to hide the FMA latency; 3 rows do not). So M = 32 (a
+# short sequence) runs 8 x 4 rows rather than 6 x 6 rows with 4 of them padding.
+ROW_CHOICES = {6: 1.0, 5: 0.99, 4: 0.98, 3: 0.78}
 MIN_WORK = 16 ** 3  # multiply-adds below which packing costs more than it saves
 
 

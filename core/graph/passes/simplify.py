@@ -1,10 +1,13 @@
 """Algebraic simplification by per-op rules: Identity and no-op nodes removed, Reshape chains merged,
-Transpose pairs composed (and cancelled when they undo each other)."""
+Transpose pairs composed (and cancelled when they undo each other), Pow by a constant 1 or 2 made
+an alias or a Mul."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Union
+
+import numpy as np
 
 from core.graph.ir import Graph, Node
 
@@ -78,6 +81,28 @@ def _transpose(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewri
     if source == node.inputs[0]:
         return None
     return Node("Transpose", (source,), node.outputs, {"perm": perm}, node.name)
+
+
+_EXACT_SQUARE_DTYPES = {"float16", "bfloat16", "float32", "float64"}  # x * x rounds once, as pow(x, 2) does
+
+
+@rule("Pow")
+def _small_power(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
+    """x ** 1 is x and x ** 2 is x * x (bit-exact, and a multiply instead of a libm pow per element:
+    T5's RMS norm squares every activation). Only a scalar-like float constant exponent that leaves
+    x's type unchanged."""
+    base, exponent = node.inputs
+    value = graph.constants.get(exponent)
+    if value is None or np.size(value) != 1 or graph.type_of(base) != graph.type_of(node.outputs[0]):
+        return None
+    if graph.type_of(base).dtype not in _EXACT_SQUARE_DTYPES:
+        return None
+    power = float(np.asarray(value).reshape(()))
+    if power == 1.0:
+        return Alias(base)
+    if power == 2.0:
+        return Node("Mul", (base, base), node.outputs, {}, node.name)
+    return None
 
 
 def _rewrite(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:

@@ -91,3 +91,20 @@ def test_cse_keeps_attributes_apart_and_graph_outputs_produced():
     graph = Graph(("x",), ("a", "y", "z"), nodes, {k: TensorType(v, F32) for k, v in types.items()}, {})
     after = eliminate_common_subexpressions(graph)
     assert ops(after) == ops(graph)  # y is a graph output; the Clips differ in max
+
+
+def test_pow_by_a_constant_two_becomes_a_multiply_and_by_one_vanishes():
+    def graph_with(exponent, dtype=F32):
+        types = {"x": TensorType((2, 5), dtype), "p": TensorType((2, 5), dtype), "y": TensorType((2, 5), dtype),
+                 "e": TensorType(np.shape(exponent), dtype)}
+        nodes = [Node("Pow", ("x", "e"), ("p",)), Node("Neg", ("p",), ("y",))]
+        return Graph(("x",), ("y",), nodes, types, {"e": np.asarray(exponent, dtype)}, "hand")
+
+    square = graph_with(np.float32(2.0))
+    after = eliminate_dead_code(simplify(square))
+    assert ops(after) == ["Mul", "Neg"] and after.nodes[0].inputs == ("x", "x")
+    assert_same_meaning(square, after)
+    after = eliminate_dead_code(simplify(graph_with(np.ones((1, 1), np.float32))))
+    assert ops(after) == ["Neg"] and after.nodes[0].inputs == ("x",)
+    for kept in (np.float32(3.0), np.float32(0.5), np.float32([2.0, 2.0, 2.0, 2.0, 2.0])):
+        assert ops(simplify(graph_with(kept))) == ["Pow", "Neg"]

@@ -27,9 +27,11 @@ from core.te.schedule import create_schedule
 NATIVE = get_target("native")
 rng = np.random.default_rng(11)
 
-# (A shape, B shape): whole tiles, ragged rows and columns, a batch of attention products, K blocked
+# (A shape, B shape): whole tiles, ragged rows and columns, a batch of attention products, K in one
+# pass, K blocked (1200 = 2 x 600), a short sequence (M = 32: 4-row tiles), 5-row tiles with ragged N
 SHAPES = [((60, 64), (64, 32)), ((37, 300), (300, 29)), ((1, 2, 64, 64), (1, 2, 64, 64)),
-          ((64, 512), (512, 128)), ((13, 40), (3, 40, 24))]
+          ((64, 512), (512, 128)), ((13, 40), (3, 40, 24)), ((20, 1200), (1200, 40)), ((32, 256), (256, 96)),
+          ((50, 72), (72, 33))]
 
 
 def _arrays(a_shape, b_shape):
@@ -73,6 +75,7 @@ def test_pack_weights_pads_with_zeros():
 def test_micro_rows_trade_padding_for_tile_height():
     assert micro_rows(1020) == 6 and micro_rows(1024) == 6  # 1026 rows: 0.2% padding
     assert micro_rows(8) == 4 and micro_rows(5) == 5
+    assert micro_rows(32) == 4 and micro_rows(50) == 5  # whole tiles beat 6-row tiles with padding
 
 
 def test_bias_relu_epilogue_runs_in_the_tile_of_a_padded_product():
