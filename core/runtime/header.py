@@ -87,6 +87,8 @@ def render_header(metadata: dict) -> str:
              " *",
              " * Usage: kiln_model* m = kiln_load(\"weights.bin\");  kiln_run(m, inputs, outputs);  kiln_free(m);",
              " * Link with -lkiln_model (libkiln_model.so); it needs only glibc (libc, libm, libmvec) at run time.",
+             " * Outputs of data-dependent size (NonZero, Unique, NonMaxSuppression, ...) are written at their upper",
+             " * bound, zero-padded; output NAME::bound (int64 [axis, length]) says how much of NAME is valid.",
              " * float16/bfloat16 tensors travel as their raw 16-bit patterns (uint16_t); float8 (e4m3fn, e4m3fnuz,",
              " * e5m2, e5m2fnuz, e8m0fnu) as raw bytes (uint8_t). int4/uint4/int2/uint2/float4_e2m1fn are NOT packed:",
              " * one element per byte, its bits in the low bits and zeros above (int4 -1 is 0x0F), as ml_dtypes",
