@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ..graph.ir import TensorType
 from ..graph.op_defs.pool_nd import pool_nd_geometry
 from ..te import tensor as te
-from ..tir.expr import Expr, call, cast, const, logical_and, maximum, minimum, select
+from ..tir.expr import Expr, call, cast, const, eq, logical_and, maximum, minimum, select
 from .common import require
 from .registry import register_compute
 
@@ -82,3 +82,36 @@ def pool_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out
         return cast(x.dtype, total(n, c, *o) / cast(acc, count))
 
     return [te.compute(shape, average, name=name, tag="pool_nd")]
+
+
+@register_compute("MaxPoolWithIndices")
+def max_pool_with_indices(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any],
+                          out_types: list[TensorType]):
+    """MaxPool's values and the flat index (over N, C and the spatial axes, row-major, or column-major
+    over H, W with storage_order=1) of the first tap holding each maximum."""
+    (x,) = require(inputs, 1, "MaxPoolWithIndices")
+    values = pool_nd([x], dict(attrs, mode="max"), out_types[:1])[0]
+    out, w = pool_nd_geometry(x.shape, dict(attrs, mode="max"))
+    spatial = len(out)
+    kernel, strides, dilations, pads = w["kernel"], w["strides"], w["dilations"], w["pads"]
+    column_major = bool(attrs.get("storage_order", 0))
+    taps = [te.reduce_axis(k, f"ri{a}") for a, k in enumerate(kernel)]
+    none = te.highest("int64")
+
+    def first_index(n: Expr, c: Expr, *o: Expr) -> Expr:
+        inside: Expr | None = None
+        at = []
+        for a in range(spatial):
+            coord = o[a] * strides[a] + taps[a].var * dilations[a] - pads[a]
+            ok = logical_and(coord >= 0, coord < x.shape[2 + a])
+            inside = ok if inside is None else logical_and(inside, ok)
+            at.append(minimum(maximum(coord, _i64(0)), _i64(x.shape[2 + a] - 1)))
+        flat = n * x.shape[1] + c
+        order = list(range(spatial))[::-1] if column_major else list(range(spatial))
+        for a in order:
+            flat = flat * x.shape[2 + a] + at[a]
+        hit = logical_and(inside, eq(x(n, c, *at), values(n, c, *o)))
+        return te.min(select(hit, flat, _i64(none)), taps)
+
+    indices = te.compute(values.shape, first_index, name="max_pool_indices", tag="pool_nd")
+    return [values, indices]

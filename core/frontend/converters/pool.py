@@ -54,9 +54,23 @@ def _pool(ctx: ConvertContext, op: str) -> str:
 
 
 @converter("MaxPool", since_version=1)
-def max_pool(ctx: ConvertContext) -> str:
-    ctx.reject_extra_outputs(1, "Y (Indices is not)")
+def max_pool(ctx: ConvertContext) -> str | list[str]:
+    if ctx.output_used(1):
+        return _max_pool_with_indices(ctx)
     return _pool(ctx, "MaxPool")
+
+
+def _max_pool_with_indices(ctx: ConvertContext) -> list[str]:
+    """Values and Indices on the generic N-D kernel (the tuned 2-D MaxPool has no indices)."""
+    x = ctx.type_of(0)
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", ()))
+    if x.rank < 3 or len(kernel) != x.rank - 2:
+        ctx.fail(f"kernel_shape {list(kernel)} does not match input {x}")
+    window = resolve_window(ctx, x.shape[2:], kernel)
+    values, indices = ctx.emit("MaxPoolWithIndices", [ctx.input(0)], 2, kernel=kernel, strides=window.strides,
+                               dilations=window.dilations, pads=window.pads, ceil_mode=int(ctx.attr("ceil_mode", 0)),
+                               storage_order=int(ctx.attr("storage_order", 0)))
+    return [values, indices]
 
 
 @converter("AveragePool", since_version=1)
@@ -86,3 +100,21 @@ def global_average_pool(ctx: ConvertContext) -> str:
 @converter("GlobalMaxPool", since_version=1)
 def global_max_pool(ctx: ConvertContext) -> str:
     return _global(ctx, "GlobalMaxPool", "ReduceMax")
+
+
+@converter("MaxUnpool", since_version=9)
+def max_unpool(ctx: ConvertContext) -> str:
+    x = ctx.type_of(0)
+    spatial = x.rank - 2
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", ()))
+    if spatial < 1 or len(kernel) != spatial:
+        ctx.fail(f"kernel_shape {list(kernel)} does not match input {x}")
+    strides = tuple(int(v) for v in ctx.attr("strides", [1] * spatial))
+    pads = tuple(int(v) for v in ctx.attr("pads", [0] * (2 * spatial)))
+    if ctx.has_input(2):
+        out = tuple(int(v) for v in ctx.constant(2, "output_shape").reshape(-1))
+    else:
+        out = x.shape[:2] + tuple((x.shape[2 + a] - 1) * strides[a] - pads[a] - pads[spatial + a] + kernel[a]
+                                  for a in range(spatial))
+    return ctx.emit1("MaxUnpool", [ctx.input(0), ctx.input(1)], kernel=kernel, strides=strides, pads=pads,
+                     output_shape=out)

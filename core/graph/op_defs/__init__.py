@@ -4,3 +4,4 @@ from . import blocked  # noqa: F401,E402 (after pool and conv: its variants wrap
 from . import resize  # noqa: F401,E402
 from . import sampling  # noqa: F401,E402
 from . import pool_nd  # noqa: F401,E402
+from . import unpool  # noqa: F401,E402

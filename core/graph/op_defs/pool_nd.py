@@ -73,3 +73,11 @@ def _pool_nd(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
         raise ShapeError(f"PoolND: expects an (N, C, D1, ...) input, got {x}")
     out, _ = pool_nd_geometry(x.shape, attrs)
     return [TensorType(x.shape[:2] + out, x.dtype)]
+
+
+@register_op("MaxPoolWithIndices", Pattern.OPAQUE)
+def _max_pool_with_indices(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    (values,) = _pool_nd(types, dict(attrs, mode="max"))
+    if attrs.get("storage_order") and types[0].rank != 4:
+        raise ShapeError("MaxPoolWithIndices: storage_order=1 is defined for 2-D pooling only")
+    return [values, TensorType(values.shape, "int64")]
