@@ -98,6 +98,8 @@ class ConvertContext:
     def input(self, index: int) -> str:
         if not self.has_input(index):
             self.fail(f"required input {index} is missing")
+        if index in self.structured:
+            self.fail(f"input {index} must be a tensor, not a sequence or optional")
         return self.inputs[index]
 
     def type_of(self, index: int) -> TensorType:
