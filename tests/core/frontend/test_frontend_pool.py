@@ -52,11 +52,10 @@ def test_global_pools(op, shape, onnx_model, check_ort):
     check_ort(onnx_model([helper.make_node(op, ["x"], ["y"])], {"x": (F32, shape)}, {"y": F32}))
 
 
-def test_max_pool_indices_output_is_unsupported(onnx_model):
+def test_max_pool_indices_output_uses_the_indexed_pool(onnx_model):
     nodes = [helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])]
     model = onnx_model(nodes, {"x": (F32, [1, 1, 4, 4])}, {"y": F32, "i": "int64"})
-    with pytest.raises(UnsupportedOpError, match="MaxPool.*Indices"):
-        import_onnx(model)
+    assert [node.op for node in import_onnx(model).nodes] == ["MaxPoolWithIndices"]
 
 
 def test_average_pool_opset10_ceil_mode(onnx_model, check_ort):
