@@ -18,16 +18,17 @@ F32 = "float32"
 
 def test_every_unsupported_op_is_listed_with_its_opset(onnx_model):
     nodes = [
-        helper.make_node("Sin", ["x"], ["s"]),
+        helper.make_node("RandomNormalLike", ["x"], ["s"]),
         helper.make_node("RandomUniformLike", ["x"], ["a"]),
-        helper.make_node("Cos", ["s"], ["c"]),  # downstream of an unsupported op: still reported
-        helper.make_node("Sin", ["c"], ["y"]),
+        helper.make_node("Bernoulli", ["s"], ["c"]),  # downstream of an unsupported op: still reported
+        helper.make_node("RandomNormalLike", ["c"], ["y"]),
     ]
-    model = onnx_model(nodes, {"x": (F32, [2, 3])}, {"y": F32, "a": F32}, opset=13)
+    model = onnx_model(nodes, {"x": (F32, [2, 3])}, {"y": F32, "a": F32}, opset=15)
     with pytest.raises(UnsupportedOpError) as info:
         import_onnx(model)
-    assert str(info.value) == "unsupported ONNX ops: Cos (opset 13), RandomUniformLike (opset 13), Sin (opset 13)"
-    assert info.value.ops == [("", "Cos", 13), ("", "RandomUniformLike", 13), ("", "Sin", 13)]
+    assert str(info.value) == ("unsupported ONNX ops: Bernoulli (opset 15), RandomNormalLike (opset 15), "
+                               "RandomUniformLike (opset 15)")
+    assert info.value.ops == [("", "Bernoulli", 15), ("", "RandomNormalLike", 15), ("", "RandomUniformLike", 15)]
 
 
 def test_custom_domain_op_is_reported_with_its_domain(onnx_model):
@@ -38,11 +39,13 @@ def test_custom_domain_op_is_reported_with_its_domain(onnx_model):
 
 
 def test_unsupported_features_and_ops_are_reported_together(onnx_model):
-    nodes = [helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2]), helper.make_node("Sin", ["x"], ["s"])]
-    model = onnx_model(nodes, {"x": (F32, [1, 1, 4, 4])}, {"p": F32, "i": "int64", "s": F32})
+    nodes = [helper.make_node("ConvTranspose", ["v", "w"], ["p"]),  # 3-D
+             helper.make_node("RandomNormalLike", ["x"], ["s"])]
+    model = onnx_model(nodes, {"x": (F32, [1, 1, 4, 4]), "v": (F32, [1, 1, 2, 2, 2]), "w": (F32, [1, 1, 1, 1, 1])},
+                       {"p": F32, "s": F32})
     with pytest.raises(UnsupportedOpError) as info:
         import_onnx(model)
-    assert ("", "MaxPool", 17) in info.value.ops and ("", "Sin", 17) in info.value.ops
+    assert ("", "ConvTranspose", 17) in info.value.ops and ("", "RandomNormalLike", 17) in info.value.ops
 
 
 @pytest.mark.parametrize("data", [b"", b"\x00\x01garbage\xff\xfe" * 10, b"hello world, not protobuf", os.urandom(256)])
