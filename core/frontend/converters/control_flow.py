@@ -14,8 +14,8 @@
   constant, so shapes may even change from one iteration to the next (a growing sequence). The trip
   count must be known at compile time (Scan: the scan axis; Loop: M, or a condition that becomes a
   constant false); a Loop condition computed at run time is honoured by masking: every iteration up
-  to M runs and the loop-carried values keep their last value once it turns false (no scan outputs
-  then, as their length would depend on data). Unrolling is capped at MAX_UNROLLED_NODES body nodes;
+  to M runs and the loop-carried values keep their last value once it turns false; scan outputs then
+  come at M entries plus a `name::bound` giving how many are valid (the runtime trims by it). Unrolling is capped at MAX_UNROLLED_NODES body nodes;
   beyond it the op is unsupported (there is no native loop in the generated code).
 """
 from __future__ import annotations
@@ -103,6 +103,7 @@ def loop(ctx: ConvertContext) -> list[Value]:
     # turns false at compile time, and give up only past the unroll cap.
     cap = MAX_UNROLLED_NODES // max(len(body.node), 1)
     scans: list[list[Value]] = []
+    executed: str | None = None  # with a run-time condition: how many iterations really ran (int64)
     true = ctx.const(np.array(True))
     iteration = 0
     while trip_count is None or iteration < trip_count:
@@ -119,23 +120,26 @@ def loop(ctx: ConvertContext) -> list[Value]:
         condition, updated, scanned = outputs[0], outputs[1:1 + len(carried)], outputs[1 + len(carried):]
         if not isinstance(condition, str):
             ctx.fail("the body's condition output must be a tensor")
+        scans.append(scanned)
         if running is None:
             carried, running = list(updated), condition
-            scans.append(scanned)
         else:  # a run-time condition: the iteration's results count only while it holds
-            if scanned:
-                ctx.unsupported("scan outputs with a loop condition computed at run time: their length would "
-                                "depend on data")
             flag = as_flag(ctx, running, "the loop condition")
             carried = [select(ctx, flag, new, old, f"loop-carried value {i} after and before an iteration")
                        for i, (new, old) in enumerate(zip(updated, carried))]
             running = ctx.emit1("And", [flag, as_flag(ctx, condition, "the loop condition")])
+            ran = ctx.emit1("Cast", [flag], to="int64")
+            executed = ctx.emit1("Add", [executed or ctx.const(np.array(iteration, np.int64)), ran])
         if running is not None and _known_flag(ctx, running) is True:
             running = None
         iteration += 1
     body_outputs = list(body.output)[1 + len(carried):]
-    return carried + [_stack_scan(ctx, [step[j] for step in scans], body_outputs[j], j)
-                      for j in range(len(body_outputs))]
+    stacked = [_stack_scan(ctx, [step[j] for step in scans], body_outputs[j], j) for j in range(len(body_outputs))]
+    if executed is not None and stacked:  # scan outputs of data-dependent length: padded, plus their bound
+        bound = ctx.emit1("Concat", [ctx.const(np.array([0], np.int64)), ctx.reshape(executed, (1,))], axis=0)
+        for value in stacked:
+            ctx.builder.bound_value(value, bound)
+    return carried + stacked
 
 
 def _stack_scan(ctx: ConvertContext, steps: list[Value], declared: onnx.ValueInfoProto, index: int) -> str:
