@@ -113,7 +113,8 @@ def _register_cumulative(name: str, accumulate: Callable, identity: int) -> None
             raise ShapeError(f"{name}: exclusive and reverse must be 0 or 1")
         return [types[0]]
 
-    register_op(name, Pattern.REDUCTION, fold=_cumulative_fold(accumulate, identity))(infer)
+    # A sequential scan (a hand-written loop program over its input buffer): not fusable.
+    register_op(name, Pattern.OPAQUE, fold=_cumulative_fold(accumulate, identity))(infer)
 
 
 _register_cumulative("CumSum", np.cumsum, 0)

@@ -251,3 +251,17 @@ def test_tensor_scatter_matches_the_spec_pseudocode(mode, write):
             at = write[prefix[0]] + s
             want[prefix + ((at % cache.shape[2]) if mode == "circular" else at,)] = update[prefix + (s,)]
     np.testing.assert_array_equal(got, want)
+
+
+def test_cumsum_between_elementwise_ops_on_a_long_middle_axis():
+    """The scan is its own kernel: the Relu before and the Neg after are not fused into its loops."""
+    x = RNG.standard_normal((2, 300, 3)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("CumSum", ["r", "axis"], ["c"], reverse=1),
+             helper.make_node("Neg", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", F32, x.shape)],
+                              [helper.make_tensor_value_info("y", F32, x.shape)],
+                              [onnx.numpy_helper.from_array(np.array(1, np.int64), "axis")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    (got,) = KilnBackend.run_model(model, [x])
+    want = -np.flip(np.cumsum(np.flip(np.maximum(x, 0), 1), 1), 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
