@@ -5,4 +5,5 @@ from . import resize  # noqa: F401,E402
 from . import grid_sample  # noqa: F401,E402
 from . import pool_nd  # noqa: F401,E402
 from . import unpool  # noqa: F401,E402
+from . import deform  # noqa: F401,E402
 from .schedules import cpu  # noqa: F401

@@ -45,3 +45,30 @@ def affine_grid(ctx: ConvertContext) -> str:
     points = ctx.emit1("MatMul", [ctx.input(0), base])
     points = ctx.emit1("Transpose", [points], perm=(0, 2, 1))
     return ctx.reshape(points, [size[0]] + size[2:] + [spatial])
+
+
+@converter("DeformConv", since_version=19)
+def deform_conv(ctx: ConvertContext) -> str:
+    """Deformed im2col columns (DeformColumns), then one grouped MatMul with the weights and the bias."""
+    x, w = ctx.type_of(0), ctx.type_of(1)
+    if x.rank != 4:
+        ctx.unsupported(f"{x.rank - 2}-D DeformConv (2-D only)")
+    n, c = x.shape[:2]
+    m, cg, kh, kw = w.shape
+    group = int(ctx.attr("group", 1))
+    offset_group = int(ctx.attr("offset_group", 1))
+    if c != cg * group or m % group or c % offset_group:
+        ctx.fail(f"input {x}, weights {w}, group={group} and offset_group={offset_group} do not agree")
+    inputs = [ctx.input(0), ctx.input(2)] + ([ctx.input(4)] if ctx.has_input(4) else [])
+    strides = tuple(int(v) for v in ctx.attr("strides", [1, 1]))
+    dilations = tuple(int(v) for v in ctx.attr("dilations", [1, 1]))
+    pads = tuple(int(v) for v in ctx.attr("pads", [0, 0, 0, 0]))
+    cols = ctx.emit1("DeformColumns", inputs, kernel=(kh, kw), strides=strides, dilations=dilations, pads=pads,
+                     offset_group=offset_group)
+    oh, ow = ctx.shape(2)[2:]
+    cols = ctx.reshape(cols, [n, group, cg * kh * kw, oh * ow])
+    weights = ctx.reshape(ctx.input(1), [group, m // group, cg * kh * kw])
+    y = ctx.reshape(ctx.emit1("MatMul", [weights, cols]), [n, m, oh, ow])
+    if ctx.has_input(3):
+        y = ctx.emit1("Add", [y, ctx.reshape(ctx.input(3), [m, 1, 1])])
+    return y

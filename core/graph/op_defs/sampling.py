@@ -25,3 +25,19 @@ def _grid_sample(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType
     if attrs.get("mode") not in GRID_SAMPLE_MODES or attrs.get("padding_mode") not in GRID_SAMPLE_PADDINGS:
         raise ShapeError(f"GridSample: unknown mode {attrs.get('mode')!r} or padding {attrs.get('padding_mode')!r}")
     return [TensorType(x.shape[:2] + grid.shape[1:-1], x.dtype)]
+
+
+@register_op("DeformColumns", Pattern.INJECTIVE)
+def _deform_columns(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    """DeformConv's im2col: X [N, C, H, W] sampled (bilinear, zeros outside) at each kernel tap moved by
+    offset [N, G*2*kh*kw, oh, ow], times mask [N, G*kh*kw, oh, ow] -> [N, C, kh, kw, oh, ow]."""
+    expect_arity("DeformColumns", types, 2, 3)
+    x, offset = types[0], types[1]
+    expect_dtype("DeformColumns", x, FLOAT_DTYPES)
+    kh, kw = attrs.get("kernel") or (0, 0)
+    groups = attrs.get("offset_group", 1)
+    if x.rank != 4 or offset.rank != 4 or offset.shape[1] != groups * 2 * kh * kw or x.shape[1] % groups:
+        raise ShapeError(f"DeformColumns: offset {offset} does not match input {x} and kernel {(kh, kw)}")
+    if len(types) == 3 and types[2].shape != (offset.shape[0], groups * kh * kw) + offset.shape[2:]:
+        raise ShapeError(f"DeformColumns: mask {types[2]} does not match offset {offset}")
+    return [TensorType(x.shape[:2] + (kh, kw) + offset.shape[2:], x.dtype)]

@@ -36,3 +36,22 @@ def test_affine_grid(size, align):
     theta = rng.standard_normal((size[0], spatial, spatial + 1)).astype(np.float32)
     node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align)
     assert_kiln_matches_ort(node, {"theta": theta}, {"size": np.array(size, np.int64)}, opset=20, reference="onnx")
+
+
+@pytest.mark.parametrize("attrs,with_mask", [({}, False), ({"strides": [2, 1], "pads": [1, 1, 1, 1], "group": 2,
+                                                             "offset_group": 2, "dilations": [1, 2]}, True)])
+def test_deform_conv_matches_reference(attrs, with_mask):
+    group, offset_group = attrs.get("group", 1), attrs.get("offset_group", 1)
+    x = rng.standard_normal((1, 4, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 4 // group, 2, 2)).astype(np.float32)
+    strides, pads, dil = attrs.get("strides", [1, 1]), attrs.get("pads", [0, 0, 0, 0]), attrs.get("dilations", [1, 1])
+    oh = (5 + pads[0] + pads[2] - dil[0] - 1) // strides[0] + 1
+    ow = (6 + pads[1] + pads[3] - dil[1] - 1) // strides[1] + 1
+    feeds = {"x": x, "w": w, "offset": rng.uniform(-2, 2, (1, offset_group * 8, oh, ow)).astype(np.float32),
+             "b": rng.standard_normal(4).astype(np.float32)}
+    names = ["x", "w", "offset", "b"]
+    if with_mask:
+        feeds["mask"] = rng.uniform(0, 1, (1, offset_group * 4, oh, ow)).astype(np.float32)
+        names.append("mask")
+    node = helper.make_node("DeformConv", names, ["y"], kernel_shape=[2, 2], **attrs)
+    assert_kiln_matches_ort(node, feeds, opset=19, reference="onnx")
