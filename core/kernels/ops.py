@@ -6,4 +6,5 @@ from . import grid_sample  # noqa: F401,E402
 from . import pool_nd  # noqa: F401,E402
 from . import unpool  # noqa: F401,E402
 from . import deform  # noqa: F401,E402
+from . import roi_align  # noqa: F401,E402
 from .schedules import cpu  # noqa: F401

@@ -72,3 +72,19 @@ def deform_conv(ctx: ConvertContext) -> str:
     if ctx.has_input(3):
         y = ctx.emit1("Add", [y, ctx.reshape(ctx.input(3), [m, 1, 1])])
     return y
+
+
+@converter("RoiAlign", since_version=10)
+def roi_align(ctx: ConvertContext) -> str:
+    ratio = int(ctx.attr("sampling_ratio", 0))
+    if ratio < 1:
+        ctx.unsupported("RoiAlign with sampling_ratio=0 (its sample count depends on each roi's size at run time)")
+    if ctx.type_of(0).rank != 4:
+        ctx.fail(f"expects an (N, C, H, W) input, got {ctx.type_of(0)}")
+    mode = ctx.attr("mode", "avg")
+    transform = ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 16 else "output_half_pixel")
+    if mode not in ("avg", "max") or transform not in ("half_pixel", "output_half_pixel"):
+        ctx.fail(f"unknown mode {mode!r} or coordinate_transformation_mode {transform!r}")
+    return ctx.emit1("RoiAlign", [ctx.input(0), ctx.input(1), ctx.input(2)], mode=mode, sampling_ratio=ratio,
+                     output_height=int(ctx.attr("output_height", 1)), output_width=int(ctx.attr("output_width", 1)),
+                     spatial_scale=float(ctx.attr("spatial_scale", 1.0)), coordinate_transformation_mode=transform)

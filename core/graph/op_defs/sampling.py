@@ -41,3 +41,15 @@ def _deform_columns(types: Sequence[TensorType], attrs: Mapping) -> list[TensorT
     if len(types) == 3 and types[2].shape != (offset.shape[0], groups * kh * kw) + offset.shape[2:]:
         raise ShapeError(f"DeformColumns: mask {types[2]} does not match offset {offset}")
     return [TensorType(x.shape[:2] + (kh, kw) + offset.shape[2:], x.dtype)]
+
+
+@register_op("RoiAlign", Pattern.OPAQUE)
+def _roi_align(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    expect_arity("RoiAlign", types, 3)
+    x, rois, batch = types
+    expect_dtype("RoiAlign", x, FLOAT_DTYPES)
+    if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4 or batch.shape != (rois.shape[0],):
+        raise ShapeError(f"RoiAlign: rois {rois} and batch_indices {batch} do not fit input {x}")
+    if attrs.get("mode") not in ("avg", "max") or int(attrs.get("sampling_ratio", 0)) < 1:
+        raise ShapeError(f"RoiAlign: mode {attrs.get('mode')!r} and sampling_ratio {attrs.get('sampling_ratio')!r}")
+    return [TensorType((rois.shape[0], x.shape[1], attrs["output_height"], attrs["output_width"]), x.dtype)]
