@@ -1,7 +1,7 @@
 """ONNX -> graph-IR converters, one module per op family; importing this package registers them."""
 from . import binary, constants, conv, data_dependent, einsum, elementwise, linalg, normalization, pool, reduce, scatter, selection, shape  # noqa: F401
 from . import loss  # noqa: F401
-from . import attention, causal_conv, rotary  # noqa: F401
+from . import attention, causal_conv, linear_attention, rotary  # noqa: F401
 from . import recurrent  # noqa: F401
 from . import activations  # noqa: F401,E402
 from . import resize  # noqa: F401,E402

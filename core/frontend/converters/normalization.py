@@ -85,7 +85,8 @@ def layer_norm(ctx: ConvertContext) -> list[str]:
     mean = ctx.emit1("ReduceMean", [x], axes=axes, keepdims=1)
     centered = ctx.emit1("Sub", [x, mean])
     variance = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [centered, centered])], axes=axes, keepdims=1)
-    inv_std = ctx.emit1("Reciprocal", [ctx.emit1("Sqrt", [ctx.emit1("Add", [variance, ctx.scalar_like(epsilon, variance)])])])
+    std = ctx.emit1("Sqrt", [ctx.emit1("Add", [variance, ctx.scalar_like(epsilon, variance)])])
+    inv_std = ctx.emit1("Reciprocal", [std])
     return [_scale_and_shift(ctx, ctx.emit1("Mul", [centered, inv_std])), mean, inv_std]
 
 
@@ -184,8 +185,10 @@ def lrn(ctx: ConvertContext) -> str:
     padded = ctx.emit1("Pad", [ctx.emit1("Mul", [x, x])], pads=tuple(pads), mode="constant", value=0.0)
     square_sum = None
     for offset in range(size):
-        window = ctx.emit1("Slice", [padded], starts=(0, offset) + (0,) * (rank - 2), steps=(1,) * rank, sizes=tuple(shape))
+        window = ctx.emit1("Slice", [padded], starts=(0, offset) + (0,) * (rank - 2), steps=(1,) * rank,
+                           sizes=tuple(shape))
         square_sum = window if square_sum is None else ctx.emit1("Add", [square_sum, window])
     alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
-    base = ctx.emit1("Add", [ctx.emit1("Mul", [square_sum, ctx.scalar_like(alpha / size, x)]), ctx.scalar_like(bias, x)])
+    scaled = ctx.emit1("Mul", [square_sum, ctx.scalar_like(alpha / size, x)])
+    base = ctx.emit1("Add", [scaled, ctx.scalar_like(bias, x)])
     return ctx.emit1("Div", [x, ctx.emit1("Pow", [base, ctx.scalar_like(beta, x)])])

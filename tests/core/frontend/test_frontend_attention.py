@@ -1,4 +1,5 @@
-"""Attention and RotaryEmbedding compiled to native code, compared with ONNX's reference implementation."""
+"""Attention, RotaryEmbedding, LinearAttention and CausalConvWithState compiled to native code, compared with
+ONNX's reference implementation."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,9 +20,7 @@ def _model(node, inputs: dict, outputs: dict, opset: int):
     info = lambda n, d, s: helper.make_tensor_value_info(n, _ELEM[d], s)  # noqa: E731
     graph = helper.make_graph([node], "attention", [info(n, d, s) for n, (d, s) in inputs.items()],
                               [info(n, d, s) for n, (d, s) in outputs.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def _feeds(inputs: dict, seed: int = 0) -> dict:
@@ -122,3 +121,44 @@ def test_rotary_embedding_3d_without_position_ids():
     inputs = {"x": ("float32", [2, 5, 12]), "cos": ("float32", [2, 5, 2]), "sin": ("float32", [2, 5, 2])}
     node = helper.make_node("RotaryEmbedding", list(inputs), ["y"], num_heads=2, rotary_embedding_dim=4)
     _check(_model(node, inputs, {"y": ("float32", [2, 5, 12])}, 23), _feeds(inputs, seed=8))
+
+
+# decay_width: kv_heads (one decay per head) or kv_heads * head_size (one per key dimension).
+@pytest.mark.parametrize("rule,q_heads,kv_heads,decay_width,beta_width,past", [
+    ("linear", 2, 2, None, None, False),
+    ("gated", 4, 2, 2, None, True),  # grouped query heads
+    ("delta", 2, 2, None, 1, False),  # one beta for all heads
+    ("gated_delta", 4, 1, 4, 1, True),  # a single KV head
+])
+def test_linear_attention_update_rules(rule, q_heads, kv_heads, decay_width, beta_width, past):
+    d = 4
+    inputs = {"q": ("float32", [2, 3, q_heads * d]), "k": ("float32", [2, 3, kv_heads * d]),
+              "v": ("float32", [2, 3, kv_heads * d])}
+    names = ["q", "k", "v", "", "", ""]
+    if past:
+        inputs["past"], names[3] = ("float32", [2, kv_heads, d, d]), "past"
+    if decay_width:
+        inputs["decay"], names[4] = ("float32", [2, 3, decay_width]), "decay"
+    if beta_width:
+        inputs["beta"], names[5] = ("float32", [2, 3, beta_width]), "beta"
+    node = helper.make_node("LinearAttention", names, ["y", "state"], update_rule=rule, q_num_heads=q_heads,
+                            kv_num_heads=kv_heads)
+    outputs = {"y": ("float32", [2, 3, q_heads * d]), "state": ("float32", [2, kv_heads, d, d])}
+    feeds = _feeds(inputs, seed=9)
+    if "decay" in feeds:
+        feeds["decay"] = -np.abs(feeds["decay"])  # log decay factors
+    _check(_model(node, inputs, outputs, 27), feeds, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("taps,past,bias,activation", [(4, False, False, "none"), (3, True, True, "silu"),
+                                                       (1, False, True, "swish")])
+def test_causal_conv_with_state(taps, past, bias, activation):
+    inputs = {"x": ("float32", [2, 3, 5]), "w": ("float32", [3, 1, taps])}
+    names = ["x", "w", "", ""]
+    if bias:
+        inputs["b"], names[2] = ("float32", [3]), "b"
+    if past:
+        inputs["past"], names[3] = ("float32", [2, 3, taps - 1]), "past"
+    node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation=activation)
+    outputs = {"y": ("float32", [2, 3, 5]), "state": ("float32", [2, 3, taps - 1])}
+    _check(_model(node, inputs, outputs, 27), _feeds(inputs, seed=10))
