@@ -9,6 +9,7 @@ from core.graph.ir import Graph
 
 from . import alter_layout, cse, eliminate_dead_code, fold_constants, fold_scale_bias, fuse, simplify  # noqa: F401
 from . import pack_matmul_weights  # noqa: F401 (registers: constant MatMul weights packed into panels)
+from . import widen_narrow_floats  # noqa: F401 (registers: bfloat16/float8 accumulate in float32)
 from .registry import GraphPass, get_pass
 
 _CLEANUP = ("fold_constants", "simplify", "cse", "fold_scale_bias", "fold_constants", "simplify",
@@ -24,6 +25,9 @@ LEVELS: dict[int, tuple[str, ...]] = {
     2: _CLEANUP + ("fuse_ops",),
     3: _CLEANUP + ("pack_matmul_weights", "alter_layout", "eliminate_dead_code", "fuse_ops"),
 }
+# Not optimizations but semantics, so every level runs them first (and LEVELS, the optimization table
+# the report shows, leaves them out): accumulating ops on bfloat16/float8 compute in float32.
+REQUIRED: tuple[str, ...] = ("widen_narrow_floats",)
 
 PASSES_BY_LEVEL: dict[int, list[tuple[str, GraphPass]]] = {
     level: [(name, get_pass(name)) for name in names] for level, names in LEVELS.items()
@@ -48,4 +52,4 @@ def run_passes(graph: Graph, passes: list[tuple[str, GraphPass]]) -> Graph:
 def optimize(graph: Graph, opt_level: int) -> Graph:
     if opt_level not in PASSES_BY_LEVEL:
         raise ValueError(f"opt_level must be one of {sorted(PASSES_BY_LEVEL)}, got {opt_level!r}")
-    return run_passes(graph, PASSES_BY_LEVEL[opt_level])
+    return run_passes(graph, [(name, get_pass(name)) for name in REQUIRED] + PASSES_BY_LEVEL[opt_level])
