@@ -3,7 +3,6 @@ per-axis tables name (nearest: one gathered tap). One injective stage, so it fus
 like any gather; the importer splits resizes with very many taps into one Interpolate per axis."""
 from __future__ import annotations
 
-import itertools
 from typing import Any, Mapping, Optional, Sequence
 
 from ..graph.ir import TensorType
@@ -25,20 +24,25 @@ def interpolate(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any],
     weighted = bool(attrs.get("weighted"))
     acc_dtype = "float64" if x.dtype == "float64" else "float32"
 
-    def body(*out: Expr) -> Expr:
-        total: Expr | None = None
-        for combo in itertools.product(*(range(t) for t in taps)):
-            at = list(out)
-            weight: Expr | None = None
-            for a, i, w, k in zip(axes, index_at, weight_at, combo):
-                at[a] = cast("int64", inputs[i](out[a], const(k, "int64")))
-                if w is not None:
-                    tap = cast(acc_dtype, inputs[w](out[a], const(k, "int64")))
-                    weight = tap if weight is None else weight * tap
+    def nested(level: int, out: tuple, at: list) -> Expr:
+        """Sum over this axis's taps of weight * (the sum over the later axes): separable, so each
+        weight multiplies once per tap instead of once per tap combination."""
+        if level == len(axes):
             value = x(*at)
-            if weighted:
-                value = cast(acc_dtype, value) * weight
-            total = value if total is None else total + value
+            return cast(acc_dtype, value) if weighted else value
+        a, i, w = axes[level], index_at[level], weight_at[level]
+        total: Expr | None = None
+        for k in range(taps[level]):
+            here = list(at)
+            here[a] = cast("int64", inputs[i](out[a], const(k, "int64")))
+            term = nested(level + 1, out, here)
+            if w is not None:
+                term = cast(acc_dtype, inputs[w](out[a], const(k, "int64"))) * term
+            total = term if total is None else total + term
+        return total
+
+    def body(*out: Expr) -> Expr:
+        total = nested(0, out, list(out))
         result = cast(x.dtype, total)
         if attrs.get("masked"):
             inside: Expr | None = None
