@@ -1,5 +1,6 @@
-"""Attention (opsets 23-25) decomposed into MatMul, Softmax and elementwise IR ops: 3-D inputs split
-into heads, grouped KV heads broadcast (no copies), past KV concatenated, every mask one additive bias."""
+"""Attention (opsets 23-25) and FlexAttention (modifier subgraphs inlined) decomposed into MatMul, Softmax and
+elementwise IR ops: 3-D inputs split into heads, grouped KV heads broadcast (no copies), past KV
+concatenated, every mask one additive bias."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -246,3 +247,35 @@ def attention(ctx: ConvertContext) -> list[str]:
     if exposed is None:
         ctx.fail(f"qk_matmul_output_mode={mode} is not one of 0, 1, 2, 3")
     return [y, present_key, present_value, _as(ctx, exposed, dims.dtype)]
+
+
+def _modified(ctx: ConvertContext, attribute: str, scores: str) -> str:
+    """`scores` through the FlexAttention modifier subgraph `attribute` (one tensor in, one out), inlined."""
+    graph = ctx.attr(attribute)
+    if graph is None:
+        return scores
+    if len(graph.input) != 1 or len(graph.output) != 1:
+        ctx.fail(f"{attribute} must take one tensor and give one, got {len(graph.input)} and {len(graph.output)}")
+    (result,) = ctx.scope.import_graph(graph, {graph.input[0].name: scores})
+    if not isinstance(result, str) or ctx.builder.type_of(result).shape != ctx.builder.type_of(scores).shape:
+        ctx.fail(f"{attribute} must give a tensor of the scores' shape {list(ctx.builder.type_of(scores).shape)}")
+    return _as(ctx, result, ctx.builder.type_of(scores).dtype)
+
+
+@converter("FlexAttention", since_version=1, domain="ai.onnx.preview")
+def flex_attention(ctx: ConvertContext) -> str:
+    if any(len(ctx.shape(i)) != 4 for i in range(3)):
+        ctx.fail(f"Q, K and V must be 4-D, got {[list(ctx.shape(i)) for i in range(3)]}")
+    q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
+    dims = _dims(ctx, q, k, v)
+    precision = ctx.attr("softmax_precision")
+    compute = dims.compute if precision is None else numpy_dtype(int(precision), ctx.where)
+    scale = ctx.attr("scale")
+    scale = 1.0 / np.sqrt(dims.head_size) if scale is None else float(scale)
+    # sqrt(scale) in float32, rounded to the input type, multiplies Q and K (ONNX's reference).
+    factor = ctx.const(np.asarray(np.sqrt(np.float32(scale)), dims.dtype).astype(compute))
+    q_scaled, k_scaled = (ctx.emit1("Mul", [_as(ctx, x, compute), factor]) for x in (q, k))
+    keys_t = ctx.emit1("Transpose", [k_scaled], perm=(0, 1, 3, 2))
+    scores = _modified(ctx, "score_mod", _grouped_matmul(ctx, dims, q_scaled, keys_t))
+    probs = _modified(ctx, "prob_mod", ctx.emit1("Softmax", [scores], axis=3))
+    return _as(ctx, _grouped_matmul(ctx, dims, probs, _as(ctx, v, compute)), ctx.type_of(2).dtype)

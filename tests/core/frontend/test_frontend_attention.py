@@ -1,5 +1,5 @@
-"""Attention, RotaryEmbedding, LinearAttention and CausalConvWithState compiled to native code, compared with
-ONNX's reference implementation."""
+"""Attention, FlexAttention, RotaryEmbedding, LinearAttention and CausalConvWithState compiled to native code,
+compared with ONNX's reference implementation."""
 from __future__ import annotations
 
 import numpy as np
@@ -162,3 +162,22 @@ def test_causal_conv_with_state(taps, past, bias, activation):
     node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation=activation)
     outputs = {"y": ("float32", [2, 3, 5]), "state": ("float32", [2, 3, taps - 1])}
     _check(_model(node, inputs, outputs, 27), _feeds(inputs, seed=10))
+
+
+def test_flex_attention_inlines_its_modifier_subgraphs():
+    # score_mod adds a relative-position bias and caps scores; prob_mod rescales probabilities; GQA 4:2.
+    shape = [1, 4, 3, 5]
+    info = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)  # noqa: E731
+    bias = helper.make_tensor("bias", TensorProto.FLOAT, [3, 5], (np.arange(15) % 4 - 2.0).tolist())
+    score_mod = helper.make_graph([helper.make_node("Add", ["s", "bias"], ["biased"]),
+                                   helper.make_node("Tanh", ["biased"], ["s_out"])], "score_mod",
+                                  [info("s")], [info("s_out")], [bias])
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])
+    prob_mod = helper.make_graph([helper.make_node("Mul", ["p", "half"], ["p_out"])], "prob_mod",
+                                 [info("p")], [info("p_out")], [half])
+    node = helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview", scale=0.4,
+                            score_mod=score_mod, prob_mod=prob_mod)
+    inputs = {"q": ("float32", [1, 4, 3, 8]), "k": ("float32", [1, 2, 5, 8]), "v": ("float32", [1, 2, 5, 6])}
+    model = _model(node, inputs, {"y": ("float32", [1, 4, 3, 6])}, 26)
+    model.opset_import.append(helper.make_opsetid("ai.onnx.preview", 1))
+    _check(model, _feeds(inputs, seed=11))
