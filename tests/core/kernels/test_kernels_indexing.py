@@ -265,3 +265,9 @@ def test_cumsum_between_elementwise_ops_on_a_long_middle_axis():
     (got,) = KilnBackend.run_model(model, [x])
     want = -np.flip(np.cumsum(np.flip(np.maximum(x, 0), 1), 1), 1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_top_k_middle_axis_of_a_long_line():
+    x = RNG.integers(0, 50, (2, 700, 3)).astype(np.float32)  # many ties among 700 elements
+    check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0),
+          {"x": x, "k": np.array([9], np.int64)}, {"v": F32, "i": I64}, opset=11)
