@@ -32,10 +32,11 @@ def k_block(k: int) -> Optional[int]:
 
 
 def row_block_tiles(tiles: int, mr: int) -> int:
-    """Row tiles per block: a divisor near MC_ROWS rows, else MC_ROWS rows and a guarded last block
-    (the guard depends on the block loops only, so lowering keeps it out of the micro-kernel)."""
+    """Row tiles per block: a divisor near MC_ROWS rows (down to a third of them), else MC_ROWS rows
+    and a guarded last block. Measured (znver3, 1500 x 32 @ 32 x 1504, one thread): 60-row blocks
+    that divide run 1.9 ms, 120-row blocks with a guarded last one 3.6-12 ms."""
     most = max(1, MC_ROWS // mr)
-    return min(tiles, divisor_near(tiles, most // 2 + 1, most) or most)
+    return min(tiles, divisor_near(tiles, most // 3 + 1, most) or most)
 
 
 def column_blocks(outer: int, panels: int, cores: int) -> int:

@@ -18,6 +18,7 @@ from core.kernels.elementwise import unary
 from core.kernels.matmul_packed import PANEL, micro_rows, pack_weights
 from core.kernels.schedules.epilogue import schedule_epilogue
 from core.kernels.schedules.matmul import schedule_matmul
+from core.kernels.schedules.matmul_blocked import row_block_tiles
 from core.kernels.testing import OpKernel, build_kernels
 from core.target import get_target
 from core.te import tensor as te
@@ -28,10 +29,11 @@ NATIVE = get_target("native")
 rng = np.random.default_rng(11)
 
 # (A shape, B shape): whole tiles, ragged rows and columns, a batch of attention products, K in one
-# pass, K blocked (1200 = 2 x 600), a short sequence (M = 32: 4-row tiles), 5-row tiles with ragged N
+# pass, K blocked (1200 = 2 x 600), a short sequence (M = 32: 4-row tiles), 5-row tiles with ragged N,
+# 250 row tiles in blocks of 10 (a divisor, no guarded block)
 SHAPES = [((60, 64), (64, 32)), ((37, 300), (300, 29)), ((1, 2, 64, 64), (1, 2, 64, 64)),
           ((64, 512), (512, 128)), ((13, 40), (3, 40, 24)), ((20, 1200), (1200, 40)), ((32, 256), (256, 96)),
-          ((50, 72), (72, 33))]
+          ((50, 72), (72, 33)), ((1500, 16), (16, 24))]
 
 
 def _arrays(a_shape, b_shape):
@@ -76,6 +78,11 @@ def test_micro_rows_trade_padding_for_tile_height():
     assert micro_rows(1020) == 6 and micro_rows(1024) == 6  # 1026 rows: 0.2% padding
     assert micro_rows(8) == 4 and micro_rows(5) == 5
     assert micro_rows(32) == 4 and micro_rows(50) == 5  # whole tiles beat 6-row tiles with padding
+
+
+def test_row_blocks_prefer_a_divisor_to_a_guarded_last_block():
+    assert row_block_tiles(250, 6) == 10 and row_block_tiles(33, 6) == 11 and row_block_tiles(8, 4) == 8
+    assert row_block_tiles(97, 6) == 20  # prime: 20-tile blocks, the last one guarded
 
 
 def test_bias_relu_epilogue_runs_in_the_tile_of_a_padded_product():
