@@ -7,4 +7,5 @@ from . import pool_nd  # noqa: F401,E402
 from . import unpool  # noqa: F401,E402
 from . import deform  # noqa: F401,E402
 from . import roi_align  # noqa: F401,E402
+from . import conv_nd  # noqa: F401,E402
 from .schedules import cpu  # noqa: F401

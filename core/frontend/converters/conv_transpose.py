@@ -1,8 +1,8 @@
-"""ConvTranspose (1-D and 2-D) as ONE ordinary Conv over the input, gather-style: with stride s, output
+"""ConvTranspose (1-D to 3-D) and Col2Im as ONE ordinary Conv over the input, gather-style: with stride s, output
 row P = q*s + r only receives kernel taps t = r + s*j, so every output phase r is a stride-1 conv
 of the input with the sub-kernel of its taps. The phases become extra output channels of a single
-Conv (the tuned conv kernel, no zero-inserted input, no scatter), interleaved back by a
-Reshape/Transpose and cropped to the output window.
+Conv (the tuned conv kernel; ConvND in 3-D; no zero-inserted input, no scatter), interleaved back by
+a Reshape/Transpose and cropped to the output window.
 """
 from __future__ import annotations
 
@@ -73,36 +73,46 @@ def _geometry(ctx: ConvertContext, sizes, kernel, strides, dilations, output_pad
 
 
 def _phase_weights(ctx: ConvertContext, w: str, w_shape, group: int, axes: list[PhaseAxis], dilations) -> str:
-    """The Conv weights [group * Mg * sh * sw, Cg, Jh, Jw], gathered from W [C, Mg, kh, kw] (+ a zero)."""
-    c, mg, kh, kw = w_shape
+    """The Conv weights [group * Mg * prod(strides), Cg, *taps], gathered from W [C, Mg, *kernel] (+ a zero)."""
+    c, mg, kernel = w_shape[0], w_shape[1], w_shape[2:]
     cg = c // group
-    (ah, aw), (dh, dw) = axes, dilations
-    zero = c * mg * kh * kw
-    table = np.full((group, mg, ah.stride, aw.stride, cg, ah.taps, aw.taps), zero, dtype=np.int64)
-    for rh in range(ah.stride):
-        for uh in range(ah.taps):
-            ky = ah.tap_of(rh, uh, kh, dh)
-            if ky is None:
-                continue
-            for rw in range(aw.stride):
-                for uw in range(aw.taps):
-                    kx = aw.tap_of(rw, uw, kw, dw)
-                    if kx is None:
-                        continue
-                    g, m, ch = np.meshgrid(np.arange(group), np.arange(mg), np.arange(cg), indexing="ij")
-                    table[g, m, rh, rw, ch, uh, uw] = (((g * cg + ch) * mg + m) * kh + ky) * kw + kx
-    flat = ctx.reshape(w, [zero])
-    padded = ctx.emit1("Concat", [flat, ctx.const(np.zeros(1, ctx.builder.type_of(w).dtype))], axis=0)
-    table = table.reshape(group * mg * ah.stride * aw.stride, cg, ah.taps, aw.taps)
-    return ctx.emit1("Gather", [padded, ctx.const(table)], axis=0)
+    spatial = len(axes)
+    zero = int(np.prod(w_shape))
+    # Per axis: kernel index of (phase, tap), -1 where the phase has no tap there.
+    per_axis = [np.array([[-1 if (k := ax.tap_of(r, u, kernel[a], dilations[a])) is None else k
+                           for u in range(ax.taps)] for r in range(ax.stride)]) for a, ax in enumerate(axes)]
+    # Broadcast to (g, m, r_1..r_k, c, u_1..u_k).
+    rank = 3 + 2 * spatial
+
+    def along(values: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+        shape = [1] * rank
+        for d, n in zip(dims, values.shape):
+            shape[d] = n
+        return values.reshape(shape)
+
+    g = along(np.arange(group), (0,))
+    m = along(np.arange(mg), (1,))
+    ch = along(np.arange(cg), (2 + spatial,))
+    flat = (g * cg + ch) * mg + m
+    valid = np.ones([1] * rank, bool)
+    for a in range(spatial):
+        k = along(per_axis[a], (2 + a, 3 + spatial + a))
+        flat = flat * kernel[a] + np.maximum(k, 0)
+        valid = valid & (k >= 0)
+    table = np.where(valid, flat, zero)
+    table = np.broadcast_to(table, (group, mg) + tuple(ax.stride for ax in axes) + (cg,) + tuple(ax.taps for ax in axes))
+    table = table.reshape((-1, cg) + tuple(ax.taps for ax in axes))
+    flat_w = ctx.reshape(w, [zero])
+    padded = ctx.emit1("Concat", [flat_w, ctx.const(np.zeros(1, ctx.builder.type_of(w).dtype))], axis=0)
+    return ctx.emit1("Gather", [padded, ctx.const(np.ascontiguousarray(table))], axis=0)
 
 
 @converter("ConvTranspose", since_version=1)
 def conv_transpose(ctx: ConvertContext) -> str:
     x_type, w_type = ctx.type_of(0), ctx.type_of(1)
     spatial = x_type.rank - 2
-    if spatial not in (1, 2):
-        ctx.unsupported(f"{spatial}-D ConvTranspose (1-D and 2-D only)")
+    if spatial not in (1, 2, 3):
+        ctx.unsupported(f"{spatial}-D ConvTranspose (1-D to 3-D only)")
     if w_type.rank != x_type.rank:
         ctx.fail(f"weights {w_type} do not match input {x_type}")
     group = int(ctx.attr("group", 1))
@@ -130,31 +140,36 @@ def conv_transpose(ctx: ConvertContext) -> str:
         sizes, kernel, strides, dilations, begins, out = ([1] + sizes, [1] + kernel, [1] + strides,
                                                           [1] + dilations, [0] + begins, [1] + out)
     bias = ctx.input(2) if ctx.has_input(2) else None
-    y = transposed_conv_2d(ctx, x, w, bias, group, sizes, kernel, strides, dilations, begins, out)
+    y = transposed_conv(ctx, x, w, bias, group, sizes, kernel, strides, dilations, begins, out)
     return ctx.reshape(y, [x_type.shape[0], group * mg] + out[1:]) if spatial == 1 else y
 
 
-def transposed_conv_2d(ctx: ConvertContext, x: str, w: str, bias: str | None, group: int, sizes: list[int],
-                       kernel: list[int], strides: list[int], dilations: list[int], begins: list[int],
-                       out: list[int]) -> str:
-    """The 2-D transposed conv of NCHW x by W [C, Mg, kh, kw] onto `out` rows x columns, `begins` cropped
-    in front: one Conv over the stride phases, interleaved and cropped."""
+def transposed_conv(ctx: ConvertContext, x: str, w: str, bias: str | None, group: int, sizes: list[int],
+                    kernel: list[int], strides: list[int], dilations: list[int], begins: list[int],
+                    out: list[int]) -> str:
+    """The transposed conv of x [N, C, *sizes] by W [C, Mg, *kernel] onto `out`, `begins` cropped in front:
+    one Conv over the stride phases (ConvND beyond 2-D), interleaved and cropped."""
     n, c = ctx.builder.type_of(x).shape[:2]
     mg = ctx.builder.type_of(w).shape[1]
-    axes = [phase_axis(sizes[a], kernel[a], strides[a], dilations[a], begins[a], out[a]) for a in range(2)]
+    spatial = len(sizes)
+    axes = [phase_axis(sizes[a], kernel[a], strides[a], dilations[a], begins[a], out[a]) for a in range(spatial)]
     weights = _phase_weights(ctx, w, (c, mg) + tuple(kernel), group, axes, dilations)
     inputs = [x, weights]
-    phases = strides[0] * strides[1]
+    phases = int(np.prod(strides))
     if bias is not None:
         inputs.append(ctx.emit1("Gather", [bias, ctx.const(np.repeat(np.arange(group * mg), phases))], axis=0))
-    pads = (axes[0].pad_begin, axes[1].pad_begin, axes[0].pad_end, axes[1].pad_end)
-    y = ctx.emit1("Conv", inputs, strides=(1, 1), pads=pads, dilations=(1, 1), group=group)
+    pads = tuple(a.pad_begin for a in axes) + tuple(a.pad_end for a in axes)
+    if spatial == 2:
+        y = ctx.emit1("Conv", inputs, strides=(1, 1), pads=pads, dilations=(1, 1), group=group)
+    else:
+        y = ctx.emit1("ConvND", inputs, pads=pads, group=group)
     m = group * mg
     rows = [a.rows for a in axes]
     if phases > 1:
-        y = ctx.reshape(y, [n, m, strides[0], strides[1]] + rows)
-        y = ctx.emit1("Transpose", [y], perm=(0, 1, 4, 2, 5, 3))
-        y = ctx.reshape(y, [n, m, rows[0] * strides[0], rows[1] * strides[1]])
+        y = ctx.reshape(y, [n, m] + list(strides) + rows)
+        perm = (0, 1) + tuple(d for a in range(spatial) for d in (2 + spatial + a, 2 + a))
+        y = ctx.emit1("Transpose", [y], perm=perm)
+        y = ctx.reshape(y, [n, m] + [r * s for r, s in zip(rows, strides)])
     return _crop(ctx, y, [a.crop for a in axes], [a.size for a in axes])
 
 
@@ -163,7 +178,8 @@ def _crop(ctx: ConvertContext, y: str, starts: list[int], sizes: list[int]) -> s
     shape = ctx.builder.type_of(y).shape
     if all(s == 0 for s in starts) and tuple(sizes) == shape[2:]:
         return y
-    return ctx.emit1("Slice", [y], starts=(0, 0) + tuple(starts), steps=(1, 1, 1, 1), sizes=shape[:2] + tuple(sizes))
+    return ctx.emit1("Slice", [y], starts=(0, 0) + tuple(starts), steps=(1,) * len(shape),
+                     sizes=shape[:2] + tuple(sizes))
 
 
 @converter("Col2Im", since_version=18)
@@ -173,20 +189,21 @@ def col2im(ctx: ConvertContext) -> str:
     x = ctx.type_of(0)  # [N, C * prod(block), L]
     image = [int(v) for v in ctx.constant(1, "image_shape").reshape(-1)]
     block = [int(v) for v in ctx.constant(2, "block_shape").reshape(-1)]
-    if len(image) != 2 or len(block) != 2:
-        ctx.unsupported(f"Col2Im of a {len(image)}-D image (2-D only)")
-    blocks = block[0] * block[1]
+    spatial = len(image)
+    if spatial not in (2, 3) or len(block) != spatial:
+        ctx.unsupported(f"Col2Im of a {spatial}-D image (2-D and 3-D only)")
+    blocks = int(np.prod(block))
     if x.rank != 3 or x.shape[1] % blocks:
         ctx.fail(f"input {x} does not hold blocks of {block}")
-    strides = [int(v) for v in ctx.attr("strides", [1, 1])]
-    dilations = [int(v) for v in ctx.attr("dilations", [1, 1])]
-    pads = [int(v) for v in ctx.attr("pads", [0, 0, 0, 0])]
-    counts = [(image[a] + pads[a] + pads[a + 2] - (block[a] - 1) * dilations[a] - 1) // strides[a] + 1
-              for a in range(2)]
-    if counts[0] * counts[1] != x.shape[2]:
-        ctx.fail(f"{x.shape[2]} blocks do not tile image {image} (expected {counts[0]} x {counts[1]})")
+    strides = [int(v) for v in ctx.attr("strides", [1] * spatial)]
+    dilations = [int(v) for v in ctx.attr("dilations", [1] * spatial)]
+    pads = [int(v) for v in ctx.attr("pads", [0] * (2 * spatial))]
+    counts = [(image[a] + pads[a] + pads[a + spatial] - (block[a] - 1) * dilations[a] - 1) // strides[a] + 1
+              for a in range(spatial)]
+    if int(np.prod(counts)) != x.shape[2]:
+        ctx.fail(f"{x.shape[2]} blocks do not tile image {image} (expected {counts})")
     channels = x.shape[1] // blocks
-    one_hot = np.tile(np.eye(blocks, dtype=x.dtype).reshape(blocks, 1, *block), (channels, 1, 1, 1))
+    one_hot = np.tile(np.eye(blocks, dtype=x.dtype).reshape(blocks, 1, *block), (channels, 1) + (1,) * spatial)
     cols = ctx.reshape(ctx.input(0), [x.shape[0], x.shape[1]] + counts)
-    return transposed_conv_2d(ctx, cols, ctx.const(one_hot), None, channels, counts, block, strides, dilations,
-                              pads[:2], image)
+    return transposed_conv(ctx, cols, ctx.const(one_hot), None, channels, counts, block, strides, dilations,
+                           pads[:spatial], image)

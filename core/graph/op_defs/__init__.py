@@ -5,3 +5,4 @@ from . import resize  # noqa: F401,E402
 from . import sampling  # noqa: F401,E402
 from . import pool_nd  # noqa: F401,E402
 from . import unpool  # noqa: F401,E402
+from . import conv_nd  # noqa: F401,E402

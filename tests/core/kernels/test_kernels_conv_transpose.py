@@ -22,6 +22,7 @@ CASES = [
     ((1, 3, 4, 5), (3, 2, 4, 3), {"strides": [3, 2], "auto_pad": "SAME_UPPER"}),
     ((1, 3, 4, 5), (3, 5, 1, 1), {"strides": [4, 3]}),  # kernel smaller than the stride: zero phases
     ((2, 3, 7), (3, 4, 5), {"strides": [3], "pads": [2, 1]}),
+    ((1, 4, 3, 4, 2), (4, 2, 2, 3, 2), {"strides": [2, 1, 3], "pads": [1, 0, 0, 0, 1, 1], "group": 2}),  # ConvND
 ]
 
 
@@ -46,12 +47,14 @@ def test_phases_cover_the_output_window():
 @pytest.mark.parametrize("image,block,attrs", [
     ([5, 6], [2, 3], {}),
     ([7, 6], [3, 2], {"strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
+    ([4, 5, 3], [2, 2, 2], {"strides": [1, 2, 1]}),
 ])
 def test_col2im_matches_ort(image, block, attrs):
-    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
-    pads = attrs.get("pads", [0, 0, 0, 0])
-    counts = [(image[a] + pads[a] + pads[a + 2] - (block[a] - 1) * dilations[a] - 1) // strides[a] + 1 for a in range(2)]
-    x = rng.standard_normal((2, 3 * block[0] * block[1], counts[0] * counts[1])).astype(np.float32)
+    k = len(image)
+    strides, dilations = attrs.get("strides", [1] * k), attrs.get("dilations", [1] * k)
+    pads = attrs.get("pads", [0] * 2 * k)
+    counts = [(image[a] + pads[a] + pads[a + k] - (block[a] - 1) * dilations[a] - 1) // strides[a] + 1 for a in range(k)]
+    x = rng.standard_normal((2, 3 * int(np.prod(block)), int(np.prod(counts)))).astype(np.float32)
     node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], **attrs)
     constants = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
     assert_kiln_matches_ort(node, {"x": x}, constants, opset=18)
