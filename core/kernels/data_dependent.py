@@ -1,14 +1,15 @@
-"""NonZero, Compress and Unique: results at an upper-bound size plus an int64 `[axis, length]` bound (see
-core/graph/op_defs/data_dependent.py). Both place each kept element by a prefix count: element i
-goes to position `number of kept elements before i`, found by reductions (O(n^2) along the scanned
-axis, no sequential loop), and the padding past the count is zero."""
+"""NonZero, Compress and Unique: results at an upper-bound size plus an int64 `[axis, length]` bound
+(see core/graph/op_defs/data_dependent.py). NonZero and Compress flag the kept elements with a tensor
+expression and compact their positions in one sequential pass (te.extern); Unique compares slices
+pairwise (O(m^2) reductions). The padding past the count is zero."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, cast, const, eq, logical_and, ne, select
+from ..tir.expr import Buffer, Expr, Var, cast, const, eq, logical_and, ne, select
+from ..tir.stmt import Allocate, For, ForKind, IfThenElse, Stmt, Store, seq
 from .common import require, typed_const
 from .registry import register_compute
 
@@ -17,26 +18,27 @@ def _i64(value: int) -> Expr:
     return const(int(value), "int64")
 
 
+def compaction_program(flags: Buffer, packed: Buffer) -> Stmt:
+    """packed[0..] = the positions i with flags[i] set, in order (zeros after them); packed[n] = how many."""
+    n = flags.shape[0]
+    i = Var("kept_i")
+    count = Buffer("kept_count", (1,), "int64", "local")
+    zero = _i64(0)
+    clear = For(i, _i64(n), ForKind.SERIAL, Store(packed, i, zero))
+    keep = seq(Store(packed, count.load(0), i), Store(count, zero, count.load(0) + 1))
+    scan = For(i, _i64(n), ForKind.SERIAL, IfThenElse(ne(flags.load(i), const(0, flags.dtype)), keep))
+    return Allocate(count, seq(clear, Store(count, zero, zero), scan, Store(packed, _i64(n), count.load(0))))
+
+
 def prefix_positions(kept, n: int, name: str) -> tuple[te.Tensor, te.Tensor]:
-    """(position[j], total[0]): where the j-th kept element of 0..n-1 sits, and how many are kept;
-    `kept(i)` is a bool expression for index expression i."""
-
-    def before_body(i: Expr) -> Expr:
-        k = te.reduce_axis(n, "k")
-        return te.sum(cast("int64", logical_and(kept(k.var), k.var < i)), [k])
-
-    before = te.compute((n,), before_body, name=f"{name}_before", tag="reduce")
-
-    def position_body(j: Expr) -> Expr:
-        i = te.reduce_axis(n, "i")
-        return te.sum(select(logical_and(kept(i.var), eq(before(i.var), j)), i.var, _i64(0)), [i])
-
-    def total_body(_: Expr) -> Expr:
-        k = te.reduce_axis(n, "k")
-        return te.sum(cast("int64", kept(k.var)), [k])
-
-    position = te.compute((n,), position_body, name=f"{name}_position", tag="reduce")
-    total = te.compute((1,), total_body, name=f"{name}_total", tag="reduce")
+    """(position[j], total[0]): where the j-th kept element of 0..n-1 sits (0 past the last one), and
+    how many are kept; `kept(i)` is a bool expression for index expression i. The flags are a tensor
+    expression, the compaction one sequential pass (te.extern): O(n)."""
+    flags = te.compute((n,), lambda i: cast("int8", kept(i)), name=f"{name}_flags", tag="injective")
+    packed = te.extern((n + 1,), [flags], lambda ins, out: compaction_program(ins[0], out), "int64",
+                       name=f"{name}_packed")
+    position = te.compute((n,), lambda j: packed(j), name=f"{name}_position", tag="injective")
+    total = te.compute((1,), lambda _: packed(_i64(n)), name=f"{name}_total", tag="injective")
     return position, total
 
 
