@@ -12,10 +12,15 @@ def _softplus(ctx: ConvertContext, x: str) -> str:
     return ctx.emit1("Add", [ctx.emit1("Max", [x, ctx.scalar_like(0, x)]), log1p])
 
 
-def _expm1_scaled(ctx: ConvertContext, x: str, alpha: float) -> str:
-    """alpha * (e^x - 1)."""
-    expm1 = ctx.emit1("Sub", [ctx.emit1("Exp", [x]), ctx.scalar_like(1, x)])
-    return ctx.emit1("Mul", [expm1, ctx.scalar_like(alpha, x)])
+def exponential_linear(ctx: ConvertContext, x: str, alpha: float, scale: float = 1.0) -> str:
+    """x for x >= 0, alpha * (e^(x / scale) - 1) below (Elu, Selu, Celu) as max(x, 0) + alpha * (e^(min(x, 0)
+    / scale) - 1): no select, so the fused loop vectorizes with its exp (a select on x would keep it scalar)."""
+    negative_part = ctx.emit1("Min", [x, ctx.scalar_like(0, x)])
+    if scale != 1.0:
+        negative_part = ctx.emit1("Div", [negative_part, ctx.scalar_like(scale, x)])
+    expm1 = ctx.emit1("Sub", [ctx.emit1("Exp", [negative_part]), ctx.scalar_like(1, x)])
+    return ctx.emit1("Add", [ctx.emit1("Max", [x, ctx.scalar_like(0, x)]),
+                             ctx.emit1("Mul", [expm1, ctx.scalar_like(alpha, x)])])
 
 
 @converter("ThresholdedRelu", since_version=10)
@@ -41,18 +46,13 @@ def selu(ctx: ConvertContext) -> str:
     x = ctx.input(0)
     alpha = float(ctx.attr("alpha", 1.67326319217681884765625))
     gamma = float(ctx.attr("gamma", 1.05070102214813232421875))
-    positive = ctx.emit1("Greater", [x, ctx.scalar_like(0, x)])
-    inner = ctx.emit1("Where", [positive, x, _expm1_scaled(ctx, x, alpha)])
-    return ctx.emit1("Mul", [inner, ctx.scalar_like(gamma, x)])
+    return ctx.emit1("Mul", [exponential_linear(ctx, x, alpha), ctx.scalar_like(gamma, x)])
 
 
 @converter("Celu", since_version=12)
 def celu(ctx: ConvertContext) -> str:
-    x = ctx.input(0)
     alpha = float(ctx.attr("alpha", 1.0))
-    negative_part = _expm1_scaled(ctx, ctx.emit1("Div", [x, ctx.scalar_like(alpha, x)]), alpha)
-    return ctx.emit1("Add", [ctx.emit1("Max", [x, ctx.scalar_like(0, x)]),
-                             ctx.emit1("Min", [negative_part, ctx.scalar_like(0, x)])])
+    return exponential_linear(ctx, ctx.input(0), alpha, scale=alpha)
 
 
 @converter("Shrink", since_version=9)

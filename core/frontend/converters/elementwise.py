@@ -9,6 +9,7 @@ import numpy as np
 
 from ..onnx_values import numpy_dtype
 from .quantize import cast_value
+from .activations import exponential_linear
 from .registry import ConvertContext, converter
 
 _DIRECT = {"Relu": 6, "Sigmoid": 6, "Tanh": 6, "Sqrt": 6, "Exp": 6, "Log": 6, "Neg": 6, "Abs": 6,
@@ -135,11 +136,7 @@ def hard_swish(ctx: ConvertContext) -> str:
 
 @converter("Elu", since_version=6)
 def elu(ctx: ConvertContext) -> str:
-    x = ctx.input(0)
-    alpha = float(ctx.attr("alpha", 1.0))
-    expm1 = ctx.emit1("Sub", [ctx.emit1("Exp", [x]), ctx.scalar_like(1, x)])
-    negative = ctx.emit1("Less", [x, ctx.scalar_like(0, x)])
-    return ctx.emit1("Where", [negative, ctx.emit1("Mul", [expm1, ctx.scalar_like(alpha, x)]), x])
+    return exponential_linear(ctx, ctx.input(0), float(ctx.attr("alpha", 1.0)))
 
 
 @converter("Gelu", since_version=20)

@@ -15,7 +15,8 @@ F32 = "float32"
 SHAPE = [3, 4, 5]
 ACTIVATIONS = [("ThresholdedRelu", {"alpha": 0.4}), ("ThresholdedRelu", {}), ("Softplus", {}), ("Softsign", {}),
                ("Selu", {}), ("Selu", {"alpha": 2.0, "gamma": 3.0}), ("Celu", {"alpha": 2.0}), ("Celu", {}),
-               ("Shrink", {"lambd": 0.6, "bias": 0.2}), ("Shrink", {}), ("Mish", {})]
+               ("Shrink", {"lambd": 0.6, "bias": 0.2}), ("Shrink", {}), ("Mish", {}), ("Elu", {"alpha": 0.7}),
+               ("Elu", {"alpha": -0.5})]
 
 
 def _wide_input(shape=SHAPE) -> np.ndarray:
