@@ -1,27 +1,24 @@
-"""ScatterElements and ScatterND (and TensorScatter, a KV-cache write) as gathers from the output's
-point of view: each output element scans the updates that could land on it (for ScatterElements
-only those along the scatter axis, so the work is the output size times that axis' length) and
-combines the hits with the data element.
-
-Reduction "none" takes the last hit in update order (what ONNX Runtime does for duplicates): one
-stage finds its position, a second stage reads it. add/mul/max/min fold the hits with a reduction,
-then combine with the data element."""
+"""ScatterElements and ScatterND as sequential programs (te.extern): copy the data, then apply the
+updates in order, each combined with the element it lands on (reduction none/add/mul/max/min; for
+none a duplicate index keeps the last update, as ONNX Runtime does). O(data + updates).
+TensorScatter (a KV-cache write) is an injective gather instead: each cache element knows its source."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, cast, const, eq, logical_and, maximum, minimum, select
-from .common import require, typed_const
-from .indexing import wrap_negative
+from ..tir.expr import Buffer, Expr, Var, cast, const, logical_and, maximum, minimum, select
+from ..tir.stmt import For, ForKind, Stmt, Store, seq
+from .common import prod, require
 from .registry import register_compute
 
-_FOLD: dict[str, tuple[Callable, Callable[[str], Any], Callable[[Expr, Expr], Expr]]] = {
-    "add": (te.sum, lambda dt: 0, lambda a, b: a + b),
-    "mul": (te.prod, lambda dt: 1, lambda a, b: a * b),
-    "max": (te.max, te.lowest, maximum),
-    "min": (te.min, te.highest, minimum),
+_COMBINE: dict[str, Callable[[Expr, Expr], Expr]] = {
+    "none": lambda old, new: new,
+    "add": lambda old, new: old + new,
+    "mul": lambda old, new: old * new,
+    "max": maximum,
+    "min": minimum,
 }
 
 
@@ -29,89 +26,90 @@ def _i64(value: int) -> Expr:
     return const(int(value), "int64")
 
 
-def _all(conds: Sequence[Expr]) -> Optional[Expr]:
-    out = None
-    for c in conds:
-        out = c if out is None else logical_and(out, c)
-    return out
+def _loop(name: str, extent: int, body_fn: Callable[[Var], Stmt]) -> Stmt:
+    var = Var(name)
+    return For(var, _i64(extent), ForKind.SERIAL, body_fn(var))
 
 
-def scatter(data: te.Tensor, count: int, hit: Callable[[Sequence[Expr], Expr], Expr],
-            update: Callable[[Sequence[Expr], Expr], Expr], reduction: str, name: str) -> te.Tensor:
-    """out[p] combines data[p] with update(p, u) for each of `count` candidate updates u where hit(p, u)."""
-    if reduction == "none":
-        def last_body(*p: Expr) -> Expr:
-            u = te.reduce_axis(count, "u")
-            return te.max(select(hit(p, u.var), u.var, _i64(-1)), [u])
+def _target_index(value: Expr, dim: int) -> Expr:
+    """An index value as a position on an axis of `dim`: negatives count from the end; out-of-range
+    ones (undefined in ONNX) are clamped so that the program never writes outside the output."""
+    idx = cast("int64", value)
+    idx = select(idx < _i64(0), idx + dim, idx)
+    return minimum(maximum(idx, _i64(0)), _i64(dim - 1))
 
-        last = te.compute(data.shape, last_body, name=f"{name}_last", tag="reduce")
-        return te.compute(data.shape, lambda *p: select(last(*p) >= _i64(0), update(p, maximum(last(*p), _i64(0))),
-                                                        data(*p)), name=name, tag="injective")
-    reducer, identity, combine = _FOLD[reduction]
 
-    def fold_body(*p: Expr) -> Expr:
-        u = te.reduce_axis(count, "u")
-        return reducer(select(hit(p, u.var), update(p, u.var), typed_const(identity(data.dtype), data.dtype)), [u])
+def _unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
+    idx, stride = [], prod(shape)
+    for d in shape:
+        stride //= d
+        idx.append((flat // stride) % d if d > 1 else _i64(0))
+    return idx
 
-    folded = te.compute(data.shape, fold_body, name=f"{name}_{reduction}", tag="reduce")
-    # max/min with no hit fold to the dtype's extreme, which leaves the data element as it is.
-    return te.compute(data.shape, lambda *p: combine(data(*p), folded(*p)), name=name, tag="injective")
+
+def _flatten(idx: Sequence[Expr], shape: Sequence[int]) -> Expr:
+    flat = _i64(0)
+    for i, d in zip(idx, shape):
+        flat = flat * d + i
+    return flat
+
+
+def _copy(data: Buffer, out: Buffer) -> Stmt:
+    return _loop("copy", data.numel, lambda f: Store(out, f, data.load(f)))
+
+
+def scatter_elements_program(data: Buffer, indices: Buffer, updates: Buffer, out: Buffer, axis: int,
+                             reduction: str) -> Stmt:
+    combine = _COMBINE[reduction]
+
+    def apply(u: Var) -> Stmt:
+        position = _unravel(u, indices.shape)
+        position[axis] = _target_index(indices.load(u), data.shape[axis])
+        at = _flatten(position, data.shape)
+        return Store(out, at, combine(out.load(at), updates.load(u)))
+
+    return seq(_copy(data, out), _loop("update", indices.numel, apply))
+
+
+def scatter_nd_program(data: Buffer, indices: Buffer, updates: Buffer, out: Buffer, reduction: str) -> Stmt:
+    combine = _COMBINE[reduction]
+    depth = indices.shape[-1]
+    tuples = indices.numel // depth
+    width = prod(data.shape[depth:])  # elements each index tuple addresses
+
+    def apply(q: Var) -> Stmt:
+        lead = [_target_index(indices.load(q * depth + a), data.shape[a]) for a in range(depth)]
+        base = _flatten(lead, data.shape[:depth]) * width
+
+        def element(s: Var) -> Stmt:
+            at = base + s
+            return Store(out, at, combine(out.load(at), updates.load(q * width + s)))
+
+        return _loop("element", width, element)
+
+    return seq(_copy(data, out), _loop("tuple", tuples, apply))
 
 
 @register_compute("ScatterElements")
 def scatter_elements(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     data, indices, updates = require(inputs, 3, "ScatterElements")
-    axis = int(attrs["axis"])
+    axis, reduction = int(attrs["axis"]), attrs.get("reduction", "none")
 
-    def source(p: Sequence[Expr], r: Expr) -> list[Expr]:
-        idx = list(p)
-        idx[axis] = r
-        return idx
+    def build(ins: list[Buffer], out: Buffer) -> Stmt:
+        return scatter_elements_program(ins[0], ins[1], ins[2], out, axis, reduction)
 
-    def hit(p: Sequence[Expr], r: Expr) -> Expr:
-        # Only updates at the same position off the scatter axis can land on p.
-        inside = [p[a] < _i64(d) for a, d in enumerate(indices.shape) if a != axis and d < data.shape[a]]
-        target = eq(wrap_negative(indices(*_clamped(source(p, r), indices.shape)), data.shape[axis]), p[axis])
-        cond = _all(inside)
-        return target if cond is None else logical_and(cond, target)
-
-    def update(p: Sequence[Expr], r: Expr) -> Expr:
-        return updates(*_clamped(source(p, r), indices.shape))
-
-    return [scatter(data, indices.shape[axis], hit, update, attrs.get("reduction", "none"), "scatter_elements")]
+    return [te.extern(data.shape, [data, indices, updates], build, data.dtype, name="scatter_elements")]
 
 
 @register_compute("ScatterND")
 def scatter_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     data, indices, updates = require(inputs, 3, "ScatterND")
-    depth = indices.shape[-1]
-    lead = indices.shape[:-1]
-    count = 1
-    for d in lead:
-        count *= d
+    reduction = attrs.get("reduction", "none")
 
-    def tuple_position(u: Expr) -> list[Expr]:
-        # Update number u (row-major over the index tuples) as a position in indices' leading axes.
-        pos, stride = [], count
-        for d in lead:
-            stride //= d
-            pos.append((u // stride) % d if d > 1 else _i64(0))
-        return pos
+    def build(ins: list[Buffer], out: Buffer) -> Stmt:
+        return scatter_nd_program(ins[0], ins[1], ins[2], out, reduction)
 
-    def hit(p: Sequence[Expr], u: Expr) -> Expr:
-        q = tuple_position(u)
-        conds = [eq(wrap_negative(indices(*q, _i64(a)), data.shape[a]), p[a]) for a in range(depth)]
-        return _all(conds) if conds else const(True, "bool")
-
-    def update(p: Sequence[Expr], u: Expr) -> Expr:
-        return updates(*tuple_position(u), *p[depth:])
-
-    return [scatter(data, count, hit, update, attrs.get("reduction", "none"), "scatter_nd")]
-
-
-def _clamped(idx: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
-    """Reads stay inside `shape` for positions that `hit` rules out anyway (p beyond indices' extent)."""
-    return [minimum(i, _i64(d - 1)) for i, d in zip(idx, shape)]
+    return [te.extern(data.shape, [data, indices, updates], build, data.dtype, name="scatter_nd")]
 
 
 @register_compute("TensorScatter")
