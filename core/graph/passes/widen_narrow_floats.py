@@ -1,12 +1,15 @@
-"""Ops that accumulate (MatMul, reductions, softmax, normalization, pooling) on bfloat16/float8 run in
-float32 between two Casts, so that their sums are not rounded to 8 bits of mantissa at every step:
-each op's result is rounded to its narrow dtype once, as ONNX Runtime and PyTorch compute them."""
+"""Ops that accumulate (MatMul, reductions, softmax, normalization, pooling) on float16/bfloat16/float8 run
+in float32 between two Casts, so that their sums are not rounded to 11 (8, 4) bits of mantissa at every
+step: each op's result is rounded to its narrow dtype once, as ONNX Runtime and PyTorch compute them."""
 from __future__ import annotations
 
 import dataclasses
 
 from core.graph.ir import Graph, Node, TensorType
-from core.graph.op_defs._common import NARROW_FLOAT_DTYPES
+from core.graph.op_defs._common import NARROW_FLOAT_DTYPES as _NARROW
+
+# float16 too: LLVM rounds every half operation, so a long float16 sum stagnates just the same.
+NARROW_FLOAT_DTYPES = _NARROW | {"float16"}
 
 from .registry import register_pass
 from .rewrite import fresh_name

@@ -27,6 +27,12 @@ def test_bfloat16_matmul_runs_in_float32_between_casts():
     assert graph.nodes[3].outputs == ("y",) and graph.type_of("y").dtype == "bfloat16"
 
 
+def test_float16_matmul_is_widened_too():
+    graph = widen_narrow_floats(import_onnx(_matmul_model(TensorProto.FLOAT16, 8)))
+    assert [n.op for n in graph.nodes] == ["Cast", "Cast", "MatMul", "Cast"]
+    assert graph.type_of(graph.nodes[2].outputs[0]).dtype == "float32"
+
+
 def test_float32_graphs_are_left_alone():
     graph = import_onnx(_matmul_model(TensorProto.FLOAT, 8))
     assert widen_narrow_floats(graph) is graph
