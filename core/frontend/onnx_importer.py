@@ -234,8 +234,8 @@ def _check_bounded_values(builder: GraphBuilder) -> None:
     # Only the runtime knows a data-dependent length: ops after it would compute on the padding.
     for value in builder.bounds:
         if builder.is_read(value):
-            raise ShapeError(f"value {value!r} has a data-dependent shape and feeds other ops; Kiln compiles "
-                             f"static shapes, so such a value can only be a graph output")
+            raise ShapeError(f"{builder.producer_op(value)} output {value!r} has a data-dependent shape and feeds "
+                             f"other ops; Kiln compiles static shapes, so such a value can only be a graph output")
 
 
 def _bind_output(builder: GraphBuilder, values: dict[str, Value], bound: list[str], name: str, value: str) -> str:

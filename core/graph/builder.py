@@ -147,6 +147,9 @@ class GraphBuilder:
     def is_read(self, value: str) -> bool:
         return any(value in node.inputs for node in self._nodes)
 
+    def producer_op(self, value: str) -> str:
+        return next((node.op for node in self._nodes if value in node.outputs), "")
+
     def set_outputs(self, names: Sequence[str]) -> None:
         for name in names:
             self.type_of(name)
