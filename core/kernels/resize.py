@@ -19,8 +19,8 @@ def interpolate(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any],
     x = inputs[0]
     shape = list(x.shape)
     for a, i in zip(axes, index_at):
-        shape[a] = inputs[i].shape[0]
-    taps = [inputs[i].shape[1] for i in index_at]
+        shape[a] = inputs[i].shape[1]
+    taps = [inputs[i].shape[0] for i in index_at]
     weighted = bool(attrs.get("weighted"))
     acc_dtype = "float64" if x.dtype == "float64" else "float32"
 
@@ -34,10 +34,10 @@ def interpolate(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any],
         total: Expr | None = None
         for k in range(taps[level]):
             here = list(at)
-            here[a] = cast("int64", inputs[i](out[a], const(k, "int64")))
+            here[a] = cast("int64", inputs[i](const(k, "int64"), out[a]))
             term = nested(level + 1, out, here)
             if w is not None:
-                term = cast(acc_dtype, inputs[w](out[a], const(k, "int64"))) * term
+                term = cast(acc_dtype, inputs[w](const(k, "int64"), out[a])) * term
             total = term if total is None else total + term
         return total
 

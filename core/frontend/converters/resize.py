@@ -90,9 +90,9 @@ def _emit_interpolate(ctx: ConvertContext, x: str, axes: list[int], tables: list
     masked = any(t.inside is not None for t in tables)
     inputs = [x]
     for t in tables:
-        inputs.append(ctx.const(t.indices.astype(np.int32)))
+        inputs.append(ctx.const(np.ascontiguousarray(t.indices.T.astype(np.int32))))  # tap-major, see Interpolate
         if weighted:
-            inputs.append(ctx.const(t.weights, "float64" if dtype == "float64" else "float32"))
+            inputs.append(ctx.const(np.ascontiguousarray(t.weights.T), "float64" if dtype == "float64" else "float32"))
     if masked:
         for t in tables:
             inputs.append(ctx.const(t.inside if t.inside is not None else np.ones(t.indices.shape[0], bool)))

@@ -1,7 +1,7 @@
 """Interpolate: separable resampling by constant per-axis tables (ONNX Resize and Upsample lower to it).
 
-Inputs: x, then per resized axis its int32 index table [out, taps] (and, when `weighted`, its weight
-table [out, taps]), then when `masked` one bool table [out] per axis: output positions whose mask is
+Inputs: x, then per resized axis its int32 index table [taps, out] (and, when `weighted`, its weight
+table [taps, out]; tap-major so that neighbouring outputs read neighbouring entries), then when `masked` one bool table [out] per axis: output positions whose mask is
 false on any axis are `extrapolation_value` (tf_crop_and_resize).
 """
 from __future__ import annotations
@@ -43,11 +43,11 @@ def _infer(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
             raise ShapeError(f"Interpolate: index table of axis {a} must be 2-D int, got {table}")
         if w is not None and (types[w].shape != table.shape or types[w].dtype not in FLOAT_DTYPES):
             raise ShapeError(f"Interpolate: weight table {types[w]} of axis {a} must match {table}")
-        if m is not None and types[m].shape != (table.shape[0],):
-            raise ShapeError(f"Interpolate: mask {types[m]} of axis {a} must have {table.shape[0]} entries")
+        if m is not None and types[m].shape != (table.shape[1],):
+            raise ShapeError(f"Interpolate: mask {types[m]} of axis {a} must have {table.shape[1]} entries")
         if attrs.get("weighted") and x.dtype not in FLOAT_DTYPES:
             raise ShapeError(f"Interpolate: weighted taps need float data, got {x}")
-        shape[a] = table.shape[0]
+        shape[a] = table.shape[1]
     return [TensorType(tuple(shape), x.dtype)]
 
 
@@ -56,13 +56,13 @@ def interpolate_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.nd
     x = inputs[0]
     y = x.astype(np.float64) if attrs.get("weighted") else x
     for a, i, w in zip(axes, indices, weights):
-        table = inputs[i]
+        table = inputs[i].T  # [out, taps]
         gathered = np.take(y, table, axis=a)  # [..., out, taps, ...]
         if w is None:
             y = np.take(gathered, 0, axis=a + 1)
         else:
             shape = (1,) * a + table.shape + (1,) * (x.ndim - a - 1)
-            y = (gathered * inputs[w].astype(np.float64).reshape(shape)).sum(axis=a + 1)
+            y = (gathered * inputs[w].T.astype(np.float64).reshape(shape)).sum(axis=a + 1)
     if attrs.get("masked"):
         inside = np.ones(y.shape, bool)
         for a, m in zip(axes, masks):
