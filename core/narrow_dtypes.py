@@ -79,3 +79,12 @@ def cast_array(x, dtype: str):
     code = exponent + ((fraction != 0) & (exponent < 0xFE))
     code = np.where((bits & 0x7FFFFFFF) == 0x00400000, 0, code)  # 2^-127 is code 0 already
     return code.astype(np.uint8).view(np.dtype(dtype))
+
+
+def packed_nbytes(dtype: str, count: int) -> int:
+    """Bytes `count` elements of `dtype` take inside an ONNX TensorProto (raw or external data): 4- and 2-bit
+    types are packed there (two or four per byte, the last byte padded), unlike in Kiln's memory."""
+    import numpy as np
+    bits = SUBBYTE_INTS[dtype][0] if dtype in SUBBYTE_INTS else \
+        MINIFLOATS[dtype].bits if dtype in MINIFLOATS else np.dtype(dtype).itemsize * 8
+    return (count * bits + 7) // 8

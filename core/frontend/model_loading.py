@@ -14,6 +14,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from core.errors import InvalidModelError, ModelTooLargeError
+from core.narrow_dtypes import packed_nbytes
 
 ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto]
 
@@ -175,10 +176,10 @@ def _read_external_data(tensor: onnx.TensorProto, path: Path) -> None:
     info = {entry.key: entry.value for entry in tensor.external_data}
     try:
         offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else -1
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).name
     except (ValueError, KeyError, TypeError) as err:
         raise InvalidModelError(f"not an ONNX model: bad external data entry for {tensor.name!r} ({err})") from None
-    expected = int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+    expected = packed_nbytes(dtype, int(np.prod(tensor.dims, dtype=np.int64)))  # int4/int2/float4 are packed
     if offset < 0 or (length >= 0 and length != expected):
         raise InvalidModelError(f"not an ONNX model: external data of {tensor.name!r} declares {length} bytes "
                                 f"at offset {offset}, its shape needs {expected}")

@@ -114,3 +114,20 @@ def test_narrow_inputs_accept_raw_bits_and_npy_void_but_not_other_narrow_types()
     assert not loader_module._raw_bits_of(np.dtype(ml_dtypes.int4), "float8_e4m3fn")
     assert not loader_module._raw_bits_of(np.dtype(np.int8), "float8_e4m3fn")
     assert not loader_module._raw_bits_of(np.dtype(np.uint8), "bfloat16")
+
+
+def test_packed_int4_external_data_loads(tmp_path):
+    """ONNX packs int4 two per byte in external data too: 10 values are 5 bytes, not 10."""
+    w = np.array([[-8, -3, 0, 7, 1], [1, 2, -1, 5, 3]], ml_dtypes.int4)
+    graph = helper.make_graph([helper.make_node("DequantizeLinear", ["w", "s"], ["y"])], "ext", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(0.5), "s")])
+    opsets = [helper.make_opsetid("", 21)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
+    path = tmp_path / "model.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin",
+                    size_threshold=0)
+    artifact = core.compile(str(path), "native", 1, None, validate=False, benchmark=False)
+    with artifact.load() as module:
+        np.testing.assert_array_equal(module.run({})["y"], w.astype(np.float32) * 0.5)
