@@ -9,6 +9,7 @@ from ..graph.ir import TensorType
 from ..te import tensor as te
 from ..tir.expr import Expr, cast, const, eq, is_float, select
 from .common import prod, require
+from .reduce_lanes import lane_split_applies, lane_split_reduce
 from .registry import register_compute
 
 _REDUCERS = {"sum": te.sum, "max": te.max, "min": te.min, "prod": te.prod}
@@ -27,6 +28,8 @@ def reduce_over(x: te.Tensor, axes: Sequence[int], keepdims: bool, combiner: str
     shape = [1 if k in axes else d for k, d in enumerate(x.shape)] if keepdims else kept
     inner_spatial = x.ndim - 1 - axes[-1] if axes else 0
     read = source or (lambda idx: x(*idx))
+    if lane_split_applies(x, axes, combiner):  # along the contiguous axis: vector lanes, not a scalar chain
+        return lane_split_reduce(x, keepdims, combiner, name, read, tag)
 
     def body(*i: Expr) -> Expr:
         rks = [te.reduce_axis(x.shape[a], f"r{a}") for a in axes]
