@@ -39,13 +39,14 @@ def test_custom_domain_op_is_reported_with_its_domain(onnx_model):
 
 
 def test_unsupported_features_and_ops_are_reported_together(onnx_model):
-    nodes = [helper.make_node("ConvTranspose", ["v", "w"], ["p"]),  # 3-D
+    # RoiAlign's adaptive sampling_ratio=0 takes a per-roi sample count known only at run time.
+    nodes = [helper.make_node("RoiAlign", ["x", "rois", "batch"], ["p"], sampling_ratio=0),
              helper.make_node("RandomNormalLike", ["x"], ["s"])]
-    model = onnx_model(nodes, {"x": (F32, [1, 1, 4, 4]), "v": (F32, [1, 1, 2, 2, 2]), "w": (F32, [1, 1, 1, 1, 1])},
+    model = onnx_model(nodes, {"x": (F32, [1, 1, 4, 4]), "rois": (F32, [1, 4]), "batch": ("int64", [1])},
                        {"p": F32, "s": F32})
     with pytest.raises(UnsupportedOpError) as info:
         import_onnx(model)
-    assert ("", "ConvTranspose", 17) in info.value.ops and ("", "RandomNormalLike", 17) in info.value.ops
+    assert ("", "RoiAlign", 17) in info.value.ops and ("", "RandomNormalLike", 17) in info.value.ops
 
 
 @pytest.mark.parametrize("data", [b"", b"\x00\x01garbage\xff\xfe" * 10, b"hello world, not protobuf", os.urandom(256)])
