@@ -153,23 +153,40 @@ def conv_blocks(node: Node, graph: Graph, lanes: int) -> Optional[tuple[int, int
     return (ob if depthwise else block_for(ic, lanes)), ob, depthwise
 
 
-# Measured on AVX2 (2 cores, python -m core.kernels.benchmark): blocked depthwise convs ran 2x
-# slower than NCHW's row-vectorized ones (144ch 56x56: 0.37 vs 0.16 ms), and so did 1x1 convs with a
-# short reduction (16 -> 96 at 112x112: 0.61 vs 0.33 ms); resnet's 3x3 and strided 1x1 convs ran
-# 1.05-1.5x faster blocked. A region with a losing conv stays NCHW as a whole: transforms around
-# each losing conv cost more than its blocked neighbours gain (mobilenet_v2 went 0.70 -> 1.10 x ORT).
+# Measured on AVX2 (2 cores): 1x1 convs with a short reduction run up to 2x slower blocked (16 -> 64
+# at 55x55: 0.22 vs 0.11 ms, python -m core.kernels.benchmark), and transforms around each losing
+# conv cost more than its blocked neighbours gain; resnet's 3x3 and strided 1x1 convs run 1.05-1.5x
+# faster blocked. Depthwise convs run blocked at 1-1.4x NCHW's time stride 1 but 4-5x faster
+# strided (NCHW splits the input into stride phases with a scalar pad stage; blocked pads whole
+# vectors), so a region with depthwise convs among dense ones (mobilenet's expand 1x1 -> depthwise
+# -> project 1x1) stays blocked as a whole, short reductions included: mobilenet_v2 at -O3 ran 1.38x
+# faster blocked than NCHW (bench_models --threads 1, same run). A lone depthwise conv does not pay
+# for its two transforms.
 MIN_BLOCKED_REDUCTION = 64
 
 
-def conv_profitable(node: Node, graph: Graph, blocks: tuple[int, int, bool]) -> bool:
-    _, _, depthwise = blocks
+@dataclasses.dataclass
+class _RegionConvs:
+    """What kinds of blockable convs a region (convs joined through blocked ops) holds."""
+
+    depthwise: bool = False
+    dense: bool = False
+    short_reduction: bool = False
+
+    def losing(self) -> bool:
+        if self.depthwise:
+            return not self.dense
+        return self.short_reduction
+
+
+def short_reduction(node: Node, graph: Graph) -> bool:
     w = graph.type_of(node.inputs[1]).shape
-    return not depthwise and w[1] * w[2] * w[3] >= MIN_BLOCKED_REDUCTION
+    return w[1] * w[2] * w[3] < MIN_BLOCKED_REDUCTION
 
 
 def losing_regions(graph: Graph, lanes: int) -> set[str]:
     """Outputs of the convs to keep in NCHW: every conv of a region (convs joined through ops that
-    stay blocked between them) that holds a conv the blocked layout makes slower."""
+    stay blocked between them) that the blocked layout makes slower as a whole (_RegionConvs)."""
     parent: dict[str, str] = {}
 
     def root(v: str) -> str:
@@ -186,7 +203,17 @@ def losing_regions(graph: Graph, lanes: int) -> set[str]:
             if src is not None and (src.op == "Conv" or rule_for(src) is not None):
                 parent[root(node.outputs[0])] = root(src.outputs[0])
     convs = [(n, conv_blocks(n, graph, lanes)) for n in graph.nodes if n.op == "Conv"]
-    losing = {root(n.outputs[0]) for n, blocks in convs if blocks is not None and not conv_profitable(n, graph, blocks)}
+    regions: dict[str, _RegionConvs] = {}
+    for node, blocks in convs:
+        if blocks is None:
+            continue
+        region = regions.setdefault(root(node.outputs[0]), _RegionConvs())
+        if blocks[2]:
+            region.depthwise = True
+        else:
+            region.dense = True
+            region.short_reduction |= short_reduction(node, graph)
+    losing = {r for r, kinds in regions.items() if kinds.losing()}
     return {n.outputs[0] for n, _ in convs if root(n.outputs[0]) in losing}
 
 

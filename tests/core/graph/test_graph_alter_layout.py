@@ -141,6 +141,43 @@ def test_depthwise_and_grouped_convs_stay_nchw():
     assert ops(_optimized(graph)) == ["Conv", "Conv"]
 
 
+def _pointwise(b, x, channels, out, seed):
+    w = b.add_constant(rng(seed).standard_normal((out, channels, 1, 1)).astype(np.float32), "pw")
+    bias = b.add_constant(rng(seed + 1).standard_normal(out).astype(np.float32), "pwb")
+    return b.add_node("Conv", [x, w, bias], **dict(CONV, pads=(0, 0, 0, 0)))[0]
+
+
+def _inverted_residual(expand_from=16):
+    """mobilenet_v2's block: expand 1x1 (short reduction) -> Relu -> depthwise 3x3 s2 -> project 1x1."""
+    b, x = image_builder((1, expand_from, 9, 9))
+    y = _pointwise(b, x, expand_from, 32, seed=0)
+    (y,) = b.add_node("Relu", [y])
+    w = b.add_constant(rng(1).standard_normal((32, 1, 3, 3)).astype(np.float32), "dw")
+    (y,) = b.add_node("Conv", [y, w], **dict(CONV, group=32, strides=(2, 2)))
+    (y,) = b.add_node("Relu", [y])
+    y = _pointwise(b, y, 32, 16, seed=2)
+    b.set_outputs([y])
+    return b.build()
+
+
+def test_a_region_with_depthwise_and_dense_convs_runs_blocked_short_reductions_included():
+    graph = _inverted_residual()
+    after = _optimized(graph)
+    assert ops(after) == ["LayoutTransform", "Conv2dNCHWc", "Relu", "Conv2dNCHWc", "Relu", "Conv2dNCHWc",
+                          "LayoutTransform"]
+    assert [n.attr("depthwise") for n in after.nodes if n.op == "Conv2dNCHWc"] == [False, True, False]
+    assert_same_meaning(graph, after)
+
+
+def test_a_lone_depthwise_conv_stays_nchw():
+    b, x = image_builder((1, 16, 6, 6))
+    w = b.add_constant(rng(0).standard_normal((16, 1, 3, 3)).astype(np.float32), "dw")
+    (y,) = b.add_node("Conv", [x, w], **dict(CONV, group=16))
+    b.set_outputs([y])
+    graph = b.build()
+    assert ops(_optimized(graph)) == ["Conv"]
+
+
 def test_blocked_depthwise_conv_means_the_same():
     from core.graph.ops import get_op
 

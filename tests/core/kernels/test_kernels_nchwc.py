@@ -27,6 +27,10 @@ CONVS = [  # id, input NCHW shape, out channels, kernel, stride, pad, depthwise,
     ("block6", (1, 12, 9, 9), 20, 3, 1, 1, False, {}),
     ("depthwise", (1, 16, 14, 14), 16, 3, 1, 1, True, {}),
     ("depthwise_s2", (1, 16, 15, 15), 16, 3, 2, 1, True, {}),
+    ("depthwise_s2_pad2_odd", (1, 24, 13, 11), 24, 3, 2, 2, True, {}),  # padded input read as whole vectors
+    ("depthwise_block6_pad1", (1, 12, 9, 7), 12, 3, 1, 1, True, {}),
+    ("depthwise_5x5_pad2", (2, 16, 10, 10), 16, 5, 1, 2, True, {}),
+    ("1x1_short_reduction", (1, 16, 11, 13), 24, 1, 1, 0, False, {}),
     ("tuned_tiles", (1, 16, 8, 8), 32, 3, 1, 1, False, {"ow_tile": 2, "oc_tile": 2, "oh_tile": 2}),
 ]
 
