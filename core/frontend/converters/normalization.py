@@ -76,9 +76,13 @@ def _scale_and_shift(ctx: ConvertContext, normalized: str) -> str:
 def layer_norm(ctx: ConvertContext) -> list[str]:
     axis = ctx.axis(ctx.attr("axis", -1), ctx.type_of(0).rank)
     epsilon = float(ctx.attr("epsilon", 1e-5))
+    inputs = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
     if not (ctx.output_used(1) or ctx.output_used(2)):  # Y alone: the fused native kernel
-        inputs = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
         return [ctx.emit1("LayerNormalization", inputs, axis=axis, epsilon=epsilon)]
+    if ctx.type_of(0).dtype in ("float16", "float32") and int(ctx.attr("stash_type", 1)) == 1:
+        # The fused kernel computes in float32 and also gives the (float32) statistics.
+        statistics = 2 if ctx.output_used(2) else 1
+        return ctx.emit("LayerNormalization", inputs, 1 + statistics, axis=axis, epsilon=epsilon, statistics=statistics)
     # ONNX's function body, which also yields the statistics (in stash_type, keepdims shape).
     x = _stashed(ctx, ctx.input(0))
     axes = tuple(range(axis, ctx.type_of(0).rank))

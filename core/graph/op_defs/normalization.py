@@ -1,4 +1,5 @@
-"""Normalizing ops kept whole for their numerics: Softmax, LogSoftmax (one axis) and LayerNormalization."""
+"""Normalizing ops kept whole for their numerics: Softmax, LogSoftmax (one axis) and LayerNormalization
+(Y, then its float32 Mean and InvStdDev when attribute statistics is 1 or 2)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -46,10 +47,11 @@ def _layer_norm_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.nd
     x64 = x.astype(np.float64)
     mean = x64.mean(axis=axes, keepdims=True)
     variance = np.square(x64 - mean).mean(axis=axes, keepdims=True)
-    y = (x64 - mean) / np.sqrt(variance + attrs["epsilon"]) * scale
+    inv_std = 1.0 / np.sqrt(variance + attrs["epsilon"])
+    y = (x64 - mean) * inv_std * scale
     if bias is not None:
         y = y + bias
-    return [y.astype(x.dtype)]
+    return [y.astype(x.dtype), mean.astype(np.float32), inv_std.astype(np.float32)][:1 + attrs.get("statistics", 0)]
 
 
 @register_op("LayerNormalization", Pattern.OPAQUE, fold=_layer_norm_fold)
@@ -65,4 +67,8 @@ def _layer_norm(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]
     for t in types[1:]:
         if t.rank > len(normalized) or broadcast_shapes("LayerNormalization", t.shape, normalized) != normalized:
             raise ShapeError(f"LayerNormalization: {t} does not broadcast to the normalized shape {list(normalized)}")
-    return [x]
+    count = attrs.get("statistics", 0)
+    if count not in (0, 1, 2):
+        raise ShapeError(f"LayerNormalization: statistics (Mean, InvStdDev outputs) must be 0, 1 or 2, got {count!r}")
+    statistic = TensorType(x.shape[:axis] + (1,) * len(normalized), "float32")  # keepdims, like the kernel's
+    return [x] + [statistic] * count

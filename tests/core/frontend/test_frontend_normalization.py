@@ -66,6 +66,17 @@ def test_layer_norm_mean_and_inv_std_dev_outputs(axis, onnx_model, check_ort):
     model = onnx_model([node], {"x": (F32, shape)}, {"y": F32, "mean": F32, "inv_std": F32}, initializers=inits)
     graph = check_ort(model, rtol=1e-4, atol=1e-5)
     assert graph.type_of("mean").shape == tuple(d if a < axis % 3 else 1 for a, d in enumerate(shape))
+    # One fused op gives all three outputs (float32 statistics).
+    assert [(n.op, n.attr("statistics")) for n in graph.nodes] == [("LayerNormalization", 2)]
+
+
+def test_layer_norm_statistics_of_double_input_follow_the_function_body(onnx_model, check_ort):
+    # A float64 input is beyond the float32 kernel: ONNX's function body, statistics in stash_type float32.
+    inits = {"scale": np.linspace(0.5, 2, 5)}
+    node = helper.make_node("LayerNormalization", ["x", "scale"], ["y", "mean"], axis=-1)
+    model = onnx_model([node], {"x": ("float64", [3, 5])}, {"y": "float64", "mean": F32}, initializers=inits)
+    graph = check_ort(model, rtol=1e-6, atol=1e-6)
+    assert "LayerNormalization" not in [n.op for n in graph.nodes]
 
 
 @pytest.mark.parametrize("axis", [0, -1, 2])
