@@ -17,6 +17,7 @@ from .graph.ir import Graph, Node
 from .graph.inplace import inplace_input
 from .graph.memory import Lifetime, MemoryPlan, align, plan_memory
 from .graph.ops import Pattern, get_op
+from .kernel_dedup import share_identical
 from .kernels.registry import ScheduleFn, get_compute, get_schedule
 from .kernels.schedules.epilogue import schedule_epilogue
 from .target import Target
@@ -36,10 +37,14 @@ class KernelInfo:
     flops: int
     inputs: tuple[str, ...]  # graph value names bound to the kernel's inputs
     outputs: tuple[str, ...]
+    func: str = ""  # the compiled function this kernel calls: its own name, or an identical earlier kernel's
 
 
 @dataclass(frozen=True)
 class Executable:
+    """`funcs` are the distinct compiled functions (identical kernels share one, core/kernel_dedup);
+    `kernels` has one entry per call, in call order, each naming the function it calls."""
+
     funcs: tuple[PrimFunc, ...]
     plan: ModelPlan
     weights: bytes
@@ -169,7 +174,7 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
         func, inputs = lower_group(nodes, types, target, name, outputs, anchor_schedule=tuned)
         funcs.append(func)
         infos.append(KernelInfo(name, tuple(n.op for n in nodes), tuple(n.name for n in nodes),
-                                sum(_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs)))
+                                sum(_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs), name))
 
     # Arena: intermediate values (live from producer to last consumer) and per-kernel workspaces.
     first: dict[str, int] = {}
@@ -193,7 +198,8 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
             infos[k] = dataclasses.replace(info, inputs=tuple(v for v in info.inputs if v != value))
     lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
                  for v in first if v not in graph_outputs]
-    lifetimes += [Lifetime(f"{f.name}/{b.name}", b.nbytes, k, k) for k, f in enumerate(funcs) for b in f.workspaces]
+    # Workspaces are per call (named by the kernel, not the possibly shared function).
+    lifetimes += [Lifetime(f"{infos[k].name}/{b.name}", b.nbytes, k, k) for k, f in enumerate(funcs) for b in f.workspaces]
     memory = plan_memory(lifetimes, inplace)
 
     # Weights: every constant a kernel reads, packed 64-byte aligned in first-use order.
@@ -222,7 +228,11 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
     calls = []
     for func, info in zip(funcs, infos):
         args = [ref(v) for v in info.inputs] + [ref(v) for v in info.outputs]
-        args += [BufferRef("arena", offset=memory.offsets[f"{func.name}/{b.name}"]) for b in func.workspaces]
-        calls.append(KernelCall(func.name, tuple(args)))
+        args += [BufferRef("arena", offset=memory.offsets[f"{info.name}/{b.name}"]) for b in func.workspaces]
+        calls.append(KernelCall(func.name, tuple(args), label=info.name))
+    # Identical kernels (repeated layers, unrolled loops) are compiled once and called at each site.
+    unique, called = share_identical(funcs)
+    calls = [dataclasses.replace(c, func=f) for c, f in zip(calls, called)]
+    infos = [dataclasses.replace(info, func=f) for info, f in zip(infos, called)]
     plan = ModelPlan(tuple(calls), len(graph.inputs), len(graph.outputs), memory.arena_bytes, len(blob))
-    return Executable(tuple(funcs), plan, bytes(blob), tuple(infos), memory)
+    return Executable(tuple(unique), plan, bytes(blob), tuple(infos), memory)

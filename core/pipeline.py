@@ -45,7 +45,8 @@ def _io_info(graph: Graph, names) -> list[dict]:
 
 
 def time_kernels(lib_path: Path, exe: Executable, min_ms: float = 5.0) -> dict[str, float]:
-    """Median-free quick timing of each kernel alone on zero-filled buffers (zeros keep every gather in bounds)."""
+    """Median-free quick timing of each compiled function alone on zero-filled buffers (zeros keep every
+    gather in bounds), by function name: kernels sharing a function (KernelInfo.func) share its time."""
     lib = load_kernels(lib_path)
     times = {}
     for func in exe.funcs:
@@ -160,8 +161,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                   "layout_transforms": sum("LayoutTransform" in k.ops for k in exe.kernels), "passes": list(LEVELS[opt_level])},
         "memory": {"arena_bytes": exe.memory.arena_bytes, "naive_bytes": exe.memory.naive_bytes,
                    "weights_bytes": len(exe.weights)},
-        "kernels": [{"name": k.name, "ops": list(k.ops), "flops": k.flops, "time_ms": kernel_times.get(k.name),
-                     "gflops": (k.flops / kernel_times[k.name] / 1e6) if kernel_times.get(k.name) else None,
+        "kernels": [{"name": k.name, "ops": list(k.ops), "flops": k.flops, "time_ms": kernel_times.get(k.func),
+                     "gflops": (k.flops / kernel_times[k.func] / 1e6) if kernel_times.get(k.func) else None,
                      "tuned": k.name in tuned_kernels} for k in exe.kernels],
         "tuning": tuning_report,
         "validation": validation, "latency_ms": latency, "timings_s": timings,

@@ -30,8 +30,9 @@ class BufferRef:
 
 @dataclass(frozen=True)
 class KernelCall:
-    func: str
+    func: str  # the compiled function called (identical kernels share one)
     args: tuple[BufferRef, ...]
+    label: str = ""  # the kernel's own name, for the profile's per-call names; `func` when empty
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def emit_model_entry(module: ir.Module, plan: ModelPlan, funcs: Mapping[str, Pri
     _global(module, "kiln_graph_num_inputs", ir.Constant(I32, plan.num_inputs))
     _global(module, "kiln_graph_num_outputs", ir.Constant(I32, plan.num_outputs))
     _global(module, "kiln_graph_num_calls", ir.Constant(I32, len(plan.calls)))
-    names = [_cstring(module, f"kiln.call_name.{i}", c.func) for i, c in enumerate(plan.calls)]
+    names = [_cstring(module, f"kiln.call_name.{i}", c.label or c.func) for i, c in enumerate(plan.calls)]
     _global(module, "kiln_graph_call_names", ir.Constant(ir.ArrayType(PTR, len(names)), names))
     _emit_runner(module, plan, kernels, profile=False)
     _emit_runner(module, plan, kernels, profile=True)
