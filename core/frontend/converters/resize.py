@@ -141,13 +141,14 @@ def resize(ctx: ConvertContext) -> str:
 
 
 def _legacy(ctx: ConvertContext, scales: np.ndarray) -> str:
-    """Resize-10 and Upsample: asymmetric coordinates, nearest rounds down (Upsample's repeat)."""
+    """Resize-10 and Upsample: asymmetric coordinates; nearest rounds down when upsampling (Upsample's
+    repeat) and up when downsampling, as ONNX Runtime does."""
     mode = ctx.attr("mode", "nearest")
     if mode == "bilinear":
         mode = "linear"
     if mode not in ("nearest", "linear"):
         ctx.fail(f"unknown mode {mode!r}")
-    attrs = {"mode": mode, "nearest_mode": "floor", "coordinate_transformation_mode": "asymmetric",
+    attrs = {"mode": mode, "nearest_mode": "legacy", "coordinate_transformation_mode": "asymmetric",
              "cubic_coeff_a": -0.75, "exclude_outside": False, "antialias": False}
     return interpolate(ctx, ctx.input(0), scales, None, attrs)
 

@@ -101,6 +101,9 @@ COORDINATE_MODES = ("align_corners", "asymmetric", "tf_crop_and_resize", "pytorc
 def axis_table(size_in: int, size_out: int, scale: float, roi: tuple[float, float], attrs: dict) -> AxisTable:
     """The table of one resized axis; `attrs` holds mode, nearest_mode, antialias, cubic_coeff_a,
     exclude_outside and coordinate_transformation_mode."""
+    if attrs.get("nearest_mode") == "legacy":
+        # Resize-10 and Upsample (ONNX Runtime's "simple" rounding): down when upsampling, up when downsampling.
+        attrs = dict(attrs, nearest_mode="ceil" if scale < 1 else "floor")
     coeff_fn = COEFFS[attrs["mode"]](attrs)
     coords = _source_coords(attrs["coordinate_transformation_mode"], np.arange(size_out, dtype=np.float64), scale,
                             size_in, size_out, roi)

@@ -58,3 +58,10 @@ def test_upsample_nearest_integer_input():
     x = rng.integers(-9, 9, (1, 2, 3, 4)).astype(np.int64)
     assert_kiln_matches_ort(node, {"x": x}, {"scales": np.array([1, 1, 2, 3], np.float32)}, opset=9,
                             reference="onnx")  # ORT has no Upsample-9 kernel
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_10_rounds_nearest_as_ort(mode):
+    # Resize-10: asymmetric coordinates; nearest rounds down when upsampling and up when downsampling.
+    node = helper.make_node("Resize", ["x", "scales"], ["y"], mode=mode)
+    assert_kiln_matches_ort(node, {"x": X}, {"scales": np.array([1, 1, 0.6, 2.5], np.float32)}, opset=10)
