@@ -1,6 +1,7 @@
 """BatchNormalization and InstanceNormalization decomposed into elementwise ops, LayerNormalization
-(its Mean/InvStdDev outputs by decomposition), RMSNormalization and GroupNormalization decomposed into
-reductions, and Softmax/LogSoftmax (opset < 13 coerce-to-2-D semantics rebuilt with Reshape)."""
+(its Mean/InvStdDev outputs: fused kernel, or the function body for float64), RMSNormalization, GroupNormalization,
+MeanVarianceNormalization, LpNormalization and LRN decomposed into reductions and elementwise ops, and
+Softmax/LogSoftmax (opset < 13 coerce-to-2-D semantics rebuilt with Reshape)."""
 from __future__ import annotations
 
 import numpy as np
@@ -196,3 +197,15 @@ def lrn(ctx: ConvertContext) -> str:
     scaled = ctx.emit1("Mul", [square_sum, ctx.scalar_like(alpha / size, x)])
     base = ctx.emit1("Add", [scaled, ctx.scalar_like(bias, x)])
     return ctx.emit1("Div", [x, ctx.emit1("Pow", [base, ctx.scalar_like(beta, x)])])
+
+
+@converter("MeanVarianceNormalization", since_version=9)
+def mean_variance_norm(ctx: ConvertContext) -> str:
+    # ONNX's function body: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9).
+    x, rank = ctx.input(0), ctx.type_of(0).rank
+    axes = tuple(sorted({ctx.axis(a, rank, "axes") for a in ctx.attr("axes", (0, 2, 3))}))
+    mean = ctx.emit1("ReduceMean", [x], axes=axes, keepdims=1)
+    mean_of_squares = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [x, x])], axes=axes, keepdims=1)
+    variance = ctx.emit1("Sub", [mean_of_squares, ctx.emit1("Mul", [mean, mean])])
+    std = ctx.emit1("Add", [ctx.emit1("Sqrt", [variance]), ctx.scalar_like(1e-9, x)])
+    return ctx.emit1("Div", [ctx.emit1("Sub", [x, mean]), std])
