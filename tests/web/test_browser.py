@@ -204,7 +204,8 @@ def _unsupported_ops_model(path: Path) -> None:
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])
-    graph = helper.make_graph([helper.make_node("Binarizer", ["x"], ["b"], domain="ai.onnx.ml", threshold=0.5),
+    graph = helper.make_graph([helper.make_node("LinearRegressor", ["x"], ["b"], domain="ai.onnx.ml", targets=4,
+                                                coefficients=[0.5] * 16, intercepts=[0.0] * 4),
                                helper.make_node("Normalizer", ["b"], ["y"], domain="ai.onnx.ml", norm="MAX")],
                               "ml_ops", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
@@ -229,7 +230,7 @@ def test_unsupported_ops_are_listed_one_per_line(page, live_service, tmp_path):
     expect(error).to_contain_text("does not support")
     items = error.locator("li")
     expect(items).to_have_count(2)
-    assert items.nth(0).inner_text().startswith("Binarizer")
+    assert items.nth(0).inner_text().startswith("LinearRegressor")
     assert items.nth(1).inner_text().startswith("Normalizer")
     models = httpx.get(live_service.url + "/api/v1/models", headers=live_service.headers).json()
     assert not [m for m in models if m["filename"] == "ml_ops.onnx"]
