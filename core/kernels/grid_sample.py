@@ -109,21 +109,22 @@ def grid_sample(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any],
         component = const(spatial - 1 - a, "int64")  # the grid lists x (the last axis) first
         coord = te.compute(points, lambda *p, axis=axis, component=component:
                            axis.coordinate(cast(acc, grid(*p, component))), name=f"grid_coord{a}", tag="grid_taps")
-        taps = points + (len(axis.offsets),)
-        indices.append(te.compute(taps, lambda *p, axis=axis, coord=coord: axis.index(coord(*p[:-1]), p[-1]),
+        # Tap-major [taps, N, O...]: neighbouring outputs read neighbouring entries (vector loads).
+        taps = (len(axis.offsets),) + points
+        indices.append(te.compute(taps, lambda k, *p, axis=axis, coord=coord: axis.index(coord(*p), k),
                                   name=f"grid_index{a}", tag="grid_taps"))
-        weights.append(te.compute(taps, lambda *p, axis=axis, coord=coord: axis.weight(coord(*p[:-1]), p[-1]),
+        weights.append(te.compute(taps, lambda k, *p, axis=axis, coord=coord: axis.weight(coord(*p), k),
                                   name=f"grid_weight{a}", tag="grid_taps"))
-    tap_counts = [t.shape[-1] for t in indices]
+    tap_counts = [t.shape[0] for t in indices]
 
     def body(n: Expr, c: Expr, *o: Expr) -> Expr:
         total: Optional[Expr] = None
         for combo in itertools.product(*(range(t) for t in tap_counts)):
-            at = [indices[a](n, *o, const(k, "int64")) for a, k in enumerate(combo)]
+            at = [indices[a](const(k, "int64"), n, *o) for a, k in enumerate(combo)]
             value = cast(acc, x(n, c, *at))
             if mode != "nearest" or padding == "zeros":
                 for a, k in enumerate(combo):
-                    value = value * weights[a](n, *o, const(k, "int64"))
+                    value = value * weights[a](const(k, "int64"), n, *o)
             total = value if total is None else total + value
         return cast(x.dtype, total)
 
