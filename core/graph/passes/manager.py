@@ -9,6 +9,7 @@ from core.graph.ir import Graph
 
 from . import alter_layout, cse, eliminate_dead_code, fold_constants, fold_scale_bias, fuse, simplify  # noqa: F401
 from . import pack_matmul_weights  # noqa: F401 (registers: constant MatMul weights packed into panels)
+from . import patch_conv_as_matmul  # noqa: F401 (registers: patch-embedding convs as one GEMM)
 from . import widen_narrow_floats  # noqa: F401 (registers: bfloat16/float8 accumulate in float32)
 from .registry import GraphPass, get_pass
 
@@ -18,12 +19,13 @@ _CLEANUP = ("fold_constants", "simplify", "cse", "fold_scale_bias", "fold_consta
 # O0 runs only what compiling needs (nothing: the importer already folded constants); O1 simplifies
 # (folding, DCE, CSE, algebraic rewrites); O2 adds operator fusion; O3 is everything: conv regions
 # in the blocked layout NCHW[x]c (before fusion, so epilogues fuse into the blocked convs; DCE then
-# drops the unpacked weights); constant MatMul weights packed into the micro-kernel's panels.
+# drops the unpacked weights); patch-embedding convs (kernel == stride) rewritten as a MatMul over
+# patches, and constant MatMul weights packed into the micro-kernel's panels.
 LEVELS: dict[int, tuple[str, ...]] = {
     0: (),
     1: _CLEANUP,
     2: _CLEANUP + ("fuse_ops",),
-    3: _CLEANUP + ("pack_matmul_weights", "alter_layout", "eliminate_dead_code", "fuse_ops"),
+    3: _CLEANUP + ("patch_conv_as_matmul", "pack_matmul_weights", "alter_layout", "eliminate_dead_code", "fuse_ops"),
 }
 # Not optimizations but semantics, so every level runs them first (and LEVELS, the optimization table
 # the report shows, leaves them out): accumulating ops on bfloat16/float8 compute in float32.
