@@ -125,6 +125,7 @@ class _RuntimeDistance:
 
 
 def _both(ctx: Optional[ConvertContext], a, b):
+    """Logical and of two rules' results (numpy arrays, or IR values at run time); None means no rule."""
     if a is None or b is None:
         return b if a is None else a
     if isinstance(a, np.ndarray):
