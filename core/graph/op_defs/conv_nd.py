@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
 from core.errors import ShapeError
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, register_op
@@ -30,6 +33,24 @@ def conv_nd_shape(types: Sequence[TensorType], attrs: Mapping) -> tuple[int, ...
     return (x.shape[0], w.shape[0]) + out
 
 
-@register_op("ConvND", Pattern.REDUCTION)
+def conv_nd_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    """Reference: windows of the zero-padded input contracted with the weights group by group."""
+    x, w = inputs[0], inputs[1]
+    types = [TensorType(a.shape, a.dtype.name) for a in inputs if a is not None]
+    shape = conv_nd_shape(types, attrs)
+    spatial, pads, group = x.ndim - 2, attrs["pads"], int(attrs.get("group", 1))
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[a], pads[spatial + a]) for a in range(spatial)])
+    win = sliding_window_view(xp, w.shape[2:], axis=tuple(range(2, x.ndim)))  # [N, C, *out, *kernel]
+    win = win.reshape((x.shape[0], group, w.shape[1]) + win.shape[2:])
+    wg = w.astype(np.float64).reshape((group, w.shape[0] // group) + w.shape[1:])
+    letters = "abcdefgh"[:spatial]
+    kernel = "pqrstuvw"[:spatial]
+    y = np.einsum(f"ngc{letters}{kernel},gmc{kernel}->ngm{letters}", win, wg, optimize=True).reshape(shape)
+    if len(inputs) > 2 and inputs[2] is not None:
+        y = y + inputs[2].astype(np.float64).reshape((1, -1) + (1,) * spatial)
+    return [y.astype(x.dtype)]
+
+
+@register_op("ConvND", Pattern.REDUCTION, fold=conv_nd_fold)
 def _conv_nd(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     return [TensorType(conv_nd_shape(types, attrs), types[0].dtype)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from core.errors import ShapeError
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, register_op
@@ -11,7 +13,22 @@ from core.graph.ops import Pattern, register_op
 from ._common import INDEX_DTYPES, NUMERIC_DTYPES, expect_arity, expect_dtype
 
 
-@register_op("MaxUnpool", Pattern.INJECTIVE)
+def max_unpool_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    """Scatter into the unpooled shape the pooling implies (indices are flat over it), then pad to output_shape."""
+    x, indices = inputs
+    spatial = x.ndim - 2
+    kernel, strides, pads = attrs["kernel"], attrs["strides"], attrs["pads"]
+    natural = x.shape[:2] + tuple((x.shape[2 + a] - 1) * strides[a] - pads[a] - pads[spatial + a] + kernel[a]
+                                  for a in range(spatial))
+    flat = np.zeros(int(np.prod(natural)), x.dtype)
+    flat[indices.reshape(-1)] = x.reshape(-1)
+    out = np.zeros(tuple(attrs["output_shape"]), x.dtype)
+    region = tuple(slice(0, min(n, o)) for n, o in zip(natural, out.shape))
+    out[region] = flat.reshape(natural)[region]
+    return [out]
+
+
+@register_op("MaxUnpool", Pattern.INJECTIVE, fold=max_unpool_fold)
 def _max_unpool(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     expect_arity("MaxUnpool", types, 2)
     x, indices = types
