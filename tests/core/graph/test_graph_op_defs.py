@@ -26,17 +26,21 @@ EXPECTED_OPS = {
     "ArgMax", "ArgMin", "CumSum", "CumProd", "TopK", "Trilu", "EyeLike", "GatherND", "OneHot", "ReverseSequence",
     "ScatterElements", "ScatterND", "Einsum", "TensorScatter",  # indexing, selection and reduction-like ops
     "NonZero", "Compress", "Unique", "NonMaxSuppression",  # data-dependent sizes: padded output plus its bound
+    "Interpolate", "PoolND", "ConvND", "MaxUnpool",  # spatial: Resize's tap tables, N-d pools and convs
+    "GridSample", "DeformColumns", "RoiAlign", "MaxPoolWithIndices",
     "Fused",  # made only by the fusion pass: a group of the ops above as one kernel
     # made only by the layout pass (alter_layout, -O3): the blocked layout NCHW[x]c
     "LayoutTransform", "Conv2dNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",
     "GlobalMaxPoolNCHWc",
 }
+COMPILE_ONLY_OPS = {"GridSample", "DeformColumns", "RoiAlign", "MaxPoolWithIndices"}
 
 
 def test_op_set_is_exactly_the_contract_and_every_op_folds():
     ops = all_ops()
     assert set(ops) == EXPECTED_OPS
-    assert all(op.fold is not None for op in ops.values())
+    # Sampling ops only compile (no numpy fold yet): fold_constants leaves them to their kernels.
+    assert {name for name, op in ops.items() if op.fold is None} == COMPILE_ONLY_OPS
     assert ops["Conv"].pattern == Pattern.OUT_ELEMWISE_FUSABLE and ops["Softmax"].pattern == Pattern.OPAQUE
     assert ops["ReduceMean"].pattern == Pattern.REDUCTION and ops["Slice"].pattern == Pattern.INJECTIVE
 
