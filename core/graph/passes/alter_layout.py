@@ -153,15 +153,16 @@ def conv_blocks(node: Node, graph: Graph, lanes: int) -> Optional[tuple[int, int
     return (ob if depthwise else block_for(ic, lanes)), ob, depthwise
 
 
-# Measured on AVX2 (2 cores): 1x1 convs with a short reduction run up to 2x slower blocked (16 -> 64
-# at 55x55: 0.22 vs 0.11 ms, python -m core.kernels.benchmark), and transforms around each losing
-# conv cost more than its blocked neighbours gain; resnet's 3x3 and strided 1x1 convs run 1.05-1.5x
-# faster blocked. Depthwise convs run blocked at 1-1.4x NCHW's time stride 1 but 4-5x faster
-# strided (NCHW splits the input into stride phases with a scalar pad stage; blocked pads whole
-# vectors), so a region with depthwise convs among dense ones (mobilenet's expand 1x1 -> depthwise
-# -> project 1x1) stays blocked as a whole, short reductions included: mobilenet_v2 at -O3 ran 1.38x
-# faster blocked than NCHW (bench_models --threads 1, same run). A lone depthwise conv does not pay
-# for its two transforms.
+# Measured on AVX2 (2 cores), each conv with its epilogue in the register tile as in a model: every
+# conv of resnet18, mobilenet_v2 and squeezenet1_1 runs faster blocked than in NCHW (squeezenet
+# 16 -> 64 1x1 at 55x55: 0.087 vs 0.108 ms; depthwise 1.3-2.4x: NCHW splits strided inputs into
+# stride phases in a scalar pad stage). Whole models differ: mobilenet_v2 (expand 1x1 -> depthwise
+# -> project 1x1) ran 1.54x faster at -O3 blocked than at -O2 (same bench_models run), but
+# squeezenet1_1 blocked was no faster than NCHW (A/B of both rules interleaved: 0.85-1.25x): its
+# convs gained 6.5 ms of kernel time and its blocked channel Concats lost 3.4 (4.3 vs 0.9 ms, an
+# injective pass with a select and 5-D index math per vector). So a region with short-reduction
+# convs (squeezenet's fire modules, 3-channel stems) stays NCHW unless depthwise convs share it
+# with dense ones; a lone depthwise conv does not pay for its two transforms.
 MIN_BLOCKED_REDUCTION = 64
 
 
