@@ -20,7 +20,7 @@ from .generic import extent, parallelize, worth_parallel
 from .util import divisor_near, find_ops
 
 MC_ROWS = 120  # rows per block: the A block (120 x 256 floats, 120 KB) stays in L2 while B panels stream
-# kc: K is split only past 1024 (measured on znver3, one thread: 197 x 768 x 768 runs 97 GFLOP/s in one
+# kc: K is split only from 1024 on (measured on znver3, one thread: 197 x 768 x 768 runs 97 GFLOP/s in one
 # pass against 88 in kc = 384 blocks; a 48 KB micro-panel streams from L2 well enough, and every k
 # block costs a load and store of the accumulators). Longer K is cut near 512 (32 KB panels).
 K_TILE = 512
