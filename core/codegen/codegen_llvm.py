@@ -274,6 +274,8 @@ class FunctionEmitter:
             cond = arith.to_bool(b, e.cond.dtype, self.emit_expr(e.cond))
             return self.choose(cond, e.true_value, e.false_value)
         if isinstance(e, Call):
+            if e.name == "reinterpret":
+                return arith.reinterpret(b, e.args[0].dtype, e.dtype, self.emit_expr(e.args[0]))
             return arith.intrinsic(b, e.name, e.args[0].dtype, [self.emit_expr(a) for a in e.args])
         raise CodegenError(f"kernel {self.kernel_name}: cannot generate code for expression {type(e).__name__}")
 
@@ -285,8 +287,6 @@ class FunctionEmitter:
                 t, f = (e.b, False) if e.op == "and" else (True, e.b)
                 return self.choose(lhs, t, f, bool_result=True)
             return arith.binop(b, e.op, "bool", lhs, arith.to_bool(b, e.b.dtype, self.emit_expr(e.b)))
-            if e.name == "reinterpret":
-                return arith.reinterpret(b, e.args[0].dtype, e.dtype, self.emit_expr(e.args[0]))
         return arith.binop(b, e.op, e.a.dtype, self.emit_expr(e.a), self.emit_expr(e.b), const_int(e.b))
 
     def choose(self, cond: ir.Value, t, f, bool_result: bool = False) -> ir.Value:
