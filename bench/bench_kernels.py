@@ -58,6 +58,9 @@ def _kernels(chosen, rng):
     return build_kernels(kernels), operands
 
 
+SETTLE_S = 0.3
+
+
 def _time(fn, number: int) -> float:
     start = time.perf_counter()
     for _ in range(number):
@@ -82,7 +85,11 @@ def main() -> None:
             run.run(), a @ b
         arrays = [*run.args, *run.outputs, *run.workspaces]
         for _ in range(args.rounds):
+            # OpenBLAS's threads spin for a while after a call (and Kiln's pool too): on 2 cores the
+            # side that runs next would lose its second core to them, so each side starts settled.
+            time.sleep(SETTLE_S)
             kiln.append(run.lib.time_ms(name, *arrays, repeat=1, number=number, warmup=0))
+            time.sleep(SETTLE_S)
             ref.append(_time(lambda: np.matmul(a, b), number) * 1e3)
         k_ms, n_ms = float(np.median(kiln)), float(np.median(ref))
         print(f"{name:28s} {k_ms:9.3f} {flops / k_ms / 1e6:8.1f} {n_ms:9.3f} {flops / n_ms / 1e6:8.1f} "
