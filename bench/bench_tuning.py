@@ -58,7 +58,7 @@ def trials_to(curve, target: float):
 
 def pick_tasks(tasks, n):
     """The largest spaces first among distinct conv shapes, plus the dense layer when asked for 4+."""
-    convs = sorted((t for t in tasks if t.template.op == "Conv"), key=lambda t: -len(t.space))
+    convs = sorted((t for t in tasks if t.template.op in ("Conv", "Conv2dNCHWc")), key=lambda t: -len(t.space))
     picked = convs[: max(1, n - 1)] if n >= 4 else convs[:n]
     if n >= 4:
         picked += [t for t in tasks if t.template.op == "MatMul"][:1]
