@@ -49,6 +49,16 @@ def make_model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, tuple], out
     return model
 
 
+def model_of_values(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],
+                    outputs: Sequence[onnx.ValueInfoProto], opset: int = 17) -> onnx.ModelProto:
+    """A checked model from ready-made value infos (sequence/optional types included, unlike make_model)."""
+    model = helper.make_model(helper.make_graph(list(nodes), "m", list(inputs), list(outputs)),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8  # what ONNX Runtime reads
+    onnx.checker.check_model(model)
+    return model
+
+
 def random_feeds(model: onnx.ModelProto, seed: int = 0, shapes: Mapping[str, tuple] | None = None) -> dict:
     rng = np.random.default_rng(seed)
     initializers = {t.name for t in model.graph.initializer}

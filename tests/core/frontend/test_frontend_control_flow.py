@@ -13,6 +13,7 @@ from core.frontend import import_onnx
 from core.frontend.converters import control_flow
 from core.frontend.inspect import unsupported_ops
 
+from .conftest import model_of_values as _model
 from .conftest import run_ort
 
 pytestmark = pytest.mark.timeout(300)
@@ -21,14 +22,6 @@ F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 def _value(name, elem, shape):
     return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _model(nodes, inputs, outputs, opset=17):
-    model = helper.make_model(helper.make_graph(nodes, "m", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8  # what ONNX Runtime reads
-    onnx.checker.check_model(model)
-    return model
 
 
 def _const(name, value):

@@ -3,13 +3,13 @@ Runtime: sequences are compile-time tuples of tensors, sequence inputs/outputs a
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from core.backend import KilnBackend
 from core.errors import ShapeError, UnsupportedOpError
 
+from .conftest import model_of_values as _model
 from .conftest import run_ort
 
 pytestmark = pytest.mark.timeout(300)
@@ -26,14 +26,6 @@ def _sequence(name, elem, shape=None):
 
 def _optional_tensor(name, elem, shape):
     return helper.make_value_info(name, helper.make_optional_type_proto(helper.make_tensor_type_proto(elem, shape)))
-
-
-def _model(nodes, inputs, outputs, opset=17):
-    model = helper.make_model(helper.make_graph(nodes, "m", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8  # what ONNX Runtime reads
-    onnx.checker.check_model(model)
-    return model
 
 
 def _assert_same(got, expected):
