@@ -5,7 +5,7 @@ from __future__ import annotations
 from .registry import ConvertContext, converter
 
 
-def _softplus(ctx: ConvertContext, x: str) -> str:
+def softplus_of(ctx: ConvertContext, x: str) -> str:
     # log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): never overflows, unlike the textbook form.
     tail = ctx.emit1("Exp", [ctx.emit1("Neg", [ctx.emit1("Abs", [x])])])
     log1p = ctx.emit1("Log", [ctx.emit1("Add", [tail, ctx.scalar_like(1, x)])])
@@ -23,22 +23,28 @@ def exponential_linear(ctx: ConvertContext, x: str, alpha: float, scale: float =
                              ctx.emit1("Mul", [expm1, ctx.scalar_like(alpha, x)])])
 
 
+def thresholded_relu_of(ctx: ConvertContext, x: str, alpha: float) -> str:
+    above = ctx.emit1("Greater", [x, ctx.scalar_like(alpha, x)])
+    return ctx.emit1("Where", [above, x, ctx.scalar_like(0, x)])
+
+
+def softsign_of(ctx: ConvertContext, x: str) -> str:
+    return ctx.emit1("Div", [x, ctx.emit1("Add", [ctx.emit1("Abs", [x]), ctx.scalar_like(1, x)])])
+
+
 @converter("ThresholdedRelu", since_version=10)
 def thresholded_relu(ctx: ConvertContext) -> str:
-    x = ctx.input(0)
-    above = ctx.emit1("Greater", [x, ctx.scalar_like(float(ctx.attr("alpha", 1.0)), x)])
-    return ctx.emit1("Where", [above, x, ctx.scalar_like(0, x)])
+    return thresholded_relu_of(ctx, ctx.input(0), float(ctx.attr("alpha", 1.0)))
 
 
 @converter("Softplus", since_version=1)
 def softplus(ctx: ConvertContext) -> str:
-    return _softplus(ctx, ctx.input(0))
+    return softplus_of(ctx, ctx.input(0))
 
 
 @converter("Softsign", since_version=1)
 def softsign(ctx: ConvertContext) -> str:
-    x = ctx.input(0)
-    return ctx.emit1("Div", [x, ctx.emit1("Add", [ctx.emit1("Abs", [x]), ctx.scalar_like(1, x)])])
+    return softsign_of(ctx, ctx.input(0))
 
 
 @converter("Selu", since_version=6)
@@ -69,7 +75,7 @@ def shrink(ctx: ConvertContext) -> str:
 @converter("Mish", since_version=18)
 def mish(ctx: ConvertContext) -> str:
     x = ctx.input(0)
-    return ctx.emit1("Mul", [x, ctx.emit1("Tanh", [_softplus(ctx, x)])])
+    return ctx.emit1("Mul", [x, ctx.emit1("Tanh", [softplus_of(ctx, x)])])
 
 
 def _swish(ctx: ConvertContext, x: str, alpha: float) -> str:

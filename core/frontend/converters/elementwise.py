@@ -118,20 +118,20 @@ def prelu(ctx: ConvertContext) -> str:
     return ctx.emit1("Where", [negative, ctx.emit1("Mul", [x, slope]), x])
 
 
-def _hard_sigmoid(ctx: ConvertContext, x: str, alpha: float, beta: float) -> str:
+def hard_sigmoid_of(ctx: ConvertContext, x: str, alpha: float, beta: float) -> str:
     scaled = ctx.emit1("Add", [ctx.emit1("Mul", [x, ctx.scalar_like(alpha, x)]), ctx.scalar_like(beta, x)])
     return ctx.emit1("Clip", [scaled], min=0.0, max=1.0)
 
 
 @converter("HardSigmoid", since_version=6)
 def hard_sigmoid(ctx: ConvertContext) -> str:
-    return _hard_sigmoid(ctx, ctx.input(0), float(ctx.attr("alpha", 0.2)), float(ctx.attr("beta", 0.5)))
+    return hard_sigmoid_of(ctx, ctx.input(0), float(ctx.attr("alpha", 0.2)), float(ctx.attr("beta", 0.5)))
 
 
 @converter("HardSwish", since_version=14)
 def hard_swish(ctx: ConvertContext) -> str:
     x = ctx.input(0)
-    return ctx.emit1("Mul", [x, _hard_sigmoid(ctx, x, 1.0 / 6.0, 0.5)])
+    return ctx.emit1("Mul", [x, hard_sigmoid_of(ctx, x, 1.0 / 6.0, 0.5)])
 
 
 @converter("Elu", since_version=6)

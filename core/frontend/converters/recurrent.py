@@ -8,6 +8,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from .activations import exponential_linear, softplus_of, softsign_of, thresholded_relu_of
+from .elementwise import hard_sigmoid_of
 from .registry import ConvertContext, converter
 
 # Unrolling emits about 15 IR nodes a step and direction: past this a compile gets slow, and a
@@ -24,36 +26,6 @@ def _affine(ctx: ConvertContext, x: str, alpha: float, beta: float) -> str:
 def _scaled_tanh(ctx: ConvertContext, x: str, alpha: float, beta: float) -> str:
     inner = ctx.emit1("Tanh", [ctx.emit1("Mul", [x, ctx.scalar_like(beta, x)])])
     return ctx.emit1("Mul", [inner, ctx.scalar_like(alpha, x)])
-
-
-def _hard_sigmoid(ctx: ConvertContext, x: str, alpha: float, beta: float) -> str:
-    return ctx.emit1("Clip", [_affine(ctx, x, alpha, beta)], min=0.0, max=1.0)
-
-
-def _leaky_relu(ctx: ConvertContext, x: str, alpha: float, beta: Optional[float]) -> str:
-    return ctx.emit1("LeakyRelu", [x], alpha=alpha)
-
-
-def _thresholded_relu(ctx: ConvertContext, x: str, alpha: float, beta: Optional[float]) -> str:
-    above = ctx.emit1("Greater", [x, ctx.scalar_like(alpha, x)])
-    return ctx.emit1("Where", [above, x, ctx.scalar_like(0, x)])
-
-
-def _elu(ctx: ConvertContext, x: str, alpha: float, beta: Optional[float]) -> str:
-    expm1 = ctx.emit1("Sub", [ctx.emit1("Exp", [x]), ctx.scalar_like(1, x)])
-    negative = ctx.emit1("Less", [x, ctx.scalar_like(0, x)])
-    return ctx.emit1("Where", [negative, ctx.emit1("Mul", [expm1, ctx.scalar_like(alpha, x)]), x])
-
-
-def _softsign(ctx: ConvertContext, x: str, alpha: Optional[float], beta: Optional[float]) -> str:
-    return ctx.emit1("Div", [x, ctx.emit1("Add", [ctx.emit1("Abs", [x]), ctx.scalar_like(1, x)])])
-
-
-def _softplus(ctx: ConvertContext, x: str, alpha: Optional[float], beta: Optional[float]) -> str:
-    # log(1 + exp(x)) = max(x, 0) + log(1 + exp(-|x|)): no overflow for large x.
-    tail = ctx.emit1("Log", [ctx.emit1("Add", [ctx.emit1("Exp", [ctx.emit1("Neg", [ctx.emit1("Abs", [x])])]),
-                                                ctx.scalar_like(1, x)])])
-    return ctx.emit1("Add", [ctx.emit1("Relu", [x]), tail])
 
 
 def _plain(op: str) -> Activation:
@@ -73,13 +45,13 @@ ACTIVATIONS: dict[str, ActivationDef] = {
     "Tanh": ActivationDef(_plain("Tanh")),
     "Relu": ActivationDef(_plain("Relu")),
     "Affine": ActivationDef(_affine, 1.0, 0.0),
-    "LeakyRelu": ActivationDef(_leaky_relu, 0.01),
-    "ThresholdedRelu": ActivationDef(_thresholded_relu, 1.0),
+    "LeakyRelu": ActivationDef(lambda ctx, x, alpha, beta: ctx.emit1("LeakyRelu", [x], alpha=alpha), 0.01),
+    "ThresholdedRelu": ActivationDef(lambda ctx, x, alpha, beta: thresholded_relu_of(ctx, x, alpha), 1.0),
     "ScaledTanh": ActivationDef(_scaled_tanh, 1.0, 1.0),
-    "HardSigmoid": ActivationDef(_hard_sigmoid, 0.2, 0.5),
-    "Elu": ActivationDef(_elu, 1.0),
-    "Softsign": ActivationDef(_softsign),
-    "Softplus": ActivationDef(_softplus),
+    "HardSigmoid": ActivationDef(hard_sigmoid_of, 0.2, 0.5),
+    "Elu": ActivationDef(lambda ctx, x, alpha, beta: exponential_linear(ctx, x, alpha), 1.0),
+    "Softsign": ActivationDef(lambda ctx, x, alpha, beta: softsign_of(ctx, x)),
+    "Softplus": ActivationDef(lambda ctx, x, alpha, beta: softplus_of(ctx, x)),
 }
 
 BoundActivation = Callable[[str], str]
@@ -128,27 +100,20 @@ class RecurrentInputs:
     r: str            # [G*H, H]
     w_bias: Optional[str]  # [G*H]
     r_bias: Optional[str]  # [G*H]
-    initial_h: Optional[str]  # [B, H]
     seq_lens: Optional[str]   # [B] int32, None when every sequence is full
 
 
 def _direction_inputs(ctx: ConvertContext, x: str, gates: int, hidden: int, d: int,
-                      seq_lens: Optional[str], initial_h: Optional[str]) -> RecurrentInputs:
-    def take(index: int, width: int) -> Optional[str]:
-        if not ctx.has_input(index):
-            return None
+                      seq_lens: Optional[str]) -> RecurrentInputs:
+    def weights(index: int) -> str:  # direction d of W or R: [G*H, I or H]
         value = _slice(ctx, ctx.input(index), 0, d, 1)
-        return ctx.reshape(value, ctx.builder.type_of(value).shape[1:]) if width else value
+        return ctx.reshape(value, ctx.builder.type_of(value).shape[1:])
 
-    w, r = take(1, 1), take(2, 1)
     w_bias = r_bias = None
     if ctx.has_input(3):
         bias = ctx.reshape(_slice(ctx, ctx.input(3), 0, d, 1), (2 * gates * hidden,))
         w_bias, r_bias = _slice(ctx, bias, 0, 0, gates * hidden), _slice(ctx, bias, 0, gates * hidden, gates * hidden)
-    h0 = None
-    if initial_h is not None:
-        h0 = ctx.reshape(_slice(ctx, initial_h, 0, d, 1), ctx.builder.type_of(initial_h).shape[1:])
-    return RecurrentInputs(x, w, r, w_bias, r_bias, h0, seq_lens)
+    return RecurrentInputs(x, weights(1), weights(2), w_bias, r_bias, seq_lens)
 
 
 def _input_projection(ctx: ConvertContext, inp: RecurrentInputs, bias: Optional[str]) -> str:
@@ -346,7 +311,7 @@ def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind) -> list[Optiona
     acts = _activations(ctx, kind.activations, directions)
     ys, finals = [], []
     for d in range(directions):
-        inp = _direction_inputs(ctx, x, kind.gates, hidden, d, seq_lens, None)
+        inp = _direction_inputs(ctx, x, kind.gates, hidden, d, seq_lens)
         state = tuple(_zeros(ctx, batch, hidden, dtype) if v is None else
                       ctx.reshape(_slice(ctx, v, 0, d, 1), (batch, hidden)) for v in initial)
         extra = {}

@@ -94,3 +94,13 @@ def test_unknown_activation_is_named():
     model = recurrent_model("RNN", seq=2, batch=1, size=2, hidden=3, activations=["Swoosh"])
     with pytest.raises(UnsupportedOpError, match="Swoosh"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("activation,alpha,beta", [("Elu", [0.7], []), ("Softsign", [], []), ("Softplus", [], []),
+                                                   ("ThresholdedRelu", [0.2], []), ("Affine", [0.5], [0.1])])
+def test_rnn_activation_functions(activation, alpha, beta):
+    attrs = {"activation_alpha": alpha} if alpha else {}
+    if beta:
+        attrs["activation_beta"] = beta
+    model = recurrent_model("RNN", seq=3, batch=2, size=2, hidden=3, activations=[activation], **attrs)
+    assert_compiled_matches_ort(model, feeds_for(model, seed=5))
