@@ -25,12 +25,12 @@ _PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "Range": (0, 1, 2), "Expand": (1,), "Tile": (1,), "TopK": (1,), "OneHot": (1,), "Resize": (1, 2, 3),
     "Upsample": (1,), "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "CenterCropPad": (1,),
     "NonMaxSuppression": (2, 3, 4),
+    # spatial ops
+    "AffineGrid": (1,), "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "MaxUnpool": (2,),
+    "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,),
+    # control flow and sequences: a Loop's trip count, sequence positions and split sizes
+    "Loop": (0,), "SequenceInsert": (2,), "SequenceErase": (1,), "SplitToSequence": (1,),
 }
-
-# Control flow and sequences: a Loop's trip count, sequence positions and split sizes.
-_PARAMETER_INPUTS.update({"Loop": (0,), "SequenceInsert": (2,), "SequenceErase": (1,), "SplitToSequence": (1,)})
-_PARAMETER_INPUTS.update({"AffineGrid": (1,), "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "MaxUnpool": (2,),
-                          "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,)})  # spatial ops
 # Selectors (conditions, a SequenceAt position): a graph input that feeds one directly, or an integer
 # scalar it is computed from (silero VAD's `sr`, a flag), is a parameter; data never is (a selector
 # computed from data is applied at run time by the importer instead of compiling once per input value).
