@@ -263,7 +263,7 @@ class _Lowering:
         if not epilogues:
             return finished(nest(leaves[:first_reduce], main))
         if len(epilogues) > 1 or epilogues[0].attach[1] not in leaves[:first_reduce]:
-            raise ScheduleError(f"reverse_compute_at: one consumer per reduction, attached outside its reduce loops")
+            raise ScheduleError("reverse_compute_at: one consumer per reduction, attached outside its reduce loops")
         at = leaves.index(epilogues[0].attach[1]) + 1
         epilogue = self.epilogue_nest(stage, epilogues[0], leaves[at:], values, init_guards, nest)
         return finished(nest(leaves[:at], seq(nest(leaves[at:first_reduce], main), epilogue)))

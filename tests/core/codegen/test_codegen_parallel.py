@@ -108,7 +108,6 @@ def test_every_iteration_runs_exactly_once(build, threads):
 def test_results_identical_to_the_serial_loop(build):
     rows, cols = 37, 256
     par = build(heavy_kernel("par", rows, cols))
-    A, B, O = Buffer("A", (rows, 32), "float32"), Buffer("B", (32, cols), "float32"), Buffer("O", (rows, cols), "float32")
     serial_func = heavy_kernel("ser", rows, cols)
     body = serial_func.body
     serial = build(PrimFunc("ser", serial_func.params, For(body.var, body.extent, ForKind.SERIAL, body.body), 2, 1))
