@@ -27,6 +27,10 @@ class Target:
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 512 * 1024
     options: tuple[tuple[str, str], ...] = ()
+    # GPU targets: the launch limits that schedules tile for and verification enforces.
+    max_threads_per_block: int = 0
+    max_shared_bytes: int = 0  # static shared memory per block
+    warp_size: int = 0
 
     def lanes(self, dtype: str = "float32") -> int:
         """How many elements of `dtype` fit in one vector register."""
@@ -103,6 +107,22 @@ def _x86_v4(opts: dict[str, str]) -> Target:
 def _aarch64(opts: dict[str, str]) -> Target:
     return Target("aarch64", "cpu", "aarch64-unknown-linux-gnu", "cortex-a72", "+neon", 128,
                   "64-bit Arm with NEON (cross-compiled)")
+
+
+# PTX ISA version per GPU architecture: the lowest that knows the architecture, at least 7.8
+# (CUDA 11.8 drivers and later load it), so one artifact runs on any driver of the last years.
+_CUDA_ARCHS = {"sm_70": "+ptx78", "sm_75": "+ptx78", "sm_80": "+ptx78", "sm_86": "+ptx78", "sm_89": "+ptx78",
+               "sm_90": "+ptx78"}
+
+
+@register_target("cuda")
+def _cuda(opts: dict[str, str]) -> Target:
+    arch = opts.get("arch", "sm_80")
+    if arch not in _CUDA_ARCHS:
+        raise UnknownTargetError(f"cuda: unknown -arch={arch}; known: {', '.join(_CUDA_ARCHS)}")
+    return Target("cuda", "cuda", "nvptx64-nvidia-cuda", arch, _CUDA_ARCHS[arch], 32,
+                  f"NVIDIA GPU ({arch}): PTX from LLVM's NVPTX backend, launched through the CUDA driver",
+                  max_threads_per_block=1024, max_shared_bytes=48 * 1024, warp_size=32)
 
 
 def get_target(spec: "str | Target") -> Target:

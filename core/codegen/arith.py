@@ -5,7 +5,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..errors import CodegenError
-from . import vecmath
+from . import gpu_math, vecmath
 from ..narrow_dtypes import SUBBYTE_INTS
 from .narrow import bf16_from_bits, bf16_to_bits, from_mem, round_value, to_mem, wrap_subbyte
 from .llvm_types import (F32, F64, I1, I32, I64, const, int_bits, is_bool, is_float, is_signed, itemsize, lanes_of,
@@ -154,6 +154,8 @@ def _float_binop(b: ir.IRBuilder, op: str, dtype: str, x: ir.Value, y: ir.Value)
         keep_x = b.fcmp_ordered("<=" if op == "min" else ">=", x, y)
         return b.select(b.or_(keep_x, b.fcmp_unordered("uno", x, x)), x, y)
     if op == "pow":
+        if gpu_math.is_nvptx(b.module):
+            return gpu_math.power(b, x, y)
         t = x.type
         return b.call(declare(b.module, f"llvm.pow.{mangle(t)}", t, [t, t]), [x, y])
     raise CodegenError(f"unknown float operation {op!r}")
@@ -309,6 +311,9 @@ def intrinsic(b: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> i
     if not is_float(dtype):
         return _int_intrinsic(b, name, dtype, x)
     t = x.type
+    gpu = gpu_math.intrinsic(b, name, x) if gpu_math.is_nvptx(b.module) else None
+    if gpu is not None:
+        return round_value(b, dtype, gpu)
     if name in _LLVM_MATH:
         out = vecmath.vector_call(b, name, x) if lanes_of(x) > 1 else None
         if out is None:

@@ -1,5 +1,6 @@
 """TIR -> LLVM IR for one kernel: scalar expressions, statements, loops, local buffers.
-Vectorized and parallel loops are handed to vectorize.py and parallel.py."""
+Vectorized and parallel loops are handed to vectorize.py and parallel.py; on a CPU, GPU-bound
+loops run serially and barriers vanish (a block's threads one after another), nvptx.py does the GPU."""
 from __future__ import annotations
 
 import itertools
@@ -10,7 +11,7 @@ from llvmlite import ir
 from ..errors import CodegenError
 from ..target import Target
 from ..tir.expr import BinOp, Buffer, Call, Cast, Expr, FloatImm, IntImm, Load, Not, Select, Var
-from ..tir.stmt import Allocate, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
+from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
 from . import arith, narrow, vecmath
 from .analysis import const_int, may_trap
 from .llvm_types import I1, I64, PTR, VOID, const, is_bool, is_signed, itemsize, lanes_of, mem_type, reg_type
@@ -188,8 +189,13 @@ class FunctionEmitter:
             self.bound(s.var, self.emit_expr(s.value), lambda: self.emit_stmt(s.body))
         elif isinstance(s, Allocate):
             self._allocate(s)
+        elif isinstance(s, Barrier):
+            self._barrier()
         else:
             raise CodegenError(f"kernel {self.kernel_name}: cannot generate code for {type(s).__name__}")
+
+    def _barrier(self) -> None:
+        """A block's threads run one after another here, so what one wrote every later one sees."""
 
     def _store(self, s: Store) -> None:
         check_store_dtype(self.kernel_name, s)
@@ -217,6 +223,8 @@ class FunctionEmitter:
         for key, value in s.annotations:
             if key == "pragma_unroll":
                 props.append(("llvm.loop.unroll.count", int(value)))
+            elif key == "thread_tag":
+                continue  # a GPU launch axis, run as a serial loop here
             else:
                 raise CodegenError(f"kernel {self.kernel_name}: unknown loop annotation {key!r} on {s.var.name}")
         return self.ctx.loop_md(*props) if props else None

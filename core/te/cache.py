@@ -10,10 +10,9 @@ from typing import Sequence
 from ..errors import ScheduleError
 from ..tir.expr import Var
 from ..tir.functor import rewrite_expr, substitute
-from .schedule import Schedule, Stage
+from .schedule import SCOPES, Schedule, Stage
 from .tensor import ComputeOp, IterVar, Reduce, Tensor, TensorRead, _ids
 
-SCOPES = ("local", "global")
 
 
 def _fresh_axes(axes: Sequence[IterVar], suffix: str) -> tuple[IterVar, ...]:

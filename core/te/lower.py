@@ -13,7 +13,7 @@ from ..errors import ScheduleError
 from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, logical_and
 from ..tir.functor import rewrite_expr, substitute
 from ..tir.simplify import simplify, simplify_stmt
-from ..tir.stmt import Allocate, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
+from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
@@ -41,6 +41,7 @@ class _Lowering:
         self.names = names
         self.strides: dict[Buffer, list[int]] = {}  # storage_align'd buffers: element stride per axis
         self.attached: dict[int, tuple[Buffer, list[Expr]]] = {}  # compute_at op -> (local buffer, first point)
+        self.threads: dict[Var, int] = {}  # threadIdx-bound loops around the nest being lowered -> extent
         for stage in sch.stages:
             if stage.aligns and id(stage.op) in self.buffers:
                 raise ScheduleError(f"storage_align: {stage.op.name} is an argument of the kernel, whose layout "
@@ -56,7 +57,7 @@ class _Lowering:
             if stage.inlined or id(stage.op) in self.buffers or _computed_at(stage):
                 continue
             buf = self._add_buffer(stage.tensor, names, scope=stage.scope, aligns=stage.aligns)
-            (self.locals if stage.scope == "local" else self.workspaces).append(buf)
+            (self.locals if stage.scope in ("local", "shared") else self.workspaces).append(buf)
         self._expanded: dict[int, Expr] = {}
 
     def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global", aligns: Optional[dict] = None,
@@ -160,12 +161,22 @@ class _Lowering:
                      for idx in self.reads_of(stage.body, producer.op)]
             if not reads:
                 raise ScheduleError(f"compute_at: {stage.op.name} does not read {producer.op.name}")
-            region = infer_region(reads, {x.var: ext[x] for x in leaves[pos + 1:]}, producer.op.shape)
-            local = self._add_buffer(producer.tensor, self.names, "local", producer.aligns, [e for _, e in region])
+            threads = {**self.threads, **{x.var: ext[x] for x in leaves[: pos + 1]
+                                          if stage.bindings.get(x, "").startswith("threadIdx")}}
+            relaxed = {x.var: ext[x] for x in leaves[pos + 1:]}
+            if producer.scope == "shared":  # one copy for the whole block: what all its threads read
+                relaxed.update(threads)
+            region = infer_region(reads, relaxed, producer.op.shape)
+            scope = "shared" if producer.scope == "shared" else "local"  # a block's copy, or the thread's own
+            local = self._add_buffer(producer.tensor, self.names, scope, producer.aligns, [e for _, e in region])
             del self.buffers[id(producer.op)]  # read through self.attached, relative to the region
             self.attached[id(producer.op)] = (local, [first for first, _ in region])
             self._expanded.clear()  # inlined bodies expanded before now read the producer's old buffer
-            placed.setdefault(iv, []).append((local, self.stage_nest(producer, region, local)))
+            outer_threads, self.threads = self.threads, threads
+            try:
+                placed.setdefault(iv, []).append((local, self.stage_nest(producer, region, local)))
+            finally:
+                self.threads = outer_threads
         return placed
 
     # -- loop nests ----------------------------------------------------------------------------
@@ -230,9 +241,14 @@ class _Lowering:
                 iv = ivs[d]
                 if not init:  # compute_at producers run first in each iteration of their loop
                     for local, producer_nest in attached.get(iv, ()):
+                        if local.scope == "shared":  # a block fills it cooperatively: wait for all
+                            # writers before reading, and for the last iteration's readers before writing
+                            producer_nest = seq(Barrier(), producer_nest, Barrier())
                         stmt = Allocate(local, seq(producer_nest, stmt))
                         placed.append(iv)
                 pragmas = tuple(sorted(stage.pragmas.get(iv, {}).items()))
+                if iv in stage.bindings:
+                    pragmas += (("thread_tag", stage.bindings[iv]),)
                 stmt = For(iv.var, IntImm(ext[iv]), stage.annotations.get(iv, ForKind.SERIAL), stmt, pragmas)
             return guarded(stmt, [c for c in conds if depth[id(c)] == -1])
 

@@ -4,6 +4,7 @@ Each compute op gets a Stage whose leaf iteration variables start as its axes an
 primitives (split, fuse, reorder, tile) and annotated (vectorize, parallel, unroll, pragma); stages
 can be inlined into their consumers (compute_inline) or nested inside them (compute_at), padded
 (storage_align), and given a scratch copy (Schedule.cache_read / cache_write, in cache.py).
+On a GPU, loops are bound to the launch grid (bind) and copies live in "shared" or "local" memory.
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor, TensorRead
 # Producer point (one index per producer axis) -> consumer point and the condition (None: always)
 # under which that consumer point exists; used by reverse_compute_at across a layout change.
 PointMap = Callable[[Sequence[Expr]], tuple[Sequence[Expr], Optional[Expr]]]
+
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+SCOPES = ("global", "shared", "local")
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,7 +50,8 @@ class Stage:
     attach: Optional[tuple["Stage", IterVar]] = None  # compute_at target; None = root
     after_producer: bool = False  # attach is a reverse_compute_at: this consumer runs inside its producer's loop
     point_map: Optional[PointMap] = None  # reverse_compute_at: producer point -> (consumer point, valid)
-    scope: str = "global"  # "local": a per-call scratch buffer on the stack (cache_write)
+    scope: str = "global"  # "local": a per-call scratch buffer on the stack; "shared": a GPU block's
+    bindings: dict = field(default_factory=dict)  # IterVar -> thread tag ("blockIdx.x", ...)
     pragmas: dict = field(default_factory=dict)  # IterVar -> {key: value}: codegen hints on that loop
     aligns: dict = field(default_factory=dict)  # axis position -> (factor, offset) of that axis' stride
     body_override: Optional[Expr] = None  # what cache_read/cache_write made this stage compute instead
@@ -125,6 +130,8 @@ class Stage:
         self._check_leaf(iv)
         if iv in self.pragmas:
             raise ScheduleError(f"{iv.name} carries a pragma, which needs a serial loop")
+        if iv in self.bindings and kind is not ForKind.THREAD_BINDING:
+            raise ScheduleError(f"{iv.name} is bound to {self.bindings[iv]} and cannot also be {kind.value}")
         self.annotations[iv] = kind
 
     def pragma(self, iv: IterVar, key: str, value: int) -> None:
@@ -157,6 +164,20 @@ class Stage:
 
     def vectorize(self, iv: IterVar) -> None:
         self._annotate(iv, ForKind.VECTORIZED)
+
+    def bind(self, iv: IterVar, tag: str) -> None:
+        """Run loop `iv` as the GPU launch axis `tag`: one block (blockIdx.*) or thread (threadIdx.*)
+        per iteration. Stages of one kernel that bind the same tag share that launch axis (stages
+        computed inside a block reuse its threads cooperatively)."""
+        if tag not in THREAD_TAGS:
+            raise ScheduleError(f"bind: unknown thread tag {tag!r} (known: {', '.join(THREAD_TAGS)})")
+        if iv.kind == "reduce":
+            raise ScheduleError(f"bind: {iv.name} is a reduce axis of {self.op.name} (threads would race on "
+                                f"the output); split it and bind a spatial axis, or reduce across threads")
+        if tag in self.bindings.values():
+            raise ScheduleError(f"bind: {self.op.name} already binds a loop to {tag}")
+        self._annotate(iv, ForKind.THREAD_BINDING)
+        self.bindings[iv] = tag
 
     def parallel(self, iv: IterVar) -> None:
         if iv.kind == "reduce":
@@ -209,8 +230,8 @@ class Stage:
         self.point_map = point_map
 
     def set_scope(self, scope: str) -> None:
-        if scope not in ("global", "local"):
-            raise ScheduleError(f"unknown memory scope {scope!r}")
+        if scope not in SCOPES:
+            raise ScheduleError(f"unknown memory scope {scope!r} (known: {', '.join(SCOPES)})")
         self.scope = scope
 
 

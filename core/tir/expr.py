@@ -140,7 +140,8 @@ class Call(Expr):
 
 @dataclass(frozen=True)
 class Buffer:
-    """A flat, typed memory region. `scope` is "global" (a kernel parameter) or "local" (on the stack)."""
+    """A flat, typed memory region. `scope` is "global" (a kernel parameter), "local" (on the
+    stack; a GPU thread's registers) or "shared" (a GPU block's shared memory)."""
 
     name: str
     shape: tuple[int, ...]

@@ -5,7 +5,7 @@ import dataclasses
 from typing import Callable, Iterator, Mapping, Optional
 
 from .expr import BinOp, Call, Cast, Expr, Load, Not, Select, Var
-from .stmt import Allocate, For, IfThenElse, LetStmt, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, For, IfThenElse, LetStmt, Seq, Stmt, Store
 
 ExprFn = Callable[[Expr], Optional[Expr]]
 
@@ -58,6 +58,8 @@ def rewrite_stmt(stmt: Stmt, expr_fn: ExprFn, stmt_fn: Optional[Callable[[Stmt],
         new = LetStmt(stmt.var, rx(stmt.value), rs(stmt.body))
     elif isinstance(stmt, Allocate):
         new = Allocate(stmt.buffer, rs(stmt.body))
+    elif isinstance(stmt, Barrier):
+        new = stmt
     else:
         raise TypeError(f"unknown statement {type(stmt).__name__}")
     if stmt_fn is not None:

@@ -1,8 +1,9 @@
 """Statements of the loop program (TIR) and the PrimFunc that holds one kernel.
 
 Loops always start at 0 and step by 1; `For.kind` says how codegen runs them (serial, parallel
-across threads, vectorized into SIMD lanes, or fully unrolled); `For.annotations` carries hints
-for codegen that do not change the meaning (a pragma: ("pragma_unroll", n) asks LLVM to unroll by n).
+across threads, vectorized into SIMD lanes, fully unrolled, or bound to a GPU thread index);
+`For.annotations` carries hints for codegen that do not change the meaning (a pragma:
+("pragma_unroll", n) asks LLVM to unroll by n) and a bound loop's ("thread_tag", "threadIdx.x").
 """
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ class ForKind(enum.Enum):
     PARALLEL = "parallel"
     VECTORIZED = "vectorized"
     UNROLLED = "unrolled"
+    # GPU: the loop is the launch grid's axis named by its ("thread_tag", ...) annotation, one
+    # iteration per block or thread; a CPU runs it as a serial loop (how GPU schedules are tested).
+    THREAD_BINDING = "thread_binding"
 
 
 class Stmt:
@@ -38,6 +42,11 @@ class For(Stmt):
     kind: ForKind
     body: Stmt
     annotations: tuple[tuple[str, object], ...] = ()  # (key, value) pairs, e.g. ("pragma_unroll", 4)
+
+    @property
+    def thread_tag(self) -> Optional[str]:
+        """The launch axis ("blockIdx.x", "threadIdx.y", ...) a THREAD_BINDING loop is bound to."""
+        return dict(self.annotations).get("thread_tag")
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,15 @@ class LetStmt(Stmt):
 
 
 @dataclass(frozen=True)
+class Barrier(Stmt):
+    """Every thread of a GPU block waits here (`__syncthreads`): what the block wrote to shared
+    memory before is visible to all after. Nothing on a CPU, where a block's threads run in turn."""
+
+
+@dataclass(frozen=True)
 class Allocate(Stmt):
-    """A small scratch buffer (scope "local") that lives on the stack for the duration of `body`."""
+    """A scratch buffer for the duration of `body`: scope "local" lives on the stack (a GPU
+    thread's registers), "shared" in a GPU block's shared memory (the stack on a CPU)."""
 
     buffer: Buffer
     body: Stmt

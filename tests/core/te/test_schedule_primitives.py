@@ -587,7 +587,7 @@ def test_memory_primitives_misuse_raises_schedule_errors():
     with pytest.raises(ScheduleError, match="before splitting"):
         sch.cache_write(c, "local")
     with pytest.raises(ScheduleError, match="scope"):
-        sch.cache_read(inputs[0], "shared", [b])
+        sch.cache_read(inputs[0], "texture", [b])
     with pytest.raises(ScheduleError, match="does not read"):
         sch.cache_read(inputs[0], "local", [c])
     with pytest.raises(ScheduleError, match="innermost"):

@@ -1,0 +1,247 @@
+"""GPU kernels -> PTX through LLVM's NVPTX backend (no CUDA toolkit needed): thread-bound loops
+become the launch grid's special registers, shared buffers `addrspace(3)` globals, Barrier `bar.sync`.
+
+`verify_gpu_kernel` rejects what would not run correctly on a GPU (unbound stores, oversized blocks
+or shared memory, a barrier some threads of a block skip) with one message naming the kernel.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..errors import CodegenError, ScheduleError
+from ..target import Target, get_target
+from ..tir.expr import Var
+from ..tir.functor import walk_expr
+from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
+from .analysis import const_int
+from .codegen_llvm import FunctionEmitter, ModuleContext, declare_kernel
+from .llvm_types import I32, I64, PTR, itemsize, mem_type
+
+GRID_LIMITS = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
+BLOCK_LIMITS = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
+_SREG = {"threadIdx": "tid", "blockIdx": "ctaid"}
+SHARED = 3  # NVPTX address space of a block's shared memory
+
+
+class GPUScheduleError(ScheduleError):
+    """A kernel scheduled for a GPU that cannot run there as written."""
+
+    code = "invalid_gpu_schedule"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How the host launches one kernel: grid and block dimensions (x, y, z), static shared bytes."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    def to_json(self) -> dict:
+        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+
+
+def _bound_loops(stmt: Stmt) -> Iterator[For]:
+    from ..tir.functor import walk_stmt
+
+    for s in walk_stmt(stmt):
+        if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING:
+            yield s
+
+
+def launch_config(func: PrimFunc) -> LaunchConfig:
+    """Each launch axis spans the largest extent bound to it (smaller loops are guarded)."""
+    dims: dict[str, int] = {}
+    for loop in _bound_loops(func.body):
+        extent = const_int(loop.extent)
+        if extent is None:
+            raise GPUScheduleError(f"kernel {func.name}: loop {loop.var.name} bound to {loop.thread_tag} has a "
+                                   f"non-constant extent")
+        dims[loop.thread_tag] = max(dims.get(loop.thread_tag, 1), extent)
+    shared = sum(s.buffer.numel * itemsize(s.buffer.dtype) for s in _allocations(func.body) if s.buffer.scope == "shared")
+    axis = lambda kind: tuple(dims.get(f"{kind}.{a}", 1) for a in "xyz")  # noqa: E731
+    return LaunchConfig(axis("blockIdx"), axis("threadIdx"), shared)
+
+
+def _allocations(stmt: Stmt) -> Iterator[Allocate]:
+    from ..tir.functor import walk_stmt
+
+    return (s for s in walk_stmt(stmt) if isinstance(s, Allocate))
+
+
+def verify_gpu_kernel(func: PrimFunc, target: Target) -> LaunchConfig:
+    """The kernel's launch configuration, after checking that it can run on `target` as written."""
+    launch = launch_config(func)
+    where = f"kernel {func.name}"
+    if launch.threads > target.max_threads_per_block:
+        raise GPUScheduleError(f"{where}: a block of {launch.block} = {launch.threads} threads exceeds the "
+                               f"{target.max_threads_per_block} of {target.cpu}")
+    for tag, limit in {**GRID_LIMITS, **BLOCK_LIMITS}.items():
+        kind, a = tag.split(".")
+        size = (launch.grid if kind == "blockIdx" else launch.block)["xyz".index(a)]
+        if size > limit:
+            raise GPUScheduleError(f"{where}: {tag} spans {size}, more than the GPU's {limit}")
+    if launch.shared_bytes > target.max_shared_bytes:
+        raise GPUScheduleError(f"{where}: {launch.shared_bytes} bytes of shared memory exceed the "
+                               f"{target.max_shared_bytes} a block may have")
+    _check_stmt(func.body, where, launch, bound=False, divergent=False, thread_vars=frozenset())
+    return launch
+
+
+def _check_stmt(s: Stmt, where: str, launch: LaunchConfig, bound: bool, divergent: bool,
+                thread_vars: frozenset) -> None:
+    """`bound`: inside a thread-bound loop; `divergent`: some threads of a block may not get here."""
+    rec = lambda x, **kw: _check_stmt(x, where, launch, **{"bound": bound, "divergent": divergent,  # noqa: E731
+                                                             "thread_vars": thread_vars, **kw})
+    if isinstance(s, Store):
+        if not bound:
+            raise GPUScheduleError(f"{where}: {s.buffer.name} is written outside every loop bound to blockIdx/"
+                                   f"threadIdx (every thread would write it); bind the stage's loops")
+    elif isinstance(s, Barrier):
+        if divergent:
+            raise GPUScheduleError(f"{where}: a barrier sits where only some threads of a block arrive (under a "
+                                   f"thread-dependent condition or a thread loop shorter than the block); it "
+                                   f"would hang the block")
+    elif isinstance(s, For):
+        if s.kind is ForKind.PARALLEL:
+            raise GPUScheduleError(f"{where}: loop {s.var.name} is parallel (a CPU thread-pool loop); on a GPU "
+                                   f"bind it to blockIdx/threadIdx instead")
+        if s.kind is ForKind.THREAD_BINDING:
+            kind, a = s.thread_tag.split(".")
+            span = (launch.grid if kind == "blockIdx" else launch.block)["xyz".index(a)]
+            guarded = const_int(s.extent) < span
+            tvars = thread_vars | {s.var} if kind == "threadIdx" else thread_vars
+            rec(s.body, bound=True, divergent=divergent or guarded, thread_vars=tvars)
+        else:
+            rec(s.body)
+    elif isinstance(s, IfThenElse):
+        depends = any(isinstance(e, Var) and e in thread_vars for e in walk_expr(s.cond))
+        rec(s.then_case, divergent=divergent or depends)
+        if s.else_case is not None:
+            rec(s.else_case, divergent=divergent or depends)
+    elif isinstance(s, LetStmt):
+        depends = any(isinstance(e, Var) and e in thread_vars for e in walk_expr(s.value))
+        rec(s.body, thread_vars=thread_vars | {s.var} if depends else thread_vars)
+    elif isinstance(s, Seq):
+        for x in s.stmts:
+            rec(x)
+    elif isinstance(s, Allocate):
+        rec(s.body)
+
+
+class NVPTXEmitter(FunctionEmitter):
+    """FunctionEmitter for a GPU kernel: each thread runs the body once for its own grid position."""
+
+    def __init__(self, ctx: ModuleContext, fn: ir.Function, kernel_name: str, launch: LaunchConfig):
+        super().__init__(ctx, fn, kernel_name)
+        self.launch = launch
+
+    def _for(self, s: For) -> None:
+        if s.kind is ForKind.THREAD_BINDING:
+            self._bound_for(s)
+        elif s.kind is ForKind.VECTORIZED:  # a thread has no SIMD lanes: the loop unrolls instead
+            self._unrolled(s)
+        else:
+            super()._for(s)
+
+    def _bound_for(self, s: For) -> None:
+        kind, a = s.thread_tag.split(".")
+        name = f"llvm.nvvm.read.ptx.sreg.{_SREG[kind]}.{a}"
+        sreg = self.ctx.module.globals.get(name) or ir.Function(self.ctx.module, ir.FunctionType(I32, []), name)
+        index = self.b.zext(self.b.call(sreg, []), I64)
+        span = (self.launch.grid if kind == "blockIdx" else self.launch.block)["xyz".index(a)]
+        extent = const_int(s.extent)
+        value = self.iv_value(s.var, index)
+        if extent < span:
+            with self.b.if_then(self.b.icmp_unsigned("<", index, ir.Constant(I64, extent))):
+                self.bound(s.var, value, lambda: self.emit_stmt(s.body))
+        else:
+            self.bound(s.var, value, lambda: self.emit_stmt(s.body))
+
+    def _allocate(self, s: Allocate) -> None:
+        if s.buffer.scope != "shared":
+            return super()._allocate(s)
+        buf = s.buffer
+        array = ir.ArrayType(mem_type(buf.dtype), buf.numel)
+        g = ir.GlobalVariable(self.ctx.module, array, self.ctx.fresh(f"{self.kernel_name}.{buf.name}"),
+                              addrspace=SHARED)
+        g.linkage = "internal"
+        g.initializer = ir.Constant(array, ir.Undefined)
+        g.align = 16
+        with self.b.goto_block(self.entry):
+            self.bufs[buf] = self.b.addrspacecast(g, PTR)  # NVPTX's InferAddressSpaces restores ld.shared
+        try:
+            self.emit_stmt(s.body)
+        finally:
+            del self.bufs[buf]
+
+    def _barrier(self) -> None:
+        name = "llvm.nvvm.barrier0"
+        fn = self.ctx.module.globals.get(name) or ir.Function(self.ctx.module, ir.FunctionType(ir.VoidType(), []), name)
+        fn.attributes.add("convergent")
+        self.b.call(fn, [])
+
+
+def _target_machine(target: Target) -> llvm.TargetMachine:
+    from .build import _LLVM_LOCK, _init_llvm
+
+    with _LLVM_LOCK:
+        _init_llvm()
+        return llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features,
+                                                                            opt=3)
+
+
+def lower_gpu_module(funcs: Sequence[PrimFunc], target: "Target | str") -> tuple[ir.Module, dict[str, LaunchConfig]]:
+    """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
+    target = get_target(target)
+    if target.kind != "cuda":
+        raise CodegenError(f"target {target.name} is not a GPU target")
+    module = ir.Module(name="kiln_gpu")
+    module.triple = target.triple
+    module.data_layout = str(_target_machine(target).target_data)
+    ctx = ModuleContext(module, target)
+    launches: dict[str, LaunchConfig] = {}
+    for func in funcs:
+        launches[func.name] = launch = verify_gpu_kernel(func, target)
+        fn = declare_kernel(module, func)
+        fn.calling_convention = "ptx_kernel"
+        fe = NVPTXEmitter(ctx, fn, func.name, launch)
+        for arg, buf in zip(fn.args, func.params):
+            fe.bufs[buf] = arg
+        fe.emit_stmt(func.body)
+        fe.finish()
+    return module, launches
+
+
+def emit_ptx(funcs: Sequence[PrimFunc], target: "Target | str" = "cuda") -> tuple[str, dict[str, LaunchConfig]]:
+    """PTX assembly of `funcs` (optimized at O3) and each kernel's launch configuration.
+    DEBUG=3 prints the optimized LLVM IR to stderr."""
+    from .build import _LLVM_LOCK, _debug_level
+
+    target = get_target(target)
+    module, launches = lower_gpu_module(funcs, target)
+    with _LLVM_LOCK:
+        tm = _target_machine(target)
+        try:
+            mod = llvm.parse_assembly(str(module))
+            mod.verify()
+        except RuntimeError as e:
+            raise CodegenError(f"generated NVPTX IR is invalid (a codegen bug): {e}") from None
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        if _debug_level() >= 3:
+            print(str(mod), file=sys.stderr)
+        return tm.emit_assembly(mod), launches
+
+
+__all__ = ["emit_ptx", "lower_gpu_module", "launch_config", "verify_gpu_kernel", "LaunchConfig", "GPUScheduleError"]

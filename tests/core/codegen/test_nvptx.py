@@ -1,0 +1,146 @@
+"""GPU code generation without a GPU: cooperative shared-memory schedules lowered with thread
+bindings and barriers run correctly on the CPU (a block's threads in turn), their PTX assembles
+with ptxas for sm_80 and sm_90, and schedules a GPU cannot run are rejected with one clear error."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.codegen.build import build_library
+from core.codegen.kernel_library import load_kernels
+from core.codegen.nvptx import GPUScheduleError, emit_ptx, launch_config
+from core.codegen.ptxas import assemble, find_ptxas
+from core.errors import ScheduleError
+from core.te import tensor as te
+from core.te.lower import lower
+from core.te.schedule import create_schedule
+from core.tir.expr import INTRINSICS, binop, call
+from core.tir.functor import walk_stmt
+from core.tir.stmt import Allocate, Barrier
+
+needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")
+
+
+def tiled_matmul(m: int, n: int, k: int, tile: int = 16, k_tile: int = 16):
+    """C = A @ B: a (tile x tile) thread block per output tile, A's and B's k-slices fetched into
+    shared memory by all threads of the block together (TVM's cooperative fetching)."""
+    a = te.placeholder((m, k), "float32", "A")
+    b = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis(k, "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), "C")
+    s = create_schedule(c)
+    a_shared, b_shared = s.cache_read(a, "shared", [c]), s.cache_read(b, "shared", [c])
+    c_local = s.cache_write(c, "local")
+    i, j = s[c].op.axis
+    bi, ti = s[c].split(i, tile)
+    bj, tj = s[c].split(j, tile)
+    s[c].reorder(bi, bj, ti, tj)
+    for axis, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
+        s[c].bind(axis, tag)
+    s[c_local].compute_at(s[c], tj)
+    ko, ki = s[c_local].split(s[c_local].reduce_axis[0], k_tile)
+    s[c_local].reorder(ko, ki, *s[c_local].op.axis)
+    for fetched in (a_shared, b_shared):
+        s[fetched].compute_at(s[c_local], ko)
+        ty, tx = s[fetched].split(s[fetched].fuse(*s[fetched].op.axis), tile)
+        s[fetched].bind(ty, "threadIdx.y")
+        s[fetched].bind(tx, "threadIdx.x")
+    return lower(s, [a, b, c], f"mm_{m}_{n}_{k}")
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 96, 128), (32, 48, 80)])
+def test_cooperative_matmul_runs_correctly_on_the_cpu(tmp_path, m, n, k):
+    func = tiled_matmul(m, n, k)
+    lib = load_kernels(build_library([func], "native", tmp_path / "mm.so"))
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    c = np.zeros((m, n), np.float32)
+    lib.call(func.name, a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_shared_copy_is_the_blocks_tile_fenced_by_barriers():
+    func = tiled_matmul(64, 96, 128)
+    shared = [s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate) and s.buffer.scope == "shared"]
+    # Bounds are relaxed over the block's threads: each copy holds a 16 x 16 tile, not one thread's row.
+    assert sorted(b.numel for b in shared) == [256, 256]
+    assert sum(isinstance(s, Barrier) for s in walk_stmt(func.body)) == 4
+    launch = launch_config(func)
+    assert (launch.grid, launch.block, launch.shared_bytes) == ((6, 4, 1), (16, 16, 1), 2048)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_ptx_assembles(arch):
+    ptx, launches = emit_ptx([tiled_matmul(64, 96, 128)], f"cuda -arch={arch}")
+    assert ".shared" in ptx and "bar.sync" in ptx and f".target {arch}" in ptx
+    assert launches["mm_64_96_128"].block == (16, 16, 1)
+    assert len(assemble(ptx, arch)) > 0
+
+
+def _elementwise(fn, name, dtype="float32", n=1000, threads=128):
+    x = te.placeholder((n,), dtype, "x")
+    y = te.compute((n,), lambda i: fn(x[i]), name)
+    s = create_schedule(y)
+    bx, tx = s[y].split(y.op.axis[0], threads)
+    s[y].bind(bx, "blockIdx.x")
+    s[y].bind(tx, "threadIdx.x")
+    return lower(s, [x, y], name)
+
+
+@needs_ptxas
+def test_math_needs_no_libm():
+    """Every float intrinsic lowers to PTX instructions: nothing left for a missing libm to resolve."""
+    names = [n for n in INTRINSICS if n not in ("reinterpret", "isnan")]
+    funcs = [_elementwise(lambda v, n=n: call(n, v), f"f_{n}") for n in names]
+    funcs.append(_elementwise(lambda v: binop("pow", v, v), "f_pow"))
+    funcs.append(_elementwise(lambda v: call("exp", v), "f_exp_half", dtype="float16"))
+    ptx, launches = emit_ptx(funcs, "cuda")
+    assert ".extern" not in ptx and "ex2.approx" in ptx
+    assert launches["f_exp"].grid == (8, 1, 1) and launches["f_exp"].block == (128, 1, 1)
+    assemble(ptx, "sm_80")
+
+
+def test_a_guarded_last_block_is_launched_whole():
+    # 1000 = 7 * 128 + 104: the last block's extra threads are guarded off.
+    func = _elementwise(lambda v: v + 1, "plus_one")
+    assert launch_config(func).grid == (8, 1, 1)
+    assert "setp" in emit_ptx([func])[0]
+
+
+def test_invalid_bindings_are_rejected():
+    x = te.placeholder((64, 64), "float32", "x")
+    r = te.reduce_axis(64, "r")
+    y = te.compute((64,), lambda i: te.sum(x[i, r], axis=r), "rowsum")
+    s = create_schedule(y)
+    with pytest.raises(ScheduleError, match="reduce axis"):
+        s[y].bind(r, "threadIdx.x")
+    with pytest.raises(ScheduleError, match="unknown thread tag"):
+        s[y].bind(y.op.axis[0], "warpIdx.x")
+    outer, inner = s[y].split(y.op.axis[0], 8)
+    s[y].bind(outer, "blockIdx.x")
+    with pytest.raises(ScheduleError, match="already binds"):
+        s[y].bind(inner, "blockIdx.x")
+    with pytest.raises(ScheduleError, match="bound to blockIdx.x"):
+        s[y].vectorize(outer)
+
+
+def test_kernels_a_gpu_cannot_run_are_rejected():
+    with pytest.raises(GPUScheduleError, match="2048 threads"):
+        emit_ptx([_elementwise(lambda v: v, "too_wide", n=4096, threads=2048)])
+    x = te.placeholder((256,), "float32", "x")
+    y = te.compute((256,), lambda i: x[i] * 2, "unbound")
+    with pytest.raises(GPUScheduleError, match="outside every loop bound"):
+        emit_ptx([lower(create_schedule(y), [x, y], "unbound")])
+    s = create_schedule(y)
+    s[y].parallel(y.op.axis[0])
+    with pytest.raises(GPUScheduleError, match="parallel"):
+        emit_ptx([lower(s, [x, y], "cpu_parallel")])
+
+
+def test_a_barrier_some_threads_skip_is_rejected():
+    # The shared copy's fetch loop is bound to threadIdx.x inside a consumer thread loop shorter than
+    # the block: the barriers around it would be reached by some threads only.
+    func = tiled_matmul(64, 96, 128, tile=16, k_tile=32)  # fetch: 16 x 32 = 512 -> threadIdx.x spans 32 > 16
+    with pytest.raises(GPUScheduleError, match="barrier"):
+        emit_ptx([func])
