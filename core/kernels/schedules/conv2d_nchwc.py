@@ -1,10 +1,11 @@
 """CPU schedules of the blocked layout: Conv2dNCHWc (TVM's conv2d_NCHWc register tile), blocked pools.
 
-Conv loop order: (n, oc.o, oh.o) fused and parallel, ow.o | ic.o, kh, kw, ic.i | oh.i, oc.i, ow.i
-(unrolled) | oc block (vectorized). A tile of oh_tile x oc_tile x ow_tile vector accumulators stays
+Conv loop order: (n, oc.o, oh.o) fused and parallel, ow.o | ic, kh, kw, ib | oh.i, oc.i, ow.i
+(unrolled) | oc block (vectorized); tuning knobs move ic inside the window, split it (an unrolled
+inner step), and unroll kw and ib. A tile of oh_tile x oc_tile x ow_tile vector accumulators stays
 in registers for the whole reduction; each step loads oc_tile weight vectors (contiguous, packed
 OIHW[x]i[y]o) and broadcasts oh_tile x ow_tile input scalars, for as many FMAs as accumulators. A
-1x1 conv is the same tile over pixels x channels: a GEMM micro-kernel with K = ic.o x ic.i.
+1x1 conv is the same tile over pixels x channels: a GEMM micro-kernel with K = ic x ib.
 Depthwise convs vectorize the shared channel block: (n, c, oh) parallel | ow.o | kh, kw | ow.i | c.i.
 """
 from __future__ import annotations
@@ -43,9 +44,22 @@ def default_tiles(op: ComputeOp, target: Target) -> tuple[int, int, int]:
     return ow_t, oc_t, -neg_oh_t
 
 
+# reduce_order knob values: where the input-channel-block loop (its outer part, when ic_tile splits
+# it) sits relative to the window loops.
+IC_OUTSIDE_WINDOW, IC_INSIDE_WINDOW = 0, 1
+
+
 def schedule_conv_nchwc_stage(sch: Schedule, op: ComputeOp, target: Target, ow_tile: Optional[int] = None,
-                              oc_tile: Optional[int] = None, oh_tile: Optional[int] = None) -> None:
-    """Schedule one conv2d_nchwc stage; the tiles are knobs (defaults: default_tiles)."""
+                              oc_tile: Optional[int] = None, oh_tile: Optional[int] = None,
+                              reduce_order: int = IC_OUTSIDE_WINDOW, ic_tile: int = 1, unroll_kw: int = 0,
+                              unroll_inner: int = 0) -> None:
+    """Schedule one conv2d_nchwc stage. The knobs (core/tune/templates.py; defaults = the heuristic):
+    ow_tile, oc_tile, oh_tile: the register tile (default_tiles);
+    reduce_order: IC_OUTSIDE_WINDOW (ic.o, ic.i, kh, kw, ib) or IC_INSIDE_WINDOW (ic.o, kh, kw, ic.i, ib);
+    ic_tile: input-channel blocks per inner step (ic.i), unrolled by an LLVM pragma when > 1;
+    unroll_kw: unroll the window-column loop at lowering (its input offsets become constants);
+    unroll_inner: unroll the innermost reduction (the input-channel lanes ib).
+    Depthwise convs take the tiles (no oc_tile) and unroll_kw."""
     stage = sch[Tensor(op)]
     n, oc, oh, ow, ob = op.axis
     d_ow, d_oc, d_oh = default_tiles(op, target)
@@ -55,12 +69,26 @@ def schedule_conv_nchwc_stage(sch: Schedule, op: ComputeOp, target: Target, ow_t
         rkh, rkw = op.reduce_axis
         stage.reorder(n, oc, oho, owo, rkh, rkw, ohi, owi, ob)
         outer = [n, oc, oho]
+        if unroll_kw:
+            stage.unroll(rkw)
     else:
         ric, rkh, rkw, rib = op.reduce_axis
         oco, oci = stage.split(oc, oc_tile or d_oc)
-        stage.reorder(n, oco, oho, owo, ric, rkh, rkw, rib, ohi, oci, owi, ob)
+        rico, rici = stage.split(ric, ic_tile) if ic_tile > 1 else (ric, None)
+        window = [rkh, rkw]
+        if reduce_order == IC_INSIDE_WINDOW:
+            reduce = [rico, *window] + ([rici] if rici is not None else []) + [rib]
+        else:
+            reduce = [rico] + ([rici] if rici is not None else []) + [*window, rib]
+        stage.reorder(n, oco, oho, owo, *reduce, ohi, oci, owi, ob)
         stage.unroll(oci)
         outer = [n, oco, oho]
+        if rici is not None:
+            stage.pragma(rici, "unroll", ic_tile)
+        if unroll_kw:
+            stage.unroll(rkw)
+        if unroll_inner:
+            stage.unroll(rib)
     stage.unroll(ohi)
     stage.unroll(owi)
     stage.vectorize(ob)
@@ -82,7 +110,7 @@ def blocked_pad_stage(stage: Stage, target: Target) -> None:
 
 
 def schedule_conv2d_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:
-    """`knobs` (ow_tile, oc_tile, oh_tile) come from a tuned config (core/tune/templates.py)."""
+    """`knobs` (see schedule_conv_nchwc_stage) come from a tuned config (core/tune/templates.py)."""
     for op in find_ops(outs, ["conv2d_nchwc"]):
         schedule_conv_nchwc_stage(sch, op, target, **knobs)
         for pad in inputs_tagged(op, "conv2d_nchwc_pad"):
