@@ -12,13 +12,13 @@ import numpy as np
 from ..tir.expr import BinOp, Buffer, Cast, Expr, IntImm, Load, Select, Var
 from ..tir.stmt import Allocate, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
 
-MAX_LEVELS = 10  # loop levels kept, innermost first (deeper nests fold their outermost levels away)
+MAX_LEVELS = 12  # loop levels kept, innermost first (deeper nests fold their outermost levels away)
 MAX_BUFFERS = 3  # the store's buffer and the two most-read inputs
 KINDS = (ForKind.SERIAL, ForKind.PARALLEL, ForKind.VECTORIZED, ForKind.UNROLLED)
-PER_LEVEL = 1 + len(KINDS) + 2 + 3 * MAX_BUFFERS
+PER_LEVEL = 1 + len(KINDS) + 1 + 2 + 3 * MAX_BUFFERS
 GLOBAL = 7
 FEATURE_LENGTH = MAX_LEVELS * PER_LEVEL + GLOBAL
-FEATURE_VERSION = 1  # bump when the layout changes: records carry features of this version
+FEATURE_VERSION = 2  # bump when the layout changes: records carry features of this version (2: unroll pragma)
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Loop:
     var: Var
     extent: int
     kind: ForKind
+    unroll_hint: int = 0  # an unroll pragma's count (LLVM unrolls the serial loop that many times)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ def store_nests(func: PrimFunc) -> list[StoreNest]:
             return
         if isinstance(s, For):
             extent = s.extent.value if isinstance(s.extent, IntImm) else 1
-            walk(s.body, loops + (Loop(s.var, extent, s.kind),))
+            hint = int(dict(s.annotations).get("pragma_unroll", 0))
+            walk(s.body, loops + (Loop(s.var, extent, s.kind, hint),))
         elif isinstance(s, Seq):
             for x in s.stmts:
                 walk(x, loops)
@@ -111,7 +113,7 @@ def nest_features(nest: StoreNest) -> list[float]:
     levels: list[list[float]] = []
     for d, loop in enumerate(loops):
         inner = loops[d:]
-        row = [_log(loop.extent)] + [float(loop.kind is k) for k in KINDS]
+        row = [_log(loop.extent)] + [float(loop.kind is k) for k in KINDS] + [_log(loop.unroll_hint)]
         row += [_log(math.prod(l.extent for l in inner)), _log(math.prod(l.extent for l in loops[:d]))]
         for b, (buf, _) in enumerate(buffers):
             touched = math.prod(l.extent for l, s in zip(inner, strides[b][d:]) if s)

@@ -100,9 +100,19 @@ class TuningOutcome:
         return task.schedule_fn(self.chosen[task.key][1])
 
 
+HISTORY_PER_WORKLOAD = 200  # records of one other workload the model pre-trains on (fit time grows with them)
+
+
 def _history(db: RecordsDB, task: Task) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Transfer learning: measurements of other workloads of the same op and target (another model's
+    records, or this compile's tasks tuned before this one), one query group each. A long history is
+    thinned evenly over its throughput order, so it still spans slow to fast."""
     out = []
     for recs in db.others(task.key, task.target.name, task.template.op, FEATURE_VERSION).values():
+        recs = sorted(recs, key=lambda r: r.gflops)
+        if len(recs) > HISTORY_PER_WORKLOAD:
+            step = (len(recs) - 1) / (HISTORY_PER_WORKLOAD - 1)
+            recs = [recs[round(k * step)] for k in range(HISTORY_PER_WORKLOAD)]
         out.append((np.asarray([r.features for r in recs], np.float32), np.asarray([r.gflops for r in recs])))
     return out
 
@@ -171,11 +181,19 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
     notify("tune", 0.0)
     runner = LocalRunner(timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
                          threads=opts.threads or target.num_cores)
+    trials_left = planned
     for task, share in zip(todo, shares):
         if share == 0:
             continue
         if deadline is not None and time.monotonic() >= deadline:
             break
+        # Each task gets the share of the time left that its trials have of the trials left, so a
+        # budget shorter than the trials spreads over every task instead of starving the last ones.
+        task_deadline = None
+        if deadline is not None:
+            now = time.monotonic()
+            task_deadline = now + (deadline - now) * share / max(1, trials_left)
+        trials_left -= share
         tuner = _make_tuner(opts, task, db)
         measurer = Measurer(task, runner)
         base = done
@@ -185,7 +203,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
 
         try:
             result = tune(task, tuner, _measure_and_record(task, measurer, db), share, opts.batch_size,
-                          opts.early_stopping, deadline, on_batch)
+                          opts.early_stopping, task_deadline, on_batch)
         finally:
             measurer.close()
         done += result.trials
@@ -199,6 +217,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
                              "default_gflops": round(result.default_gflops, 3),
                              "curve": [list(p) for p in result.curve], "errors": result.errors,
                              "stopped": result.stopped, "cached": False,
+                             "transfer_workloads": getattr(tuner, "history_groups", 0),
                              "best_config": result.best.to_json() if result.best else None}
     notify("tune", 1.0)
     outcome.report = {

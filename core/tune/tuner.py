@@ -84,6 +84,7 @@ class XGBTuner(Tuner):
         self.model = XGBCostModel(seed=seed)
         for x, y in history:
             self.model.add_history(x, y)
+        self.history_groups = len(self.model.history)  # other workloads it learned from (transfer)
         self._features: dict[int, Optional[np.ndarray]] = {}
         self._scores: dict[int, float] = {}
         self.xs: list[np.ndarray] = []

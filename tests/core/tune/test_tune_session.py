@@ -1,0 +1,43 @@
+"""tune_graph's planning: a time budget is spread over every task by its share of the trials (the
+last tasks are not starved), and another workload's long history is thinned across its range."""
+from __future__ import annotations
+
+import numpy as np
+
+from core.target import get_target
+from core.tune import session
+from core.tune.features import FEATURE_VERSION
+from core.tune.records import Record, RecordsDB
+from core.tune.tuner import TuneResult
+
+
+def test_budget_is_spread_over_tasks_by_trial_share(tiny_graph, tiny_tasks, monkeypatch):
+    clock = {"now": 1000.0}
+    deadlines = []
+
+    def fake_tune(task, tuner, measure, trials, batch_size, early_stopping, deadline, on_batch):
+        deadlines.append((task.key, trials, deadline - clock["now"]))
+        clock["now"] += 1.0  # each task uses one second of the budget
+        return TuneResult(task, trials=trials)
+
+    monkeypatch.setattr(session.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(session, "tune", fake_tune)
+    monkeypatch.setattr(session, "Measurer", lambda task, runner: type("M", (), {"close": lambda self: None})())
+    session.tune_graph(tiny_graph, get_target("native"), {"trials": 6, "time_budget_s": 10.0, "tuner": "random"})
+    assert [k for k, *_ in deadlines] == [t.key for t in tiny_tasks]
+    (_, first_trials, first_s), (_, second_trials, second_s) = deadlines
+    assert (first_trials, second_trials) == (4, 2)
+    assert abs(first_s - 10.0 * 4 / 6) < 1e-9  # its share of the whole budget
+    assert abs(second_s - 9.0) < 1e-9  # the last task gets all that is left
+
+
+def test_history_of_another_workload_is_thinned_across_its_range(conv_task):
+    db = RecordsDB()
+    feats = tuple(0.0 for _ in range(4))
+    db.add([Record("other", "native", {}, k, (1e-3,), 0, float(k), conv_task.template.op, feats, FEATURE_VERSION)
+            for k in range(500)])
+    db.add([Record("stale", "native", {}, k, (1e-3,), 0, float(k), conv_task.template.op, feats, FEATURE_VERSION - 1)
+            for k in range(5)])
+    (x, y), = session._history(db, conv_task)
+    assert len(y) == session.HISTORY_PER_WORKLOAD and x.shape == (len(y), 4)
+    assert y.min() == 0.0 and y.max() == 499.0 and np.all(np.diff(y) > 0)
