@@ -67,23 +67,9 @@ class KernelLibrary:
         return fn
 
     def _pointers(self, name: str, arrays) -> list[int]:
-        params = self.signatures[name]["params"]
-        if len(arrays) != len(params):
-            raise ValueError(f"kernel {name} takes {len(params)} arrays, got {len(arrays)}")
-        ptrs = []
-        for arr, p in zip(arrays, params):
-            if not isinstance(arr, np.ndarray):
-                raise TypeError(f"kernel {name} parameter {p['name']}: expected a numpy array, got {type(arr).__name__}")
-            want = np.dtype(_NUMPY_NAMES.get(p["dtype"], p["dtype"]))
-            numel = int(np.prod(p["shape"], dtype=np.int64))
-            if arr.dtype != want and not (p["dtype"] == "bfloat16" and arr.dtype.itemsize == 2):
-                raise ValueError(f"kernel {name} parameter {p['name']}: dtype {arr.dtype}, expected {want}")
-            if arr.size != numel:
-                raise ValueError(f"kernel {name} parameter {p['name']}: {arr.size} elements, expected {numel}")
-            if not arr.flags.c_contiguous:
-                raise ValueError(f"kernel {name} parameter {p['name']}: array must be C-contiguous")
-            ptrs.append(arr.ctypes.data)
-        return ptrs
+        if name not in self.signatures:
+            raise KeyError(f"kernel {name!r} is not in {self.path.name}; it has {', '.join(self.signatures)}")
+        return [a.ctypes.data for a in checked_arrays(self.signatures[name], arrays)]
 
     def call(self, name: str, *arrays: np.ndarray) -> None:
         """Run kernel `name` once on `arrays` (inputs, outputs, workspaces, in parameter order)."""
@@ -101,6 +87,25 @@ class KernelLibrary:
                 fn(*ptrs)
             samples.append((time.perf_counter() - t0) * 1e3 / max(1, number))
         return statistics.median(samples)
+
+
+def checked_arrays(signature: dict, arrays) -> list[np.ndarray]:
+    """`arrays` after checking them against a kernel's parameters (count, dtype, size, contiguity)."""
+    name, params = signature["name"], signature["params"]
+    if len(arrays) != len(params):
+        raise ValueError(f"kernel {name} takes {len(params)} arrays, got {len(arrays)}")
+    for arr, p in zip(arrays, params):
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"kernel {name} parameter {p['name']}: expected a numpy array, got {type(arr).__name__}")
+        want = np.dtype(_NUMPY_NAMES.get(p["dtype"], p["dtype"]))
+        numel = int(np.prod(p["shape"], dtype=np.int64))
+        if arr.dtype != want and not (p["dtype"] == "bfloat16" and arr.dtype.itemsize == 2):
+            raise ValueError(f"kernel {name} parameter {p['name']}: dtype {arr.dtype}, expected {want}")
+        if arr.size != numel:
+            raise ValueError(f"kernel {name} parameter {p['name']}: {arr.size} elements, expected {numel}")
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"kernel {name} parameter {p['name']}: array must be C-contiguous")
+    return list(arrays)
 
 
 # realpath -> (device, inode) of the file first loaded under that name in this process.

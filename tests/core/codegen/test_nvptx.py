@@ -14,38 +14,12 @@ from core.errors import ScheduleError
 from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
+from core.te.testing import elementwise_on_grid, tiled_matmul
 from core.tir.expr import INTRINSICS, binop, call
 from core.tir.functor import walk_stmt
 from core.tir.stmt import Allocate, Barrier
 
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")
-
-
-def tiled_matmul(m: int, n: int, k: int, tile: int = 16, k_tile: int = 16):
-    """C = A @ B: a (tile x tile) thread block per output tile, A's and B's k-slices fetched into
-    shared memory by all threads of the block together (TVM's cooperative fetching)."""
-    a = te.placeholder((m, k), "float32", "A")
-    b = te.placeholder((k, n), "float32", "B")
-    r = te.reduce_axis(k, "k")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), "C")
-    s = create_schedule(c)
-    a_shared, b_shared = s.cache_read(a, "shared", [c]), s.cache_read(b, "shared", [c])
-    c_local = s.cache_write(c, "local")
-    i, j = s[c].op.axis
-    bi, ti = s[c].split(i, tile)
-    bj, tj = s[c].split(j, tile)
-    s[c].reorder(bi, bj, ti, tj)
-    for axis, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
-        s[c].bind(axis, tag)
-    s[c_local].compute_at(s[c], tj)
-    ko, ki = s[c_local].split(s[c_local].reduce_axis[0], k_tile)
-    s[c_local].reorder(ko, ki, *s[c_local].op.axis)
-    for fetched in (a_shared, b_shared):
-        s[fetched].compute_at(s[c_local], ko)
-        ty, tx = s[fetched].split(s[fetched].fuse(*s[fetched].op.axis), tile)
-        s[fetched].bind(ty, "threadIdx.y")
-        s[fetched].bind(tx, "threadIdx.x")
-    return lower(s, [a, b, c], f"mm_{m}_{n}_{k}")
 
 
 @pytest.mark.parametrize("m,n,k", [(64, 96, 128), (32, 48, 80)])
@@ -78,23 +52,13 @@ def test_ptx_assembles(arch):
     assert len(assemble(ptx, arch)) > 0
 
 
-def _elementwise(fn, name, dtype="float32", n=1000, threads=128):
-    x = te.placeholder((n,), dtype, "x")
-    y = te.compute((n,), lambda i: fn(x[i]), name)
-    s = create_schedule(y)
-    bx, tx = s[y].split(y.op.axis[0], threads)
-    s[y].bind(bx, "blockIdx.x")
-    s[y].bind(tx, "threadIdx.x")
-    return lower(s, [x, y], name)
-
-
 @needs_ptxas
 def test_math_needs_no_libm():
     """Every float intrinsic lowers to PTX instructions: nothing left for a missing libm to resolve."""
     names = [n for n in INTRINSICS if n not in ("reinterpret", "isnan")]
-    funcs = [_elementwise(lambda v, n=n: call(n, v), f"f_{n}") for n in names]
-    funcs.append(_elementwise(lambda v: binop("pow", v, v), "f_pow"))
-    funcs.append(_elementwise(lambda v: call("exp", v), "f_exp_half", dtype="float16"))
+    funcs = [elementwise_on_grid(lambda v, n=n: call(n, v), f"f_{n}") for n in names]
+    funcs.append(elementwise_on_grid(lambda v: binop("pow", v, v), "f_pow"))
+    funcs.append(elementwise_on_grid(lambda v: call("exp", v), "f_exp_half", dtype="float16"))
     ptx, launches = emit_ptx(funcs, "cuda")
     assert ".extern" not in ptx and "ex2.approx" in ptx
     assert launches["f_exp"].grid == (8, 1, 1) and launches["f_exp"].block == (128, 1, 1)
@@ -103,7 +67,7 @@ def test_math_needs_no_libm():
 
 def test_a_guarded_last_block_is_launched_whole():
     # 1000 = 7 * 128 + 104: the last block's extra threads are guarded off.
-    func = _elementwise(lambda v: v + 1, "plus_one")
+    func = elementwise_on_grid(lambda v: v + 1, "plus_one")
     assert launch_config(func).grid == (8, 1, 1)
     assert "setp" in emit_ptx([func])[0]
 
@@ -127,7 +91,7 @@ def test_invalid_bindings_are_rejected():
 
 def test_kernels_a_gpu_cannot_run_are_rejected():
     with pytest.raises(GPUScheduleError, match="2048 threads"):
-        emit_ptx([_elementwise(lambda v: v, "too_wide", n=4096, threads=2048)])
+        emit_ptx([elementwise_on_grid(lambda v: v, "too_wide", n=4096, threads=2048)])
     x = te.placeholder((256,), "float32", "x")
     y = te.compute((256,), lambda i: x[i] * 2, "unbound")
     with pytest.raises(GPUScheduleError, match="outside every loop bound"):

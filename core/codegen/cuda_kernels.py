@@ -1,0 +1,75 @@
+"""Calling single GPU kernels from Python (tests, the tuner's GPU measurements): the PTX of
+`emit_ptx` loaded through the CUDA driver, numpy arrays in and out, device time from CUDA events.
+The GPU counterpart of kernel_library.KernelLibrary, with the same call/time_ms interface."""
+from __future__ import annotations
+
+import statistics
+from typing import Sequence
+
+import numpy as np
+
+from ..runtime.cuda_driver import DeviceBuffer, Module
+from ..target import Target
+from ..tir.stmt import PrimFunc
+from .build import kernel_signatures
+from .kernel_library import checked_arrays
+from .nvptx import emit_ptx
+
+
+class CudaKernelLibrary:
+    def __init__(self, funcs: Sequence[PrimFunc], target: "Target | str" = "cuda"):
+        self.ptx, self.launches = emit_ptx(funcs, target)
+        self.signatures = {s["name"]: s for s in kernel_signatures(funcs)}
+        self.module = Module(self.ptx)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.signatures)
+
+    def _upload(self, name: str, arrays) -> list[DeviceBuffer]:
+        if name not in self.signatures:
+            raise KeyError(f"kernel {name!r} is not in this library; it has {', '.join(self.signatures)}")
+        buffers = []
+        try:
+            for arr in checked_arrays(self.signatures[name], arrays):
+                buffers.append(DeviceBuffer(arr.nbytes))
+                buffers[-1].upload(arr)
+        except BaseException:
+            for b in buffers:
+                b.free()
+            raise
+        return buffers
+
+    def _launch(self, name: str, buffers: list[DeviceBuffer]) -> None:
+        launch = self.launches[name]
+        self.module.launch(name, launch.grid, launch.block, buffers)
+
+    def call(self, name: str, *arrays: np.ndarray) -> None:
+        """Run kernel `name` once: every array is copied to the GPU, the outputs and workspaces back."""
+        buffers = self._upload(name, arrays)
+        try:
+            self._launch(name, buffers)
+            self.module.synchronize()
+            for arr, buf in list(zip(arrays, buffers))[self.signatures[name]["num_inputs"]:]:
+                buf.download(arr)
+        finally:
+            for b in buffers:
+                b.free()
+
+    def time_ms(self, name: str, *arrays: np.ndarray, repeat: int = 10, number: int = 1, warmup: int = 1) -> float:
+        """Median device time of one launch in milliseconds, the data resident on the GPU."""
+        buffers = self._upload(name, arrays)
+        try:
+            for _ in range(warmup):
+                self._launch(name, buffers)
+            return statistics.median(self.module.time_ms(lambda: self._launch(name, buffers), repeat, number))
+        finally:
+            for b in buffers:
+                b.free()
+
+    def close(self) -> None:
+        self.module.close()
+
+
+def load_cuda_kernels(funcs: Sequence[PrimFunc], target: "Target | str" = "cuda") -> CudaKernelLibrary:
+    return CudaKernelLibrary(funcs, target)
