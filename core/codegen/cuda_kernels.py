@@ -3,7 +3,9 @@
 The GPU counterpart of kernel_library.KernelLibrary, with the same call/time_ms interface."""
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -13,13 +15,13 @@ from ..target import Target
 from ..tir.stmt import PrimFunc
 from .build import kernel_signatures
 from .kernel_library import checked_arrays
-from .nvptx import emit_ptx
+from .nvptx import LaunchConfig, emit_ptx
 
 
 class CudaKernelLibrary:
-    def __init__(self, funcs: Sequence[PrimFunc], target: "Target | str" = "cuda"):
-        self.ptx, self.launches = emit_ptx(funcs, target)
-        self.signatures = {s["name"]: s for s in kernel_signatures(funcs)}
+    def __init__(self, ptx: str, launches: dict[str, LaunchConfig], signatures: Sequence[dict]):
+        self.ptx, self.launches = ptx, launches
+        self.signatures = {s["name"]: s for s in signatures}
         self.module = Module(self.ptx)
 
     @property
@@ -72,4 +74,22 @@ class CudaKernelLibrary:
 
 
 def load_cuda_kernels(funcs: Sequence[PrimFunc], target: "Target | str" = "cuda") -> CudaKernelLibrary:
-    return CudaKernelLibrary(funcs, target)
+    ptx, launches = emit_ptx(funcs, target)
+    return CudaKernelLibrary(ptx, launches, kernel_signatures(funcs))
+
+
+def save_cuda_kernels(funcs: Sequence[PrimFunc], target: "Target | str", path: "str | Path") -> Path:
+    """Compile `funcs` to PTX and write a kernel bundle (PTX, launches, signatures; JSON) that
+    `load_cuda_kernel_bundle` runs on a machine with a GPU: what the tuner's Builder hands its Runner."""
+    ptx, launches = emit_ptx(funcs, target)
+    path = Path(path)
+    path.write_text(json.dumps({"ptx": ptx, "launches": {k: v.to_json() for k, v in launches.items()},
+                                "signatures": kernel_signatures(funcs)}))
+    return path
+
+
+def load_cuda_kernel_bundle(path: "str | Path") -> CudaKernelLibrary:
+    data = json.loads(Path(path).read_text())
+    launches = {k: LaunchConfig(tuple(v["grid"]), tuple(v["block"]), v["shared_bytes"])
+                for k, v in data["launches"].items()}
+    return CudaKernelLibrary(data["ptx"], launches, data["signatures"])

@@ -89,7 +89,12 @@ class LocalBuilder:
             return BuildResult(None, name, MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}",
                                time.perf_counter() - start)
         try:
-            path = build_library([func], task.target, self.directory / f"{name}.so")
+            if task.target.kind == "cuda":  # PTX and its launches; the GPU runner's driver loads them
+                from ..codegen.cuda_kernels import save_cuda_kernels
+
+                path = save_cuda_kernels([func], task.target, self.directory / f"{name}.cuda.json")
+            else:
+                path = build_library([func], task.target, self.directory / f"{name}.so")
         except (KilnError, OSError) as e:
             return BuildResult(None, name, MeasureErrorNo.COMPILE_HOST, str(e), time.perf_counter() - start, func)
         return BuildResult(str(path), name, build_s=time.perf_counter() - start, func=func)
@@ -222,7 +227,9 @@ class Measurer:
         self.task = task
         self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="kiln-tune-")
         self.builder = LocalBuilder(directory or self._tmp.name)
-        self.runner = runner or LocalRunner(threads=task.target.num_cores)
+        # The CUDA driver reserves far more address space than a memory limit would allow.
+        self.runner = runner or (LocalRunner(memory_bytes=0) if task.target.kind == "cuda"
+                                 else LocalRunner(threads=task.target.num_cores))
         self.reference = self.builder.build_reference(task)
 
     def measure(self, configs: Sequence[Config]) -> tuple[list[BuildResult], list[MeasureResult]]:

@@ -49,13 +49,23 @@ def _time(lib, name: str, arrays, min_repeat_ms: float, repeat: int) -> list[flo
 def main() -> None:
     from core.codegen.kernel_library import load_kernels
 
+    def load(path: str):
+        if path.endswith(".cuda.json"):  # a GPU kernel bundle (PTX), run through the CUDA driver
+            from core.codegen.cuda_kernels import load_cuda_kernel_bundle
+
+            return load_cuda_kernel_bundle(path)
+        return load_kernels(path)
+
     reference: list[np.ndarray] | None = None
     out = sys.stdout
+    lib = None
     for line in sys.stdin:
         req = json.loads(line)
+        if hasattr(lib, "close"):  # a GPU module holds device memory until unloaded
+            lib.close()
         try:
-            lib = load_kernels(req["lib"])
-            if req.get("threads"):
+            lib = load(req["lib"])
+            if req.get("threads") and hasattr(lib, "set_num_threads"):
                 lib.set_num_threads(int(req["threads"]))
             arrays = _arrays(lib, req["name"], int(req.get("seed", 0)))
             print(json.dumps({"started": req["id"]}), file=out, flush=True)

@@ -108,3 +108,17 @@ def test_a_barrier_some_threads_skip_is_rejected():
     func = tiled_matmul(64, 96, 128, tile=16, k_tile=32)  # fetch: 16 x 32 = 512 -> threadIdx.x spans 32 > 16
     with pytest.raises(GPUScheduleError, match="barrier"):
         emit_ptx([func])
+
+
+@needs_ptxas
+def test_kernel_bundle_carries_ptx_launches_and_signatures(tmp_path):
+    """What the tuner's Builder hands a GPU Runner: everything needed to launch, as one JSON file."""
+    import json
+
+    from core.codegen.cuda_kernels import save_cuda_kernels
+
+    path = save_cuda_kernels([tiled_matmul(32, 48, 80, tile=8, k_tile=8)], "cuda", tmp_path / "k.cuda.json")
+    bundle = json.loads(path.read_text())
+    assert bundle["launches"]["mm_32_48_80"] == {"grid": [6, 4, 1], "block": [8, 8, 1], "shared_bytes": 512}
+    assert [p["shape"] for p in bundle["signatures"][0]["params"]] == [[32, 80], [80, 48], [32, 48]]
+    assemble(bundle["ptx"], "sm_80")
