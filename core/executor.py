@@ -18,8 +18,7 @@ from .graph.inplace import inplace_input
 from .graph.memory import Lifetime, MemoryPlan, align, plan_memory
 from .graph.ops import Pattern, get_op
 from .kernel_dedup import share_identical
-from .kernels.registry import ScheduleFn, get_compute, get_schedule
-from .kernels.schedules.epilogue import schedule_epilogue
+from .kernels.registry import ScheduleFn, epilogue_schedule, get_compute, get_schedule
 from .target import Target
 from .te.lower import lower
 from .te.schedule import create_schedule
@@ -93,7 +92,7 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
         params.append(tensors[value])
     for node in nodes:
         ins = [tensors[i] if i else None for i in node.inputs]
-        outs = get_compute(node.op)(ins, node.attrs, [graph.type_of(o) for o in node.outputs])
+        outs = get_compute(node.op, target.kind)(ins, node.attrs, [graph.type_of(o) for o in node.outputs])
         tensors.update(zip(node.outputs, outs))
     out_tensors = [tensors[o] for o in outputs]
     sch = create_schedule(out_tensors)
@@ -115,7 +114,7 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
         schedule_of(anchor)(sch, out_tensors, target)
         anchor_outs = {id(tensors[o].op) for o in anchor.outputs}
         epilogue = [t for t in out_tensors if id(t.op) not in anchor_outs]
-        schedule_epilogue(sch, epilogue, target)
+        epilogue_schedule(target)(sch, epilogue, target)
     else:
         for node in nodes:
             outs = [tensors[o] for o in node.outputs if o in outputs]

@@ -2,4 +2,4 @@
 from . import (broadcast, conv2d, conv2d_nchwc, conv_nd, cumulative, data_dependent, deform, einsum,  # noqa: F401
                elementwise, grid_sample, indexing, layer_norm, layout_transform, matmul, nms, pool, pool_nchwc,
                pool_nd, reduce, resize, roi_align, scatter, softmax, topk, transform, unpool)
-from .schedules import cpu  # noqa: F401
+from .schedules import cpu, gpu  # noqa: F401

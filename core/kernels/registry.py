@@ -29,14 +29,42 @@ _COMPUTES: dict[str, ComputeFn] = {}
 _SCHEDULES: dict[tuple[str, str], ScheduleFn] = {}
 
 
-def register_compute(op: str) -> Callable[[ComputeFn], ComputeFn]:
+# Per target kind, computes that replace the default one (a GPU conv without the CPU's widened rows),
+# and the generic schedules of ops without their own: kind -> (injective, reduction).
+_KIND_COMPUTES: dict[tuple[str, str], ComputeFn] = {}
+_FALLBACKS: dict[str, tuple[ScheduleFn, ScheduleFn]] = {}
+
+
+def register_compute(op: str, target_kind: Optional[str] = None) -> Callable[[ComputeFn], ComputeFn]:
+    """The op's compute; with `target_kind`, the one used instead on targets of that kind."""
     def wrap(fn: ComputeFn) -> ComputeFn:
-        if op in _COMPUTES:
-            raise ValueError(f"compute for {op} registered twice")
-        _COMPUTES[op] = fn
+        table, key = (_COMPUTES, op) if target_kind is None else (_KIND_COMPUTES, (op, target_kind))
+        if key in table:
+            raise ValueError(f"compute for {op} ({target_kind or 'default'}) registered twice")
+        table[key] = fn  # type: ignore[index]
         return fn
 
     return wrap
+
+
+_EPILOGUES: dict[str, ScheduleFn] = {}
+
+
+def register_fallback(target_kind: str, injective: ScheduleFn, reduction: ScheduleFn, epilogue: ScheduleFn) -> None:
+    """The generic schedules of `target_kind` for ops without their own, by fusion pattern, and the
+    one that places a fused kernel's epilogue (what follows a conv/matmul anchor)."""
+    _FALLBACKS[target_kind] = (injective, reduction)
+    _EPILOGUES[target_kind] = epilogue
+
+
+def epilogue_schedule(target: Target) -> ScheduleFn:
+    """How a fused kernel's epilogue is placed on `target` (CPU: inside the anchor's tile loop)."""
+    _load()
+    if target.kind in _EPILOGUES:
+        return _EPILOGUES[target.kind]
+    from .schedules.epilogue import schedule_epilogue
+
+    return schedule_epilogue
 
 
 def register_schedule(op: str, target_kind: str = "cpu") -> Callable[[ScheduleFn], ScheduleFn]:
@@ -49,8 +77,12 @@ def register_schedule(op: str, target_kind: str = "cpu") -> Callable[[ScheduleFn
     return wrap
 
 
-def get_compute(op: str) -> ComputeFn:
+def get_compute(op: str, target_kind: str = "cpu") -> ComputeFn:
+    """The op's compute for targets of `target_kind` (its own one if registered, else the default)."""
     _load()
+    override = _KIND_COMPUTES.get((op, target_kind))
+    if override is not None:
+        return override
     try:
         return _COMPUTES[op]
     except KeyError:
@@ -63,7 +95,9 @@ def get_schedule(op: str, target: Target) -> ScheduleFn:
     fn = _SCHEDULES.get((op, target.kind))
     if fn is not None:
         return fn
-    if target.kind != "cpu":
+    injective, reduction = (schedule_injective, schedule_reduce) if target.kind == "cpu" else \
+        _FALLBACKS.get(target.kind, (None, None))
+    if injective is None or reduction is None:
         raise MissingKernelError(f"no {target.kind} schedule is registered for op {op}")
     from ..graph.ops import get_op
 
@@ -71,7 +105,7 @@ def get_schedule(op: str, target: Target) -> ScheduleFn:
         pattern = get_op(op).pattern
     except KeyError:
         pattern = Pattern.INJECTIVE  # an op unknown to the graph registry still gets a safe loop nest
-    return schedule_reduce if pattern >= Pattern.REDUCTION else schedule_injective
+    return reduction if pattern >= Pattern.REDUCTION else injective
 
 
 def registered_ops() -> list[str]:
@@ -84,5 +118,6 @@ def _load() -> None:
     from . import ops  # noqa: F401
 
 
-__all__ = ["ComputeFn", "ScheduleFn", "MissingKernelError", "register_compute", "register_schedule", "get_compute",
+__all__ = ["ComputeFn", "ScheduleFn", "MissingKernelError", "register_compute", "register_schedule",
+           "register_fallback", "epilogue_schedule", "get_compute",
            "get_schedule", "registered_ops", "schedule_injective", "schedule_reduce"]

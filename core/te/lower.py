@@ -190,7 +190,11 @@ class _Lowering:
         op = stage.op
         if region is not None and edge is None:
             edges = [(first, extent, dim) for (first, extent), dim in zip(region, op.shape) if extent < dim]
-            if edges:
+            if edges and self._fills_shared(stage):
+                # Inside a thread loop the condition depends on the thread, and both nests would hold
+                # the block's barriers around the shared fill: keep the one guarded nest instead.
+                edge = True
+            elif edges:
                 inside = _all([c for first, extent, dim in edges
                                for c in (binop("ge", first, 0), binop("lt", first + (extent - 1), dim))])
                 return IfThenElse(inside, self.stage_nest(stage, region, buf, edge=False),
@@ -360,6 +364,10 @@ class _Lowering:
         for iv in reversed(spatial):
             stmt = loop(iv, stmt)
         return stmt
+
+    def _fills_shared(self, stage: Stage) -> bool:
+        """Whether a shared copy is compute_at'd into `stage` (its nest holds barriers)."""
+        return any(_computed_at(s) and s.attach[0] is stage and s.scope == "shared" for s in self.sch.stages)
 
     @staticmethod
     def _is_reduce(stage: Stage, iv: IterVar) -> bool:

@@ -51,7 +51,28 @@ def run_passes(graph: Graph, passes: list[tuple[str, GraphPass]]) -> Graph:
     return graph
 
 
-def optimize(graph: Graph, opt_level: int) -> Graph:
-    if opt_level not in PASSES_BY_LEVEL:
-        raise ValueError(f"opt_level must be one of {sorted(PASSES_BY_LEVEL)}, got {opt_level!r}")
-    return run_passes(graph, [(name, get_pass(name)) for name in REQUIRED] + PASSES_BY_LEVEL[opt_level])
+# Passes that rewrite the graph for a CPU's micro-kernels, per target kind they do not apply to: on a
+# GPU, NCHW[x]c blocks (sized to a SIMD register) and B panels (sized to a 6 x 16 FMA tile) only make
+# the shared-memory tiles gather strided data; the GPU schedules tile the plain NCHW conv and the
+# plain MatMul themselves (fusion stays: epilogues fuse into the conv/matmul kernels there too).
+CPU_ONLY: dict[str, frozenset[str]] = {"cuda": frozenset({"alter_layout", "pack_matmul_weights"})}
+
+
+def level_passes(opt_level: int, target_kind: str = "cpu") -> tuple[str, ...]:
+    """The pass names -O`opt_level` runs for a target of `target_kind` ("cpu", "cuda")."""
+    if opt_level not in LEVELS:
+        raise ValueError(f"opt_level must be one of {sorted(LEVELS)}, got {opt_level!r}")
+    skipped = CPU_ONLY.get(target_kind, frozenset())
+    return tuple(name for name in LEVELS[opt_level] if name not in skipped)
+
+
+def optimize(graph: Graph, opt_level: int, target=None) -> Graph:
+    """Run -O`opt_level`'s passes; `target` (a Target or its name; default: a CPU) drops the passes
+    that only suit CPUs."""
+    kind = "cpu"
+    if target is not None:
+        from core.target import get_target
+
+        kind = get_target(target).kind
+    names = level_passes(opt_level, kind)
+    return run_passes(graph, [(name, get_pass(name)) for name in REQUIRED + names])

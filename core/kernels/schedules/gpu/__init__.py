@@ -1,0 +1,22 @@
+"""cuda schedules (and the computes shaped for them): registers each op family's GPU schedule with
+`register_schedule(op, "cuda")` and the generic GPU fallbacks (injective, reduction, epilogue)."""
+from __future__ import annotations
+
+from ...registry import register_fallback, register_schedule
+from .conv2d import schedule_conv2d
+from .dense import schedule_matmul
+from .epilogue import schedule_epilogue
+from .injective import schedule_injective
+from .reduce import schedule_reduce
+
+register_fallback("cuda", schedule_injective, schedule_reduce, schedule_epilogue)
+
+_SCHEDULES = {
+    schedule_conv2d: ("Conv",),
+    schedule_matmul: ("MatMul",),
+    schedule_reduce: ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "ReduceSum", "ReduceMean",
+                      "ReduceMax", "ReduceMin", "ReduceProd"),
+}
+for _schedule, _ops in _SCHEDULES.items():
+    for _op in _ops:
+        register_schedule(_op, "cuda")(_schedule)

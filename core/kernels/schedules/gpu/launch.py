@@ -1,0 +1,95 @@
+"""Shared helpers of the GPU schedules: binding loops to the launch grid, stage discovery, and the
+checks every cuda schedule makes first (no hand-written extern stages)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ....errors import ScheduleError
+from ....target import Target
+from ....te.schedule import Schedule, Stage
+from ....te.tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Tensor
+
+DEFAULT_THREADS = 256  # threads per block of elementwise kernels: 8 warps, enough to hide memory latency
+MAX_GRID_X = 2**31 - 1
+
+
+class UnsupportedOnGPUError(ScheduleError):
+    """A kernel uses something the cuda schedules cannot place on a GPU yet."""
+
+    code = "unsupported_on_gpu"
+
+
+def reject_extern(sch: Schedule, target: Target) -> None:
+    """Extern stages are loop programs written for one CPU thread (scans, TopK, NMS): lowered as they
+    are, every GPU thread would run the whole loop and race on the output."""
+    for stage in sch.stages:
+        if isinstance(stage.op, ExternOp):
+            raise UnsupportedOnGPUError(f"{stage.op.name} is a hand-written sequential stage (extern), which is not "
+                                        f"supported on {target.name} yet")
+
+
+def threads_of(target: Target, wanted: int = DEFAULT_THREADS) -> int:
+    return max(1, min(wanted, target.max_threads_per_block or wanted))
+
+
+def bind_flat(stage: Stage, axes: Sequence[IterVar], threads: int) -> IterVar:
+    """Fuse `axes` (adjacent leaves, outermost first), one element per thread: blockIdx.x x threadIdx.x.
+    More blocks than the grid allows are walked by a serial loop around the grid (grid-stride)."""
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    bo, ti = stage.split(fused, threads)
+    if bo.extent > MAX_GRID_X:
+        outer, bo = stage.split(bo, MAX_GRID_X)
+    stage.bind(bo, "blockIdx.x")
+    stage.bind(ti, "threadIdx.x")
+    return bo
+
+
+def reduction_producers(sch: Schedule, op: ComputeOp) -> list[Stage]:
+    """The materialized (not inlined) compute stages `op` reads, directly or through inlined stages."""
+    found: list[Stage] = []
+    seen: set[int] = set()
+
+    def visit(o: ComputeOp, body) -> None:
+        from ....tir.functor import walk_expr
+        from ....te.tensor import TensorRead
+
+        for e in walk_expr(body):
+            if not isinstance(e, TensorRead) or isinstance(e.tensor.op, PlaceholderOp) or id(e.tensor.op) in seen:
+                continue
+            seen.add(id(e.tensor.op))
+            stage = sch[e.tensor]
+            if stage.inlined:
+                visit(e.tensor.op, stage.body)
+            else:
+                found.append(stage)
+
+    visit(op, sch[Tensor(op)].body)
+    return found
+
+
+def inline_intermediates(sch: Schedule, stage: Stage, outs: Sequence[Tensor] = ()) -> None:
+    """Inline every elementwise stage `stage` depends on that nobody scheduled (an op's own
+    intermediates: pads, window phases), through reductions too: a second root stage would need a
+    grid-wide barrier, and inlined, each thread reads the input it needs directly."""
+    keep = {id(t.op) for t in outs}
+    seen: set[int] = set()
+    todo = [stage]
+    while todo:
+        current = todo.pop()
+        for producer in reduction_producers(sch, current.op):
+            if id(producer.op) in seen:
+                continue
+            seen.add(id(producer.op))
+            if not is_scheduled(producer) and not producer.reduce_axis and id(producer.op) not in keep:
+                producer.compute_inline()
+                todo.append(current)  # its own producers are now read through it
+            else:
+                todo.append(producer)
+
+
+def output_stages(sch: Schedule, outs: Sequence[Tensor]) -> list[Stage]:
+    return [sch[t] for t in outs if isinstance(t.op, ComputeOp)]
+
+
+def is_scheduled(stage: Stage) -> bool:
+    return bool(stage.inlined or stage.bindings or stage.attach is not None)
