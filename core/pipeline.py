@@ -85,7 +85,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         graph = import_onnx(model if isinstance(model, (str, Path)) else data, input_shapes=input_shapes)
     nodes_in = len(graph.nodes)
     with stage("optimize", 0.1), layout_target(tgt):  # blocked layouts use the target's vector width
-        graph = optimize(graph, opt_level)
+        graph = optimize(graph, opt_level, tgt)
     tuning_report: dict[str, Any] = {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}
     schedule_for, tuned_kernels = None, set()
     if tuning is not None:
