@@ -17,6 +17,7 @@ from . import __version__
 from .artifact import HEADER, LIBRARY, WEIGHTS, Artifact, new_workdir, write_metadata
 from .benchmark import compare_latency
 from .codegen import build_library, load_kernels
+from .codegen.ptxas import find_ptxas
 from .executor import Executable, build_executable
 from .frontend import import_onnx
 from .graph.ir import Graph
@@ -25,6 +26,8 @@ from .graph.passes.manager import LEVELS, optimize
 from .narrow_dtypes import NARROW_DTYPES
 from .report import SCHEMA_VERSION
 from .runtime.header import render_header
+from .runtime.loader import cuda_device_count
+from .runtime.package import gpu_metadata
 from .target import Target, get_target
 from .validate import index_bounds, onnxruntime_session, random_inputs, validate as validate_against_ort
 
@@ -57,6 +60,30 @@ def time_kernels(lib_path: Path, exe: Executable, min_ms: float = 5.0) -> dict[s
             lib.call(func.name, *arrays)
             runs += 1
         times[func.name] = (time.perf_counter() - start) * 1000 / runs
+    return times
+
+
+def _cpu_runs_here(target: Target) -> Optional[str]:
+    return None if target.runs_on_host() else f"target {target.name} cannot run on this host"
+
+
+def _cuda_runs_here(target: Target) -> Optional[str]:
+    if cuda_device_count() == 0:
+        return (f"no NVIDIA GPU on this machine: the {target.cpu} artifact was built"
+                f"{' and its PTX assembled by ptxas' if find_ptxas() else ''} but not run")
+    return None
+
+
+# Why a target's artifact cannot run on this machine (so validation and benchmarks are skipped), or None.
+_RUNS_HERE: dict[str, Callable[[Target], Optional[str]]] = {"cpu": _cpu_runs_here, "cuda": _cuda_runs_here}
+
+
+def profile_kernels(module, exe: Executable) -> dict[str, float]:
+    """Each compiled function's time from the runtime's own per-call profile (GPU libraries: device
+    timers), by function name; calls sharing a function take the first call's time."""
+    times: dict[str, float] = {}
+    for call, info in zip(module.profile(repeat=5), exe.kernels):
+        times.setdefault(info.func, call["time_ms"])
     return times
 
 
@@ -115,20 +142,23 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         "outputs": _io_info(graph, graph.outputs), "library": LIBRARY, "weights": WEIGHTS, "header": HEADER,
         "weights_bytes": len(exe.weights), "arena_bytes": exe.memory.arena_bytes,
     }
+    metadata.update(gpu_metadata(tgt))
     write_metadata(workdir, metadata)
     (workdir / HEADER).write_text(render_header(metadata))
 
-    validation: dict[str, Any] = {"skipped": f"target {tgt.name} cannot run on this host"}
-    latency: dict[str, Any] = {"skipped": f"target {tgt.name} cannot run on this host"}
+    cannot_run = _RUNS_HERE[tgt.kind](tgt)
+    runs_here = cannot_run is None
+    validation: dict[str, Any] = {"skipped": cannot_run or "validation was not requested"}
+    latency: dict[str, Any] = {"skipped": cannot_run or "the benchmark was not requested"}
     kernel_times: dict[str, float] = {}
     nthreads = threads or tgt.num_cores
     session = None
     # ONNX Runtime's Python API takes and returns numpy's own dtypes only, not ml_dtypes' float8/int4/...
     unexchangeable = sorted({graph.type_of(n).dtype for n in (*graph.inputs, *graph.outputs)} & NARROW_DTYPES)
-    if tgt.runs_on_host() and (validate or benchmark) and unexchangeable:
+    if runs_here and (validate or benchmark) and unexchangeable:
         reason = f"ONNX Runtime's Python API cannot exchange {', '.join(unexchangeable)} tensors"
         validation, latency = {"skipped": reason}, {"skipped": reason}
-    elif tgt.runs_on_host() and (validate or benchmark):
+    elif runs_here and (validate or benchmark):
         try:
             session = onnxruntime_session(data, nthreads)
         except Exception as err:  # ORT has no kernel for what Kiln compiled (e.g. bfloat16 Mul): nothing to compare to
@@ -147,7 +177,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                 with stage("benchmark", 0.9):
                     feeds = random_inputs(graph, 1, index_bounds(graph))
                     latency = compare_latency(module, session, feeds, rounds=7).as_report()
-                    kernel_times = time_kernels(workdir / LIBRARY, exe)
+                    kernel_times = (time_kernels(workdir / LIBRARY, exe) if tgt.kind == "cpu"
+                                    else profile_kernels(module, exe))
         finally:
             module.close()
     notify("package", 0.98)
@@ -168,6 +199,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         "validation": validation, "latency_ms": latency, "timings_s": timings,
         "threads": nthreads,
     }
+    if tgt.kind == "cuda":
+        report["device"] = {"kind": "cuda", "arch": tgt.cpu, "ptxas_checked": find_ptxas() is not None,
+                            "ran": runs_here}
     if os.environ.get("DEBUG"):
         import sys
 

@@ -136,6 +136,10 @@ def build_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "
     """Compile `funcs` and Kiln's thread pool (plus the model entry and C runtime when `plan` is given) into a shared library
     at `out_path`, written atomically. Raises CodegenError for bad input, BuildError for toolchain failures."""
     target = get_target(target)
+    if target.kind == "cuda":  # PTX inside a host library that launches it (build_cuda.py)
+        from .build_cuda import build_cuda_library
+
+        return build_cuda_library(funcs, target, out_path, plan)
     out_path = Path(out_path)
     cc = find_compiler(target)  # before the expensive part: a missing cross compiler fails fast
     mod, tm, libs = _optimize(funcs, target, plan)

@@ -1,4 +1,5 @@
-"""The C runtime linked into every library: the thread pool always, the model runtime with a plan.
+"""The C runtime linked into every library: the thread pool always, the model runtime with a plan,
+the CUDA backend (kernel launches through the driver API) in GPU model libraries.
 Each object is compiled once per (compiler, sources) in a process, since tests build many libraries."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .toolchain import compile_c
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 POOL_SOURCE = "kiln_threadpool.c"
 MODEL_SOURCE = "kiln_runtime.c"
+CUDA_SOURCE = "kiln_cuda.c"
 
 _objects: dict[tuple[str, str], bytes] = {}
 _lock = threading.Lock()
@@ -36,9 +38,9 @@ def _object_bytes(cc: str, source: Path) -> bytes:
         return _objects[key]
 
 
-def runtime_objects(cc: str, out_dir: Path, with_model: bool) -> list[Path]:
+def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = False) -> list[Path]:
     """Write the runtime's object files into `out_dir` and return their paths (to pass to the linker)."""
-    names = [POOL_SOURCE] + ([MODEL_SOURCE] if with_model else [])
+    names = [POOL_SOURCE] + ([MODEL_SOURCE] if with_model else []) + ([CUDA_SOURCE] if with_cuda else [])
     paths = []
     for name in names:
         path = out_dir / (Path(name).stem + ".o")

@@ -28,9 +28,17 @@ int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inpu
 int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                            double* call_ms);
 
+/* A device backend (kiln_cuda.c, linked into GPU libraries only) keeps the weights and the arena in device
+ * memory: attach uploads the weights read here and replaces both pointers with device pointers. Weak and
+ * hidden: a CPU library, which has no backend, sees NULL at link time and never looks it up elsewhere. */
+__attribute__((weak, visibility("hidden"))) int kiln_device_attach(const void* host_weights, void** weights,
+                                                                   void** arena);
+__attribute__((weak, visibility("hidden"))) void kiln_device_detach(void* weights, void* arena);
+
 typedef struct kiln_model {
     void* weights;
     void* arena;
+    int on_device; /* weights and arena are the device backend's pointers */
     pthread_mutex_t lock; /* one arena per model: concurrent kiln_run calls on it take turns */
 } kiln_model;
 
@@ -44,6 +52,9 @@ static void set_error(const char* fmt, ...) {
 }
 
 const char* kiln_last_error(void) { return last_error; }
+
+/* For the device backend's messages. */
+void kiln_runtime_set_error(const char* message) { set_error("%s", message); }
 
 double kiln_runtime_now_ms(void) {
     struct timespec ts;
@@ -69,7 +80,7 @@ static kiln_model* new_model(void) {
     }
     pthread_mutex_init(&m->lock, NULL);
     m->weights = alloc64(kiln_weights_bytes);
-    m->arena = alloc64(kiln_arena_bytes);
+    m->arena = alloc64(kiln_device_attach ? 0 : kiln_arena_bytes); /* a device backend's arena is on the device */
     if (!m->weights || !m->arena) {
         set_error("out of memory: the model needs %lld bytes of weights and a %lld-byte arena",
                   (long long)kiln_weights_bytes, (long long)kiln_arena_bytes);
@@ -84,14 +95,34 @@ static kiln_model* new_model(void) {
 void kiln_free(kiln_model* m) {
     if (!m) return;
     pthread_mutex_destroy(&m->lock);
+    if (m->on_device) {
+        kiln_device_detach(m->weights, m->arena);
+    } else {
+        free(m->weights);
+        free(m->arena);
+    }
+    free(m);
+}
+
+/* The loaded model, moved to the device when the library has a device backend; NULL if that fails. */
+static kiln_model* ready(kiln_model* m) {
+    if (!m || !kiln_device_attach) return m;
+    void *weights = NULL, *arena = NULL;
+    if (kiln_device_attach(m->weights, &weights, &arena) != 0) {
+        kiln_free(m);
+        return NULL;
+    }
     free(m->weights);
     free(m->arena);
-    free(m);
+    m->weights = weights;
+    m->arena = arena;
+    m->on_device = 1;
+    return m;
 }
 
 kiln_model* kiln_load(const char* weights_path) {
     if (!weights_path) {
-        if (kiln_weights_bytes == 0) return new_model();
+        if (kiln_weights_bytes == 0) return ready(new_model());
         set_error("kiln_load: no weights path given, but the model has %lld bytes of weights",
                   (long long)kiln_weights_bytes);
         return NULL;
@@ -122,7 +153,7 @@ kiln_model* kiln_load(const char* weights_path) {
         return NULL;
     }
     fclose(f);
-    return m;
+    return ready(m);
 }
 
 kiln_model* kiln_load_from_memory(const void* data, int64_t size) {
@@ -133,7 +164,7 @@ kiln_model* kiln_load_from_memory(const void* data, int64_t size) {
     }
     kiln_model* m = new_model();
     if (m && size > 0) memcpy(m->weights, data, (size_t)size);
-    return m;
+    return ready(m);
 }
 
 static int check_call(const kiln_model* m, const void* const* inputs, void* const* outputs, const char* who) {
@@ -165,6 +196,7 @@ static int32_t run_graph(kiln_model* m, const void* const* inputs, void* const* 
     kiln_pool_enter();
     unsigned long old_mode = kiln_float_mode_get();
     kiln_float_mode_set(kiln_float_mode_flushing(old_mode));
+    last_error[0] = '\0'; /* a device backend's failure says what failed; keep it */
     int32_t rc = call_ms ? kiln_graph_profile(m->arena, m->weights, inputs, outputs, call_ms)
                          : kiln_graph_run(m->arena, m->weights, inputs, outputs);
     kiln_float_mode_set(old_mode);
@@ -176,7 +208,7 @@ static int32_t run_graph(kiln_model* m, const void* const* inputs, void* const* 
 int kiln_run(kiln_model* m, const void* const* inputs, void* const* outputs) {
     if (check_call(m, inputs, outputs, "kiln_run") != 0) return -1;
     int32_t rc = run_graph(m, inputs, outputs, NULL);
-    if (rc != 0) set_error("kiln_run: the graph returned %d", (int)rc);
+    if (rc != 0 && !last_error[0]) set_error("kiln_run: the graph returned %d", (int)rc);
     return rc;
 }
 
@@ -188,7 +220,7 @@ int kiln_profile(kiln_model* m, const void* const* inputs, void* const* outputs,
     }
     static double no_calls[1];
     int32_t rc = run_graph(m, inputs, outputs, call_ms ? call_ms : no_calls);
-    if (rc != 0) set_error("kiln_profile: the graph returned %d", (int)rc);
+    if (rc != 0 && !last_error[0]) set_error("kiln_profile: the graph returned %d", (int)rc);
     return rc;
 }
 

@@ -16,7 +16,7 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["load", "Module", "KilnRuntimeError"]
+__all__ = ["load", "Module", "KilnRuntimeError", "cuda_device_count"]
 
 # LLVM feature name -> the /proc/cpuinfo flag that says the CPU has it (only ones worth checking).
 _CPU_FLAGS = {"avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
@@ -73,8 +73,48 @@ def _cpu_flags() -> set[str] | None:
     return None
 
 
+_CUDA_DRIVER = "libcuda.so.1"
+
+
+def _cuda_driver():
+    """The NVIDIA driver's library, or None when this machine has none."""
+    try:
+        return ctypes.CDLL(_CUDA_DRIVER)
+    except OSError:
+        return None
+
+
+def cuda_device_count() -> int:
+    """How many NVIDIA GPUs the CUDA driver sees here (0 without a driver or a GPU)."""
+    driver = _cuda_driver()
+    if driver is None:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def _is_gpu_artifact(meta: dict) -> bool:
+    return meta.get("target_kind") == "cuda" or str(meta.get("triple") or meta.get("target_triple") or "").startswith("nvptx")
+
+
+def _check_gpu_machine(meta: dict) -> None:
+    """A GPU artifact's library runs on the host CPU and needs the NVIDIA driver; kiln_load checks the GPU itself."""
+    host = meta.get("host_triple")
+    if host and host.split("-")[0] != _host_arch():
+        raise KilnRuntimeError(f"this artifact (target {meta.get('target')}) launches its GPU kernels from a "
+                               f"{host.split('-')[0]} library, but this machine is {_host_arch()}")
+    if _cuda_driver() is None:
+        raise KilnRuntimeError(f"this artifact (target {meta.get('target')}) runs on an NVIDIA GPU "
+                               f"({meta.get('cuda_arch') or meta.get('cpu') or 'CUDA'}), but this machine has no NVIDIA "
+                               f"driver ({_CUDA_DRIVER} not found): run it on a machine with an NVIDIA GPU and driver")
+
+
 def _check_machine(meta: dict) -> None:
     """Refuse an artifact built for another CPU with a message, instead of crashing on an illegal instruction."""
+    if _is_gpu_artifact(meta):
+        return _check_gpu_machine(meta)
     # Both spellings: package.target_metadata() writes triple/cpu_features, the pipeline target_*.
     triple = meta.get("triple") or meta.get("target_triple")
     if triple and triple.split("-")[0] != _host_arch():

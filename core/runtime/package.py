@@ -37,13 +37,28 @@ Reports: report.json (machine-readable) and report.html (open in a browser).
 
 
 def target_metadata(target) -> dict:
-    """The metadata keys the loader uses to refuse an artifact built for another CPU (pass a Target)."""
-    return {"target": target.name, "triple": target.triple, "cpu": target.cpu, "cpu_features": target.features}
+    """The metadata keys the loader uses to refuse an artifact built for another machine (pass a Target)."""
+    meta = {"target": target.name, "triple": target.triple, "cpu": target.cpu, "cpu_features": target.features}
+    return {**meta, **gpu_metadata(target)}
+
+
+def gpu_metadata(target) -> dict:
+    """For a GPU target: the device kind and architecture, and the host the launching library runs on."""
+    if target.kind != "cuda":
+        return {}
+    from ..target import host_target
+
+    return {"target_kind": "cuda", "cuda_arch": target.cpu, "host_triple": host_target().triple}
 
 
 def _readme(metadata: dict, archive_name: str) -> str:
     feed = ", ".join(f'"{t["name"]}": x{i}' for i, t in enumerate(metadata.get("inputs", [])))
-    return _README.format(archive=archive_name, example_feed=feed)
+    text = _README.format(archive=archive_name, example_feed=feed)
+    if metadata.get("target_kind") == "cuda":
+        text += (f"GPU: runs on an NVIDIA GPU of architecture {metadata.get('cuda_arch')} or newer (KILN_CUDA_DEVICE "
+                 f"picks one); needs the NVIDIA driver (libcuda.so.1) at run time, no CUDA toolkit. The library "
+                 f"runs on the host ({metadata.get('host_triple', 'the CPU')}) and launches the kernels.\n")
+    return text
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:

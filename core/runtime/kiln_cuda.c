@@ -1,0 +1,354 @@
+/* Kiln's CUDA backend, linked into GPU model libraries next to kiln_runtime.c: loads the library's PTX
+ * through the CUDA driver API and implements kiln_graph_run/kiln_graph_profile as kernel launches.
+ *
+ * The driver (libcuda.so.1) is opened at run time with dlopen, so building and linking need nothing
+ * of CUDA; the few types and entry points used are declared here. One module per library (loaded by
+ * the first model, unloaded with the last), on the device's primary context; each model keeps its
+ * weights and arena in device memory (kiln_device_attach, called by kiln_runtime.c's kiln_load).
+ * Every driver failure becomes kiln_last_error() text naming the call and the CUresult.
+ * Device: KILN_CUDA_DEVICE (an ordinal, default 0).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln_cuda.h"
+
+/* Emitted per model (build_cuda.py), as for the CPU runtime. */
+extern const int64_t kiln_arena_bytes;
+extern const int64_t kiln_weights_bytes;
+extern const int32_t kiln_graph_num_inputs;
+extern const int32_t kiln_graph_num_outputs;
+extern const int32_t kiln_graph_num_calls;
+extern const char* const kiln_graph_call_names[];
+
+void kiln_runtime_set_error(const char* message); /* kiln_runtime.c: the text kiln_last_error() returns */
+
+/* ------------------------------------------------------------------ the driver API, declared by hand */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUstream_st* CUstream;
+typedef struct CUevent_st* CUevent;
+
+enum { CUDA_SUCCESS = 0, CUDA_ERROR_NO_DEVICE = 100 };
+enum { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76 };
+enum { CU_JIT_ERROR_LOG_BUFFER = 5, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6 };
+
+/* X(field, exported symbol, return, parameters): the versioned names are what cuda.h's macros pick. */
+#define KILN_CUDA_API(X)                                                                                     \
+    X(Init, "cuInit", CUresult, (unsigned))                                                                  \
+    X(DeviceGetCount, "cuDeviceGetCount", CUresult, (int*))                                                  \
+    X(DeviceGet, "cuDeviceGet", CUresult, (CUdevice*, int))                                                  \
+    X(DeviceGetName, "cuDeviceGetName", CUresult, (char*, int, CUdevice))                                    \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute", CUresult, (int*, int, CUdevice))                           \
+    X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUresult, (CUcontext*, CUdevice))                        \
+    X(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", CUresult, (CUdevice))                               \
+    X(CtxSetCurrent, "cuCtxSetCurrent", CUresult, (CUcontext))                                               \
+    X(CtxSynchronize, "cuCtxSynchronize", CUresult, (void))                                                  \
+    X(ModuleLoadDataEx, "cuModuleLoadDataEx", CUresult, (CUmodule*, const void*, unsigned, int*, void**))    \
+    X(ModuleUnload, "cuModuleUnload", CUresult, (CUmodule))                                                  \
+    X(ModuleGetFunction, "cuModuleGetFunction", CUresult, (CUfunction*, CUmodule, const char*))              \
+    X(MemAlloc, "cuMemAlloc_v2", CUresult, (CUdeviceptr*, size_t))                                           \
+    X(MemFree, "cuMemFree_v2", CUresult, (CUdeviceptr))                                                      \
+    X(MemsetD8, "cuMemsetD8_v2", CUresult, (CUdeviceptr, unsigned char, size_t))                             \
+    X(MemcpyHtoD, "cuMemcpyHtoD_v2", CUresult, (CUdeviceptr, const void*, size_t))                           \
+    X(MemcpyDtoH, "cuMemcpyDtoH_v2", CUresult, (void*, CUdeviceptr, size_t))                                 \
+    X(LaunchKernel, "cuLaunchKernel", CUresult,                                                              \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,   \
+       void**))                                                                                              \
+    X(EventCreate, "cuEventCreate", CUresult, (CUevent*, unsigned))                                          \
+    X(EventRecord, "cuEventRecord", CUresult, (CUevent, CUstream))                                           \
+    X(EventElapsedTime, "cuEventElapsedTime", CUresult, (float*, CUevent, CUevent))                          \
+    X(EventDestroy, "cuEventDestroy_v2", CUresult, (CUevent))                                                \
+    X(GetErrorName, "cuGetErrorName", CUresult, (CUresult, const char**))                                    \
+    X(GetErrorString, "cuGetErrorString", CUresult, (CUresult, const char**))
+
+#define KILN_CUDA_FIELD(field, symbol, ret, params) ret(*field) params;
+static struct {
+    KILN_CUDA_API(KILN_CUDA_FIELD)
+} cu;
+#undef KILN_CUDA_FIELD
+
+/* ------------------------------------------------------------------ errors */
+
+static void fail(const char* fmt, ...) {
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    kiln_runtime_set_error(text);
+}
+
+/* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)", or the number when the driver cannot name it. */
+static const char* result_text(CUresult rc, char* buf, size_t size) {
+    const char* name = NULL;
+    const char* text = NULL;
+    if (cu.GetErrorName) cu.GetErrorName(rc, &name);
+    if (cu.GetErrorString) cu.GetErrorString(rc, &text);
+    if (name)
+        snprintf(buf, size, "%s (%s)", name, text ? text : "no description");
+    else
+        snprintf(buf, size, "CUresult %d", (int)rc);
+    return buf;
+}
+
+/* On failure: kiln_last_error() = "<who>: <call> failed: CUDA_ERROR_... (text)"; evaluates to the CUresult. */
+#define CU_TRY(who, what, call) cu_check((call), who, what)
+static CUresult cu_check(CUresult rc, const char* who, const char* what) {
+    if (rc != CUDA_SUCCESS) {
+        char buf[160];
+        fail("%s: %s failed: %s", who, what, result_text(rc, buf, sizeof buf));
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the library's module, shared by its models */
+
+static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
+static int backend_users; /* models holding the module (and the primary context) */
+static CUdevice device;
+static CUcontext context;
+static CUmodule module;
+static CUfunction* functions; /* kiln_cuda_kernel_names' order */
+
+static int open_driver(const char* who) {
+    static void* driver;
+    if (driver) return 0;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char* why = dlerror();
+        fail("%s: this model runs on an NVIDIA GPU (%s), but the CUDA driver library libcuda.so.1 cannot be "
+             "loaded (%s); install the NVIDIA driver", who, kiln_cuda_arch, why ? why : "not found");
+        return -1;
+    }
+#define KILN_CUDA_BIND(field, symbol, ret, params)                                                  \
+    if (!(cu.field = (ret(*) params)dlsym(lib, symbol))) {                                               \
+        fail("%s: the CUDA driver lacks %s (too old a driver? CUDA 11.8 or later is needed)", who, symbol); \
+        memset(&cu, 0, sizeof cu);                                                                  \
+        return -1;                                                                                  \
+    }
+    KILN_CUDA_API(KILN_CUDA_BIND)
+#undef KILN_CUDA_BIND
+    driver = lib; /* never closed: unloading the driver from a running process is not safe */
+    return 0;
+}
+
+/* The device to run on, after checking that it can run this library's PTX. */
+static int pick_device(const char* who) {
+    CUresult rc = cu.Init(0);
+    if (rc == CUDA_ERROR_NO_DEVICE) {
+        fail("%s: this model runs on an NVIDIA GPU (%s), but the CUDA driver finds none on this machine", who,
+             kiln_cuda_arch);
+        return -1;
+    }
+    if (CU_TRY(who, "cuInit", rc)) return -1;
+    int count = 0;
+    if (CU_TRY(who, "cuDeviceGetCount", cu.DeviceGetCount(&count))) return -1;
+    const char* env = getenv("KILN_CUDA_DEVICE");
+    int ordinal = env && *env ? atoi(env) : 0;
+    if (count == 0 || ordinal < 0 || ordinal >= count) {
+        fail("%s: no NVIDIA GPU %d on this machine (the driver sees %d; KILN_CUDA_DEVICE picks one)", who, ordinal,
+             count);
+        return -1;
+    }
+    if (CU_TRY(who, "cuDeviceGet", cu.DeviceGet(&device, ordinal))) return -1;
+    int major = 0, minor = 0;
+    char name[128] = "";
+    cu.DeviceGetName(name, (int)sizeof name, device);
+    if (CU_TRY(who, "cuDeviceGetAttribute", cu.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)) ||
+        CU_TRY(who, "cuDeviceGetAttribute", cu.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)))
+        return -1;
+    int need = atoi(kiln_cuda_arch + 3); /* "sm_80" -> 80 */
+    if (major * 10 + minor < need) {
+        fail("%s: this model was compiled for %s (compute capability %d.%d or newer), but GPU %d (%s) is %d.%d; "
+             "compile it for -arch=sm_%d%d", who, kiln_cuda_arch, need / 10, need % 10, ordinal, name, major, minor,
+             major, minor);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_module(const char* who) {
+    char log[2048] = "";
+    int options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void* values[] = {log, (void*)(uintptr_t)sizeof log};
+    CUresult rc = cu.ModuleLoadDataEx(&module, kiln_cuda_ptx, 2, options, values);
+    if (rc != CUDA_SUCCESS) {
+        char buf[160];
+        char* newline = strchr(log, '\n');
+        if (newline) *newline = '\0';
+        fail("%s: cuModuleLoadDataEx (JIT-compiling the model's PTX for %s) failed: %s%s%s", who, kiln_cuda_arch,
+             result_text(rc, buf, sizeof buf), log[0] ? ": " : "", log);
+        module = NULL;
+        return -1;
+    }
+    functions = (CUfunction*)calloc((size_t)(kiln_cuda_num_kernels > 0 ? kiln_cuda_num_kernels : 1), sizeof *functions);
+    if (!functions) {
+        fail("%s: out of memory", who);
+        return -1;
+    }
+    for (int k = 0; k < kiln_cuda_num_kernels; k++) {
+        char what[200];
+        snprintf(what, sizeof what, "cuModuleGetFunction(%s)", kiln_cuda_kernel_names[k]);
+        if (CU_TRY(who, what, cu.ModuleGetFunction(&functions[k], module, kiln_cuda_kernel_names[k]))) return -1;
+    }
+    return 0;
+}
+
+static void release_backend(void) {
+    if (--backend_users > 0) return;
+    cu.CtxSetCurrent(context);
+    if (module) cu.ModuleUnload(module);
+    free(functions);
+    functions = NULL;
+    module = NULL;
+    cu.PrimaryCtxRelease(device);
+    context = NULL;
+}
+
+static int acquire_backend(const char* who) {
+    pthread_mutex_lock(&backend_lock);
+    int rc = 0;
+    if (backend_users == 0) {
+        rc = open_driver(who) || pick_device(who);
+        if (rc == 0) {
+            if (CU_TRY(who, "cuDevicePrimaryCtxRetain", cu.PrimaryCtxRetain(&context, device))) {
+                rc = -1;
+            } else {
+                backend_users = 1;
+                if (CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context)) || load_module(who)) {
+                    release_backend();
+                    rc = -1;
+                }
+            }
+        }
+    } else {
+        backend_users++;
+    }
+    pthread_mutex_unlock(&backend_lock);
+    return rc ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ per model: kiln_runtime.c's hooks */
+
+static size_t at_least_one(int64_t bytes) { return bytes > 0 ? (size_t)bytes : 1; }
+
+/* Upload the weights and allocate the (zeroed) arena on the GPU; 0, or -1 with kiln_last_error() set. */
+__attribute__((visibility("hidden"))) int kiln_device_attach(const void* host_weights, void** weights, void** arena) {
+    const char* who = "kiln_load";
+    if (acquire_backend(who) != 0) return -1;
+    CUdeviceptr w = 0, a = 0;
+    if (CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context)) ||
+        CU_TRY(who, "cuMemAlloc (weights)", cu.MemAlloc(&w, at_least_one(kiln_weights_bytes))) ||
+        CU_TRY(who, "cuMemAlloc (arena)", cu.MemAlloc(&a, at_least_one(kiln_arena_bytes))) ||
+        (kiln_weights_bytes > 0 &&
+         CU_TRY(who, "cuMemcpyHtoD (weights)", cu.MemcpyHtoD(w, host_weights, (size_t)kiln_weights_bytes))) ||
+        CU_TRY(who, "cuMemsetD8 (arena)", cu.MemsetD8(a, 0, at_least_one(kiln_arena_bytes)))) {
+        if (w) cu.MemFree(w);
+        if (a) cu.MemFree(a);
+        pthread_mutex_lock(&backend_lock);
+        release_backend();
+        pthread_mutex_unlock(&backend_lock);
+        return -1;
+    }
+    *weights = (void*)(uintptr_t)w;
+    *arena = (void*)(uintptr_t)a;
+    return 0;
+}
+
+__attribute__((visibility("hidden"))) void kiln_device_detach(void* weights, void* arena) {
+    pthread_mutex_lock(&backend_lock);
+    cu.CtxSetCurrent(context);
+    cu.MemFree((CUdeviceptr)(uintptr_t)weights);
+    cu.MemFree((CUdeviceptr)(uintptr_t)arena);
+    release_backend();
+    pthread_mutex_unlock(&backend_lock);
+}
+
+/* ------------------------------------------------------------------ one run */
+
+static int32_t launch_all(CUdeviceptr arena, CUdeviceptr weights, const void* const* inputs, void* const* outputs,
+                          double* call_ms) {
+    const char* who = call_ms ? "kiln_profile" : "kiln_run";
+    CUevent* events = NULL;
+    int32_t status = -1;
+    if (CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context))) return -1;
+    for (int i = 0; i < kiln_graph_num_inputs; i++) {
+        if (kiln_cuda_input_bytes[i] == 0) continue;
+        char what[64];
+        snprintf(what, sizeof what, "cuMemcpyHtoD (input %d)", i);
+        if (CU_TRY(who, what, cu.MemcpyHtoD(arena + (CUdeviceptr)kiln_cuda_input_offsets[i], inputs[i],
+                                            (size_t)kiln_cuda_input_bytes[i])))
+            return -1;
+    }
+    if (call_ms) { /* an event before the first launch and after each: launch i took events i..i+1 */
+        events = (CUevent*)calloc((size_t)kiln_graph_num_calls + 1, sizeof *events);
+        if (!events) {
+            fail("%s: out of memory", who);
+            return -1;
+        }
+        for (int i = 0; i <= kiln_graph_num_calls; i++)
+            if (CU_TRY(who, "cuEventCreate", cu.EventCreate(&events[i], 0))) goto done;
+        if (CU_TRY(who, "cuEventRecord", cu.EventRecord(events[0], NULL))) goto done;
+    }
+    for (int c = 0; c < kiln_graph_num_calls; c++) {
+        const kiln_cuda_launch* l = &kiln_cuda_launches[c];
+        CUdeviceptr pointers[KILN_CUDA_MAX_ARGS];
+        void* params[KILN_CUDA_MAX_ARGS];
+        for (int a = 0; a < l->num_args; a++) {
+            const kiln_cuda_arg* arg = &kiln_cuda_args[l->first_arg + a];
+            pointers[a] = (arg->space == KILN_CUDA_WEIGHTS ? weights : arena) + (CUdeviceptr)arg->offset;
+            params[a] = &pointers[a];
+        }
+        char what[200];
+        snprintf(what, sizeof what, "cuLaunchKernel(%s, call %d)", kiln_graph_call_names[c], c);
+        if (CU_TRY(who, what, cu.LaunchKernel(functions[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                                              l->block[1], l->block[2], 0, NULL, params, NULL)))
+            goto done;
+        if (call_ms && CU_TRY(who, "cuEventRecord", cu.EventRecord(events[c + 1], NULL))) goto done;
+    }
+    /* Default-stream copies wait for the launches; a kernel that faulted reports here or at the sync. */
+    for (int i = 0; i < kiln_graph_num_outputs; i++) {
+        if (kiln_cuda_output_bytes[i] == 0) continue;
+        char what[64];
+        snprintf(what, sizeof what, "cuMemcpyDtoH (output %d)", i);
+        if (CU_TRY(who, what, cu.MemcpyDtoH(outputs[i], arena + (CUdeviceptr)kiln_cuda_output_offsets[i],
+                                            (size_t)kiln_cuda_output_bytes[i])))
+            goto done;
+    }
+    if (CU_TRY(who, "cuCtxSynchronize (a kernel failed on the GPU)", cu.CtxSynchronize())) goto done;
+    for (int c = 0; call_ms && c < kiln_graph_num_calls; c++) {
+        float ms = 0;
+        if (CU_TRY(who, "cuEventElapsedTime", cu.EventElapsedTime(&ms, events[c], events[c + 1]))) goto done;
+        call_ms[c] = ms;
+    }
+    status = 0;
+done:
+    if (events) {
+        for (int i = 0; i <= kiln_graph_num_calls; i++)
+            if (events[i]) cu.EventDestroy(events[i]);
+        free(events);
+    }
+    return status;
+}
+
+/* The CPU runtime's contract (model_entry.py), with `arena` and `weights` the device pointers of
+ * kiln_device_attach and `inputs`/`outputs` the caller's host buffers. */
+int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs) {
+    return launch_all((CUdeviceptr)(uintptr_t)arena, (CUdeviceptr)(uintptr_t)weights, inputs, outputs, NULL);
+}
+
+int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
+                           double* call_ms) {
+    return launch_all((CUdeviceptr)(uintptr_t)arena, (CUdeviceptr)(uintptr_t)weights, inputs, outputs, call_ms);
+}

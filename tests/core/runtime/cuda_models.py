@@ -1,0 +1,109 @@
+"""A small hand-scheduled CUDA model for the host-side tests (no graph schedules needed): an elementwise
+kernel into the arena, a shared-memory tiled matmul into output 0, and a bias+ReLU that reads output 0
+back into output 1 (staged outputs read by later kernels)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from core.codegen import BufferRef, KernelCall, ModelPlan, build_library
+from core.runtime.header import render_header
+from core.runtime.package import target_metadata, write_artifact
+from core.target import get_target
+from core.te import tensor as te
+from core.te.lower import lower
+from core.te.schedule import create_schedule
+from core.tir.expr import maximum
+
+M, K, N = 64, 128, 96
+
+
+def _bind_flat(s, t, threads: int = 128) -> None:
+    bx, tx = s[t].split(s[t].fuse(*s[t].op.axis), threads)
+    s[t].bind(bx, "blockIdx.x")
+    s[t].bind(tx, "threadIdx.x")
+
+
+def scale_shift():
+    x = te.placeholder((M, K), "float32", "x")
+    t = te.compute((M, K), lambda i, j: x[i, j] * 2.0 + 1.0, "t")
+    s = create_schedule(t)
+    _bind_flat(s, t, 256)
+    return lower(s, [x, t], "scale_shift")
+
+
+def tiled_matmul(tile: int = 16):
+    a = te.placeholder((M, K), "float32", "A")
+    b = te.placeholder((K, N), "float32", "B")
+    r = te.reduce_axis(K, "k")
+    c = te.compute((M, N), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), "C")
+    s = create_schedule(c)
+    a_shared, b_shared = s.cache_read(a, "shared", [c]), s.cache_read(b, "shared", [c])
+    c_local = s.cache_write(c, "local")
+    i, j = s[c].op.axis
+    bi, ti = s[c].split(i, tile)
+    bj, tj = s[c].split(j, tile)
+    s[c].reorder(bi, bj, ti, tj)
+    for axis, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
+        s[c].bind(axis, tag)
+    s[c_local].compute_at(s[c], tj)
+    ko, ki = s[c_local].split(s[c_local].reduce_axis[0], tile)
+    s[c_local].reorder(ko, ki, *s[c_local].op.axis)
+    for fetched in (a_shared, b_shared):
+        s[fetched].compute_at(s[c_local], ko)
+        ty, tx = s[fetched].split(s[fetched].fuse(*s[fetched].op.axis), tile)
+        s[fetched].bind(ty, "threadIdx.y")
+        s[fetched].bind(tx, "threadIdx.x")
+    return lower(s, [a, b, c], "matmul")
+
+
+def bias_relu():
+    y = te.placeholder((M, N), "float32", "y")
+    b = te.placeholder((N,), "float32", "b")
+    z = te.compute((M, N), lambda i, j: maximum(y[i, j] + b[j], 0.0), "z")
+    s = create_schedule(z)
+    _bind_flat(s, z, 128)
+    return lower(s, [y, b, z], "bias_relu")
+
+
+def kernels():
+    return [scale_shift(), tiled_matmul(), bias_relu()]
+
+
+def plan() -> ModelPlan:
+    w_bytes, b_bytes, t_bytes = K * N * 4, N * 4, M * K * 4
+    calls = (KernelCall("scale_shift", (BufferRef("input", 0), BufferRef("arena", 0, 0))),
+             KernelCall("matmul", (BufferRef("arena", 0, 0), BufferRef("weight", 0, 0), BufferRef("output", 0))),
+             KernelCall("bias_relu", (BufferRef("output", 0), BufferRef("weight", 0, w_bytes), BufferRef("output", 1))))
+    return ModelPlan(calls, num_inputs=1, num_outputs=2, arena_bytes=t_bytes, weights_bytes=w_bytes + b_bytes)
+
+
+def weights(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((K, N)).astype("float32"), rng.standard_normal(N).astype("float32")
+
+
+def reference(x: np.ndarray, W: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    y = (x * 2 + 1) @ W
+    return {"y": y, "z": np.maximum(y + b, 0)}
+
+
+def metadata(target: str = "cuda") -> dict:
+    tgt = get_target(target)
+    meta = {"inputs": [{"name": "x", "shape": [M, K], "dtype": "float32"}],
+            "outputs": [{"name": "y", "shape": [M, N], "dtype": "float32"},
+                        {"name": "z", "shape": [M, N], "dtype": "float32"}],
+            "compiler_version": "test", "model_sha256": "0" * 64}
+    meta.update(target_metadata(tgt))
+    return meta
+
+
+def build_artifact(folder: Path, target: str = "cuda") -> Path:
+    """The model's artifact (.tar.gz) in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lib = build_library(kernels(), target, folder / "libkiln_model.so", plan=plan())
+    W, b = weights()
+    meta = metadata(target)
+    return write_artifact(folder / "hand_cuda.tar.gz", library=lib, weights=W.tobytes() + b.tobytes(), metadata=meta,
+                          header=render_header(meta), report={"schema": 1})

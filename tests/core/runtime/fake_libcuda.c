@@ -1,0 +1,108 @@
+/* A stand-in for the NVIDIA driver (built as libcuda.so.1 by test_cuda_fake_driver.py) so the CUDA
+ * runtime's host side runs in CI without a GPU: device memory is host memory, and the three kernels of
+ * tests/core/runtime/cuda_models.py are executed in C when launched with the grid/block they expect.
+ * FAKE_CUDA_MODE picks a failure: nodevice, old_gpu, bad_ptx, launch_fails. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+enum { M = 64, K = 128, N = 96 };
+
+static const char* mode(void) {
+    const char* m = getenv("FAKE_CUDA_MODE");
+    return m ? m : "";
+}
+
+static int live_allocations;
+int fake_live_allocations(void) { return live_allocations; }
+
+CUresult cuInit(unsigned flags) { (void)flags; return strcmp(mode(), "nodevice") == 0 ? 100 : 0; }
+CUresult cuDeviceGetCount(int* n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int* d, int i) { *d = i; return 0; }
+CUresult cuDeviceGetName(char* name, int len, int d) { (void)d; snprintf(name, (size_t)len, "Fake GPU"); return 0; }
+CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
+    (void)d;
+    int old = strcmp(mode(), "old_gpu") == 0;
+    *v = attr == 75 ? (old ? 7 : 9) : 0;
+    return 0;
+}
+static int context;
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) { (void)d; *ctx = &context; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
+CUresult cuCtxSetCurrent(void* ctx) { return ctx == &context ? 0 : 201; /* CUDA_ERROR_INVALID_CONTEXT */ }
+CUresult cuCtxSynchronize(void) { return 0; }
+
+static int module;
+CUresult cuModuleLoadDataEx(void** mod, const void* ptx, unsigned n, int* options, void** values) {
+    if (strcmp(mode(), "bad_ptx") == 0 || strstr((const char*)ptx, ".entry") == NULL) {
+        for (unsigned i = 0; i < n; i++)
+            if (options[i] == 5) snprintf((char*)values[i], 64, "ptxas fatal   : fake rejection\nsecond line");
+        return 218; /* CUDA_ERROR_INVALID_PTX */
+    }
+    *mod = &module;
+    return 0;
+}
+CUresult cuModuleUnload(void* mod) { return mod == &module ? 0 : 400; }
+CUresult cuModuleGetFunction(const char** fn, void* mod, const char* name) {
+    (void)mod;
+    *fn = strdup(name); /* the handle is the kernel's name */
+    return 0;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t size) {
+    *p = (CUdeviceptr)(uintptr_t)malloc(size);
+    live_allocations++;
+    return *p ? 0 : 2;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { free((void*)(uintptr_t)p); live_allocations--; return 0; }
+CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*)(uintptr_t)p, v, n); return 0; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) { memcpy((void*)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) { memcpy(d, (void*)(uintptr_t)s, n); return 0; }
+
+static float* arg(void** params, int i) { return (float*)(uintptr_t)*(CUdeviceptr*)params[i]; }
+
+CUresult cuLaunchKernel(const char* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void* stream, void** params, void** extra) {
+    (void)gz, (void)bz, (void)shared, (void)stream, (void)extra;
+    if (strcmp(mode(), "launch_fails") == 0 && strcmp(fn, "matmul") == 0) return 719; /* LAUNCH_FAILED */
+    if (strcmp(fn, "scale_shift") == 0 && gx == M * K / 256 && bx == 256) {
+        float *x = arg(params, 0), *t = arg(params, 1);
+        for (int i = 0; i < M * K; i++) t[i] = x[i] * 2 + 1;
+    } else if (strcmp(fn, "matmul") == 0 && gx == N / 16 && gy == M / 16 && bx == 16 && by == 16) {
+        float *a = arg(params, 0), *w = arg(params, 1), *c = arg(params, 2);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float s = 0;
+                for (int k = 0; k < K; k++) s += a[i * K + k] * w[k * N + j];
+                c[i * N + j] = s;
+            }
+    } else if (strcmp(fn, "bias_relu") == 0 && gx == M * N / 128 && bx == 128) {
+        float *y = arg(params, 0), *bias = arg(params, 1), *z = arg(params, 2);
+        for (int i = 0; i < M * N; i++) z[i] = y[i] + bias[i % N] > 0 ? y[i] + bias[i % N] : 0;
+    } else {
+        return 1; /* CUDA_ERROR_INVALID_VALUE: an unexpected kernel or launch shape */
+    }
+    return 0;
+}
+
+static int event;
+CUresult cuEventCreate(void** e, unsigned flags) { (void)flags; *e = &event; return 0; }
+CUresult cuEventRecord(void* e, void* stream) { (void)e, (void)stream; return 0; }
+CUresult cuEventElapsedTime(float* ms, void* a, void* b) { (void)a, (void)b; *ms = 0.25f; return 0; }
+CUresult cuEventDestroy_v2(void* e) { (void)e; return 0; }
+
+CUresult cuGetErrorName(CUresult rc, const char** name) {
+    switch (rc) {
+        case 1: *name = "CUDA_ERROR_INVALID_VALUE"; return 0;
+        case 218: *name = "CUDA_ERROR_INVALID_PTX"; return 0;
+        case 719: *name = "CUDA_ERROR_LAUNCH_FAILED"; return 0;
+        default: *name = NULL; return 1;
+    }
+}
+CUresult cuGetErrorString(CUresult rc, const char** text) {
+    *text = rc == 719 ? "unspecified launch failure" : "fake error";
+    return 0;
+}
