@@ -60,6 +60,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
               f"{tuned.get('num_tasks', len(tuned['tasks']))} tasks from records")
     if "max_abs_err" in val:
         print(f"validation: max abs error {val['max_abs_err']:.2e} against ONNX Runtime")
+    elif val.get("skipped"):
+        print(f"validation: skipped ({val['skipped']})")
     if "ratio" in lat:
         print(f"latency: {lat['kiln']:.3f} ms (ONNX Runtime {lat['onnxruntime']:.3f} ms, {lat['ratio']:.2f}x)")
     return 0
@@ -145,16 +147,31 @@ def _takes_feeds(module) -> bool:
     return "feeds" in inspect.signature(module.benchmark).parameters
 
 
+def _gpu_count() -> int:
+    from core.runtime.loader import cuda_device_count
+
+    return cuda_device_count()
+
+
 def cmd_targets(args: argparse.Namespace) -> int:
     from core.target import all_targets
 
     targets = [t.describe() for t in all_targets()]
+    gpus = _gpu_count() if any(t["kind"] == "cuda" for t in targets) else 0
+    for t in targets:
+        if t["kind"] == "cuda":  # runs here when this machine has an NVIDIA GPU (and driver)
+            t["runs_on_host"] = gpus > 0
     if args.json:
         print(json.dumps(targets, indent=2))
         return 0
     for t in targets:
-        runs = "runs here" if t["runs_on_host"] else "cross-compile only"
-        print(f"{t['name']:<12} {t['triple']:<28} {t['vector_bits']:>3}-bit SIMD  {runs:<18} {t['description']}")
+        if t["kind"] == "cuda":
+            width = f"{t['cpu'] + ' PTX':<12}"
+            runs = "runs here (GPU)" if t["runs_on_host"] else "build only: no GPU"
+        else:
+            width = f"{t['vector_bits']:>3}-bit SIMD"
+            runs = "runs here" if t["runs_on_host"] else "cross-compile only"
+        print(f"{t['name']:<12} {t['triple']:<28} {width}  {runs:<18} {t['description']}")
     return 0
 
 
@@ -198,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from core.errors import KilnError
+    from core.runtime.loader import KilnRuntimeError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -206,6 +224,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KilnError as err:
         print(f"kiln: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR if err.code in USER_ERROR_CODES else EXIT_FAILURE
+    except KilnRuntimeError as err:  # the artifact cannot load or run here (another CPU, no GPU, ...)
+        print(f"kiln: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
     except (OSError, ValueError) as err:
         print(f"kiln: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -63,7 +63,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         first_token = None if has_users(db) else create_token(db, "admin", admin=True)
     worker = None
     if not args.no_worker:
-        command = [sys.executable, "-m", "cli.main", "worker", "--concurrency", str(args.concurrency)]
+        from workers.queues import default_queues
+
+        # One machine serves every job, GPU ones included (built and, without a GPU, not run).
+        command = [sys.executable, "-m", "cli.main", "worker", "--concurrency", str(args.concurrency),
+                   "--queues", ",".join(default_queues(with_gpu=True))]
         worker = subprocess.Popen(command, env=os.environ.copy(), preexec_fn=_die_with_parent)
     url = f"http://{args.host}:{args.port}"
     print(f"Kiln {url}  (API {url}/api/v1, docs {url}/docs, data in {settings.data_dir})", flush=True)
@@ -106,7 +110,8 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", help="run a Celery worker (compile and measurement queues)")
-    p.add_argument("--queues", help="comma-separated queues (default: compile + measure queues of this machine)")
+    p.add_argument("--queues", help="comma-separated queues (default: compile + measure queues of this machine, "
+                                    "and gpu where an NVIDIA GPU is)")
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
