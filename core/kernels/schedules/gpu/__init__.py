@@ -7,6 +7,7 @@ from .conv2d import schedule_conv2d
 from .dense import schedule_matmul
 from .epilogue import schedule_epilogue
 from .injective import schedule_injective
+from .norm import schedule_row_ops
 from .reduce import schedule_reduce
 
 register_fallback("cuda", schedule_injective, schedule_reduce, schedule_epilogue)
@@ -14,6 +15,7 @@ register_fallback("cuda", schedule_injective, schedule_reduce, schedule_epilogue
 _SCHEDULES = {
     schedule_conv2d: ("Conv",),
     schedule_matmul: ("MatMul",),
+    schedule_row_ops: ("Softmax", "LogSoftmax", "LayerNormalization"),
     schedule_reduce: ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "ReduceSum", "ReduceMean",
                       "ReduceMax", "ReduceMin", "ReduceProd"),
 }

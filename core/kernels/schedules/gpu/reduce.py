@@ -53,23 +53,29 @@ def _tree_stage(sch: Schedule, src: Tensor, rows: tuple[int, ...], width: int, c
     return out
 
 
-def cross_thread_reduce(sch: Schedule, stage: Stage, threads: int) -> tuple[IterVar, list[Stage]]:
+def cross_thread_reduce(sch: Schedule, stage: Stage, threads: int,
+                        consumer: Optional[tuple[Stage, IterVar]] = None) -> tuple[Optional[IterVar], list[Stage]]:
     """Rewrite reduction `stage` as a block of `threads` threads cooperating on each output:
 
         partial[out, t] = combine over j of source(k = j * threads + t)   (k < K; coalesced reads)
-        tree_s[out, t]  = combine(tree_{s-1}[out, t], tree_{s-1}[out, t + threads / 2^s])
-        stage[out]      = tree_last[out, 0]                                (thread 0 stores)
+        tree_w[out, t]  = combine(tree_2w[out, t], tree_2w[out, t + w])   (w = threads/2 .. 2)
+        stage[out]      = combine(tree_2[out, 0], tree_2[out, 1])
 
     partial and the tree live in shared memory, each filled inside the next one's row loop (so the
-    block's barriers fence them). Returns (the stage's row loop: bind it to blockIdx.x when the stage
-    is a kernel output, else it is a serial loop of one row), the new stages, partial first)."""
+    block's barriers fence them; the tree stops at two lanes: a one-thread loop would vanish in
+    simplification, and with it the thread guard). With `consumer` (stage, its block-level loop),
+    `stage` is inlined there: every thread of the consumer combines the last two lanes itself.
+    Else `stage` is a kernel output: returns its row loop (bind it to blockIdx.x). Returns the new
+    stages too, partial first."""
     body = stage.body
     if not isinstance(body, Reduce) or stage.relations or stage.annotations:
         raise ScheduleError(f"cross_thread_reduce: {stage.op.name} must be an unscheduled reduction")
-    if threads & (threads - 1):
-        raise ScheduleError(f"cross_thread_reduce: {threads} threads is not a power of two")
+    if threads < 4 or threads & (threads - 1):
+        raise ScheduleError(f"cross_thread_reduce: {threads} threads is not a power of two >= 4")
+    if not stage.op.axis:
+        raise ScheduleError(f"cross_thread_reduce: {stage.op.name} is a scalar (rank 0); keep its axes (keepdims)")
     op = stage.op
-    rows = tuple(op.shape) if op.shape else (1,)
+    rows = tuple(op.shape)
     k_axes = body.axis
     length = 1
     for iv in k_axes:
@@ -100,12 +106,12 @@ def cross_thread_reduce(sch: Schedule, stage: Stage, threads: int) -> tuple[Iter
     combine = lambda a, b: body.combine(a, b)  # noqa: E731
     levels = [partial]
     width = threads // 2
-    while width >= 1:
+    while width >= 2:
         levels.append(_tree_stage(sch, levels[-1], rows, width, combine, f"{op.name}.tree{width}", stage))
         width //= 2
     last = levels[-1]
-    read_at = [ax.var for ax in op.axis] if op.shape else [IntImm(0)]
-    stage.body_override = TensorRead(last, tuple(read_at) + (IntImm(0),))
+    at = tuple(ax.var for ax in op.axis)
+    stage.body_override = combine(TensorRead(last, at + (IntImm(0),)), TensorRead(last, at + (IntImm(1),)))
     stage.leaf_iter_vars = list(op.axis)
     new_stages = [sch[t] for t in levels]
     # Each level is filled inside the next one's row loop; its thread loop spans its width.
@@ -113,11 +119,11 @@ def cross_thread_reduce(sch: Schedule, stage: Stage, threads: int) -> tuple[Iter
         _bind_level(level, threads)
     for lower_level, upper in zip(new_stages[:-1], new_stages[1:]):
         lower_level.compute_at(upper, _row_loop(upper))
-    # The output: its rows (one per block, or the one row of the region), thread 0 stores.
-    if op.axis:
-        row = stage.fuse(*op.axis) if len(op.axis) > 1 else op.axis[0]
-    else:
-        raise ScheduleError(f"cross_thread_reduce: {op.name} is a scalar (rank 0); keep its axes (keepdims)")
+    if consumer is not None:
+        stage.compute_inline()
+        new_stages[-1].compute_at(*consumer)
+        return None, new_stages
+    row = stage.fuse(*op.axis) if len(op.axis) > 1 else op.axis[0]
     row_outer, row_inner = stage.split(row, 1)
     stage.bind(row_inner, "threadIdx.x")
     new_stages[-1].compute_at(stage, row_outer)
@@ -147,9 +153,7 @@ def attach_reductions(sch: Schedule, stage: Stage, at: IterVar, target: Target, 
         if is_scheduled(producer):
             continue
         if producer.reduce_axis and scope == "shared" and producer.op.axis:
-            producer.set_scope("shared")
-            producer.compute_at(stage, at)
-            row, parts = cross_thread_reduce(sch, producer, block_threads(reduce_length(producer), target))
+            _, parts = cross_thread_reduce(sch, producer, block_threads(reduce_length(producer), target), (stage, at))
             attach_reductions(sch, parts[0], _row_loop(parts[0]), target, "shared")
             continue
         producer.compute_at(stage, at)
@@ -179,8 +183,9 @@ def one_thread_per_output(sch: Schedule, stage: Stage, target: Target, threads: 
 def schedule_reduce_stage(sch: Schedule, stage: Stage, target: Target, threads: Optional[int] = None) -> None:
     """Cooperative (a block per output) when the reduction is long and outputs are few, else one
     thread per output."""
-    if (stage.reduce_axis and reduce_length(stage) >= COOPERATIVE_MIN and output_count(stage) <= COOPERATIVE_MAX_OUTPUTS
-            and stage.op.axis):
+    # (At least two outputs: with one, the block loop has extent 1 and simplification drops it.)
+    if (stage.reduce_axis and reduce_length(stage) >= COOPERATIVE_MIN and 2 <= output_count(stage)
+            and output_count(stage) <= COOPERATIVE_MAX_OUTPUTS):
         row, parts = cross_thread_reduce(sch, stage, threads or block_threads(reduce_length(stage), target))
         stage.bind(row, "blockIdx.x")
         attach_reductions(sch, parts[0], _row_loop(parts[0]), target, "shared")
@@ -201,7 +206,7 @@ def schedule_reduce(sch: Schedule, outs: Sequence[Tensor], target: Target) -> No
             schedule_reduce_stage(sch, stage, target)
             continue
         long = [p for p in reduction_producers(sch, stage.op) if p.reduce_axis and reduce_length(p) >= COOPERATIVE_MIN]
-        if long and output_count(stage) <= COOPERATIVE_MAX_OUTPUTS:
+        if long and 2 <= output_count(stage) <= COOPERATIVE_MAX_OUTPUTS:
             # A block per output element: its long reduction is shared by the block's threads.
             row = stage.fuse(*stage.op.axis) if len(stage.op.axis) > 1 else stage.op.axis[0]
             outer, inner = stage.split(row, 1)

@@ -1,0 +1,64 @@
+"""The four shared models compiled for cuda: every kernel's PTX assembled by ptxas (sm_80, sm_90),
+and the whole model run in CPU emulation of the GPU schedules (thread-bound loops serially, barriers
+ignored) against ONNX Runtime. Slow: one full build per model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.codegen.build import build_library
+from core.codegen.nvptx import emit_ptx
+from core.codegen.ptxas import assemble, find_ptxas
+from core.executor import build_executable
+from core.frontend import import_onnx
+from core.graph.passes.manager import optimize
+from core.runtime import load
+from core.target import get_target, host_target
+from core.validate import index_bounds, random_inputs
+
+MODELS = Path(__file__).resolve().parents[3].parent / "shared" / "models"
+pytestmark = pytest.mark.slow
+
+
+def compile_for_cuda(name: str):
+    graph = optimize(import_onnx(str(MODELS / f"{name}.onnx")), 3, "cuda")
+    return graph, build_executable(graph, get_target("cuda"))
+
+
+def emulate(graph, exe, feeds: dict, workdir: Path) -> dict:
+    """Build the cuda-scheduled kernels and the call plan for this CPU and run the model once."""
+    build_library(list(exe.funcs), "native", workdir / "model.so", plan=exe.plan)
+    (workdir / "weights.bin").write_bytes(exe.weights)
+    host = host_target()
+    info = lambda names: [{"name": n, "shape": list(graph.type_of(n).shape), "dtype": graph.type_of(n).dtype}  # noqa: E731
+                          for n in names]
+    (workdir / "metadata.json").write_text(json.dumps({
+        "format": "kiln-artifact", "version": 1, "target": "native", "target_triple": host.triple,
+        "target_features": host.features, "inputs": info(graph.inputs), "outputs": info(graph.outputs),
+        "library": "model.so", "weights": "weights.bin"}))
+    with load(workdir) as module:
+        return module.run(feeds)
+
+
+@pytest.mark.parametrize("name", ["squeezenet1_1", "bert_tiny", "mobilenet_v2", "resnet18"])
+def test_model_compiles_for_cuda_and_matches_onnxruntime(name, tmp_path):
+    if not (MODELS / f"{name}.onnx").is_file():
+        pytest.skip(f"{MODELS} has no {name}.onnx")
+    graph, exe = compile_for_cuda(name)
+    assert all(f.workspaces == () for f in exe.funcs), "a GPU kernel may not stage data in global workspaces"
+    if find_ptxas() is not None:
+        for arch in ("sm_80", "sm_90"):
+            ptx, launches = emit_ptx(list(exe.funcs), f"cuda -arch={arch}")
+            assert set(launches) == {f.name for f in exe.funcs}
+            assert len(assemble(ptx, arch)) > 0
+    import onnxruntime as ort
+
+    feeds = random_inputs(graph, 1, index_bounds(graph))
+    session = ort.InferenceSession(str(MODELS / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    got = emulate(graph, exe, feeds, tmp_path)
+    for out_name, expected in want.items():
+        np.testing.assert_allclose(got[out_name], expected, rtol=1e-4, atol=1e-4, err_msg=f"{name}: {out_name}")
