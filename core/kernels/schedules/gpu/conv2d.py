@@ -25,6 +25,7 @@ from ...conv2d import conv_out_size
 from ...registry import register_compute
 from ...transform import pad
 from ..util import find_op, inputs_tagged
+from . import conv2d_pointwise as pointwise
 from .launch import inline_intermediates, output_stages, reject_extern
 from .reduce import one_thread_per_output
 
@@ -74,13 +75,23 @@ def conv_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], ou
     bias = inputs[2] if len(inputs) > 2 else None
     if x.ndim != 4 or w.ndim != 4:
         raise ShapeError(f"Conv: only 2-D convolution (4-D NCHW input) is supported on cuda, got {list(x.shape)}")
-    out = conv2d_gpu(x, w, tuple(attr(attrs, "strides", "Conv", (1, 1))), tuple(attr(attrs, "pads", "Conv", (0, 0, 0, 0))),
-                     tuple(attr(attrs, "dilations", "Conv", (1, 1))), int(attr(attrs, "group", "Conv", 1)))
-    if out_types and tuple(out_types[0].shape) != out.shape:
-        raise ShapeError(f"Conv: computed output {list(out.shape)} differs from the graph's {list(out_types[0].shape)}")
-    if bias is None:
-        return [out]
-    return [te.compute(out.shape, lambda b, o, y, xx: out(b, o, y, xx) + bias(o), name="conv2d_bias", tag="conv2d_bias")]
+    strides, pads = tuple(attr(attrs, "strides", "Conv", (1, 1))), tuple(attr(attrs, "pads", "Conv", (0, 0, 0, 0)))
+    group = int(attr(attrs, "group", "Conv", 1))
+    if pointwise.applies(x, w, strides, pads, group):  # a GEMM over the flattened pixels
+        out = pointwise.pointwise_conv(x, w)
+        shape = (x.shape[0], w.shape[0]) + tuple(x.shape[2:])
+        read = lambda b, o, y, xx: out(b, o, y * shape[3] + xx)  # noqa: E731
+    else:
+        out = conv2d_gpu(x, w, strides, pads, tuple(attr(attrs, "dilations", "Conv", (1, 1))), group)
+        shape, read = out.shape, lambda b, o, y, xx: out(b, o, y, xx)  # noqa: E731
+    if out_types and tuple(out_types[0].shape) != shape:
+        raise ShapeError(f"Conv: computed output {list(shape)} differs from the graph's {list(out_types[0].shape)}")
+    if bias is not None:
+        return [te.compute(shape, lambda b, o, y, xx: read(b, o, y, xx) + bias(o), name="conv2d_bias",
+                           tag="conv2d_bias")]
+    if shape != out.shape:
+        return [te.compute(shape, read, name="conv2d_unflatten", tag="conv2d_bias")]
+    return [out]
 
 
 def _operands(op: ComputeOp) -> tuple[Tensor, Tensor]:
@@ -140,9 +151,12 @@ def _shared_bytes(op: ComputeOp, t: Mapping[str, int], rc_tile: int) -> int:
 
 def _conv_output(sch: Schedule, conv: ComputeOp, outs: Sequence[Tensor]) -> Stage:
     """The kernel output that carries the conv's result (the conv itself, or the fused epilogue's
-    last stage, which must read the conv at its own output point)."""
+    last stage, which must read the conv at its own output point, flattened for a pointwise conv)."""
     for stage in output_stages(sch, outs):
-        if stage.op is conv or (stage.op.shape == conv.shape and conv in [s.op for s in _reads(sch, stage)]):
+        shaped = stage.op.shape == conv.shape or (conv.attrs.get("flat") and len(stage.op.shape) == 4
+                                                  and stage.op.shape[:2] == conv.shape[:2]
+                                                  and stage.op.shape[2] * stage.op.shape[3] == conv.shape[2])
+        if stage.op is conv or (shaped and conv in [s.op for s in _reads(sch, stage)]):
             return stage
     raise ScheduleError(f"{conv.name}: no kernel output of its shape reads it (cuda conv epilogues must be elementwise)")
 
@@ -168,11 +182,16 @@ def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target, **kno
     """knobs: f_threads, f_reg, y_threads, y_reg, x_threads, x_reg, rc_tile (defaults: default_tiles)."""
     reject_extern(sch, target)
     conv = find_op(outs, "conv2d")
-    if conv is None or len(conv.reduce_axis) != 3:
+    if conv is None or len(conv.reduce_axis) != (1 if conv.attrs.get("flat") else 3):
         raise ScheduleError("schedule_conv2d (cuda): the kernel has no conv2d stage of the cuda compute")
     for stage in output_stages(sch, outs):  # the bias and epilogue chain: read in the output stage
-        inline_intermediates(sch, stage, outs)
+        inline_intermediates(sch, stage, outs, keep_tags=("conv2d_pixels",))
     out = _conv_output(sch, conv, outs)
+    if conv.attrs.get("flat"):
+        if out.op is conv:
+            raise ScheduleError(f"{conv.name}: a pointwise conv is read through its unflattening stage")
+        pointwise.schedule_pointwise(sch, conv, out, target, **knobs)
+        return
     if conv.attrs["group"] > 1 and conv.attrs["channels_per_group_out"] > 1:
         # Grouped with several outputs per group: a tile's input channels are not a box; no shared copy.
         conv_stage = sch[Tensor(conv)]

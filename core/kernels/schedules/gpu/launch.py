@@ -67,7 +67,7 @@ def reduction_producers(sch: Schedule, op: ComputeOp) -> list[Stage]:
     return found
 
 
-def inline_intermediates(sch: Schedule, stage: Stage, outs: Sequence[Tensor] = ()) -> None:
+def inline_intermediates(sch: Schedule, stage: Stage, outs: Sequence[Tensor] = (), keep_tags: Sequence[str] = ()) -> None:
     """Inline every elementwise stage `stage` depends on that nobody scheduled (an op's own
     intermediates: pads, window phases), through reductions too: a second root stage would need a
     grid-wide barrier, and inlined, each thread reads the input it needs directly."""
@@ -80,7 +80,8 @@ def inline_intermediates(sch: Schedule, stage: Stage, outs: Sequence[Tensor] = (
             if id(producer.op) in seen:
                 continue
             seen.add(id(producer.op))
-            if not is_scheduled(producer) and not producer.reduce_axis and id(producer.op) not in keep:
+            if (not is_scheduled(producer) and not producer.reduce_axis and id(producer.op) not in keep
+                    and producer.op.tag not in keep_tags):  # (a stage its schedule copies first, then inlines)
                 producer.compute_inline()
                 todo.append(current)  # its own producers are now read through it
             else:
