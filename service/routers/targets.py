@@ -13,4 +13,7 @@ router = APIRouter(tags=["targets"])
 
 @router.get("/targets", response_model=list[TargetOut])
 def list_targets(_user: UserDep) -> list[TargetOut]:
-    return [TargetOut(**t.describe()) for t in all_targets()]
+    from workers.queues import has_nvidia_gpu
+
+    gpu = has_nvidia_gpu()  # a GPU target runs here when this server has an NVIDIA GPU and driver
+    return [TargetOut(**{**t.describe(), **({"runs_on_host": gpu} if t.kind == "cuda" else {})}) for t in all_targets()]

@@ -68,3 +68,11 @@ def test_a_cuda_job_without_a_gpu_succeeds_and_says_validation_was_skipped(api, 
     assert report["device"] == {"kind": "cuda", "arch": "sm_80", "ptxas_checked": report["device"]["ptxas_checked"],
                                 "ran": False}
     assert report["kernels"] and all(k["time_ms"] is None for k in report["kernels"])  # listed, never timed
+
+
+def test_the_targets_api_says_whether_cuda_runs_on_this_server(api, monkeypatch):
+    for present in (False, True):
+        monkeypatch.setattr(queues, "has_nvidia_gpu", lambda: present)
+        listed = {t["name"]: t for t in api.client.get("/api/v1/targets", headers=api.auth()).json()}
+        assert listed["cuda"]["kind"] == "cuda" and listed["cuda"]["runs_on_host"] is present
+        assert listed["native"]["runs_on_host"] is True
