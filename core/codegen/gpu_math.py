@@ -63,6 +63,10 @@ def _exp2(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def _exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     # x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, two-part ln2): ex2.approx is exact on integers,
     # so the rounding of x*log2(e) (large for large |x|) no longer costs relative accuracy.
+    # Clamped first (NaN passes: ordered compares are false): beyond, e^x is 0 or inf anyway, and
+    # -FLT_MAX (attention masks) would make n infinite and the result inf * 0 = NaN.
+    x = b.select(b.fcmp_ordered("<", x, _c(-104.0)), _c(-104.0), x)
+    x = b.select(b.fcmp_ordered(">", x, _c(89.0)), _c(89.0), x)
     n = _llvm(b, "rint", b.fmul(x, _c(1.0 / math.log(2.0))))
     r = _fma(b, n, _c(-0.693145751953125), x)
     r = _fma(b, n, _c(-1.428606765330187e-06), r)
