@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 
 from core.codegen import BufferRef, KernelCall, ModelPlan, build_library
 from core.runtime.header import render_header
@@ -107,3 +108,16 @@ def build_artifact(folder: Path, target: str = "cuda") -> Path:
     meta = metadata(target)
     return write_artifact(folder / "hand_cuda.tar.gz", library=lib, weights=W.tobytes() + b.tobytes(), metadata=meta,
                           header=render_header(meta), report={"schema": 1})
+
+
+def mlp_onnx() -> bytes:
+    """A small ONNX model for whole-pipeline cuda compiles: MatMul, Add, then Relu and Sigmoid outputs."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "bias")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"]), helper.make_node("Sigmoid", ["a"], ["s"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32]),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [8, 32])], [w, bias])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()

@@ -17,7 +17,7 @@ from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import find_ptxas
 from core.errors import BuildError, CodegenError
 from core.runtime import KilnRuntimeError, load
-from core.runtime.loader import _cuda_driver
+from core.runtime.loader import _cuda_driver, cuda_device_count
 from core.runtime.package import read_artifact_member
 
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")
@@ -127,3 +127,17 @@ def test_loading_without_a_driver_says_it_needs_an_nvidia_gpu(artifact):
     blob = W.tobytes() + b.tobytes()
     assert lib.kiln_load_from_memory(blob, ctypes.c_int64(len(blob))) is None
     assert b"libcuda.so.1 cannot be loaded" in lib.kiln_last_error()
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="this machine has a GPU: the pipeline validates there")
+def test_the_pipeline_builds_without_a_gpu_and_says_it_did_not_run(tmp_path):
+    import core
+
+    artifact = core.compile(cuda_models.mlp_onnx(), target="cuda -arch=sm_90")
+    report = artifact.report
+    assert report["device"] == {"kind": "cuda", "arch": "sm_90", "ptxas_checked": find_ptxas() is not None, "ran": False}
+    for key in ("validation", "latency_ms"):
+        assert report[key]["skipped"].startswith("no NVIDIA GPU on this machine: the sm_90 artifact was built")
+    assert (artifact.metadata["target_kind"], artifact.metadata["cuda_arch"]) == ("cuda", "sm_90")
+    saved = artifact.save(tmp_path / "mlp.tar.gz")
+    assert json.loads(read_artifact_member(saved, "report.json"))["device"]["ran"] is False

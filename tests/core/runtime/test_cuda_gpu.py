@@ -7,7 +7,6 @@ import threading
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from core.runtime import load
 from core.runtime.loader import cuda_device_count
@@ -52,22 +51,10 @@ def test_models_share_the_module_and_run_from_other_threads(artifact):
     first.close()
 
 
-def _mlp() -> bytes:
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w")
-    bias = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "bias")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["a"]),
-             helper.make_node("Relu", ["a"], ["y"]), helper.make_node("Sigmoid", ["a"], ["s"])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32]),
-                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [8, 32])], [w, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-
-
 def test_pipeline_validates_a_cuda_model_against_onnxruntime():
     import core
 
-    artifact = core.compile(_mlp(), target="cuda")
+    artifact = core.compile(cuda_models.mlp_onnx(), target="cuda")
     report = artifact.report
     assert report["device"]["ran"] is True
     assert report["validation"]["passed"] is True and report["validation"]["max_abs_err"] < 1e-3
