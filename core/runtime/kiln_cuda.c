@@ -102,12 +102,20 @@ static const char* result_text(CUresult rc, char* buf, size_t size) {
     return buf;
 }
 
+/* A kernel fault (illegal address, assert, trap, ...) leaves the process's CUDA context unusable: every
+ * later call returns the same error, and only a new process can use the GPU again (measured on an H100:
+ * even releasing every model and retaining the primary context anew fails). */
+static int sticky(CUresult rc) { /* ILLEGAL_ADDRESS, LAUNCH_TIMEOUT, ASSERT, HARDWARE_STACK_ERROR .. LAUNCH_FAILED */
+    return rc == 700 || rc == 702 || rc == 710 || (rc >= 714 && rc <= 719);
+}
+
 /* On failure: kiln_last_error() = "<who>: <call> failed: CUDA_ERROR_... (text)"; evaluates to the CUresult. */
 #define CU_TRY(who, what, call) cu_check((call), who, what)
 static CUresult cu_check(CUresult rc, const char* who, const char* what) {
     if (rc != CUDA_SUCCESS) {
         char buf[160];
-        fail("%s: %s failed: %s", who, what, result_text(rc, buf, sizeof buf));
+        fail("%s: %s failed: %s%s", who, what, result_text(rc, buf, sizeof buf),
+             sticky(rc) ? "; a GPU kernel faulted, which leaves CUDA unusable in this process: restart it" : "");
     }
     return rc;
 }

@@ -82,7 +82,7 @@ def test_runs_the_model_through_the_driver_api(fake_driver, artifact):
     ("bad_ptx", "cuModuleLoadDataEx (JIT-compiling the model's PTX for sm_90) failed: CUDA_ERROR_INVALID_PTX (fake "
                 "error): ptxas fatal   : fake rejection"),
     ("launch_fails", "kiln_run: cuLaunchKernel(matmul, call 1) failed: CUDA_ERROR_LAUNCH_FAILED (unspecified launch "
-                     "failure)"),
+                     "failure); a GPU kernel faulted, which leaves CUDA unusable in this process: restart it"),
 ])
 def test_driver_failures_are_one_clear_error(fake_driver, artifact, mode, message):
     result = run_child(fake_driver, artifact, mode)
