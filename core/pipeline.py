@@ -18,6 +18,7 @@ from .artifact import HEADER, LIBRARY, WEIGHTS, Artifact, new_workdir, write_met
 from .benchmark import compare_latency
 from .codegen import build_library, load_kernels
 from .codegen.ptxas import find_ptxas
+from .errors import ValidationError
 from .executor import Executable, build_executable
 from .frontend import import_onnx
 from .graph.ir import Graph
@@ -26,7 +27,7 @@ from .graph.passes.manager import LEVELS, optimize
 from .narrow_dtypes import NARROW_DTYPES
 from .report import SCHEMA_VERSION
 from .runtime.header import render_header
-from .runtime.loader import cuda_device_count
+from .runtime.loader import KilnRuntimeError, cuda_device_count
 from .runtime.package import gpu_metadata
 from .target import Target, get_target
 from .validate import index_bounds, onnxruntime_session, random_inputs, validate as validate_against_ort
@@ -85,6 +86,16 @@ def profile_kernels(module, exe: Executable) -> dict[str, float]:
     for call, info in zip(module.profile(repeat=5), exe.kernels):
         times.setdefault(info.func, call["time_ms"])
     return times
+
+
+@contextmanager
+def _runtime_failures(target: Target):
+    """The artifact refused to load or run here (a GPU kernel faulted, the driver rejected the PTX, ...):
+    a code generation bug to report as this compile's failure, not a crash of the caller."""
+    try:
+        yield
+    except KilnRuntimeError as err:
+        raise ValidationError(f"the compiled model failed on {target.name} while being validated: {err}") from None
 
 
 def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int = 3, tuning: Optional[Mapping] = None,
@@ -167,18 +178,20 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             reason = f"ONNX Runtime cannot run this model: {str(err).splitlines()[0]}"
             validation, latency = {"skipped": reason}, {"skipped": reason}
     if session is not None:
-        module = Artifact(workdir, metadata, {}, owns_directory=False).load()
+        with _runtime_failures(tgt):
+            module = Artifact(workdir, metadata, {}, owns_directory=False).load()
         module.set_num_threads(nthreads)
         try:
-            if validate:
-                with stage("validate", 0.8):
-                    validation = validate_against_ort(module, session, graph).as_report()
-            if benchmark:
-                with stage("benchmark", 0.9):
-                    feeds = random_inputs(graph, 1, index_bounds(graph))
-                    latency = compare_latency(module, session, feeds, rounds=7).as_report()
-                    kernel_times = (time_kernels(workdir / LIBRARY, exe) if tgt.kind == "cpu"
-                                    else profile_kernels(module, exe))
+            with _runtime_failures(tgt):
+                if validate:
+                    with stage("validate", 0.8):
+                        validation = validate_against_ort(module, session, graph).as_report()
+                if benchmark:
+                    with stage("benchmark", 0.9):
+                        feeds = random_inputs(graph, 1, index_bounds(graph))
+                        latency = compare_latency(module, session, feeds, rounds=7).as_report()
+                        kernel_times = (time_kernels(workdir / LIBRARY, exe) if tgt.kind == "cpu"
+                                        else profile_kernels(module, exe))
         finally:
             module.close()
     notify("package", 0.98)

@@ -131,3 +131,27 @@ def test_a_c_program_runs_the_cuda_artifact(fake_driver, artifact, tmp_path):
     want = cuda_models.reference(x.reshape(cuda_models.M, cuda_models.K), *cuda_models.weights())["z"]
     got = np.array([float(v) for v in lines[1:] if v.strip()], dtype="float32").reshape(want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+_PIPELINE_CHILD = r"""
+import core
+from core.errors import ValidationError
+from tests.core.runtime import cuda_models
+try:
+    core.compile(cuda_models.mlp_onnx(), target="cuda -arch=sm_90")
+    print("compiled without validating?!")
+except ValidationError as err:
+    print(f"ValidationError: {err}")
+"""
+
+
+def test_the_pipeline_validates_on_a_gpu_and_a_failing_run_fails_the_compile(fake_driver):
+    # The fake driver sees a GPU, so the pipeline runs the artifact to validate it; it cannot execute the
+    # pipeline's kernels (only the hand-scheduled ones), and that failure is the compile's one clear error.
+    env = dict(os.environ, LD_LIBRARY_PATH=str(fake_driver), PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", _PIPELINE_CHILD], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().startswith("ValidationError: the compiled model failed on cuda while being validated: "
+                                          "kiln_run failed: kiln_run: cuLaunchKernel(k000_"), proc.stdout
+    assert "CUDA_ERROR_INVALID_VALUE" in proc.stdout
