@@ -141,3 +141,17 @@ def test_the_pipeline_builds_without_a_gpu_and_says_it_did_not_run(tmp_path):
     assert (artifact.metadata["target_kind"], artifact.metadata["cuda_arch"]) == ("cuda", "sm_90")
     saved = artifact.save(tmp_path / "mlp.tar.gz")
     assert json.loads(read_artifact_member(saved, "report.json"))["device"]["ran"] is False
+
+
+def test_the_loader_checks_the_host_side_of_gpu_artifacts(monkeypatch):
+    from core.runtime import loader
+
+    other = "aarch64" if loader._host_arch() != "aarch64" else "x86_64"
+    with pytest.raises(KilnRuntimeError, match=f"launches its GPU kernels from a {other} library"):
+        loader._check_machine({"target": "cuda", "target_kind": "cuda", "host_triple": f"{other}-unknown-linux-gnu"})
+    # Older metadata without target_kind: the nvptx triple alone marks a GPU artifact (never "built for nvptx64").
+    monkeypatch.setattr(loader, "_cuda_driver", lambda: None)
+    with pytest.raises(KilnRuntimeError, match=r"runs on an NVIDIA GPU \(sm_80\).*no NVIDIA driver"):
+        loader._check_machine({"target": "cuda", "target_triple": "nvptx64-nvidia-cuda", "cpu": "sm_80"})
+    monkeypatch.setattr(loader, "_cuda_driver", lambda: object())
+    loader._check_machine({"target": "cuda", "target_kind": "cuda", "cuda_arch": "sm_80"})  # the GPU: kiln_load's check
