@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..kernels.schedules.conv2d import schedule_conv2d
 from ..kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, IC_OUTSIDE_WINDOW, schedule_conv2d_nchwc
 from ..kernels.schedules.matmul import schedule_matmul
+from ..kernels.schedules.generic import extent, worth_parallel
 from ..kernels.schedules.util import find_ops
 from ..target import Target
 from ..te.schedule import Fuse, Schedule, Split, Stage
@@ -215,7 +216,7 @@ def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> 
     space.define_knob("col", cols)
     space.define_knob("k_tile", [_inner(f) for f in _tiles_upto(k.extent, min(16, k.extent), k.extent, default["k_tile"])])
     # An unroll pragma on the innermost reduce loop (LLVM unrolls it k_unroll times; 1 = LLVM decides).
-    space.define_knob("k_unroll", sorted({1, 2, 4} | {default["k_unroll"]}))
+    space.define_knob("k_unroll", sorted({1, 2, 4, 8} | {default["k_unroll"]}))
     return space
 
 
@@ -231,6 +232,12 @@ def _packed_space(op: ComputeOp, target: Target, default: Mapping[str, int]) -> 
     # Row tiles per cache block (mc = row x row_block rows of A stay in L2); a last partial block is guarded.
     space.define_knob("row_block", sorted({b for b in (1, 2, 4, 8, 12, 16, 20, 32) if b <= i.extent}
                                           | {default["row_block"]}))
+    # Column blocks (nc = panels / col_blocks) only cut the parallel loop; dividing the panel count
+    # keeps every block whole whatever the micro-tile's width.
+    if worth_parallel(extent(op.axis) * k.extent, target):
+        panels = op.axis[-1].extent // panel
+        space.define_knob("col_blocks", sorted(set(_divisors(panels, 16)) | {default["col_blocks"]}))
+    space.define_knob("k_unroll", sorted({1, 2, 4, 8} | {default["k_unroll"]}))
     return space
 
 
@@ -243,6 +250,9 @@ def read_matmul_default(stage: Stage) -> dict:
     if stage.op.attrs.get("packed"):  # the second split of i's outer part is the row block
         tiles = next((r.outer for r in stage.relations if isinstance(r, Split) and r.parent is i), None)
         out["row_block"] = next((r.factor for r in stage.relations if isinstance(r, Split) and r.parent is tiles), 1)
+        panels = next((r.outer for r in stage.relations if isinstance(r, Split) and r.parent is j), None)
+        block = next((r for r in stage.relations if isinstance(r, Split) and r.parent is panels), None)
+        out["col_blocks"] = block.outer.extent if block is not None else 1
     return out
 
 

@@ -104,13 +104,14 @@ def schedule_cached_tile(sch: Schedule, op: ComputeOp, target: Target, it: int, 
 
 
 def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:
-    """`knobs` (row, col, k_tile; row_block for packed B) come from a tuned config (core/tune/templates.py)."""
+    """`knobs` (row, col, k_tile, k_unroll; row_block, col_blocks for packed B) come from a tuned config
+    (core/tune/templates.py)."""
     for op in find_ops(outs, ["matmul_pack"]):  # B packed at run time: a parallel copy before the product
         injective_stage(sch[Tensor(op)], target)
     for op in find_ops(outs, ["matmul"]):
         if op.attrs.get("packed"):
-            schedule_blocked(sch, op, outs, target, **{k: v for k, v in knobs.items() if k != "k_unroll"})
+            schedule_blocked(sch, op, outs, target, **knobs)
         else:
-            schedule_matmul_stage(sch, op, target, **{k: v for k, v in knobs.items() if k != "row_block"})
+            schedule_matmul_stage(sch, op, target, **{k: v for k, v in knobs.items() if k not in ("row_block", "col_blocks")})
     for op in find_ops(outs, ["injective"]):  # the squeeze of 1-D operands
         output_stage(sch, op, outs, target)

@@ -53,8 +53,11 @@ def column_blocks(outer: int, panels: int, cores: int) -> int:
 
 def schedule_blocked(sch: Schedule, op: ComputeOp, outs: Sequence[Tensor], target: Target,
                      row: Optional[int] = None, col: Optional[int] = None, k_tile: Optional[int] = None,
-                     row_block: Optional[int] = None) -> None:
-    """Knobs: row (mr), col (nr, dividing the panel), k_tile (kc), row_block (row tiles per block)."""
+                     row_block: Optional[int] = None, col_blocks: Optional[int] = None,
+                     k_unroll: Optional[int] = None) -> None:
+    """Knobs: row (mr), col (nr, dividing the panel), k_tile (kc), row_block (row tiles per block: mc),
+    col_blocks (blocks the micro-panels are cut into: nc = panels / col_blocks; parallel kernels
+    only), k_unroll (an unroll pragma on the micro-kernel's k loop; 1 or None: LLVM decides)."""
     stage = sch[Tensor(op)]
     *batch, i, j = op.axis
     (k,) = op.reduce_axis
@@ -71,7 +74,7 @@ def schedule_blocked(sch: Schedule, op: ComputeOp, outs: Sequence[Tensor], targe
     parallel = worth_parallel(extent(op.axis) * k.extent, target)
     blocks = [*batch, ib]
     if parallel:
-        cb = column_blocks(extent(blocks), jo.extent, target.num_cores)
+        cb = min(col_blocks, jo.extent) if col_blocks else column_blocks(extent(blocks), jo.extent, target.num_cores)
         if cb > 1:
             jb, jo = stage.split(jo, nparts=cb)
             blocks.append(jb)
@@ -79,7 +82,10 @@ def schedule_blocked(sch: Schedule, op: ComputeOp, outs: Sequence[Tensor], targe
         ko, ki = stage.split(k, kc)
         stage.reorder(*blocks, ko, jo, io, ki, ii, ji)
     else:
+        ki = k
         stage.reorder(*blocks, jo, io, k, ii, ji)
+    if k_unroll and k_unroll > 1:
+        stage.pragma(ki, "unroll", k_unroll)
     stage.unroll(ii)
     stage.vectorize(ji)
     if parallel:
