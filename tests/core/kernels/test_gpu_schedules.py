@@ -108,14 +108,25 @@ def _shared(func):
     return [s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate) and s.buffer.scope == "shared"]
 
 
-def test_conv_tiles_in_shared_memory_with_register_tiles(kernels):
-    func = kernels["conv"][0]  # 16 -> 32 channels, 16 x 16, 3 x 3
+def test_conv_tiles_in_shared_memory_with_register_tiles():
+    x, w = f32(1, 16, 16, 16), f32(32, 16, 3, 3)
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+    func = lower_gpu("tiles", "Conv", [x, w], attrs, [TensorType((1, 32, 16, 16), "float32")], schedule_conv2d,
+                     f_threads=4, f_reg=2, y_threads=4, y_reg=1, x_threads=8, x_reg=2, rc_tile=8)
     launch = launch_config(func)
+    assert launch.block == (8, 4, 4)
     assert launch.block[2] > 1 and launch.block[1] > 1 and launch.block[0] > 1  # channels x rows x columns
     assert sorted(b.name.split(".")[-1] for b in _shared(func)) == ["shared", "shared"]
     assert any(isinstance(s, Barrier) for s in walk_stmt(func.body))
     local = [s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate) and s.buffer.scope == "local"]
-    assert local and local[0].numel > 1  # each thread accumulates a register tile
+    assert local and local[0].numel == 4  # each thread accumulates 2 channels x 2 columns
+    from core.kernels.testing import onnx_reference
+
+    from .test_gpu_harness import run_on_cpu
+
+    ((got,),) = run_on_cpu([func], [[x, w]])
+    (want,) = onnx_reference("Conv", [x, w], {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_knobs_change_the_launch_and_keep_results():

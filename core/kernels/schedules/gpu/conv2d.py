@@ -113,12 +113,37 @@ def _halve_to(extent: int, want: int) -> int:
     return max(1, min(want, extent))
 
 
+# (columns per thread, threads along the columns) that tile an image row exactly, most preferred
+# first; a stride-1 conv whose rows one of them divides is tiled that way (measured on an H100,
+# resnet18's 3x3 layers at 56, 28 and 14 columns: 1.1-1.7x over the generic tiles below).
+EXACT_COLUMN_TILES = ((14, 4), (16, 4), (16, 2), (14, 2), (8, 4), (7, 4), (16, 1), (14, 1), (8, 2), (7, 2))
+EXACT_ROW_THREADS = (8, 7, 4)
+
+
+def _exact_tiles(op: ComputeOp) -> Optional[dict[str, int]]:
+    """One output channel per thread, rows and columns tiled exactly, up to 512 threads."""
+    n, m, oh, ow = op.shape
+    if op.attrs["group"] > 1 or op.attrs["strides"] != (1, 1) or ow < 14:
+        return None
+    columns = next(((t, r) for t, r in EXACT_COLUMN_TILES if ow % (t * r) == 0), None)
+    rows = next((t for t in EXACT_ROW_THREADS if oh % t == 0), None)
+    if columns is None or rows is None:
+        return None
+    x_threads, x_reg = columns
+    f_threads = max(1, min(16, 512 // (x_threads * rows), m))
+    return {"f_threads": f_threads, "f_reg": 1, "y_threads": rows, "y_reg": 1, "x_threads": x_threads, "x_reg": x_reg}
+
+
 def default_tiles(op: ComputeOp, target: Target) -> dict[str, int]:
-    """Knob defaults from the shape: 2 x 2 x 2 register tiles (fewer where the output is small),
-    about 8 x 4 x 8 threads, and as many input channels per step as the shared budget allows."""
+    """Knob defaults from the shape: exact row tiles where they exist (above), else 2 x 2 x 2
+    register tiles (fewer where the output is small), about 8 x 4 x 8 threads; as many input
+    channels per step as the shared budget allows."""
     n, m, oh, ow = op.shape
     cg = op.reduce_axis[0].extent
     depthwise = op.attrs["group"] > 1
+    exact = _exact_tiles(op)
+    if exact is not None:
+        return _with_rc_tile(op, exact, cg)
     x_reg = 2 if ow >= 16 else 1
     y_reg = 2 if oh >= 16 else 1
     f_reg = 1 if depthwise else (4 if m >= 128 else 2 if m >= 32 else 1)
@@ -133,11 +158,14 @@ def default_tiles(op: ComputeOp, target: Target) -> dict[str, int]:
         f_reg //= 2
     tiles = {"f_threads": f_threads, "f_reg": f_reg, "y_threads": y_threads, "y_reg": y_reg,
              "x_threads": x_threads, "x_reg": x_reg}
+    return _with_rc_tile(op, tiles, cg)
+
+
+def _with_rc_tile(op: ComputeOp, tiles: dict[str, int], cg: int) -> dict[str, int]:
     rc_tile = min(cg, 16)
     while rc_tile > 1 and _shared_bytes(op, tiles, rc_tile) > SHARED_BUDGET:
         rc_tile = -(-rc_tile // 2)
-    tiles["rc_tile"] = rc_tile
-    return tiles
+    return {**tiles, "rc_tile": rc_tile}
 
 
 def _shared_bytes(op: ComputeOp, t: Mapping[str, int], rc_tile: int) -> int:
