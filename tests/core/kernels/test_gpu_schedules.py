@@ -68,7 +68,8 @@ MATMUL = [
     same("MatMul", [f32(37, 50), f32(50, 29)]),
     same("MatMul", [f32(2, 64, 32), f32(2, 32, 64)]),
     same("MatMul", [f32(3, 1, 5, 7), f32(2, 7, 9)]),  # broadcast batch
-    same("MatMul", [f32(1, 512), f32(512, 100)]),
+    same("MatMul", [f32(1, 512), f32(512, 100)]),  # one row: the split-k matrix-vector schedule
+    same("MatMul", [f32(2, 1, 200), f32(200, 70)]),  # two rows, k = 200 not a multiple of the split
     same("MatMul", [f32(7, 9), f32(9)]),  # matrix-vector
 ]
 ROWS = [
@@ -156,6 +157,11 @@ def test_conv_knobs_keep_results():
     (want,) = onnx_reference("Conv", [x, w], {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})
     for (got,) in run_on_cpu(funcs, [[x, w], [x, w]]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_single_row_matmul_splits_the_reduction(kernels):
+    launch = launch_config(kernels["matmul"][4])  # (1, 512) @ (512, 100)
+    assert launch.block == (32, 16, 1) and launch.grid == (4, 1, 1)
 
 
 def test_row_ops_reduce_cooperatively(kernels):

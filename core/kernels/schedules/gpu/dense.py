@@ -24,6 +24,7 @@ from ...common import require
 from ...matmul import matmul as cpu_matmul
 from ...registry import register_compute
 from ..util import find_op
+from . import gemv
 from .conv2d import cooperative_fetch
 from .launch import inline_intermediates, output_stages, reduction_producers, reject_extern
 from .reduce import one_thread_per_output
@@ -102,7 +103,8 @@ def _output(sch: Schedule, mm: ComputeOp, outs: Sequence[Tensor]) -> Optional[St
 
 
 def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:
-    """knobs: m_threads, m_reg, n_threads, n_reg, k_tile (defaults: default_tiles)."""
+    """knobs: m_threads, m_reg, n_threads, n_reg, k_tile (defaults: default_tiles); products of at most
+    gemv.MAX_ROWS rows take gemv.schedule_gemv (knob: k_split) unless tile knobs are given."""
     reject_extern(sch, target)
     mm = find_op(outs, "matmul")
     if mm is None:
@@ -113,6 +115,9 @@ def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **kno
     if out is None or len(mm.shape) < 2:  # a matrix-vector product, or an epilogue of another shape
         for stage in output_stages(sch, outs):
             one_thread_per_output(sch, stage, target)
+        return
+    if gemv.applies(mm) and not knobs.keys() - {"k_split"}:  # one row (or a few): split the reduction instead
+        gemv.schedule_gemv(sch, mm, out, **knobs)
         return
     t = {**default_tiles(mm), **knobs}
     mm_t = Tensor(mm)
