@@ -41,3 +41,20 @@ def test_history_of_another_workload_is_thinned_across_its_range(conv_task):
     (x, y), = session._history(db, conv_task)
     assert len(y) == session.HISTORY_PER_WORKLOAD and x.shape == (len(y), 4)
     assert y.min() == 0.0 and y.max() == 499.0 and np.all(np.diff(y) > 0)
+
+
+def test_other_workloads_records_pre_train_the_model(tmp_path, tiny_graph, tiny_tasks):
+    """Transfer: records of another conv workload (say, another model's) in the records file warm-start
+    the conv task's cost model; its own tuning then measures and applies as usual."""
+    from core.tune.features import FEATURE_LENGTH
+
+    records = tmp_path / "records.jsonl"
+    rng = np.random.default_rng(0)
+    db = RecordsDB(records)
+    db.add([Record("another-model-conv", "native", {}, k, (1e-3,), 0, float(rng.uniform(10, 100)), "Conv2dNCHWc",
+                   tuple(rng.uniform(0, 4, FEATURE_LENGTH)), FEATURE_VERSION) for k in range(12)])
+    outcome = session.tune_graph(tiny_graph, get_target("native"),
+                                 {"trials": 4, "records": str(records), "batch_size": 2, "min_repeat_ms": 1.0})
+    conv = next(t for t in outcome.report["tasks"] if t["workload"].startswith("Conv2dNCHWc"))
+    assert conv["transfer_workloads"] == 1 and conv["trials"] > 0 and conv["best_gflops"] > 0
+    assert outcome.report["cost_model"]["fits"] > 0
