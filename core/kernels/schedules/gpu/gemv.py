@@ -7,6 +7,7 @@ Tiles of rows x columns leave a single-row product with one row of threads and f
 reduction itself is spread over a block's threads instead."""
 from __future__ import annotations
 
+from ....errors import ScheduleError
 from ....te import tensor as te
 from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, Reduce, Tensor, TensorRead
@@ -30,7 +31,7 @@ def schedule_gemv(sch: Schedule, mm: ComputeOp, out: Stage, k_split: int = 16) -
     stage = sch[Tensor(mm)]
     body = stage.body
     if not isinstance(body, Reduce) or len(body.axis) != 1:
-        raise ValueError(f"{mm.name}: not a single-axis matmul reduction")
+        raise ScheduleError(f"{mm.name}: not a single-axis matmul reduction")
     (rk,) = body.axis
     length = rk.extent
     chunks = -(-length // k_split)
