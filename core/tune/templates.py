@@ -134,7 +134,8 @@ def apply_conv(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mappi
 MAX_TILE_ROWS = 8  # oh_tile: rows beyond this only shrink the parallel loop
 MAX_IC_TILE = 8  # input-channel blocks per pragma-unrolled step
 # Vector FMAs in the unrolled reduction body (tile x ic_tile x unrolled kw x unrolled ib): measured
-# (znver3, loaded) 768 build in ~1.9 s, 1536-2048 in 2.7-3.7 s, 512 and less in under 1 s.
+# builds (znver3, machine loaded 2x) of resnet18 candidates: 768 ~1.9 s, 1536-2048 2.7-3.7 s, 512
+# 1.1-2.0 s, 336-448 0.5-1.1 s.
 MAX_UNROLLED_FMAS = 512
 
 
