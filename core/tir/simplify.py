@@ -10,7 +10,7 @@ from typing import Optional
 
 from .expr import COMPARISONS, BinOp, Cast, Expr, FloatImm, IntImm, Not, Select, Var, is_float
 from .functor import rewrite_expr, rewrite_stmt
-from .stmt import For, IfThenElse, LetStmt, Seq, Stmt, seq
+from .stmt import For, ForKind, IfThenElse, LetStmt, Seq, Stmt, seq
 
 Range = Optional[tuple[int, int]]  # inclusive bounds, None = unknown
 
@@ -231,7 +231,9 @@ def simplify_stmt(stmt: Stmt, ranges: Optional[dict[Var, tuple[int, int]]] = Non
             extent = simp(s.extent)
             if isinstance(extent, IntImm) and extent.value <= 0:
                 return Seq(())
-            if isinstance(extent, IntImm) and extent.value == 1:
+            # A unit loop disappears, except one bound to a GPU launch axis: it says that a single
+            # thread (or block) does the work, not every thread of the launch.
+            if isinstance(extent, IntImm) and extent.value == 1 and s.kind is not ForKind.THREAD_BINDING:
                 simp.ranges[s.var] = (0, 0)
                 return visit(_subst_var(s.body, s.var))
             r = simp.range_of(extent)

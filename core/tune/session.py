@@ -140,6 +140,14 @@ def _measure_and_record(task: Task, measurer: Measurer, db: RecordsDB):
     return measure
 
 
+def _can_measure(target: Target) -> bool:
+    if target.kind == "cuda":  # candidates run on this machine's GPU, through the CUDA driver
+        from ..runtime.loader import cuda_device_count
+
+        return cuda_device_count() > 0
+    return target.runs_on_host()
+
+
 def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]] = None) -> TuningOutcome:
     opts = options if isinstance(options, TuningOptions) else TuningOptions.from_mapping(options)
     start = time.perf_counter()
@@ -166,7 +174,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
         else:
             todo.append(task)
     # Measuring needs the target's hardware: elsewhere only the records are used.
-    shares = split_trials(todo, opts.trials if target.runs_on_host() else 0)
+    shares = split_trials(todo, opts.trials if _can_measure(target) else 0)
     planned = sum(shares)
     estimate = estimate_seconds(planned, sum(1 for s in shares if s))
     if opts.time_budget_s is not None:

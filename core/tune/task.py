@@ -137,7 +137,7 @@ class Task:
 def group_task(node: Node, graph: Graph, target: Target) -> Optional[Task]:
     """The task of the kernel `node` becomes, or None when its anchor has no template."""
     nodes, types = group_of(node, graph)
-    template = get_template(anchor_of(nodes).op)
+    template = get_template(anchor_of(nodes).op, target.kind)
     if template is None:
         return None
     outputs = list(node.outputs)

@@ -7,6 +7,7 @@ kernel is always one point of the space and the tuner can only match or beat it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..kernels.schedules.conv2d import schedule_conv2d
@@ -35,24 +36,34 @@ class Template:
     apply: ApplyFn  # (schedule, kernel outputs, target, knob values) -> scheduled
     read_default: Callable[[Stage], dict]  # default-scheduled anchor stage -> its knob values
     valid: Callable[[Mapping[str, Any], ComputeOp, Target], bool] = lambda cfg, op, target: True
+    target_kind: str = "cpu"  # the schedules it drives ("cuda": templates_gpu.py)
 
 
-_TEMPLATES: dict[str, Template] = {}
+_TEMPLATES: dict[tuple[str, str], Template] = {}
 
 
 def register_template(template: Template) -> Template:
-    if template.op in _TEMPLATES:
-        raise ValueError(f"tuning template for {template.op} registered twice")
-    _TEMPLATES[template.op] = template
+    key = (template.op, template.target_kind)
+    if key in _TEMPLATES:
+        raise ValueError(f"tuning template for {template.op} on {template.target_kind} registered twice")
+    _TEMPLATES[key] = template
     return template
 
 
-def get_template(op: str) -> Optional[Template]:
-    return _TEMPLATES.get(op)
+def _register_kind(target_kind: str) -> None:
+    # GPU templates import the GPU schedules; CPU-only compiles never load them.
+    if target_kind == "cuda":
+        import_module(".templates_gpu", __package__)
 
 
-def tunable_ops() -> list[str]:
-    return sorted(_TEMPLATES)
+def get_template(op: str, target_kind: str = "cpu") -> Optional[Template]:
+    _register_kind(target_kind)
+    return _TEMPLATES.get((op, target_kind))
+
+
+def tunable_ops(target_kind: str = "cpu") -> list[str]:
+    _register_kind(target_kind)
+    return sorted(op for op, kind in _TEMPLATES if kind == target_kind)
 
 
 # -- reading a default schedule back ------------------------------------------------------------

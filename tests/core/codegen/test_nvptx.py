@@ -122,3 +122,15 @@ def test_kernel_bundle_carries_ptx_launches_and_signatures(tmp_path):
     assert bundle["launches"]["mm_32_48_80"] == {"grid": [6, 4, 1], "block": [8, 8, 1], "shared_bytes": 512}
     assert [p["shape"] for p in bundle["signatures"][0]["params"]] == [[32, 80], [80, 48], [32, 48]]
     assemble(bundle["ptx"], "sm_80")
+
+
+def test_a_single_output_keeps_its_thread_binding():
+    """A one-element output (a global sum) is still written by one bound thread, not by every thread."""
+    x = te.placeholder((256,), "float32", "x")
+    r = te.reduce_axis(256, "r")
+    y = te.compute((1,), lambda i: te.sum(x[r], axis=r), "total")
+    s = create_schedule(y)
+    s[y].bind(y.op.axis[0], "threadIdx.x")
+    func = lower(s, [x, y], "total")
+    ptx, launches = emit_ptx([func])
+    assert launches["total"].block == (1, 1, 1) and launches["total"].grid == (1, 1, 1)

@@ -1,0 +1,108 @@
+"""Tunable GPU templates (target kind "cuda"): the knobs of the cuda Conv (spatial and pointwise)
+and MatMul (tiled, and matrix-vector) schedules as config spaces. Candidates are PTX kernel
+bundles measured on the GPU by the same tuner (measure.py), their records shared like the CPU's."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ..kernels.schedules.gpu import conv2d as gpu_conv
+from ..kernels.schedules.gpu import conv2d_pointwise as gpu_pointwise
+from ..kernels.schedules.gpu import dense as gpu_dense
+from ..kernels.schedules.gpu import gemv
+from ..target import Target, get_target
+from ..te.schedule import Schedule, Stage
+from ..te.tensor import ComputeOp, Tensor
+from .space import ConfigSpace
+from .templates import Template, register_template
+
+_CUDA = get_target("cuda")
+_MIN_THREADS = 32  # below a warp per block most of every SM's lanes idle
+
+
+def _options(limit: int, candidates: Sequence[int], default: int) -> list[int]:
+    """The candidates that fit `limit` (a tile never exceeds its axis), plus the default."""
+    return sorted({c for c in candidates if c <= max(1, limit)} | {int(default)})
+
+
+def _threads(cfg: Mapping[str, Any], names: Sequence[str]) -> int:
+    total = 1
+    for name in names:
+        total *= int(cfg[name])
+    return total
+
+
+# -- Conv -----------------------------------------------------------------------------------------
+def define_conv(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    space = ConfigSpace()
+    channels = op.reduce_axis[0].extent
+    if op.attrs.get("flat"):  # a pointwise conv: output channels x pixels, as a GEMM
+        _, m, pixels = op.shape
+        space.define_knob("f_threads", _options(m, (1, 2, 4, 8, 16, 32), default["f_threads"]))
+        space.define_knob("f_reg", _options(m, (1, 2, 4, 8), default["f_reg"]))
+        space.define_knob("p_threads", _options(pixels, (8, 16, 32, 64, 128), default["p_threads"]))
+        space.define_knob("p_reg", _options(pixels, (1, 2, 4), default["p_reg"]))
+    else:
+        _, m, oh, ow = op.shape
+        space.define_knob("f_threads", _options(m, (1, 2, 4, 8, 16), default["f_threads"]))
+        space.define_knob("f_reg", _options(m, (1, 2, 4), default["f_reg"]))
+        space.define_knob("y_threads", _options(oh, (1, 2, 4, 7, 8), default["y_threads"]))
+        space.define_knob("y_reg", _options(oh, (1, 2), default["y_reg"]))
+        space.define_knob("x_threads", _options(ow, (2, 4, 7, 8, 14, 16), default["x_threads"]))
+        space.define_knob("x_reg", _options(ow, (1, 2, 4, 7, 14), default["x_reg"]))
+    space.define_knob("rc_tile", _options(channels, (1, 2, 4, 8, 16, 32), default["rc_tile"]))
+    return space
+
+
+def read_conv_default(stage: Stage) -> dict:
+    op = stage.op
+    return gpu_pointwise.default_tiles(op) if op.attrs.get("flat") else gpu_conv.default_tiles(op, _CUDA)
+
+
+def conv_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
+    if op.attrs.get("flat"):
+        threads = _threads(cfg, ("f_threads", "p_threads"))
+        return _MIN_THREADS <= threads <= target.max_threads_per_block
+    threads = _threads(cfg, ("f_threads", "y_threads", "x_threads"))
+    return (_MIN_THREADS <= threads <= target.max_threads_per_block
+            and gpu_conv._shared_bytes(op, cfg, int(cfg["rc_tile"])) <= target.max_shared_bytes)
+
+
+def apply_conv(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
+    gpu_conv.schedule_conv2d(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
+
+
+# -- MatMul ---------------------------------------------------------------------------------------
+def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    space = ConfigSpace()
+    k = op.reduce_axis[0].extent
+    if "k_split" in default:  # matrix-vector: how many threads share one column's reduction
+        space.define_knob("k_split", _options(k, (1, 2, 4, 8, 16, 32), default["k_split"]))
+        return space
+    *_, m, n = op.shape
+    space.define_knob("m_threads", _options(m, (1, 2, 4, 8, 16, 32), default["m_threads"]))
+    space.define_knob("m_reg", _options(m, (1, 2, 4, 8), default["m_reg"]))
+    space.define_knob("n_threads", _options(n, (4, 8, 16, 32), default["n_threads"]))
+    space.define_knob("n_reg", _options(n, (1, 2, 4, 8), default["n_reg"]))
+    space.define_knob("k_tile", _options(k, (4, 8, 16, 32), default["k_tile"]))
+    return space
+
+
+def read_matmul_default(stage: Stage) -> dict:
+    return {"k_split": 16} if gemv.applies(stage.op) else gpu_dense.default_tiles(stage.op)
+
+
+def matmul_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
+    if "k_split" in cfg:
+        return 32 * int(cfg["k_split"]) <= target.max_threads_per_block
+    threads = _threads(cfg, ("m_threads", "n_threads"))
+    tile_floats = int(cfg["k_tile"]) * (int(cfg["m_threads"]) * int(cfg["m_reg"]) + int(cfg["n_threads"]) * int(cfg["n_reg"]))
+    return _MIN_THREADS <= threads <= target.max_threads_per_block and 4 * tile_floats <= target.max_shared_bytes
+
+
+def apply_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
+    gpu_dense.schedule_matmul(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
+
+
+register_template(Template("Conv", "conv2d", define_conv, apply_conv, read_conv_default, conv_valid, target_kind="cuda"))
+register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid,
+                           target_kind="cuda"))
