@@ -11,7 +11,7 @@ from .lower import lower
 from .schedule import create_schedule
 
 
-def tiled_matmul(m: int, n: int, k: int, tile: int = 16, k_tile: int = 16) -> PrimFunc:
+def tiled_matmul(m: int, n: int, k: int, tile: int = 16, k_tile: int = 16, name: str = "") -> PrimFunc:
     """C = A @ B: a (tile x tile) thread block per output tile, A's and B's k-slices fetched into
     shared memory by all threads of the block together (TVM's cooperative fetching)."""
     a = te.placeholder((m, k), "float32", "A")
@@ -35,7 +35,7 @@ def tiled_matmul(m: int, n: int, k: int, tile: int = 16, k_tile: int = 16) -> Pr
         ty, tx = s[fetched].split(s[fetched].fuse(*s[fetched].op.axis), tile)
         s[fetched].bind(ty, "threadIdx.y")
         s[fetched].bind(tx, "threadIdx.x")
-    return lower(s, [a, b, c], f"mm_{m}_{n}_{k}")
+    return lower(s, [a, b, c], name or f"mm_{m}_{n}_{k}")
 
 
 def elementwise_on_grid(fn: Callable[[Expr], Expr], name: str, dtype: str = "float32", n: int = 1000,

@@ -15,6 +15,7 @@ from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
+from core.te.testing import tiled_matmul as cooperative_matmul
 from core.tir.expr import maximum
 
 M, K, N = 64, 128, 96
@@ -35,28 +36,7 @@ def scale_shift():
 
 
 def tiled_matmul(tile: int = 16):
-    a = te.placeholder((M, K), "float32", "A")
-    b = te.placeholder((K, N), "float32", "B")
-    r = te.reduce_axis(K, "k")
-    c = te.compute((M, N), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), "C")
-    s = create_schedule(c)
-    a_shared, b_shared = s.cache_read(a, "shared", [c]), s.cache_read(b, "shared", [c])
-    c_local = s.cache_write(c, "local")
-    i, j = s[c].op.axis
-    bi, ti = s[c].split(i, tile)
-    bj, tj = s[c].split(j, tile)
-    s[c].reorder(bi, bj, ti, tj)
-    for axis, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
-        s[c].bind(axis, tag)
-    s[c_local].compute_at(s[c], tj)
-    ko, ki = s[c_local].split(s[c_local].reduce_axis[0], tile)
-    s[c_local].reorder(ko, ki, *s[c_local].op.axis)
-    for fetched in (a_shared, b_shared):
-        s[fetched].compute_at(s[c_local], ko)
-        ty, tx = s[fetched].split(s[fetched].fuse(*s[fetched].op.axis), tile)
-        s[fetched].bind(ty, "threadIdx.y")
-        s[fetched].bind(tx, "threadIdx.x")
-    return lower(s, [a, b, c], "matmul")
+    return cooperative_matmul(M, N, K, tile, tile, name="matmul")
 
 
 def bias_relu():
