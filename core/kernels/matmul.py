@@ -13,8 +13,9 @@ from .matmul_packed import pack_panels, packed_matmul, worth_packing
 from .registry import register_compute
 
 
-def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None) -> te.Tensor:
-    """`packed_columns`: b is already packed (a constant weight, [..., N/nr, K, nr]) for N columns."""
+def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None, may_pack: bool = True) -> te.Tensor:
+    """`packed_columns`: b is already packed (a constant weight, [..., N/nr, K, nr]) for N columns;
+    `may_pack=False` keeps B as it is (GPU schedules tile the plain product in shared memory)."""
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("MatMul: inputs must have rank >= 1")
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
@@ -37,7 +38,7 @@ def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None) -> 
 
     if packed_columns is not None:
         return packed_matmul(a, b, packed_columns, batch, operand_batch)
-    if not (a_vec or b_vec) and worth_packing(m, n, k, a.dtype):
+    if may_pack and not (a_vec or b_vec) and worth_packing(m, n, k, a.dtype):
         return packed_matmul(a, pack_panels(b), n, batch, operand_batch)
 
     def body(*idx: Expr) -> Expr:

@@ -55,7 +55,7 @@ def default_tiles(op: ComputeOp) -> dict[str, int]:
 
 def schedule_pointwise(sch: Schedule, conv: ComputeOp, out: Stage, target: Target, **knobs: int) -> None:
     """`out` (n, m, oh, ow): the kernel output reading conv at (n, m, y * ow + x)."""
-    from .conv2d import cooperative_fetch
+    from .dense import tile_gemm  # dense imports conv2d, which imports this module
 
     t = {**default_tiles(conv), **knobs}
     conv_t = Tensor(conv)
@@ -70,26 +70,7 @@ def schedule_pointwise(sch: Schedule, conv: ComputeOp, out: Stage, target: Targe
 
     n, f, y, x = out.op.axis
     p = out.fuse(y, x)  # reads conv at (y // ow) * ow + y % ow: p itself after simplification
-    bf, f_in = out.split(f, t["f_threads"] * t["f_reg"])
-    tf, fr = out.split(f_in, t["f_reg"])
-    bp, p_in = out.split(p, t["p_threads"] * t["p_reg"])
-    tp, pr = out.split(p_in, t["p_reg"])
-    out.reorder(n, bf, bp, tf, tp, fr, pr)
+    bf, bp = tile_gemm(sch, out, local, (f, t["f_threads"], t["f_reg"]), (p, t["p_threads"], t["p_reg"]), t["rc_tile"],
+                       (image_shared, weights_shared), outer=(n,))
     out.bind(out.fuse(n, bf), "blockIdx.y")
     out.bind(bp, "blockIdx.x")
-    out.bind(tf, "threadIdx.y")
-    out.bind(tp, "threadIdx.x")
-    out.unroll(fr)
-    out.unroll(pr)
-
-    ls = sch[local]
-    (rc,) = ls.reduce_axis
-    rco, rci = ls.split(rc, t["rc_tile"])
-    ls.reorder(rco, rci, *ls.op.axis)
-    ls.compute_at(out, tp)
-    for iv in ls.op.axis[1:]:
-        ls.unroll(iv)
-    threads = (("threadIdx.y", tf.extent), ("threadIdx.x", tp.extent))
-    for copy in (image_shared, weights_shared):
-        sch[copy].compute_at(ls, rco)
-        cooperative_fetch(sch[copy], threads)

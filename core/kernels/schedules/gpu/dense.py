@@ -17,9 +17,7 @@ from ....target import Target
 from ....te import tensor as te
 from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, Tensor, TensorRead
-from ....tir.expr import Expr, const
 from ....tir.functor import walk_expr
-from ...broadcast import broadcast_shape
 from ...common import require
 from ...matmul import matmul as cpu_matmul
 from ...registry import register_compute
@@ -32,36 +30,13 @@ from .reduce import one_thread_per_output
 TARGET_BLOCKS = 132  # one block per SM of an H100 at least, before register tiles grow
 
 
-def batch_matmul(a: te.Tensor, b: te.Tensor) -> te.Tensor:
-    """C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (both operands at least 2-D), tag matmul."""
-    m, k = a.shape[-2:]
-    k2, n = b.shape[-2:]
-    if k != k2:
-        raise ShapeError(f"MatMul: inner dimensions differ: {list(a.shape)} @ {list(b.shape)}")
-    batch = broadcast_shape("MatMul", a.shape[:-2], b.shape[:-2])
-    nb = len(batch)
-    rk = te.reduce_axis(k, "rk")
-    zero = const(0, "int64")
-
-    def operand_batch(shape: Sequence[int], bi: Sequence[Expr]) -> list[Expr]:
-        off = nb - (len(shape) - 2)
-        return [zero if d == 1 else bi[off + q] for q, d in enumerate(shape[:-2])]
-
-    def body(*idx: Expr) -> Expr:
-        bi, i, j = idx[:nb], idx[nb], idx[nb + 1]
-        return te.sum(a(*operand_batch(a.shape, bi), i, rk.var) * b(*operand_batch(b.shape, bi), rk.var, j), rk)
-
-    return te.compute(tuple(batch) + (m, n), body, name="matmul", tag="matmul")
-
-
 @register_compute("MatMul", "cuda")
 def matmul_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     a, b = require(inputs, 2, "MatMul")
     if attrs.get("packed_columns") is not None:
         raise ShapeError("MatMul: packed weights are a CPU layout (pack_matmul_weights does not run for cuda)")
-    if a.ndim < 2 or b.ndim < 2:  # matrix-vector: the default compute (never packed), one thread per output
-        return [cpu_matmul(a, b)]
-    return [batch_matmul(a, b)]
+    # The CPU compute without its packed-B panels; matrix-vector products keep their squeeze stage.
+    return [cpu_matmul(a, b, may_pack=False)]
 
 
 def default_tiles(op: ComputeOp) -> dict[str, int]:
@@ -129,15 +104,27 @@ def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **kno
         sch[mm_t].compute_inline()
 
     *batch, i, j = out.op.axis
-    bi, i_in = out.split(i, t["m_threads"] * t["m_reg"])
-    ti, ir = out.split(i_in, t["m_reg"])
-    bj, j_in = out.split(j, t["n_threads"] * t["n_reg"])
-    tj, jr = out.split(j_in, t["n_reg"])
-    out.reorder(*batch, bi, bj, ti, tj, ir, jr)
+    bi, bj = tile_gemm(sch, out, local, (i, t["m_threads"], t["m_reg"]), (j, t["n_threads"], t["n_reg"]), t["k_tile"],
+                       (a_shared, b_shared), outer=batch, bank_padded=a_shared)
     if batch:
         out.bind(out.fuse(*batch) if len(batch) > 1 else batch[0], "blockIdx.z")
     out.bind(bi, "blockIdx.y")
     out.bind(bj, "blockIdx.x")
+
+
+def tile_gemm(sch: Schedule, out: Stage, local: Tensor, rows: tuple, cols: tuple, k_tile: int,
+              copies: Sequence[Tensor], outer: Sequence = (), bank_padded: Optional[Tensor] = None):
+    """Tile `out`'s (rows, cols) axes, each given as (axis, threads, registers): a block of
+    threads x threads computes a tile, each thread registers x registers outputs accumulated in
+    `local` (computed per thread, its reduction split by `k_tile`); every k step the block fetches
+    `copies` into shared memory together. Binds the threads; returns the two block loops (rows,
+    cols), placed after `outer`, for the caller to bind."""
+    (i, i_threads, i_reg), (j, j_threads, j_reg) = rows, cols
+    bi, i_in = out.split(i, i_threads * i_reg)
+    ti, ir = out.split(i_in, i_reg)
+    bj, j_in = out.split(j, j_threads * j_reg)
+    tj, jr = out.split(j_in, j_reg)
+    out.reorder(*outer, bi, bj, ti, tj, ir, jr)
     out.bind(ti, "threadIdx.y")
     out.bind(tj, "threadIdx.x")
     out.unroll(ir)
@@ -145,16 +132,17 @@ def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **kno
 
     ls = sch[local]
     (rk,) = ls.reduce_axis
-    ko, ki = ls.split(rk, t["k_tile"])
+    ko, ki = ls.split(rk, k_tile)
     ls.reorder(ko, ki, *ls.op.axis)
     ls.compute_at(out, tj)
     for iv in ls.op.axis[-2:]:
         ls.unroll(iv)
     threads = (("threadIdx.y", ti.extent), ("threadIdx.x", tj.extent))
-    for copy in (a_shared, b_shared):
+    for copy in copies:
         stage = sch[copy]
         stage.compute_at(ls, ko)
-        if copy is a_shared and ki.extent > 1:
-            # A is read down a column (one k, the block's rows): pad its rows off the bank period.
+        if copy is bank_padded and ki.extent > 1:
+            # Read down a column (one k, the block's rows): pad its rows off the bank period.
             stage.storage_align(stage.op.axis[-2], 32, 1)
         cooperative_fetch(stage, threads)
+    return bi, bj
