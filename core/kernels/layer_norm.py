@@ -12,15 +12,20 @@ from .reduce import reduce_over
 from .registry import register_compute
 
 
-@register_compute("LayerNormalization")
-def layer_norm(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+def layer_norm_operands(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any]):
+    """(x, scale, bias or None, first normalized axis, epsilon), checked; every target's compute reads them so."""
     x, scale = require(inputs, 2, "LayerNormalization")
     bias = inputs[2] if len(inputs) > 2 else None
     axis = int(attr(attrs, "axis", "LayerNormalization", -1))
     axis = axis + x.ndim if axis < 0 else axis
     if not 0 <= axis < x.ndim:
         raise ShapeError(f"LayerNormalization: axis {axis} out of range for rank {x.ndim}")
-    eps = float(attr(attrs, "epsilon", "LayerNormalization", 1e-5))
+    return x, scale, bias, axis, float(attr(attrs, "epsilon", "LayerNormalization", 1e-5))
+
+
+@register_compute("LayerNormalization")
+def layer_norm(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+    x, scale, bias, axis, eps = layer_norm_operands(inputs, attrs)
     axes = list(range(axis, x.ndim))
     n = prod(x.shape[axis:])
     f32 = "float32"
@@ -34,7 +39,7 @@ def layer_norm(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], 
 
     total = reduce_over(x, axes, True, "sum", "layer_norm_sum", source=xf, tag="layer_norm_sum")
     sq = reduce_over(x, axes, True, "sum", "layer_norm_sqsum", tag="layer_norm_sqsum",
-                     source=lambda idx: _square(xf(idx) - total(*row(idx)) * inv_n))
+                     source=lambda idx: square(xf(idx) - total(*row(idx)) * inv_n))
     eps_c = const(eps, f32)
 
     def rstd(idx: Sequence[Expr]) -> Expr:
@@ -54,5 +59,5 @@ def layer_norm(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], 
     return outs
 
 
-def _square(v: Expr) -> Expr:
+def square(v: Expr) -> Expr:
     return v * v

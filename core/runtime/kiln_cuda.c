@@ -17,14 +17,7 @@
 #include <string.h>
 
 #include "kiln_cuda.h"
-
-/* Emitted per model (build_cuda.py), as for the CPU runtime. */
-extern const int64_t kiln_arena_bytes;
-extern const int64_t kiln_weights_bytes;
-extern const int32_t kiln_graph_num_inputs;
-extern const int32_t kiln_graph_num_outputs;
-extern const int32_t kiln_graph_num_calls;
-extern const char* const kiln_graph_call_names[];
+#include "kiln_graph.h"
 
 void kiln_runtime_set_error(const char* message); /* kiln_runtime.c: the text kiln_last_error() returns */
 

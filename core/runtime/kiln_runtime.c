@@ -15,18 +15,8 @@
 #include <time.h>
 
 #include "kiln_float_mode.h"
+#include "kiln_graph.h"
 #include "kiln_threadpool.h"
-
-/* Emitted by Kiln's code generator (core/codegen/model_entry.py). */
-extern const int64_t kiln_arena_bytes;
-extern const int64_t kiln_weights_bytes;
-extern const int32_t kiln_graph_num_inputs;
-extern const int32_t kiln_graph_num_outputs;
-extern const int32_t kiln_graph_num_calls;
-extern const char* const kiln_graph_call_names[];
-int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs);
-int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
-                           double* call_ms);
 
 /* A device backend (kiln_cuda.c, linked into GPU libraries only) keeps the weights and the arena in device
  * memory: attach uploads the weights read here and replaces both pointers with device pointers. Weak and

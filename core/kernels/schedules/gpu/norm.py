@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from ....errors import ShapeError
 from ....graph.ir import TensorType
 from ....target import Target
 from ....te import tensor as te
@@ -18,6 +17,7 @@ from ....te.schedule import Schedule
 from ....te.tensor import Tensor
 from ....tir.expr import Expr, call, cast, const
 from ...common import attr, broadcast_read, prod, require
+from ...layer_norm import layer_norm_operands, square
 from ...registry import register_compute
 from .launch import is_scheduled, output_stages, reject_extern
 from .reduce import attach_reductions, block_threads, schedule_reduce
@@ -82,13 +82,8 @@ def log_softmax_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, A
 
 @register_compute("LayerNormalization", "cuda")
 def layer_norm_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
-    x, scale = require(inputs, 2, "LayerNormalization")
-    bias = inputs[2] if len(inputs) > 2 else None
-    axis = int(attr(attrs, "axis", "LayerNormalization", -1))
-    axis = axis + x.ndim if axis < 0 else axis
-    if not 0 <= axis < x.ndim:
-        raise ShapeError(f"LayerNormalization: axis {axis} out of range for rank {x.ndim}")
-    eps = const(float(attr(attrs, "epsilon", "LayerNormalization", 1e-5)), "float32")
+    x, scale, bias, axis, epsilon = layer_norm_operands(inputs, attrs)
+    eps = const(epsilon, "float32")
     axes = list(range(axis, x.ndim))
     inv_n = const(1.0 / prod(x.shape[axis:]), "float32")
     xf = lambda idx: cast("float32", x(*idx))  # noqa: E731
@@ -98,7 +93,7 @@ def layer_norm_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, An
 
     def rstd(tag: str):
         centre = mean(f"{tag}_var")
-        sq = row_reduce(x, axes, "sum", lambda idx: _square(xf(idx) - centre(*_row(idx, axes)) * inv_n),
+        sq = row_reduce(x, axes, "sum", lambda idx: square(xf(idx) - centre(*_row(idx, axes)) * inv_n),
                         f"layer_norm_sqsum_{tag}")
         return lambda idx: const(1.0, "float32") / call("sqrt", sq(*_row(idx, axes)) * inv_n + eps)
 
@@ -119,10 +114,6 @@ def layer_norm_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, An
         own_rstd = rstd("rstd")
         outs.append(te.compute(shape, lambda *i: own_rstd(i), name="layer_norm_inv_std", tag="gpu_row_stat_out"))
     return outs
-
-
-def _square(v: Expr) -> Expr:
-    return v * v
 
 
 def schedule_row_ops(sch: Schedule, outs: Sequence[Tensor], target: Target, threads: Optional[int] = None) -> None:

@@ -1,0 +1,19 @@
+/* The symbols every model library carries, emitted per model (core/codegen/model_entry.py for CPU
+ * libraries, core/codegen/build_cuda.py for GPU ones) and read by the C runtimes. */
+#ifndef KILN_GRAPH_H
+#define KILN_GRAPH_H
+
+#include <stdint.h>
+
+extern const int64_t kiln_arena_bytes;
+extern const int64_t kiln_weights_bytes;
+extern const int32_t kiln_graph_num_inputs;
+extern const int32_t kiln_graph_num_outputs;
+extern const int32_t kiln_graph_num_calls;
+extern const char* const kiln_graph_call_names[];
+
+int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs);
+int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
+                           double* call_ms);
+
+#endif
