@@ -16,7 +16,7 @@ from llvmlite import ir
 from ..errors import CodegenError, ScheduleError
 from ..target import Target, get_target
 from ..tir.expr import Var
-from ..tir.functor import walk_expr
+from ..tir.functor import walk_expr, walk_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
 from .analysis import const_int
 from .codegen_llvm import FunctionEmitter, ModuleContext, declare_kernel
@@ -51,8 +51,6 @@ class LaunchConfig:
 
 
 def _bound_loops(stmt: Stmt) -> Iterator[For]:
-    from ..tir.functor import walk_stmt
-
     for s in walk_stmt(stmt):
         if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING:
             yield s
@@ -73,8 +71,6 @@ def launch_config(func: PrimFunc) -> LaunchConfig:
 
 
 def _allocations(stmt: Stmt) -> Iterator[Allocate]:
-    from ..tir.functor import walk_stmt
-
     return (s for s in walk_stmt(stmt) if isinstance(s, Allocate))
 
 

@@ -124,7 +124,7 @@ def test_kernel_bundle_carries_ptx_launches_and_signatures(tmp_path):
     assemble(bundle["ptx"], "sm_80")
 
 
-def test_a_single_output_keeps_its_thread_binding():
+def test_a_single_output_keeps_its_thread_binding(tmp_path):
     """A one-element output (a global sum) is still written by one bound thread, not by every thread."""
     x = te.placeholder((256,), "float32", "x")
     r = te.reduce_axis(256, "r")
@@ -134,3 +134,7 @@ def test_a_single_output_keeps_its_thread_binding():
     func = lower(s, [x, y], "total")
     ptx, launches = emit_ptx([func])
     assert launches["total"].block == (1, 1, 1) and launches["total"].grid == (1, 1, 1)
+    lib = load_kernels(build_library([func], "native", tmp_path / "total.so"))
+    xs, out = np.random.default_rng(4).standard_normal(256, dtype=np.float32), np.zeros(1, np.float32)
+    lib.call("total", xs, out)
+    np.testing.assert_allclose(out[0], xs.sum(dtype=np.float64), rtol=1e-5)

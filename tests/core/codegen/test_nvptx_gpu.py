@@ -25,14 +25,10 @@ NUMPY = {"asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "asinh": np.ar
 TOLERANCE = {"tan": 5e-6, "sin": 1e-6, "cos": 1e-6}  # sin/cos.approx: 2^-20.9 absolute after reduction
 
 
-def _kernels(funcs):
-    return load_cuda_kernels(funcs)
-
-
 def test_cooperative_matmul_on_the_gpu():
     rng = np.random.default_rng(1)
     funcs = [tiled_matmul(64, 96, 128), tiled_matmul(32, 48, 80, tile=8, k_tile=8)]
-    lib = _kernels(funcs)
+    lib = load_cuda_kernels(funcs)
     for func in funcs:
         a_buf, b_buf, c_buf = func.params
         a = rng.standard_normal(a_buf.shape, dtype=np.float32)
@@ -49,7 +45,7 @@ def test_math_accuracy(name):
 
     n = 1 << 16
     func = elementwise_on_grid(lambda v: call(name, v), f"g_{name}", n=n, threads=256)
-    lib = _kernels([func])
+    lib = load_cuda_kernels([func])
     lo, hi = DOMAINS[name]
     x = np.random.default_rng(2).uniform(lo, hi, n).astype(np.float32)
     y = np.zeros(n, np.float32)
@@ -70,7 +66,7 @@ def test_pow_follows_c():
     z = te.compute((8,), lambda i: binop("pow", x[i], y[i]), "z")
     s = create_schedule(z)
     s[z].bind(z.op.axis[0], "threadIdx.x")
-    lib = _kernels([lower(s, [x, y, z], "pow8")])
+    lib = load_cuda_kernels([lower(s, [x, y, z], "pow8")])
     xs = np.array([2, -2, -2, 0, 0, 3, -8, 10], np.float32)
     ys = np.array([10, 3, 2, 2, 0, -1, 1 / 3, 0.5], np.float32)
     out = np.zeros(8, np.float32)
@@ -82,7 +78,7 @@ def test_pow_follows_c():
 
 def test_guarded_last_block():
     func = elementwise_on_grid(lambda v: v * 3 + 1, "affine", n=1000, threads=128)
-    lib = _kernels([func])
+    lib = load_cuda_kernels([func])
     x = np.arange(1000, dtype=np.float32)
     y = np.full(1000 + 0, -1, np.float32)
     lib.call("affine", x, y)
