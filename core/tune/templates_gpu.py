@@ -64,7 +64,7 @@ def conv_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
         return _MIN_THREADS <= threads <= target.max_threads_per_block
     threads = _threads(cfg, ("f_threads", "y_threads", "x_threads"))
     return (_MIN_THREADS <= threads <= target.max_threads_per_block
-            and gpu_conv._shared_bytes(op, cfg, int(cfg["rc_tile"])) <= target.max_shared_bytes)
+            and gpu_conv.conv_shared_bytes(op, cfg, int(cfg["rc_tile"])) <= target.max_shared_bytes)
 
 
 def apply_conv(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:

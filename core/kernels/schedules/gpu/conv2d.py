@@ -163,12 +163,12 @@ def default_tiles(op: ComputeOp, target: Target) -> dict[str, int]:
 
 def _with_rc_tile(op: ComputeOp, tiles: dict[str, int], cg: int) -> dict[str, int]:
     rc_tile = min(cg, 16)
-    while rc_tile > 1 and _shared_bytes(op, tiles, rc_tile) > SHARED_BUDGET:
+    while rc_tile > 1 and conv_shared_bytes(op, tiles, rc_tile) > SHARED_BUDGET:
         rc_tile = -(-rc_tile // 2)
     return {**tiles, "rc_tile": rc_tile}
 
 
-def _shared_bytes(op: ComputeOp, t: Mapping[str, int], rc_tile: int) -> int:
+def conv_shared_bytes(op: ComputeOp, t: Mapping[str, int], rc_tile: int) -> int:
     (sh, sw), (dh, dw), (kh, kw) = op.attrs["strides"], op.attrs["dilations"], op.attrs["kernel"]
     f = t["f_threads"] * t["f_reg"]
     rows = (t["y_threads"] * t["y_reg"] - 1) * sh + (kh - 1) * dh + 1
