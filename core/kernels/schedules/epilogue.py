@@ -52,8 +52,12 @@ def schedule_epilogue(sch: Schedule, outs: Sequence[Tensor], target: Target) -> 
     stages = [s for s in stages if not (s.inlined or s.annotations or s.attach is not None)]
     if len(stages) == 1:
         producer = reduction_feeding(sch, stages[0].op)
-        if producer is not None and not any(s.attach is not None and s.attach[0] is producer for s in sch.stages):
-            at = attach_point(producer)
+        # The producer must still reduce (a cache_write moves its reduction to an accumulator stage);
+        # stages computed at its outer loops (a depthwise conv's padded rows) leave its tile loop free.
+        reduces = producer is not None and any(iv.kind == "reduce" for iv in producer.leaf_iter_vars)
+        at = attach_point(producer) if reduces else None
+        if reduces and not any(s.attach is not None and s.attach[0] is producer and s.attach[1] is at
+                               for s in sch.stages):
             maps = _POINT_MAPS.get(producer.op.tag)
             point_map = maps(producer.op) if maps is not None else None
             if at is not None and (point_map is not None or _fits(sch, stages[0].op, producer.op)):
