@@ -138,17 +138,25 @@ def schedule_conv2d_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target,
 
 
 def schedule_pool_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
-    """(n, c, oh) parallel | ow | kh, kw | block (vectorized): one vector per output pixel."""
-    for op in find_ops(outs, ["pool_nchwc_pad"]):
-        window_pad_stage(sch[Tensor(op)], target)
+    """(n, c, oh) parallel | padded rows | ow.o | kh, kw | ow.i (unrolled) | block (vectorized): as a
+    depthwise conv, several output pixels reduce side by side (independent max/add chains) and only
+    the input rows of the current output row are padded."""
     for op in find_ops(outs, ["pool_nchwc"]):
         stage = sch[Tensor(op)]
         n, c, oh, ow, b = op.axis
         rkh, rkw = op.reduce_axis
-        stage.reorder(n, c, oh, ow, rkh, rkw, b)
+        owo, owi = stage.split(ow, largest_divisor(ow.extent, list(range(MAX_COLUMNS, 0, -1))) or 1)
+        stage.reorder(n, c, oh, owo, rkh, rkw, owi, b)
+        stage.unroll(owi)
         stage.vectorize(b)
         if worth_parallel(extent(op.axis) * extent(op.reduce_axis), target):
             parallelize(stage, [n, c, oh], target)
+        rows = stage.leaf_iter_vars[stage.leaf_iter_vars.index(owo) - 1]
+        for pad in inputs_tagged(op, "pool_nchwc_pad"):
+            depthwise_pad_stage(sch[Tensor(pad)], stage, rows)
+    for op in find_ops(outs, ["pool_nchwc_pad"]):
+        if sch[Tensor(op)].attach is None:
+            window_pad_stage(sch[Tensor(op)], target)
     for op in find_ops(outs, ["pool_nchwc_out"]):
         output_stage(sch, op, outs, target)
 
