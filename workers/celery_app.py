@@ -1,7 +1,11 @@
 """The Celery app, configured from the service settings (SQLite broker by default, Redis at scale)."""
 from __future__ import annotations
 
+import signal
+import sys
+
 from celery import Celery
+from celery.signals import worker_process_init
 
 from service.settings import Settings, get_settings
 
@@ -42,6 +46,16 @@ def create_celery(settings: Settings) -> Celery:
         worker_send_task_events=False,
     )
     return app
+
+
+@worker_process_init.connect
+def _exit_cleanly_on_sigterm(**_) -> None:
+    """SIGTERM's default action kills a pool process wherever it is, possibly while it holds the lock
+    of the result queue it shares with its siblings: the replacement process then waits on that lock
+    forever and the worker takes no job again (billiard). As a Python exception instead, the exit
+    unwinds (locks released, the sandboxed compile killed) and the worker queues the job again
+    (acks_late and reject_on_worker_lost)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 app = create_celery(get_settings())
