@@ -6,7 +6,8 @@ inner step), and unroll kw and ib. A tile of oh_tile x oc_tile x ow_tile vector 
 in registers for the whole reduction; each step loads oc_tile weight vectors (contiguous, packed
 OIHW[x]i[y]o) and broadcasts oh_tile x ow_tile input scalars, for as many FMAs as accumulators. A
 1x1 conv is the same tile over pixels x channels: a GEMM micro-kernel with K = ic x ib.
-Depthwise convs vectorize the shared channel block: (n, c, oh) parallel | pad rows | ow.o | kh, kw | ow.i | c.i.
+Depthwise convs vectorize the shared channel block: (n, c, oh) parallel | padded input rows | ow.o |
+kh, kw | ow.i | c.i.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Optional, Sequence
 
 from ...target import Target
 from ...te.schedule import Schedule, Stage
-from ...te.tensor import ComputeOp, Tensor
+from ...te.tensor import ComputeOp, IterVar, Tensor
 from .epilogue import schedule_epilogue
 from .generic import extent, output_stage, parallelize, reduce_stage, window_pad_stage, worth_parallel
 from .util import find_ops, inputs_tagged, largest_divisor
@@ -95,17 +96,20 @@ def schedule_conv_nchwc_stage(sch: Schedule, op: ComputeOp, target: Target, ow_t
     if worth_parallel(extent(op.axis) * extent(op.reduce_axis), target):
         parallelize(stage, outer, target)
     if op.attrs.get("depthwise"):
-        rows = stage.leaf_iter_vars[stage.leaf_iter_vars.index(owo) - 1]  # the (fused) output-row loop
-        for pad in inputs_tagged(op, "conv2d_nchwc_pad"):
-            depthwise_pad_stage(sch[Tensor(pad)], stage, rows)
+        pad_rows_at(sch, op, owo, "conv2d_nchwc_pad")
 
 
-def depthwise_pad_stage(pad: Stage, conv: Stage, rows) -> None:
-    """A depthwise conv pads only the input rows of its current output rows (one channel block),
-    into a buffer that stays in L1: padding the whole input first was a pass over memory as long
-    as the conv itself (2.4-2.7x slower for mobilenet_v2's stride-2 layers)."""
-    pad.compute_at(conv, rows)
-    pad.vectorize(pad.leaf_iter_vars[-1])
+def pad_rows_at(sch: Schedule, op: ComputeOp, columns: IterVar, pad_tag: str) -> None:
+    """A window op with one channel block per output (depthwise conv, pool) pads only the input rows
+    of its current output rows, into a buffer that stays in L1, computed at the (fused) row loop
+    just outside `columns`: padding the whole input first was a pass over memory as long as the op
+    itself (2.4-2.7x slower for mobilenet_v2's stride-2 depthwise layers, 4.8x for resnet18's MaxPool)."""
+    stage = sch[Tensor(op)]
+    rows = stage.leaf_iter_vars[stage.leaf_iter_vars.index(columns) - 1]
+    for pad_op in inputs_tagged(op, pad_tag):
+        pad = sch[Tensor(pad_op)]
+        pad.compute_at(stage, rows)
+        pad.vectorize(pad.leaf_iter_vars[-1])
 
 
 def blocked_pad_stage(stage: Stage, target: Target) -> None:
@@ -151,9 +155,7 @@ def schedule_pool_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target) -
         stage.vectorize(b)
         if worth_parallel(extent(op.axis) * extent(op.reduce_axis), target):
             parallelize(stage, [n, c, oh], target)
-        rows = stage.leaf_iter_vars[stage.leaf_iter_vars.index(owo) - 1]
-        for pad in inputs_tagged(op, "pool_nchwc_pad"):
-            depthwise_pad_stage(sch[Tensor(pad)], stage, rows)
+        pad_rows_at(sch, op, owo, "pool_nchwc_pad")
     for op in find_ops(outs, ["pool_nchwc_pad"]):
         if sch[Tensor(op)].attach is None:
             window_pad_stage(sch[Tensor(op)], target)
