@@ -3,6 +3,7 @@ and MatMul (tiled, and matrix-vector) schedules as config spaces. Candidates are
 bundles measured on the GPU by the same tuner (measure.py), their records shared like the CPU's."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 from ..kernels.schedules.gpu import conv2d as gpu_conv
@@ -25,10 +26,7 @@ def _options(limit: int, candidates: Sequence[int], default: int) -> list[int]:
 
 
 def _threads(cfg: Mapping[str, Any], names: Sequence[str]) -> int:
-    total = 1
-    for name in names:
-        total *= int(cfg[name])
-    return total
+    return math.prod(int(cfg[name]) for name in names)
 
 
 # -- Conv -----------------------------------------------------------------------------------------
@@ -88,7 +86,7 @@ def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> 
 
 
 def read_matmul_default(stage: Stage) -> dict:
-    return {"k_split": 16} if gemv.applies(stage.op) else gpu_dense.default_tiles(stage.op)
+    return {"k_split": gemv.DEFAULT_K_SPLIT} if gemv.applies(stage.op) else gpu_dense.default_tiles(stage.op)
 
 
 def matmul_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:

@@ -18,6 +18,9 @@ MAX_ROWS = 4  # products with at most this many rows (times the batch) take this
 COLUMNS = 32  # one warp of consecutive columns
 
 
+DEFAULT_K_SPLIT = 16  # threads sharing one column's reduction when untuned
+
+
 def applies(mm: ComputeOp) -> bool:
     rows = 1
     for d in mm.shape[:-1]:
@@ -25,7 +28,7 @@ def applies(mm: ComputeOp) -> bool:
     return rows <= MAX_ROWS and mm.reduce_axis[0].extent >= 64
 
 
-def schedule_gemv(sch: Schedule, mm: ComputeOp, out: Stage, k_split: int = 16) -> None:
+def schedule_gemv(sch: Schedule, mm: ComputeOp, out: Stage, k_split: int = DEFAULT_K_SPLIT) -> None:
     """`out`: the kernel output reading `mm` at its own point (or mm itself); knob: k_split, the
     threads (threadIdx.y) sharing one column's reduction."""
     stage = sch[Tensor(mm)]
