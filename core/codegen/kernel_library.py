@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -75,16 +76,26 @@ class KernelLibrary:
         """Run kernel `name` once on `arrays` (inputs, outputs, workspaces, in parameter order)."""
         self._func(name)(*self._pointers(name, arrays))
 
+    def bind(self, name: str, *arrays: np.ndarray) -> Callable[[], None]:
+        """Kernel `name` on `arrays`, checked once: a call that costs no more than the kernel (timing loops)."""
+        fn, ptrs = self._func(name), self._pointers(name, arrays)
+
+        def call() -> None:
+            fn(*ptrs)
+
+        call.arrays = arrays  # the pointers are into these: they must live as long as the call
+        return call
+
     def time_ms(self, name: str, *arrays: np.ndarray, repeat: int = 10, number: int = 1, warmup: int = 1) -> float:
         """Median wall time of one call in milliseconds (each sample averages `number` calls)."""
-        fn, ptrs = self._func(name), self._pointers(name, arrays)
+        call = self.bind(name, *arrays)
         for _ in range(warmup):
-            fn(*ptrs)
+            call()
         samples = []
         for _ in range(max(1, repeat)):
             t0 = time.perf_counter()
             for _ in range(max(1, number)):
-                fn(*ptrs)
+                call()
             samples.append((time.perf_counter() - t0) * 1e3 / max(1, number))
         return statistics.median(samples)
 

@@ -13,7 +13,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 from .. import __version__
 
-RECORD_VERSION = 1
+# 2: CPU costs are timed with cold weights (measure.LocalRunner), not comparable with 1's warm ones.
+RECORD_VERSION = 2
 
 
 @dataclass(frozen=True)

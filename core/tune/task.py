@@ -44,10 +44,15 @@ def anchor_of(nodes: Sequence[Node]) -> Node:
     return max(nodes, key=lambda n: get_op(n.op).pattern)  # the op lower_group schedules the group by
 
 
+def group_inputs(nodes: Sequence[Node]) -> list[str]:
+    """The values a group reads from outside it, in the order of the kernel's input parameters."""
+    produced = {o for n in nodes for o in n.outputs}
+    return list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
+
+
 def workload(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str], target: Target) -> dict:
     """What decides the kernel's code: input/output types, every op with its attrs, the target."""
-    produced = {o for n in nodes for o in n.outputs}
-    inputs = list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
+    inputs = group_inputs(nodes)
     index = {v: f"in{k}" for k, v in enumerate(inputs)}
     index.update({o: f"v{k}" for k, o in enumerate(o for n in nodes for o in n.outputs)})
     types = lambda vs: [[list(graph.type_of(v).shape), graph.type_of(v).dtype] for v in vs]  # noqa: E731
@@ -86,6 +91,7 @@ class Task:
     outputs: tuple[str, ...]
     flops: int
     weight: int = 1
+    constant_inputs: tuple[int, ...] = ()  # input parameters that are model weights (measured cold)
     _space: Optional[ConfigSpace] = field(default=None, repr=False)
     _anchor: Optional[ComputeOp] = field(default=None, repr=False)
 
@@ -142,8 +148,9 @@ def group_task(node: Node, graph: Graph, target: Target) -> Optional[Task]:
         return None
     outputs = list(node.outputs)
     desc = workload(nodes, types, outputs, target)
+    constants = tuple(k for k, v in enumerate(group_inputs(nodes)) if v in graph.constants)
     return Task(workload_key(desc), desc, template, target, tuple(nodes), types, tuple(outputs),
-                sum(_flops(n, types) for n in nodes))
+                sum(_flops(n, types) for n in nodes), constant_inputs=constants)
 
 
 def extract_tasks(graph: Graph, target: Target) -> list[Task]:

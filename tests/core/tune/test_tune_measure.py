@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from core.tune.measure import BuildResult, LocalRunner, MeasureErrorNo, Measurer
@@ -50,6 +51,25 @@ def test_runner_survives_crash_hang_and_wrong_answers(bad_library):
     assert "SIGSEGV" in results[2].error_msg and "SIGABRT" in results[6].error_msg
     ok = results[-1]
     assert len(ok.costs) == 2 and all(c > 0 for c in ok.costs)
+
+
+def test_cold_timing_gives_each_call_its_own_weights():
+    from core.tune.measure_worker import MAX_COLD_COPIES, cold_sets
+
+    data, weights, out = np.ones(16, np.float32), np.arange(256, dtype=np.float32), np.zeros(16, np.float32)
+    sets = cold_sets([data, weights, out], [1], 4096)
+    assert len(sets) == 4  # 4 x 1 KiB of weights
+    assert len({id(s[1]) for s in sets}) == 4 and all(np.array_equal(s[1], weights) for s in sets)
+    assert all(s[0] is data and s[2] is out for s in sets)  # activations and outputs stay shared
+    assert len(cold_sets([data, weights, out], [1], 1 << 30)) == MAX_COLD_COPIES
+    assert cold_sets([data, weights, out], [], 4096) == [[data, weights, out]]
+    assert cold_sets([data, weights, out], [1], 0) == [[data, weights, out]]
+
+
+def test_runner_times_constant_inputs_cold(bad_library):
+    runner = LocalRunner(timeout_s=2.0, min_repeat_ms=1.0, repeat=2, threads=0, cold_bytes=1 << 20)
+    results = runner.run([BuildResult(bad_library, "ok")], reference=BuildResult(bad_library, "ok"), constant_inputs=[0])
+    assert results[0].ok and len(results[0].costs) == 2
 
 
 def test_reference_that_crashes_fails_every_candidate_cleanly(bad_library):

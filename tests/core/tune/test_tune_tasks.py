@@ -16,6 +16,16 @@ def test_identical_workloads_share_a_task(tiny_tasks):
     assert "Relu" in convs[0].desc["epilogue"]
 
 
+def test_constant_inputs_are_the_kernels_weight_parameters(tiny_tasks, tiny_graph):
+    from core.tune.task import group_inputs
+
+    for task in tiny_tasks:
+        inputs = group_inputs(task.nodes)
+        assert task.constant_inputs  # conv weights and bias, MatMul weights
+        assert [k for k, v in enumerate(inputs) if v in tiny_graph.constants] == list(task.constant_inputs)
+        assert 0 not in task.constant_inputs  # each kernel's first input is the activation
+
+
 def test_keys_are_stable_and_distinguish_workloads(tiny_tasks, make_tiny_cnn):
     tiny_cnn = make_tiny_cnn
     again = extract_tasks(optimize(import_onnx(tiny_cnn()), 3), get_target("native"))
