@@ -1,8 +1,8 @@
 """Tuning benchmark (issue 7), one table per must-show; each part runs alone (0 skips it):
 
   1. --tasks N: trials to reach 95% of the best config any method found, XGBoost vs random search,
-     median over --seeds, on the N resnet18 conv tasks with the largest spaces (plus the dense layer
-     from N >= 4); also cost-model fit/predict time per batch (must-show 4).
+     median over --seeds, on the N resnet18 conv tasks with the largest spaces or, with --pick
+     deepest, the most weights (plus the dense layer from N >= 4); also cost-model fit/predict time per batch (must-show 4).
   2. --latency-trials N / --budget-minutes M: resnet18 and mobilenet_v2 tuned (at most M minutes of
      tuning each), latency untuned / tuned / ONNX Runtime, interleaved, same thread count.
   3. --transfer-trials N: mobilenet_v2 tuned with N trials from scratch, with resnet18's records as
@@ -122,10 +122,17 @@ class CachedMeasure:
         return max((self.gflops(i) for i in self.cache), default=0.0)
 
 
-def pick_tasks(tasks, n):
-    """Distinct conv shapes (input, kernel, stride) with the largest spaces, plus the dense layer from n >= 4."""
+# How part 1 orders resnet18's conv tasks before taking the first of each distinct shape.
+PICKS = {
+    "largest": lambda t: -len(t.space),  # the most configs
+    "deepest": lambda t: -t.anchor_op.reduce_axis[0].extent * t.anchor_op.attrs["kernel"][0],  # the most weights
+}
+
+
+def pick_tasks(tasks, n, order: str = "largest"):
+    """Distinct conv shapes (input, kernel, stride), first by `order` (PICKS), plus the dense layer from n >= 4."""
     convs, seen = [], set()
-    for t in sorted((t for t in tasks if t.template.op in ("Conv2dNCHWc", "Conv")), key=lambda t: -len(t.space)):
+    for t in sorted((t for t in tasks if t.template.op in ("Conv2dNCHWc", "Conv")), key=PICKS[order]):
         shape = (str(t.desc["inputs"][0]), t.anchor_op.attrs["kernel"], t.anchor_op.attrs["strides"])
         if shape not in seen:
             seen.add(shape)
@@ -141,7 +148,7 @@ def run_search(args) -> None:
     else:
         with layout_target(target):  # blocked layouts of the target's vector width, as compiles do
             graph = optimize(import_onnx(model_path("resnet18")), 3)
-    tasks = pick_tasks(extract_tasks(graph, target), args.tasks)
+    tasks = pick_tasks(extract_tasks(graph, target), args.tasks, args.pick)
     if args.only_task is not None:  # one task per run: a GPU machine lent for short calls
         tasks = tasks[args.only_task:args.only_task + 1]
     runner = LocalRunner(timeout_s=10, min_repeat_ms=args.min_repeat_ms, repeat=3, threads=args.threads,
@@ -340,6 +347,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", type=int, default=3, help="part 1: resnet18 tasks (0 skips it)")
     p.add_argument("--trials", type=int, default=200, help="part 1: trials per tuning run")
+    p.add_argument("--pick", choices=sorted(PICKS), default="largest",
+                   help="part 1: which conv tasks: the largest spaces, or the most weights (streamed from memory)")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--target", default="native", help="part 1: target whose templates are searched (e.g. cuda)")
     p.add_argument("--features", choices=["itervar", "knob"], default="itervar",

@@ -13,9 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "kiln_float_mode.h"
 #include "kiln_graph.h"
@@ -55,21 +52,12 @@ double kiln_runtime_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
-
 static void* alloc64(int64_t bytes) {
     void* p = NULL;
     /* Round up to whole cache lines; never ask for 0 bytes, so a valid pointer always comes back. */
     size_t size = (size_t)((bytes + 63) / 64 * 64);
     if (size == 0) size = 64;
-    /* Weights are streamed from memory once per run: on 4 KiB pages every 4 KiB costs a TLB miss
-     * (resnet18's 3x3 convs on 7x7 maps, 9.4 MB of weights each, measured 5% faster on transparent huge pages). The kernel only backs
-     * aligned, advised ranges with them, and only when the memory is first touched (the memset). */
-    size_t align = size >= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : 64;
-    if (posix_memalign(&p, align, size) != 0) return NULL;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (align == HUGE_PAGE_BYTES) madvise(p, size / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES, MADV_HUGEPAGE);
-#endif
+    if (posix_memalign(&p, 64, size) != 0) return NULL;
     memset(p, 0, size);
     return p;
 }

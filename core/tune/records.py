@@ -6,10 +6,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from .. import __version__
 
@@ -129,10 +130,36 @@ class RecordsDB:
     def records(self, workload: str, target: str) -> list[Record]:
         return list(self._by_key.get((workload, target, self.compiler_version), []))
 
-    def best(self, workload: str, target: str) -> Optional[Record]:
-        """The fastest successful record of the workload on the target."""
-        ok = [r for r in self.records(workload, target) if r.ok]
-        return max(ok, key=lambda r: r.gflops) if ok else None
+    def best(self, workload: str, target: str, default: Optional[Mapping[str, Any]] = None,
+             min_gain: float = 0.0) -> Optional[Record]:
+        """The config to apply, as a record whose gflops is the median over that config's records:
+        the fastest median, unless the `default` config (its knob values) has records and the
+        fastest beats it by less than `min_gain` (a fraction): within the noise, the heuristic's
+        schedule stays (a near-tie won by one lucky timing ran 1.6x slower than it in resnet18)."""
+        by_config: dict[str, list[Record]] = {}
+        for r in self.records(workload, target):
+            if r.ok:
+                by_config.setdefault(json.dumps(r.config, sort_keys=True), []).append(r)
+        if not by_config:
+            return None
+        medians = {k: replace(recs[-1], gflops=statistics.median(r.gflops for r in recs)) for k, recs in by_config.items()}
+        best = max(medians.values(), key=lambda r: r.gflops)
+        fallback = medians.get(json.dumps(dict(default), sort_keys=True)) if default is not None else None
+        if fallback is not None and best.gflops < fallback.gflops * (1 + min_gain):
+            return fallback
+        return best
+
+    def top(self, workload: str, target: str, k: int) -> list[Record]:
+        """The k configs with the fastest single records (one record each): the candidates to confirm."""
+        seen, out = set(), []
+        for r in sorted((r for r in self.records(workload, target) if r.ok), key=lambda r: -r.gflops):
+            key = json.dumps(r.config, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out.append(r)
+            if len(out) == k:
+                break
+        return out
 
     def others(self, workload: str, target: str, op: str, feature_version: int) -> dict[str, list[Record]]:
         """Records of other workloads of the same op on the same target that carry features."""

@@ -100,6 +100,12 @@ class TuningOutcome:
         return task.schedule_fn(self.chosen[task.key][1])
 
 
+# Choosing a task's config: after at least CONFIRM_AFTER trials, its CONFIRM_TOP fastest configs and
+# the default are measured once more (the best of many noisy timings is partly luck), and a config
+# must beat the default's median by MIN_GAIN to replace it.
+CONFIRM_AFTER = 32
+CONFIRM_TOP = 3
+MIN_GAIN = 0.03
 HISTORY_PER_WORKLOAD = 200  # records of one other workload the model pre-trains on (fit time grows with them)
 
 
@@ -140,6 +146,17 @@ def _measure_and_record(task: Task, measurer: Measurer, db: RecordsDB):
     return measure
 
 
+def _confirm(task: Task, measure, db: RecordsDB) -> int:
+    """Measure the task's fastest few configs and its default once more (records, like any trial);
+    returns how many were measured."""
+    configs = {task.space.default.index: task.space.default}
+    for rec in db.top(task.key, task.target.name, CONFIRM_TOP):
+        config = task.space.from_values(rec.config)
+        configs.setdefault(config.index, config)
+    measure(list(configs.values()))
+    return len(configs)
+
+
 def _can_measure(target: Target) -> bool:
     if target.kind == "cuda":  # candidates run on this machine's GPU, through the CUDA driver
         from ..runtime.loader import cuda_device_count
@@ -159,7 +176,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
     cache_hits = 0
     todo: list[Task] = []
     for task in tasks:
-        best = db.best(task.key, target.name)
+        best = db.best(task.key, target.name, task.space.default.values, MIN_GAIN)
         config = None
         if best is not None:
             try:
@@ -209,24 +226,31 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
         def on_batch(res: TuneResult, base=base) -> None:
             notify("tune", min(1.0, (base + res.trials) / max(1, planned)))
 
+        measure = _measure_and_record(task, measurer, db)
         try:
-            result = tune(task, tuner, _measure_and_record(task, measurer, db), share, opts.batch_size,
-                          opts.early_stopping, task_deadline, on_batch)
+            result = tune(task, tuner, measure, share, opts.batch_size, opts.early_stopping, task_deadline, on_batch)
+            confirmed = 0
+            if result.trials >= CONFIRM_AFTER and (deadline is None or time.monotonic() < deadline):
+                confirmed = _confirm(task, measure, db)
         finally:
             measurer.close()
         done += result.trials
         if isinstance(tuner, XGBTuner):
             fit_s += tuner.model.times.fits
             predict_s += tuner.model.times.predicts
-        if result.best is not None:
-            outcome.chosen[task.key] = (task, dict(result.best.values))
+        chosen = db.best(task.key, target.name, task.space.default.values, MIN_GAIN)
+        if result.best is not None and chosen is not None:
+            outcome.chosen[task.key] = (task, dict(task.space.from_values(chosen.config).values))
         entries[task.key] = {"workload": task.name, "key": task.key, "weight": task.weight, "trials": result.trials,
                              "best_gflops": round(result.best_gflops, 3),
                              "default_gflops": round(result.default_gflops, 3),
                              "curve": [list(p) for p in result.curve], "errors": result.errors,
-                             "stopped": result.stopped, "cached": False,
+                             "stopped": result.stopped, "cached": False, "confirmed": confirmed,
                              "transfer_workloads": getattr(tuner, "history_groups", 0),
-                             "best_config": result.best.to_json() if result.best else None}
+                             "best_config": result.best.to_json() if result.best else None,
+                             # what the compile applies: a confirmed median, or the default's (MIN_GAIN)
+                             "chosen_config": chosen.config if chosen is not None else None,
+                             "chosen_gflops": round(chosen.gflops, 3) if chosen is not None else None}
     notify("tune", 1.0)
     outcome.report = {
         "trials": done, "time_s": round(time.perf_counter() - start, 3), "cache_hits": cache_hits,
