@@ -143,7 +143,10 @@ class RecordsDB:
         if not by_config:
             return None
         medians = {k: replace(recs[-1], gflops=statistics.median(r.gflops for r in recs)) for k, recs in by_config.items()}
-        best = max(medians.values(), key=lambda r: r.gflops)
+        # Once some configs were measured again, only those compete: a config timed once would win
+        # by the same luck that the second timing took away from the others.
+        confirmed = [medians[k] for k, recs in by_config.items() if len(recs) > 1]
+        best = max(confirmed or medians.values(), key=lambda r: r.gflops)
         fallback = medians.get(json.dumps(dict(default), sort_keys=True)) if default is not None else None
         if fallback is not None and best.gflops < fallback.gflops * (1 + min_gain):
             return fallback

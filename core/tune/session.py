@@ -146,6 +146,17 @@ def _measure_and_record(task: Task, measurer: Measurer, db: RecordsDB):
     return measure
 
 
+def _choose(db: RecordsDB, task: Task) -> tuple[Optional[Config], Optional[Record]]:
+    """The config to apply from the records (and the record that stands for it), if any."""
+    best = db.best(task.key, task.target.name, task.space.default.values, MIN_GAIN)
+    if best is None:
+        return None, None
+    try:
+        return task.space.from_values(best.config), best
+    except ConfigSpaceError:  # recorded for an older space: tune again
+        return None, None
+
+
 def _confirm(task: Task, measure, db: RecordsDB) -> int:
     """Measure the task's fastest few configs and its default once more (records, like any trial);
     returns how many were measured."""
@@ -176,13 +187,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
     cache_hits = 0
     todo: list[Task] = []
     for task in tasks:
-        best = db.best(task.key, target.name, task.space.default.values, MIN_GAIN)
-        config = None
-        if best is not None:
-            try:
-                config = task.space.from_values(best.config)
-            except ConfigSpaceError:
-                config = None  # recorded for an older space: tune again
+        config, best = _choose(db, task)
         if config is not None:
             cache_hits += 1
             outcome.chosen[task.key] = (task, dict(config.values))
@@ -238,9 +243,9 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
         if isinstance(tuner, XGBTuner):
             fit_s += tuner.model.times.fits
             predict_s += tuner.model.times.predicts
-        chosen = db.best(task.key, target.name, task.space.default.values, MIN_GAIN)
-        if result.best is not None and chosen is not None:
-            outcome.chosen[task.key] = (task, dict(task.space.from_values(chosen.config).values))
+        config, chosen = _choose(db, task)
+        if result.best is not None:
+            outcome.chosen[task.key] = (task, dict((config or result.best).values))
         entries[task.key] = {"workload": task.name, "key": task.key, "weight": task.weight, "trials": result.trials,
                              "best_gflops": round(result.best_gflops, 3),
                              "default_gflops": round(result.default_gflops, 3),
