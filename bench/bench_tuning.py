@@ -2,7 +2,8 @@
 
   1. --tasks N: trials to reach 95% of the best config any method found, XGBoost vs random search,
      median over --seeds, on the N resnet18 conv tasks with the largest spaces or, with --pick
-     deepest, the most weights (plus the dense layer from N >= 4); also cost-model fit/predict time per batch (must-show 4).
+     deepest, the most weights (plus the dense layer from N >= 4); also cost-model fit/predict
+     time per batch (must-show 4).
   2. --latency-trials N / --budget-minutes M: resnet18 and mobilenet_v2 tuned (at most M minutes of
      tuning each), latency untuned / tuned / ONNX Runtime, interleaved, same thread count.
   3. --transfer-trials N: mobilenet_v2 tuned with N trials from scratch, with resnet18's records as
