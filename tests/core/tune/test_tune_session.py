@@ -58,3 +58,24 @@ def test_other_workloads_records_pre_train_the_model(tmp_path, tiny_graph, tiny_
     conv = next(t for t in outcome.report["tasks"] if t["workload"].startswith("Conv2dNCHWc"))
     assert conv["transfer_workloads"] == 1 and conv["trials"] > 0 and conv["best_gflops"] > 0
     assert outcome.report["cost_model"]["fits"] > 0
+
+
+def test_confirmation_times_the_top_configs_and_the_default_again(conv_task):
+    from core.tune.measure import LocalRunner, Measurer
+
+    space, db = conv_task.space, RecordsDB()
+    others = [c for c in space if conv_task.valid(c) and c.index != space.default.index][:5]
+    # One earlier timing each: the default at 100 GFLOP/s, five others from 90 to 130.
+    db.add([Record(conv_task.key, "native", c.to_json(), c.index, (1e-3,), 0, g, conv_task.template.op)
+            for c, g in [(space.default, 100.0)] + list(zip(others, (130.0, 120.0, 110.0, 95.0, 90.0)))])
+    measurer = Measurer(conv_task, LocalRunner(timeout_s=20, min_repeat_ms=1.0, repeat=1, threads=1))
+    try:
+        assert session._confirm(conv_task, session._measure_and_record(conv_task, measurer, db), db) == 4
+    finally:
+        measurer.close()
+    again = {r.index for r in db.records(conv_task.key, "native")[6:]}  # the records _confirm added
+    assert again == {space.default.index, others[0].index, others[1].index, others[2].index}
+    config, record = session._choose(db, conv_task)
+    assert config.index in again  # only configs timed twice compete; the real timings decide which
+    default = [r.gflops for r in db.records(conv_task.key, "native") if r.index == space.default.index]
+    assert config.index == space.default.index or record.gflops >= np.median(default) * (1 + session.MIN_GAIN)
