@@ -59,19 +59,15 @@ MAX_COLD_COPIES = 64  # small weights: a few MB of copies already leave the priv
 def _time(lib, name: str, sets, min_repeat_ms: float, repeat: int) -> list[float]:
     """`repeat` samples, each long enough (>= min_repeat_ms) for the timer: seconds per call, the
     calls going round the argument `sets`."""
-    calls = [lib.bind(name, *arrays) for arrays in sets] if hasattr(lib, "bind") else None
-    if calls is None:  # a GPU bundle: its own timer, on device-resident copies
-        start = time.perf_counter()
-        lib.call(name, *sets[0])
-        once = max(time.perf_counter() - start, 1e-7)
-        number = max(1, int(min_repeat_ms / 1e3 / once))
-        return [lib.time_ms(name, *sets[0], repeat=1, number=number, warmup=0) / 1e3 for _ in range(repeat)]
-    for call in calls:  # warm-up: each copy's pages are touched once
-        call()
     start = time.perf_counter()
-    calls[0]()
+    lib.call(name, *sets[0])
     once = max(time.perf_counter() - start, 1e-7)
     number = max(1, int(min_repeat_ms / 1e3 / once))
+    if not hasattr(lib, "bind"):  # a GPU bundle: its own timer, on device-resident copies
+        return [lib.time_ms(name, *sets[0], repeat=1, number=number, warmup=0) / 1e3 for _ in range(repeat)]
+    calls = [lib.bind(name, *arrays) for arrays in sets]
+    for call in calls:  # warm-up: each copy's pages are touched once
+        call()
     turn, samples = itertools.cycle(calls), []
     for _ in range(repeat):
         start = time.perf_counter()

@@ -18,6 +18,11 @@ from .. import __version__
 RECORD_VERSION = 2
 
 
+def _config_key(config: Mapping[str, Any]) -> str:
+    """One config's identity across records (its knob values; the index may change with the space)."""
+    return json.dumps(dict(config), sort_keys=True)
+
+
 @dataclass(frozen=True)
 class Record:
     workload: str  # the task's workload key
@@ -139,7 +144,7 @@ class RecordsDB:
         by_config: dict[str, list[Record]] = {}
         for r in self.records(workload, target):
             if r.ok:
-                by_config.setdefault(json.dumps(r.config, sort_keys=True), []).append(r)
+                by_config.setdefault(_config_key(r.config), []).append(r)
         if not by_config:
             return None
         medians = {k: replace(recs[-1], gflops=statistics.median(r.gflops for r in recs)) for k, recs in by_config.items()}
@@ -147,7 +152,7 @@ class RecordsDB:
         # by the same luck that the second timing took away from the others.
         confirmed = [medians[k] for k, recs in by_config.items() if len(recs) > 1]
         best = max(confirmed or medians.values(), key=lambda r: r.gflops)
-        fallback = medians.get(json.dumps(dict(default), sort_keys=True)) if default is not None else None
+        fallback = medians.get(_config_key(default)) if default is not None else None
         if fallback is not None and best.gflops < fallback.gflops * (1 + min_gain):
             return fallback
         return best
@@ -156,7 +161,7 @@ class RecordsDB:
         """The k configs with the fastest single records (one record each): the candidates to confirm."""
         seen, out = set(), []
         for r in sorted((r for r in self.records(workload, target) if r.ok), key=lambda r: -r.gflops):
-            key = json.dumps(r.config, sort_keys=True)
+            key = _config_key(r.config)
             if key not in seen:
                 seen.add(key)
                 out.append(r)

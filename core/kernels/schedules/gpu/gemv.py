@@ -16,8 +16,6 @@ from ....tir.functor import substitute
 
 MAX_ROWS = 4  # products with at most this many rows (times the batch) take this schedule
 COLUMNS = 32  # one warp of consecutive columns
-
-
 DEFAULT_K_SPLIT = 16  # threads sharing one column's reduction when untuned
 
 
