@@ -28,6 +28,7 @@ with long ones.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -47,7 +48,7 @@ from core.frontend import import_onnx  # noqa: E402
 from core.graph.passes.alter_layout import layout_target  # noqa: E402
 from core.graph.passes.manager import optimize  # noqa: E402
 from core.target import get_target  # noqa: E402
-from core.tune.measure import LocalRunner, Measurer  # noqa: E402
+from core.tune.measure import LocalRunner, MeasureErrorNo, MeasureResult, Measurer  # noqa: E402
 from core.tune.task import extract_tasks  # noqa: E402
 from core.tune.tuner import RandomTuner, XGBTuner, tune  # noqa: E402
 
@@ -84,12 +85,19 @@ def model_path(name: str) -> Path:
 
 # -- 1. search efficiency --------------------------------------------------------------------------
 class CachedMeasure:
-    """Measures each config of a task once; later requests for it reuse the result."""
+    """Measures each config of a task once; later requests for it reuse the result. With a `store`
+    (JSON lines), results also persist across runs, so a run cut short (a GPU machine lent for
+    10-minute calls) goes on where it stopped: the seeded tuners replay their measured trials."""
 
-    def __init__(self, task, runner):
+    def __init__(self, task, runner, store: "Path | None" = None):
         self.task, self.measurer = task, Measurer(task, runner)
-        self.cache = {}
+        self.cache, self.store = {}, store
         self.seconds = 0.0
+        if store is not None and store.exists():
+            for line in store.read_text().splitlines():
+                row = json.loads(line)
+                if row["task"] == task.key:
+                    self.cache[row["index"]] = MeasureResult(tuple(row["costs"]), MeasureErrorNo(row["error_no"]))
 
     def __call__(self, configs):
         todo = [c for c in configs if c.index not in self.cache]
@@ -98,6 +106,11 @@ class CachedMeasure:
             _, results = self.measurer.measure(todo)
             self.seconds += time.perf_counter() - start
             self.cache.update({c.index: r for c, r in zip(todo, results)})
+            if self.store is not None:
+                with self.store.open("a") as f:
+                    for c, r in zip(todo, results):
+                        f.write(json.dumps({"task": self.task.key, "index": c.index, "costs": list(r.costs),
+                                            "error_no": int(r.error_no)}) + "\n")
         return [self.cache[c.index] for c in configs]
 
     def remeasure_top(self, k: int, times: int = 2) -> None:
@@ -153,7 +166,7 @@ def run_search(args) -> None:
     if args.only_task is not None:  # one task per run: a GPU machine lent for short calls
         tasks = tasks[args.only_task:args.only_task + 1]
     runner = LocalRunner(timeout_s=10, min_repeat_ms=args.min_repeat_ms, repeat=3, threads=args.threads,
-                         memory_bytes=0 if target.kind == "cuda" else 8 << 30)
+                         memory_bytes=0 if target.kind == "cuda" else 8 << 30, timing_lock=args.timing_lock)
     fits, predicts, feats, ratios = [], [], [], []
     start = "the heuristic default first" if args.default_first else "random points (the heuristic default is its own column)"
     print(f"\n## Must-show 1: trials to reach {REACH:.0%} of the best config any method found (resnet18, -O3, "
@@ -165,7 +178,7 @@ def run_search(args) -> None:
           "| xgb per seed | random per seed | configs measured | measuring s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|", flush=True)
     for task in tasks:
-        measure = CachedMeasure(task, runner)
+        measure = CachedMeasure(task, runner, Path(args.cache) if args.cache else None)
         measure([task.space.default])  # the heuristic's own point: a column, and a candidate for "best"
         curves = {"xgb": [], "random": []}
         for seed in range(args.seeds):
@@ -356,6 +369,8 @@ def main() -> None:
                    help="part 1: the XGBoost tuner's features (knob: the cheap baseline)")
     p.add_argument("--only-task", type=int, default=None, help="part 1: run only this one of the picked tasks")
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--timing-lock", default=None, help="part 1: a file parallel runs lock while timing a kernel")
+    p.add_argument("--cache", default=None, help="part 1: JSON-lines file keeping measurements across runs")
     p.add_argument("--default-first", action="store_true",
                    help="part 1: tuners measure the heuristic default first (as compiles do)")
     p.add_argument("--threads", type=int, default=0, help="kernel and ONNX Runtime threads (0: all cores)")

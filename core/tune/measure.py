@@ -158,6 +158,9 @@ class _Worker:
                 pass
 
 
+MAX_WORKER_REQUESTS = 512
+
+
 def last_level_cache_bytes(default: int = 32 << 20) -> int:
     """The largest CPU cache this machine reports (Linux sysfs), or `default`."""
     sizes = []
@@ -176,29 +179,53 @@ class LocalRunner:
     `cold_bytes`: on the CPU, each timed call reads the kernel's weights from its own copy, copies
     totalling at least this much (default: twice the last-level cache), as in a model whose weights
     do not fit in the cache. Timed warm, the best config of resnet18's 3x3 convs on 7x7 maps took
-    1.57 ms, but 1.97 ms cold and in the model; one with sequential weight reads, 1.52 and 1.63 ms."""
+    1.57 ms, but 1.97 ms cold and in the model; one with sequential weight reads, 1.52 and 1.63 ms.
+
+    `timing_lock`: a file that runners sharing the machine lock while timing, one at a time."""
 
     def __init__(self, timeout_s: float = 10.0, min_repeat_ms: float = 20.0, repeat: int = 3, threads: int = 0,
-                 memory_bytes: int = 8 << 30, seed: int = 0, cold_bytes: Optional[int] = None):
+                 memory_bytes: int = 8 << 30, seed: int = 0, cold_bytes: Optional[int] = None,
+                 timing_lock: Optional[str] = None):
         self.timeout_s, self.min_repeat_ms, self.repeat = timeout_s, min_repeat_ms, repeat
+        self.timing_lock = timing_lock
         self.threads, self.memory_bytes, self.seed = threads, memory_bytes, seed
         self.cold_bytes = 2 * last_level_cache_bytes() if cold_bytes is None else cold_bytes
+        # The measuring process outlives a batch: starting one (Python, numpy, a CUDA context) and
+        # running the reference again cost more than timing a batch of small kernels. It is kept
+        # for one reference at a time and restarted after MAX_WORKER_REQUESTS, since every library
+        # it loads stays mapped.
+        self._worker: Optional[_Worker] = None
+        self._worker_key: Optional[str] = None
+        self._worker_requests = 0
 
     def _request(self, build: BuildResult, rid: str, reference: bool = False, constant_inputs: Sequence[int] = ()) -> dict:
         return {"id": rid, "lib": build.lib, "name": build.name, "seed": self.seed, "threads": self.threads,
                 "reference": reference, "min_repeat_ms": self.min_repeat_ms, "repeat": self.repeat,
-                "cold_inputs": list(constant_inputs), "cold_bytes": self.cold_bytes}
+                "cold_inputs": list(constant_inputs), "cold_bytes": self.cold_bytes, "timing_lock": self.timing_lock}
 
-    def _start(self, reference: Optional[BuildResult]) -> tuple[_Worker, str]:
+    def _start(self, reference: Optional[BuildResult]) -> tuple[Optional[_Worker], str]:
+        """The kept worker if it holds `reference`'s outputs, else a fresh one that has run it."""
+        key = f"{reference.lib}:{reference.name}" if reference is not None else ""
+        if self._worker is not None and self._worker_key == key and self._worker_requests < MAX_WORKER_REQUESTS:
+            worker, self._worker = self._worker, None
+            return worker, ""
+        self.close()
         worker = _Worker(self.memory_bytes)
+        self._worker_key, self._worker_requests = key, 0
         if reference is None:
             return worker, ""
         worker.send(self._request(reference, "ref", reference=True))
         msg = worker.answer("ref", self.timeout_s)
         if msg is None or "eof" in msg or "error" in msg:
             worker.kill()
-            return worker, f"the reference kernel failed: {msg}"
+            return None, f"the reference kernel failed: {msg}"
         return worker, ""
+
+    def close(self) -> None:
+        """Ends the kept measuring process (a later run starts a new one)."""
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
 
     def run(self, builds: Sequence[BuildResult], reference: Optional[BuildResult] = None,
             constant_inputs: Sequence[int] = ()) -> list[MeasureResult]:
@@ -213,10 +240,10 @@ class LocalRunner:
             if worker is None:
                 worker, failure = self._start(reference)
                 if failure:
-                    worker = None
                     results.append(MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR, failure, build.build_s, time.time()))
                     continue
-            rid = str(k)
+            self._worker_requests += 1
+            rid = str(self._worker_requests)  # unique over the worker's life, not just this batch
             worker.send(self._request(build, rid, constant_inputs=constant_inputs))
             msg = worker.answer(rid, self.timeout_s)
             spent = build.build_s + time.perf_counter() - start
@@ -236,8 +263,7 @@ class LocalRunner:
                 results.append(MeasureResult((), no, msg.get("msg", ""), spent, time.time()))
             else:
                 results.append(MeasureResult(tuple(msg["costs"]), MeasureErrorNo.NO_ERROR, "", spent, time.time()))
-        if worker is not None:
-            worker.kill()
+        self._worker = worker  # kept for the next batch of the same task (None after a crash)
         return results
 
 
@@ -262,6 +288,7 @@ class Measurer:
         return builds, results
 
     def close(self) -> None:
+        self.runner.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

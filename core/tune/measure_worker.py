@@ -6,6 +6,8 @@ when a kernel crashes it or hangs, and starts a fresh one for the next candidate
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import json
 import sys
@@ -77,6 +79,21 @@ def _time(lib, name: str, sets, min_repeat_ms: float, repeat: int) -> list[float
     return samples
 
 
+@contextlib.contextmanager
+def _timing_lock(path: "str | None"):
+    """Holds an exclusive lock on `path` while timing, so that tuning processes sharing a device
+    (several jobs, or a benchmark's parallel runs) never time their kernels at the same moment."""
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def main() -> None:
     from core.codegen.kernel_library import load_kernels
 
@@ -114,7 +131,8 @@ def main() -> None:
                           file=out, flush=True)
                     continue
             sets = cold_sets(arrays, req.get("cold_inputs", ()), int(req.get("cold_bytes", 0)))
-            costs = _time(lib, req["name"], sets, float(req.get("min_repeat_ms", 20)), int(req.get("repeat", 3)))
+            with _timing_lock(req.get("timing_lock")):
+                costs = _time(lib, req["name"], sets, float(req.get("min_repeat_ms", 20)), int(req.get("repeat", 3)))
             print(json.dumps({"id": req["id"], "costs": costs}), file=out, flush=True)
         except Exception as e:  # a bad library or call: report it and go on with the next request
             print(json.dumps({"id": req["id"], "error": "runtime", "msg": f"{type(e).__name__}: {e}"}), file=out, flush=True)

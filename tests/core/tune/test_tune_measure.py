@@ -2,6 +2,7 @@
 on that candidate, and the candidates after them are still measured."""
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -51,6 +52,39 @@ def test_runner_survives_crash_hang_and_wrong_answers(bad_library):
     assert "SIGSEGV" in results[2].error_msg and "SIGABRT" in results[6].error_msg
     ok = results[-1]
     assert len(ok.costs) == 2 and all(c > 0 for c in ok.costs)
+
+
+def test_runner_keeps_its_worker_for_the_same_reference(bad_library):
+    runner = LocalRunner(timeout_s=2.0, min_repeat_ms=1.0, repeat=1, threads=0)
+    reference = BuildResult(bad_library, "ok")
+    try:
+        assert runner.run([BuildResult(bad_library, "ok")], reference=reference)[0].ok
+        first = runner._worker.proc.pid
+        assert runner.run([BuildResult(bad_library, "ok")], reference=reference)[0].ok
+        assert runner._worker.proc.pid == first  # the next batch: no new process, no reference run again
+        assert runner.run([BuildResult(bad_library, "crash")], reference=reference)[0].error_no == MeasureErrorNo.RUNTIME_DEVICE
+        assert runner._worker is None  # the crash took it
+        assert runner.run([BuildResult(bad_library, "ok")], reference=reference)[0].ok
+        second = runner._worker.proc.pid
+        assert runner.run([BuildResult(bad_library, "ok")], reference=BuildResult(bad_library, "wrong"))[0].error_no \
+            == MeasureErrorNo.WRONG_ANSWER  # another task's reference: a worker that ran that one
+        assert runner._worker.proc.pid not in (first, second)
+    finally:
+        runner.close()
+    assert runner._worker is None
+
+
+def test_runner_times_only_while_holding_the_timing_lock(bad_library, tmp_path):
+    lock = tmp_path / "timing.lock"
+    runner = LocalRunner(timeout_s=1.0, min_repeat_ms=1.0, repeat=1, threads=0, timing_lock=str(lock))
+    try:
+        with open(lock, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # another runner on this machine is timing
+            held = runner.run([BuildResult(bad_library, "ok")])
+        free = runner.run([BuildResult(bad_library, "ok")])
+    finally:
+        runner.close()
+    assert held[0].error_no == MeasureErrorNo.RUN_TIMEOUT and free[0].ok
 
 
 def test_cold_timing_gives_each_call_its_own_weights():
