@@ -33,6 +33,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +49,8 @@ from core.frontend import import_onnx  # noqa: E402
 from core.graph.passes.alter_layout import layout_target  # noqa: E402
 from core.graph.passes.manager import optimize  # noqa: E402
 from core.target import get_target  # noqa: E402
-from core.tune.measure import LocalRunner, MeasureErrorNo, MeasureResult, Measurer  # noqa: E402
+from core.tune.measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureResult, Measurer,  # noqa: E402
+                                default_build_workers)
 from core.tune.task import extract_tasks  # noqa: E402
 from core.tune.tuner import RandomTuner, XGBTuner, tune  # noqa: E402
 
@@ -89,8 +91,8 @@ class CachedMeasure:
     (JSON lines), results also persist across runs, so a run cut short (a GPU machine lent for
     10-minute calls) goes on where it stopped: the seeded tuners replay their measured trials."""
 
-    def __init__(self, task, runner, store: "Path | None" = None):
-        self.task, self.measurer = task, Measurer(task, runner)
+    def __init__(self, task, runner, builder, store: "Path | None" = None):
+        self.task, self.measurer = task, Measurer(task, runner, builder)
         self.cache, self.store = {}, store
         self.seconds = 0.0
         if store is not None and store.exists():
@@ -167,6 +169,7 @@ def run_search(args) -> None:
         tasks = tasks[args.only_task:args.only_task + 1]
     runner = LocalRunner(timeout_s=10, min_repeat_ms=args.min_repeat_ms, repeat=3, threads=args.threads,
                          memory_bytes=0 if target.kind == "cuda" else 8 << 30, timing_lock=args.timing_lock)
+    builder = LocalBuilder(tempfile.mkdtemp(prefix="kiln-bench-tune-"), default_build_workers())
     fits, predicts, feats, ratios = [], [], [], []
     start = "the heuristic default first" if args.default_first else "random points (the heuristic default is its own column)"
     print(f"\n## Must-show 1: trials to reach {REACH:.0%} of the best config any method found (resnet18, -O3, "
@@ -178,7 +181,7 @@ def run_search(args) -> None:
           "| xgb per seed | random per seed | configs measured | measuring s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|", flush=True)
     for task in tasks:
-        measure = CachedMeasure(task, runner, Path(args.cache) if args.cache else None)
+        measure = CachedMeasure(task, runner, builder, Path(args.cache) if args.cache else None)
         measure([task.space.default])  # the heuristic's own point: a column, and a candidate for "best"
         curves = {"xgb": [], "random": []}
         for seed in range(args.seeds):
@@ -207,6 +210,8 @@ def run_search(args) -> None:
               f"| {med(reach['xgb'], args.trials)} | {med(reach['random'], args.trials)} | {bound}{r / x:.1f}x "
               f"| {reach['xgb']} | {reach['random']} | {len(measure.cache)} | {measure.seconds:.0f} |", flush=True)
         measure.measurer.close()
+    builder.close()
+    shutil.rmtree(builder.directory, ignore_errors=True)
     print(f"\ntasks with random/xgb >= 3: {sum(q >= 3 for q in ratios)} of {len(ratios)}")
     if fits:
         print(f"\n## Must-show 4: cost model time\n\nfit {1e3 * statistics.median(fits):.1f} ms median per batch "

@@ -24,6 +24,9 @@ class FrozenDict(dict):
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(sorted((k, _hashable(v)) for k, v in self.items())))
 
+    def __reduce__(self):  # pickle rebuilds it whole rather than by item assignment
+        return (type(self), (dict(self),))
+
 
 def _hashable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):

@@ -3,6 +3,7 @@ trial and time budget (trials split by weight), save records, and hand the execu
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -15,7 +16,7 @@ from ..kernels.registry import ScheduleFn
 from ..target import Target
 from .cost_model import XGBCostModel
 from .features import FEATURE_VERSION, itervar_features
-from .measure import LocalRunner, Measurer
+from .measure import LocalBuilder, LocalRunner, Measurer, default_build_workers
 from .records import Record, RecordsDB
 from .space import Config, ConfigSpaceError
 from .task import Task, extract_tasks, group_task
@@ -43,6 +44,8 @@ class TuningOptions:
     timeout_s: float = 10.0
     min_repeat_ms: float = 10.0
     threads: Optional[int] = None
+    build_workers: Optional[int] = None  # processes building candidates (None: this machine's cores, at most 8)
+    timing_lock: Optional[str] = None  # a file that tuning runs sharing this machine lock while timing
 
     @classmethod
     def from_mapping(cls, options: Optional[Mapping[str, Any]]) -> "TuningOptions":
@@ -210,52 +213,59 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
                       "cache_hits": cache_hits, "estimate_s": estimate})
     notify("tune", 0.0)
     runner = LocalRunner(timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
-                         threads=opts.threads or target.num_cores)
-    trials_left = planned
-    for task, share in zip(todo, shares):
-        if share == 0:
-            continue
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        # Each task gets the share of the time left that its trials have of the trials left, so a
-        # budget shorter than the trials spreads over every task instead of starving the last ones.
-        task_deadline = None
-        if deadline is not None:
-            now = time.monotonic()
-            task_deadline = now + (deadline - now) * share / max(1, trials_left)
-        trials_left -= share
-        tuner = _make_tuner(opts, task, db)
-        measurer = Measurer(task, runner)
-        base = done
+                         threads=opts.threads or target.num_cores, timing_lock=opts.timing_lock)
+    # One builder for every task: its build processes start once per tuning run.
+    scratch = tempfile.TemporaryDirectory(prefix="kiln-tune-")
+    builder = LocalBuilder(scratch.name, opts.build_workers or default_build_workers())
+    try:
+        trials_left = planned
+        for task, share in zip(todo, shares):
+            if share == 0:
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            # Each task gets the share of the time left that its trials have of the trials left, so a
+            # budget shorter than the trials spreads over every task instead of starving the last ones.
+            task_deadline = None
+            if deadline is not None:
+                now = time.monotonic()
+                task_deadline = now + (deadline - now) * share / max(1, trials_left)
+            trials_left -= share
+            tuner = _make_tuner(opts, task, db)
+            measurer = Measurer(task, runner, builder)
+            base = done
 
-        def on_batch(res: TuneResult, base=base) -> None:
-            notify("tune", min(1.0, (base + res.trials) / max(1, planned)))
+            def on_batch(res: TuneResult, base=base) -> None:
+                notify("tune", min(1.0, (base + res.trials) / max(1, planned)))
 
-        measure = _measure_and_record(task, measurer, db)
-        try:
-            result = tune(task, tuner, measure, share, opts.batch_size, opts.early_stopping, task_deadline, on_batch)
-            confirmed = 0
-            if result.trials >= CONFIRM_AFTER and (deadline is None or time.monotonic() < deadline):
-                confirmed = _confirm(task, measure, db)
-        finally:
-            measurer.close()
-        done += result.trials
-        if isinstance(tuner, XGBTuner):
-            fit_s += tuner.model.times.fits
-            predict_s += tuner.model.times.predicts
-        config, chosen = _choose(db, task)
-        if result.best is not None:
-            outcome.chosen[task.key] = (task, dict((config or result.best).values))
-        entries[task.key] = {"workload": task.name, "key": task.key, "weight": task.weight, "trials": result.trials,
-                             "best_gflops": round(result.best_gflops, 3),
-                             "default_gflops": round(result.default_gflops, 3),
-                             "curve": [list(p) for p in result.curve], "errors": result.errors,
-                             "stopped": result.stopped, "cached": False, "confirmed": confirmed,
-                             "transfer_workloads": getattr(tuner, "history_groups", 0),
-                             "best_config": result.best.to_json() if result.best else None,
-                             # what the compile applies: a confirmed median, or the default's (MIN_GAIN)
-                             "chosen_config": chosen.config if chosen is not None else None,
-                             "chosen_gflops": round(chosen.gflops, 3) if chosen is not None else None}
+            measure = _measure_and_record(task, measurer, db)
+            try:
+                result = tune(task, tuner, measure, share, opts.batch_size, opts.early_stopping, task_deadline, on_batch)
+                confirmed = 0
+                if result.trials >= CONFIRM_AFTER and (deadline is None or time.monotonic() < deadline):
+                    confirmed = _confirm(task, measure, db)
+            finally:
+                measurer.close()
+            done += result.trials
+            if isinstance(tuner, XGBTuner):
+                fit_s += tuner.model.times.fits
+                predict_s += tuner.model.times.predicts
+            config, chosen = _choose(db, task)
+            if result.best is not None:
+                outcome.chosen[task.key] = (task, dict((config or result.best).values))
+            entries[task.key] = {"workload": task.name, "key": task.key, "weight": task.weight, "trials": result.trials,
+                                 "best_gflops": round(result.best_gflops, 3),
+                                 "default_gflops": round(result.default_gflops, 3),
+                                 "curve": [list(p) for p in result.curve], "errors": result.errors,
+                                 "stopped": result.stopped, "cached": False, "confirmed": confirmed,
+                                 "transfer_workloads": getattr(tuner, "history_groups", 0),
+                                 "best_config": result.best.to_json() if result.best else None,
+                                 # what the compile applies: a confirmed median, or the default's (MIN_GAIN)
+                                 "chosen_config": chosen.config if chosen is not None else None,
+                                 "chosen_gflops": round(chosen.gflops, 3) if chosen is not None else None}
+    finally:
+        builder.close()
+        scratch.cleanup()
     notify("tune", 1.0)
     outcome.report = {
         "trials": done, "time_s": round(time.perf_counter() - start, 3), "cache_hits": cache_hits,

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from core.tune.measure import BuildResult, LocalRunner, MeasureErrorNo, Measurer
+from core.tune.features import itervar_features
+from core.tune.measure import BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, Measurer
+from core.tune.task import Task
 
 N = 64
 KERNELS = {
@@ -126,3 +130,33 @@ def test_measurer_builds_and_checks_real_candidates(conv_task):
     assert builds[0].func is not None
     if invalid is not None:
         assert results[2].error_no == MeasureErrorNo.INSTANTIATION_ERROR
+
+
+def test_parallel_builder_matches_the_serial_one(conv_task, tmp_path):
+    configs = [c for c in conv_task.space if conv_task.valid(c)][:4]
+    serial = LocalBuilder(tmp_path / "serial").build(conv_task, configs)
+    builder = LocalBuilder(tmp_path / "parallel", n_parallel=2)
+    try:
+        parallel = builder.build(conv_task, configs)
+    finally:
+        builder.close()
+    assert [r.name for r in parallel] == [r.name for r in serial]
+    assert all(r.error_no == MeasureErrorNo.NO_ERROR and Path(r.lib).exists() for r in parallel)
+    # The lowered candidate comes back from the build process whole: the same loop-program features.
+    for a, b in zip(serial, parallel):
+        np.testing.assert_array_equal(itervar_features(a.func), itervar_features(b.func))
+
+
+def test_a_build_process_that_dies_fails_its_candidates_and_the_next_batch_builds(conv_task, tmp_path, monkeypatch):
+    configs = [c for c in conv_task.space if conv_task.valid(c)][:2]
+    builder = LocalBuilder(tmp_path, n_parallel=2)
+    try:
+        with monkeypatch.context() as m:  # the build processes are forked now, with this patch
+            m.setattr(Task, "instantiate", lambda self, config, name: os._exit(3))
+            dead = builder.build(conv_task, configs)
+        assert [r.error_no for r in dead] == [MeasureErrorNo.COMPILE_HOST] * 2
+        assert "build process" in dead[0].error_msg
+        again = builder.build(conv_task, configs)
+    finally:
+        builder.close()
+    assert all(r.error_no == MeasureErrorNo.NO_ERROR for r in again)

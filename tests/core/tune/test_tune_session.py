@@ -22,7 +22,7 @@ def test_budget_is_spread_over_tasks_by_trial_share(tiny_graph, tiny_tasks, monk
 
     monkeypatch.setattr(session.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(session, "tune", fake_tune)
-    monkeypatch.setattr(session, "Measurer", lambda task, runner: type("M", (), {"close": lambda self: None})())
+    monkeypatch.setattr(session, "Measurer", lambda task, runner, builder: type("M", (), {"close": lambda self: None})())
     session.tune_graph(tiny_graph, get_target("native"), {"trials": 6, "time_budget_s": 10.0, "tuner": "random"})
     assert [k for k, *_ in deadlines] == [t.key for t in tiny_tasks]
     (_, first_trials, first_s), (_, second_trials, second_s) = deadlines
