@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     max_tuning_trials: int = Field(default=20000, ge=0)
     # Tuning records every job reads and extends (keyed by workload, target, compiler version).
     records_file: Optional[Path] = None
+    # A file tuning jobs lock while they time a kernel: set it (a path every worker on this machine
+    # sees) when several workers tune on one machine, so their timings do not disturb each other.
+    timing_lock_file: Optional[Path] = None
     # Device kinds some worker measures on (`kiln worker` serves measure.<kind> for its own hardware);
     # None: this machine's. A tuning job for another kind would wait forever, so it is refused.
     measure_kinds: Optional[list[str]] = None

@@ -43,7 +43,7 @@ def compile_limits(settings: Settings) -> Limits:
                   file_bytes=settings.job_file_limit_bytes, open_files=4096)
 
 
-def tuning_options(report: Callable, tuning: Optional[dict], records: str) -> dict:
+def tuning_options(report: Callable, tuning: Optional[dict], records: str, timing_lock: Optional[str] = None) -> dict:
     """core.compile's tuning options for a job: every job reads the shared records (cache hits cost no
     trials); a job with a budget tunes, reporting its stage as `tuning k/N`."""
     plan = {"trials": 0}
@@ -53,7 +53,7 @@ def tuning_options(report: Callable, tuning: Optional[dict], records: str) -> di
         report("progress", f"tuning {done}/{plan['trials']}", 0.15 + 0.05 * fraction)
 
     options = {"trials": int((tuning or {}).get("trials") or 0), "records": records,
-               "on_plan": lambda p: plan.update(trials=p["trials"]), "progress": progress}
+               "on_plan": lambda p: plan.update(trials=p["trials"]), "progress": progress, "timing_lock": timing_lock}
     if (tuning or {}).get("time_budget_s"):
         options["time_budget_s"] = float(tuning["time_budget_s"])
     return options
@@ -61,7 +61,8 @@ def tuning_options(report: Callable, tuning: Optional[dict], records: str) -> di
 
 def compile_into(report: Callable, model_path: str, staging: str, *, target: str, opt_level: int,
                  input_shapes: Optional[dict], threads: Optional[int], max_tensor_bytes: int,
-                 tuning: Optional[dict] = None, records: Optional[str] = None) -> dict:
+                 tuning: Optional[dict] = None, records: Optional[str] = None,
+                 timing_lock: Optional[str] = None) -> dict:
     """In the child: compile, then write the artifact and both reports into `staging`."""
     import core
     from core.frontend import import_onnx
@@ -78,7 +79,7 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
             check_graph_sizes(import_onnx(model_path, input_shapes=input_shapes), budget)
         # The tuner reports its own `tuning k/N` stage; the compile's plain "tune" stage would hide it.
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
-                                tuning=tuning_options(report, tuning, records) if records else None,
+                                tuning=tuning_options(report, tuning, records, timing_lock) if records else None,
                                 progress=lambda stage, fraction: stage == "tune" or report("progress", stage, fraction),
                                 threads=threads)
         try:

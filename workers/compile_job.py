@@ -66,6 +66,7 @@ def _compile(settings: Settings, job: Job, db: Session) -> None:
                           input_shapes={k: tuple(v) for k, v in job.input_shapes.items()} or None,
                           threads=settings.compile_threads, max_tensor_bytes=settings.max_tensor_bytes,
                           tuning=job.tuning, records=str(settings.records),
+                          timing_lock=str(settings.timing_lock_file) if settings.timing_lock_file else None,
                           limits=compile_limits(settings), on_message=on_message, what="the compile")
         except SandboxError as err:
             if isinstance(err, SandboxTimeout):

@@ -4,7 +4,6 @@ hang or wrong answer becomes an error code on that candidate, and tuning goes on
 from __future__ import annotations
 
 import enum
-import multiprocessing
 import json
 import os
 import resource
@@ -14,8 +13,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -23,6 +20,7 @@ from typing import Optional, Sequence
 from ..codegen.build import build_library
 from ..errors import KilnError, ScheduleError
 from ..tir.stmt import PrimFunc
+from .build_worker import BuildProcess
 from .space import Config
 from .task import Task
 
@@ -105,7 +103,7 @@ class LocalBuilder:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.n_parallel = max(1, int(n_parallel))
-        self._pool: Optional[ProcessPoolExecutor] = None
+        self._processes: list[BuildProcess] = []
 
     def build_reference(self, task: Task) -> BuildResult:
         return build_candidate(task, None, self.directory)
@@ -113,27 +111,26 @@ class LocalBuilder:
     def build(self, task: Task, configs: Sequence[Config]) -> list[BuildResult]:
         if self.n_parallel == 1 or len(configs) < 2:
             return [build_candidate(task, c, self.directory) for c in configs]
-        if self._pool is None:
-            # Forked: a spawned process would run the caller's main module again (a script without a
-            # __main__ guard would start tuning in every build process). The children only lower and
-            # call LLVM, never the OpenMP runtime XGBoost may have started in this process.
-            self._pool = ProcessPoolExecutor(self.n_parallel, mp_context=multiprocessing.get_context("fork"))
-        futures = [self._pool.submit(build_candidate, task, c, self.directory) for c in configs]
-        results = []
-        for config, future in zip(configs, futures):
-            try:
-                results.append(future.result())
-            except Exception as e:  # noqa: BLE001 - a build process that died (memory, a signal)
-                results.append(BuildResult(None, f"tune_{task.key[:8]}_{config.index}", MeasureErrorNo.COMPILE_HOST,
-                                           f"the build process failed: {type(e).__name__}: {e}"))
-                if isinstance(e, BrokenProcessPool):
-                    self.close()  # the next batch starts a fresh pool
+        while len(self._processes) < self.n_parallel:  # started once, kept for every later batch
+            self._processes.append(BuildProcess())
+        results: list[BuildResult] = []
+        for wave in range(0, len(configs), self.n_parallel):  # one candidate per process at a time
+            group = list(zip(self._processes, configs[wave:wave + self.n_parallel]))
+            sent = [process.submit(task, config, self.directory) for process, config in group]
+            for k, ((process, config), ok) in enumerate(zip(group, sent)):
+                result = process.result() if ok else None
+                if result is None:  # the build process died (a crash in LLVM, the memory limit)
+                    process.close()
+                    self._processes[k] = BuildProcess()
+                    result = BuildResult(None, f"tune_{task.key[:8]}_{config.index}", MeasureErrorNo.COMPILE_HOST,
+                                         "the build process died")
+                results.append(result)
         return results
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+        for process in self._processes:
+            process.close()
+        self._processes = []
 
 
 def _limits(memory_bytes: int):
