@@ -34,14 +34,18 @@ def _read(stream: BinaryIO) -> Optional[Any]:
     return pickle.loads(data) if len(data) == size else None
 
 
+def child_env() -> dict:
+    """This environment with the repository first on PYTHONPATH, for a `python -m core...` child."""
+    root = str(Path(__file__).resolve().parents[2])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+
+
 class BuildProcess:
     """One build process: `submit` a (task, config, directory), then `result` its BuildResult."""
 
     def __init__(self):
-        root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
         self.proc = subprocess.Popen([sys.executable, "-m", "core.tune.build_worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env(),
                                      start_new_session=True)
 
     def submit(self, task, config, directory) -> bool:

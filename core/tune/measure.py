@@ -7,6 +7,7 @@ import enum
 import json
 import os
 import resource
+import select
 import selectors
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from typing import Optional, Sequence
 from ..codegen.build import build_library
 from ..errors import KilnError, ScheduleError
 from ..tir.stmt import PrimFunc
-from .build_worker import BuildProcess
+from .build_worker import BuildProcess, child_env
 from .space import Config
 from .task import Task
 
@@ -113,18 +114,33 @@ class LocalBuilder:
             return [build_candidate(task, c, self.directory) for c in configs]
         while len(self._processes) < self.n_parallel:  # started once, kept for every later batch
             self._processes.append(BuildProcess())
-        results: list[BuildResult] = []
-        for wave in range(0, len(configs), self.n_parallel):  # one candidate per process at a time
-            group = list(zip(self._processes, configs[wave:wave + self.n_parallel]))
-            sent = [process.submit(task, config, self.directory) for process, config in group]
-            for k, ((process, config), ok) in enumerate(zip(group, sent)):
-                result = process.result() if ok else None
-                if result is None:  # the build process died (a crash in LLVM, the memory limit)
-                    process.close()
-                    self._processes[k] = BuildProcess()
-                    result = BuildResult(None, f"tune_{task.key[:8]}_{config.index}", MeasureErrorNo.COMPILE_HOST,
-                                         "the build process died")
-                results.append(result)
+        results: list[Optional[BuildResult]] = [None] * len(configs)
+        todo = iter(range(len(configs)))
+        busy: dict[int, int] = {}  # build process -> the candidate it is building
+
+        def died(k: int, i: int) -> None:  # a crash in LLVM, the memory limit: a new process goes on
+            self._processes[k].close()
+            self._processes[k] = BuildProcess()
+            results[i] = BuildResult(None, f"tune_{task.key[:8]}_{configs[i].index}", MeasureErrorNo.COMPILE_HOST,
+                                     "the build process died")
+
+        def feed(k: int) -> None:  # each process gets the next candidate as soon as it is free
+            for i in todo:
+                if self._processes[k].submit(task, configs[i], self.directory):
+                    busy[k] = i
+                    return
+                died(k, i)
+
+        for k in range(len(self._processes)):
+            feed(k)
+        while busy:
+            ready, _, _ = select.select([self._processes[k].proc.stdout for k in busy], [], [])
+            for k in [k for k in busy if self._processes[k].proc.stdout in ready]:
+                i = busy.pop(k)
+                results[i] = self._processes[k].result()
+                if results[i] is None:
+                    died(k, i)
+                feed(k)
         return results
 
     def close(self) -> None:
@@ -146,10 +162,8 @@ class _Worker:
     """One measuring process (its own session, so a kill takes its threads with it)."""
 
     def __init__(self, memory_bytes: int):
-        root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
         self.proc = subprocess.Popen([sys.executable, "-m", "core.tune.measure_worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env(),
                                      start_new_session=True, preexec_fn=_limits(memory_bytes))
         self.buffer = b""
         self.selector = selectors.DefaultSelector()
