@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -59,6 +60,14 @@ class BuildProcess:
     def result(self):
         """The BuildResult of the last request, or None if the process died building it."""
         return _read(self.proc.stdout)
+
+    def kill(self) -> None:
+        """Ends it at once (a hung or dead build), with anything it started."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.close()
 
     def close(self) -> None:
         for stream in (self.proc.stdin, self.proc.stdout):

@@ -82,7 +82,7 @@ def test_random_configs_compute_what_the_default_does(tasks, tmp_path):
 def test_builder_makes_ptx_bundles(tasks, tmp_path):
     task = tasks[0]
     config = next(c for c in (task.space.get(i) for i in range(len(task.space))) if task.valid(c))
-    (result,) = LocalBuilder(tmp_path).build(task, [config])
+    (result,) = LocalBuilder(tmp_path, n_parallel=0).build(task, [config])
     assert result.lib.endswith(".cuda.json"), result.error_msg
     bundle = json.loads(open(result.lib).read())
     assert bundle["launches"][result.name]["block"][0] >= 1

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -133,7 +134,7 @@ def test_measurer_builds_and_checks_real_candidates(conv_task):
 
 def test_parallel_builder_matches_the_serial_one(conv_task, tmp_path):
     configs = [c for c in conv_task.space if conv_task.valid(c)][:4]
-    serial = LocalBuilder(tmp_path / "serial").build(conv_task, configs)
+    serial = LocalBuilder(tmp_path / "serial", n_parallel=0).build(conv_task, configs)
     builder = LocalBuilder(tmp_path / "parallel", n_parallel=2)
     try:
         parallel = builder.build(conv_task, configs)
@@ -161,6 +162,25 @@ def test_a_build_process_that_dies_fails_its_candidates_and_the_next_batch_build
         dead = builder.build(_KillsTheBuildProcess(), configs)
         assert [r.error_no for r in dead] == [MeasureErrorNo.COMPILE_HOST] * 2
         assert "build process died" in dead[0].error_msg
+        again = builder.build(conv_task, configs)
+    finally:
+        builder.close()
+    assert all(r.error_no == MeasureErrorNo.NO_ERROR for r in again)
+
+
+class _HangsTheBuildProcess:
+    key = "cafef00d"
+
+    def __reduce__(self):
+        return (time.sleep, (60,))
+
+
+def test_a_build_that_hangs_times_out_and_the_next_batch_builds(conv_task, tmp_path):
+    configs = [c for c in conv_task.space if conv_task.valid(c)][:3]
+    builder = LocalBuilder(tmp_path, n_parallel=2, timeout_s=1.0)
+    try:
+        hung = builder.build(_HangsTheBuildProcess(), configs)
+        assert [r.error_no for r in hung] == [MeasureErrorNo.BUILD_TIMEOUT] * 3
         again = builder.build(conv_task, configs)
     finally:
         builder.close()
