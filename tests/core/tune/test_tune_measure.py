@@ -147,40 +147,28 @@ def test_parallel_builder_matches_the_serial_one(conv_task, tmp_path):
         np.testing.assert_array_equal(itervar_features(a.func), itervar_features(b.func))
 
 
-class _KillsTheBuildProcess:
-    """A task that ends the build process that unpickles it, as a crash inside LLVM would."""
+class _HostileTask:
+    """A task whose unpickling, in the build process, crashes it (as a crash inside LLVM would) or hangs."""
     key = "deadbeef"
 
-    def __reduce__(self):
-        return (os._exit, (3,))
-
-
-def test_a_build_process_that_dies_fails_its_candidates_and_the_next_batch_builds(conv_task, tmp_path):
-    configs = [c for c in conv_task.space if conv_task.valid(c)][:2]
-    builder = LocalBuilder(tmp_path, n_parallel=2)
-    try:
-        dead = builder.build(_KillsTheBuildProcess(), configs)
-        assert [r.error_no for r in dead] == [MeasureErrorNo.COMPILE_HOST] * 2
-        assert "build process died" in dead[0].error_msg
-        again = builder.build(conv_task, configs)
-    finally:
-        builder.close()
-    assert all(r.error_no == MeasureErrorNo.NO_ERROR for r in again)
-
-
-class _HangsTheBuildProcess:
-    key = "cafef00d"
+    def __init__(self, effect):
+        self.effect = effect
 
     def __reduce__(self):
-        return (time.sleep, (60,))
+        return self.effect
 
 
-def test_a_build_that_hangs_times_out_and_the_next_batch_builds(conv_task, tmp_path):
-    configs = [c for c in conv_task.space if conv_task.valid(c)][:3]
+@pytest.mark.parametrize("effect, error, message", [
+    ((os._exit, (3,)), MeasureErrorNo.COMPILE_HOST, "build process died"),
+    ((time.sleep, (60,)), MeasureErrorNo.BUILD_TIMEOUT, "no build in 1 s"),
+], ids=["crash", "hang"])
+def test_a_build_that_crashes_or_hangs_fails_its_candidates_and_the_next_batch_builds(conv_task, tmp_path, effect,
+                                                                                      error, message):
+    configs = [c for c in conv_task.space if conv_task.valid(c)][:3]  # more candidates than build processes
     builder = LocalBuilder(tmp_path, n_parallel=2, timeout_s=1.0)
     try:
-        hung = builder.build(_HangsTheBuildProcess(), configs)
-        assert [r.error_no for r in hung] == [MeasureErrorNo.BUILD_TIMEOUT] * 3
+        failed = builder.build(_HostileTask(effect), configs)
+        assert [r.error_no for r in failed] == [error] * 3 and message in failed[0].error_msg
         again = builder.build(conv_task, configs)
     finally:
         builder.close()
