@@ -33,7 +33,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -169,7 +168,7 @@ def run_search(args) -> None:
         tasks = tasks[args.only_task:args.only_task + 1]
     runner = LocalRunner(timeout_s=10, min_repeat_ms=args.min_repeat_ms, repeat=3, threads=args.threads,
                          memory_bytes=0 if target.kind == "cuda" else 8 << 30, timing_lock=args.timing_lock)
-    builder = LocalBuilder(tempfile.mkdtemp(prefix="kiln-bench-tune-"), default_build_workers())
+    builder = LocalBuilder(n_parallel=default_build_workers())
     fits, predicts, feats, ratios = [], [], [], []
     start = "the heuristic default first" if args.default_first else "random points (the heuristic default is its own column)"
     print(f"\n## Must-show 1: trials to reach {REACH:.0%} of the best config any method found (resnet18, -O3, "
@@ -211,7 +210,6 @@ def run_search(args) -> None:
               f"| {reach['xgb']} | {reach['random']} | {len(measure.cache)} | {measure.seconds:.0f} |", flush=True)
         measure.measurer.close()
     builder.close()
-    shutil.rmtree(builder.directory, ignore_errors=True)
     print(f"\ntasks with random/xgb >= 3: {sum(q >= 3 for q in ratios)} of {len(ratios)}")
     if fits:
         print(f"\n## Must-show 4: cost model time\n\nfit {1e3 * statistics.median(fits):.1f} ms median per batch "

@@ -65,10 +65,15 @@ class MeasureResult:
         return s[len(s) // 2] if s else float("inf")  # the median: robust to a noisy neighbour
 
 
+def candidate_name(task: Task, config: Optional[Config]) -> str:
+    """The symbol (and file name) of one candidate's kernel; None: the task's reference kernel."""
+    return f"tune_{task.key[:8]}_{'ref' if config is None else config.index}"
+
+
 def build_candidate(task: Task, config: Optional[Config], directory: "str | Path") -> BuildResult:
     """Lowers and compiles one candidate (None: the task's reference, untuned kernel) into its own
     library in `directory`; a failure is an error code on the result, never an exception."""
-    name = f"tune_{task.key[:8]}_{'ref' if config is None else config.index}"
+    name = candidate_name(task, config)
     start = time.perf_counter()
     if config is not None and not task.valid(config):
         return BuildResult(None, name, MeasureErrorNo.INSTANTIATION_ERROR, "config outside the template's limits")
@@ -92,6 +97,7 @@ def build_candidate(task: Task, config: Optional[Config], directory: "str | Path
 
 
 def default_build_workers() -> int:
+    """Build processes for a tuning run: one per core this process may use, at most 8."""
     return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
@@ -100,10 +106,12 @@ class LocalBuilder:
     LocalBuilder(n_parallel)): a batch's builds are independent, and building is most of a CPU trial
     (resnet18's convs: 0.4-0.7 s to build, 0.17 s to check and time). A build that crashes its
     process or runs past `timeout_s` fails that candidate only. `n_parallel=0` builds in this
-    process instead, without that protection (the reference kernel is always built here)."""
+    process instead, without that protection (the reference kernel is always built here). Without
+    a `directory`, the libraries go to a temporary one that `close` removes."""
 
-    def __init__(self, directory: "str | Path", n_parallel: int = 1, timeout_s: float = 60.0):
-        self.directory = Path(directory)
+    def __init__(self, directory: "str | Path | None" = None, n_parallel: int = 1, timeout_s: float = 60.0):
+        self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="kiln-tune-")
+        self.directory = Path(directory or self._tmp.name)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.n_parallel, self.timeout_s = max(0, int(n_parallel)), timeout_s
         self._processes: list[BuildProcess] = []
@@ -123,7 +131,7 @@ class LocalBuilder:
         def failed(k: int, i: int, error: MeasureErrorNo, msg: str) -> None:  # a new process goes on
             self._processes[k].kill()
             self._processes[k] = BuildProcess()
-            results[i] = BuildResult(None, f"tune_{task.key[:8]}_{configs[i].index}", error, msg, self.timeout_s)
+            results[i] = BuildResult(None, candidate_name(task, configs[i]), error, msg, self.timeout_s)
 
         def feed(k: int) -> None:  # each process gets the next candidate as soon as it is free
             for i in todo:
@@ -155,6 +163,9 @@ class LocalBuilder:
         for process in self._processes:
             process.close()
         self._processes = []
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
 
 def _limits(memory_bytes: int):
@@ -328,8 +339,8 @@ class Measurer:
 
     def __init__(self, task: Task, runner: Optional[LocalRunner] = None, builder: Optional[LocalBuilder] = None):
         self.task = task
-        self._tmp = None if builder else tempfile.TemporaryDirectory(prefix="kiln-tune-")
-        self.builder = builder or LocalBuilder(self._tmp.name, n_parallel=0)
+        self._owns_builder = builder is None
+        self.builder = builder or LocalBuilder(n_parallel=0)
         # The CUDA driver reserves far more address space than a memory limit would allow.
         self.runner = runner or (LocalRunner(memory_bytes=0) if task.target.kind == "cuda"
                                  else LocalRunner(threads=task.target.num_cores))
@@ -345,7 +356,5 @@ class Measurer:
 
     def close(self) -> None:
         self.runner.close()
-        if self._tmp is not None:
+        if self._owns_builder:
             self.builder.close()
-            self._tmp.cleanup()
-            self._tmp = None

@@ -3,7 +3,6 @@ trial and time budget (trials split by weight), save records, and hand the execu
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -214,9 +213,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
     notify("tune", 0.0)
     runner = LocalRunner(timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
                          threads=opts.threads or target.num_cores, timing_lock=opts.timing_lock)
-    # One builder for every task: its build processes start once per tuning run.
-    scratch = tempfile.TemporaryDirectory(prefix="kiln-tune-")
-    builder = LocalBuilder(scratch.name, opts.build_workers or default_build_workers())
+    builder = LocalBuilder(n_parallel=opts.build_workers or default_build_workers())  # its processes serve every task
     try:
         trials_left = planned
         for task, share in zip(todo, shares):
@@ -265,7 +262,6 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
                                  "chosen_gflops": round(chosen.gflops, 3) if chosen is not None else None}
     finally:
         builder.close()
-        scratch.cleanup()
     notify("tune", 1.0)
     outcome.report = {
         "trials": done, "time_s": round(time.perf_counter() - start, 3), "cache_hits": cache_hits,
