@@ -56,6 +56,7 @@ class Executable:
 _MACS_PER_OUTPUT: dict[str, Callable[[Node, Graph], int]] = {
     "Conv": lambda node, graph: int(np.prod(graph.type_of(node.inputs[1]).shape[1:])),
     "Conv2dNCHWc": lambda node, graph: int(np.prod(graph.type_of(node.inputs[1]).shape[1:5])),
+    "Conv2dWinogradNCHWc": lambda node, graph: 9 * int(np.prod(graph.type_of(node.inputs[1]).shape[2:4])),
     "MatMul": lambda node, graph: graph.type_of(node.inputs[0]).shape[-1],
 }
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..kernels.schedules.conv2d import schedule_conv2d
 from ..kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, IC_OUTSIDE_WINDOW, schedule_conv2d_nchwc
+from ..kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
 from ..kernels.schedules.matmul import schedule_matmul
 from ..kernels.schedules.generic import extent, worth_parallel
 from ..kernels.schedules.util import find_ops
@@ -215,6 +216,35 @@ def apply_conv_nchwc(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg:
     schedule_conv2d_nchwc(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
 
 
+# -- Conv2dWinogradNCHWc: the batched GEMM between the transforms ------------------------------
+def define_winograd(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    """Register tile of the GEMM: tile_t transformed tiles x oc_t channel blocks (exact splits);
+    unroll_inner unrolls the input-channel lanes."""
+    space = ConfigSpace()
+    _, _, ocb, tiles, _ = op.axis
+    space.define_knob("tile_t", sorted(set(_divisors(tiles.extent, 16)) | {default["tile_t"]}))
+    space.define_knob("oc_t", sorted(set(_divisors(ocb.extent, 8)) | {default["oc_t"]}))
+    space.define_knob("unroll_inner", [0, 1])
+    return space
+
+
+def read_winograd_default(stage: Stage) -> dict:
+    _, _, ocb, tiles, _ = stage.op.axis
+    unrolled = {id(iv) for iv, kind in stage.annotations.items() if kind is ForKind.UNROLLED}
+    return {"tile_t": split_factor(stage, tiles) or 1, "oc_t": split_factor(stage, ocb) or 1,
+            "unroll_inner": int(id(stage.op.reduce_axis[1]) in unrolled)}
+
+
+def winograd_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
+    vectors = cfg["tile_t"] * cfg["oc_t"]
+    body = vectors * (op.reduce_axis[1].extent if cfg.get("unroll_inner") else 1)
+    return vectors <= MAX_ACCUMULATOR_VECTORS and body <= MAX_UNROLLED_FMAS
+
+
+def apply_winograd(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
+    schedule_conv2d_winograd(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
+
+
 # -- MatMul -------------------------------------------------------------------------------------
 def define_matmul(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
     if op.attrs.get("packed"):
@@ -279,6 +309,8 @@ def apply_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Map
 register_template(Template("Conv", "conv2d", define_conv, apply_conv, read_conv_default, conv_valid))
 register_template(Template("Conv2dNCHWc", "conv2d_nchwc", define_conv_nchwc, apply_conv_nchwc, read_conv_nchwc_default,
                            conv_nchwc_valid))
+register_template(Template("Conv2dWinogradNCHWc", "winograd_gemm", define_winograd, apply_winograd,
+                           read_winograd_default, winograd_valid))
 register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid))
 
 

@@ -158,10 +158,12 @@ def test_resnet18_o3_fuses_every_conv_epilogue(models_dir):
     report = _o3_report(models_dir, "resnet18")
     lone = [k["ops"] for k in report["kernels"] if k["ops"] in (["BatchNormalization"], ["Relu"], ["Add"])]
     assert not lone, lone
-    # -O3 runs resnet18's convs in NCHW8c (blocked): one transform in, one out (before the Flatten).
+    # -O3 runs resnet18's convs in NCHW8c (blocked): one transform in, one out (before the Flatten);
+    # its 3x3 stride-1 convs by Winograd, the strided ones directly.
     kinds = {tuple(k["ops"]) for k in report["kernels"]}
-    assert ("Conv2dNCHWc", "Relu") in kinds and ("Conv2dNCHWc", "Add", "Relu") in kinds
-    assert all(k["ops"][0] == "Conv2dNCHWc" for k in report["kernels"] if "Relu" in k["ops"])
+    assert ("Conv2dNCHWc", "Relu") in kinds and ("Conv2dWinogradNCHWc", "Add", "Relu") in kinds
+    assert sum(k["ops"][0] == "Conv2dWinogradNCHWc" for k in report["kernels"]) == 13
+    assert all(k["ops"][0] in ("Conv2dNCHWc", "Conv2dWinogradNCHWc") for k in report["kernels"] if "Relu" in k["ops"])
     assert report["graph"]["layout_transforms"] == 2
     memory = report["memory"]
     assert memory["arena_bytes"] <= 0.4 * memory["naive_bytes"]

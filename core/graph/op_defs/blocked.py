@@ -1,5 +1,5 @@
-"""Ops of the blocked layout NCHW[x]c (5-D values (N, C/x, H, W, x)): LayoutTransform, Conv2dNCHWc
-and the blocked pools. Each folds by unblocking, running the NCHW op's fold and blocking again."""
+"""Ops of the blocked layout NCHW[x]c (5-D values (N, C/x, H, W, x)): LayoutTransform, Conv2dNCHWc,
+Conv2dWinogradNCHWc and the blocked pools. Each folds by unblocking, running the NCHW op's fold and blocking again."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -10,6 +10,7 @@ from core.errors import ShapeError
 from core.graph.blocked import from_blocked, relayout, to_blocked, unpack_weights
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, get_op, register_op
+from core.graph.winograd import ALPHA, weights_from_winograd
 
 from ._common import expect_arity
 from .conv import conv2d_nchw
@@ -97,6 +98,42 @@ def _conv2d_nchwc(types: Sequence[TensorType], attrs: Mapping) -> list[TensorTyp
     plain, ob = _conv_nchwc_types(types, attrs)
     (out,) = get_op("Conv").infer(plain, _conv_nchw_attrs(attrs, plain[0].shape[1]))
     return [blocked_type("Conv2dNCHWc", out, ob)]
+
+
+# -- Conv2dWinogradNCHWc: a 3x3 stride-1 conv with Winograd-transformed weights -------------
+def _winograd_types(types: Sequence[TensorType], attrs: Mapping) -> tuple[list[TensorType], int]:
+    """The NCHW Conv's input types (data, OIHW weights, bias) and the output block."""
+    expect_arity("Conv2dWinogradNCHWc", types, 2, 3)
+    x, u = types[0], types[1]
+    if u.rank != 5 or u.shape[0] != ALPHA * ALPHA:
+        raise ShapeError(f"Conv2dWinogradNCHWc: weights must be transformed (16, O/ob, I/ib, ib, ob), got {u}")
+    _, ocb, icb, ib, ob = u.shape
+    if x.shape[1:2] != (icb,) or x.shape[-1:] != (ib,):
+        raise ShapeError(f"Conv2dWinogradNCHWc: input {x} is not blocked like the weights {u} (by {ib})")
+    plain = [unblocked_type("Conv2dWinogradNCHWc", x), TensorType((ocb * ob, icb * ib, 3, 3), u.dtype)]
+    if len(types) == 3:
+        if types[2].shape != (ocb, ob):
+            raise ShapeError(f"Conv2dWinogradNCHWc: bias must have shape [{ocb}, {ob}], got {types[2]}")
+        plain.append(TensorType((ocb * ob,), types[2].dtype))
+    return plain, ob
+
+
+def _winograd_conv_attrs(attrs: Mapping) -> dict:
+    return {"strides": (1, 1), "pads": attrs.get("pads"), "dilations": (1, 1), "group": 1}
+
+
+def _winograd_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    plain = [from_blocked(inputs[0]), weights_from_winograd(inputs[1])]
+    plain += [inputs[2].reshape(-1)] if len(inputs) > 2 and inputs[2] is not None else []
+    (y,) = conv2d_nchw(plain, _winograd_conv_attrs(attrs))
+    return [to_blocked(y, inputs[1].shape[-1])]
+
+
+@register_op("Conv2dWinogradNCHWc", Pattern.OUT_ELEMWISE_FUSABLE, fold=_winograd_fold)
+def _conv2d_winograd_nchwc(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    plain, ob = _winograd_types(types, attrs)
+    (out,) = get_op("Conv").infer(plain, _winograd_conv_attrs(attrs))
+    return [blocked_type("Conv2dWinogradNCHWc", out, ob)]
 
 
 # -- blocked variants of channel-preserving NCHW ops (pools) ------------------------------------

@@ -5,6 +5,7 @@ from ..broadcast import BINARY
 from ..elementwise import UNARY
 from ..registry import register_schedule
 from .conv2d import schedule_conv2d
+from .conv2d_winograd import schedule_conv2d_winograd
 from .conv2d_nchwc import schedule_conv2d_nchwc, schedule_global_pool_nchwc, schedule_pool_nchwc
 from .generic import schedule_injective
 from .matmul import schedule_matmul
@@ -18,6 +19,7 @@ _SCHEDULES = {
     schedule_injective: _INJECTIVE_OPS,
     schedule_conv2d: ("Conv",),
     schedule_conv2d_nchwc: ("Conv2dNCHWc",),
+    schedule_conv2d_winograd: ("Conv2dWinogradNCHWc",),
     schedule_pool_nchwc: ("MaxPoolNCHWc", "AveragePoolNCHWc"),
     schedule_global_pool_nchwc: ("GlobalAveragePoolNCHWc", "GlobalMaxPoolNCHWc"),
     schedule_matmul: ("MatMul",),

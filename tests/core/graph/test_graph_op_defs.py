@@ -30,7 +30,7 @@ EXPECTED_OPS = {
     "GridSample", "DeformColumns", "RoiAlign", "MaxPoolWithIndices",
     "Fused",  # made only by the fusion pass: a group of the ops above as one kernel
     # made only by the layout pass (alter_layout, -O3): the blocked layout NCHW[x]c
-    "LayoutTransform", "Conv2dNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",
+    "LayoutTransform", "Conv2dNCHWc", "Conv2dWinogradNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",
     "GlobalMaxPoolNCHWc",
 }
 COMPILE_ONLY_OPS = {"GridSample", "DeformColumns", "RoiAlign", "MaxPoolWithIndices"}
@@ -54,6 +54,8 @@ def _infer(op, shapes, dtype=F32, **attrs):
      "group"),
     ("Conv", [(1, 3, 2, 2), (6, 3, 3, 3)], dict(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1),
      "does not fit"),
+    ("Conv2dWinogradNCHWc", [(1, 2, 8, 8, 8), (9, 2, 2, 8, 8)], dict(pads=(1, 1, 1, 1)), "transformed"),
+    ("Conv2dWinogradNCHWc", [(1, 2, 8, 8, 8), (16, 2, 3, 8, 8)], dict(pads=(1, 1, 1, 1)), "not blocked like"),
     ("MatMul", [(2, 3), (4, 5)], {}, "inner dimensions"),
     ("MatMul", [(3,), (3, 5)], {}, "rank >= 2"),
     ("Reshape", [(2, 3)], dict(shape=(4, 2)), "cannot reshape"),
