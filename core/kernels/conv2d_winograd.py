@@ -1,7 +1,8 @@
-"""Conv2dWinogradNCHWc: a 3x3 stride-1 conv on NCHW[x]c data by Winograd F(2x2, 3x3), weights
-transformed at compile time (core/graph/winograd.py). Stages (tags): winograd_pad (only when
-padded), winograd_input (V = B^T d B per 4x4 input tile), winograd_gemm (16 GEMMs over channels,
-M = U V) and winograd_output (Y = A^T M A per 2x2 output tile, plus the bias).
+"""Conv2dWinogradNCHWc: a 3x3 stride-1 conv on NCHW[x]c data by Winograd F(m x m, 3x3), weights
+transformed at compile time (core/graph/winograd.py; m from their shape). Stages (tags):
+winograd_pad (only when padded), winograd_input (V = B^T d B per (m+2)^2 input tile),
+winograd_gemm ((m+2)^2 GEMMs over channels, M = U V) and winograd_output (Y = A^T M A per m x m
+output tile, plus the bias).
 
 Tiles are numbered flat, p = tile row * tile columns + tile column, so the GEMM's register tile can
 span tiles of several rows; the transforms' constant coefficients become plain adds once their
@@ -15,7 +16,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..graph.ir import TensorType
-from ..graph.winograd import A_T, ALPHA, B_T, TILE
+from ..graph.winograd import transforms_for_positions
 from ..te import tensor as te
 from ..tir.expr import Expr, eq, select
 from .common import attr, require
@@ -42,39 +43,50 @@ def _pick(index: Expr, arms: Sequence[Expr]) -> Expr:
     return out
 
 
+TILE_ROUND = 4  # the GEMM's tile count is padded to a multiple of this, so register tiles split it exactly
+
+
 def conv2d_winograd_nchwc(x: te.Tensor, u: te.Tensor, bias: Optional[te.Tensor], pads: Sequence[int]) -> te.Tensor:
     n, icb, h, w, ib = x.shape
     positions, ocb, uicb, uib, ob = u.shape
-    if positions != ALPHA * ALPHA or (uicb, uib) != (icb, ib):
+    try:
+        t = transforms_for_positions(positions)
+    except ValueError as err:
+        raise ShapeError(f"Conv2dWinogradNCHWc: {err}") from None
+    if (uicb, uib) != (icb, ib):
         raise ShapeError(f"Conv2dWinogradNCHWc: input {list(x.shape)} and weights {list(u.shape)} do not agree")
     oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"Conv2dWinogradNCHWc: the 3x3 kernel does not fit the padded input {list(x.shape)}")
-    th, tw = -(-oh // TILE), -(-ow // TILE)
-    src = padded_window_input(x, (th * TILE, tw * TILE), (3, 3), (1, 1), pads, (1, 1), 0, "winograd_pad")
+    m = t.tile
+    tw = -(-ow // m)
+    tiles = -(-(-(-oh // m) * tw) // TILE_ROUND) * TILE_ROUND
+    # Rows for every tile, the padding ones too (they read zeros; no output reads their products).
+    src = padded_window_input(x, (-(-tiles // tw) * m, tw * m), (3, 3), (1, 1), pads, (1, 1), 0, "winograd_pad")
 
     def input_tile(b: Expr, k: Expr, c: Expr, p: Expr, lane: Expr) -> Expr:
         ty, tx = p // tw, p % tw
-        arms = [_combination(np.outer(B_T[a], B_T[bb]),
-                             lambda r, s: src(b, c, ty * TILE + r, tx * TILE + s, lane))
-                for a in range(ALPHA) for bb in range(ALPHA)]
+        arms = [_combination(np.outer(t.B_T[a], t.B_T[bb]), lambda r, s: src(b, c, ty * m + r, tx * m + s, lane))
+                for a in range(t.alpha) for bb in range(t.alpha)]
         return _pick(k, arms)
 
-    tiles = th * tw
-    v = te.compute((n, ALPHA * ALPHA, icb, tiles, ib), input_tile, name="winograd_input", tag="winograd_input")
+    v = te.compute((n, positions, icb, tiles, ib), input_tile, name="winograd_input", tag="winograd_input",
+                   attrs={"tile": m, "tile_columns": tw})
     ric, rib = te.reduce_axis(icb, "ric"), te.reduce_axis(ib, "rib")
-    m = te.compute((n, ALPHA * ALPHA, ocb, tiles, ob),
-                   lambda b, k, o, p, c: te.sum(v(b, k, ric.var, p, rib.var) * u(k, o, ric.var, rib.var, c), [ric, rib]),
-                   name="winograd_gemm", tag="winograd_gemm", attrs={"tiles": (th, tw)})
+    prod = te.compute((n, positions, ocb, tiles, ob),
+                      lambda b, k, o, p, c: te.sum(v(b, k, ric.var, p, rib.var) * u(k, o, ric.var, rib.var, c),
+                                                   [ric, rib]),
+                      name="winograd_gemm", tag="winograd_gemm")
 
     def output_pixel(b: Expr, o: Expr, y: Expr, xx: Expr, c: Expr) -> Expr:
-        p = (y // TILE) * tw + xx // TILE
-        arms = [_combination(np.outer(A_T[i], A_T[j]), lambda a, bb: m(b, a * ALPHA + bb, o, p, c))
-                for i in range(TILE) for j in range(TILE)]
-        out = _pick((y % TILE) * TILE + xx % TILE, arms)
+        p = (y // m) * tw + xx // m
+        arms = [_combination(np.outer(t.A_T[i], t.A_T[j]), lambda a, bb: prod(b, a * t.alpha + bb, o, p, c))
+                for i in range(m) for j in range(m)]
+        out = _pick((y % m) * m + xx % m, arms)
         return out + bias(o, c) if bias is not None else out
 
-    return te.compute((n, ocb, oh, ow, ob), output_pixel, name="winograd_output", tag="winograd_output")
+    return te.compute((n, ocb, oh, ow, ob), output_pixel, name="winograd_output", tag="winograd_output",
+                      attrs={"tile": m})
 
 
 @register_compute("Conv2dWinogradNCHWc")

@@ -10,7 +10,7 @@ from core.errors import ShapeError
 from core.graph.blocked import from_blocked, relayout, to_blocked, unpack_weights
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, get_op, register_op
-from core.graph.winograd import ALPHA, weights_from_winograd
+from core.graph.winograd import TRANSFORMS, weights_from_winograd
 
 from ._common import expect_arity
 from .conv import conv2d_nchw
@@ -105,8 +105,8 @@ def _winograd_types(types: Sequence[TensorType], attrs: Mapping) -> tuple[list[T
     """The NCHW Conv's input types (data, OIHW weights, bias) and the output block."""
     expect_arity("Conv2dWinogradNCHWc", types, 2, 3)
     x, u = types[0], types[1]
-    if u.rank != 5 or u.shape[0] != ALPHA * ALPHA:
-        raise ShapeError(f"Conv2dWinogradNCHWc: weights must be transformed (16, O/ob, I/ib, ib, ob), got {u}")
+    if u.rank != 5 or u.shape[0] not in {t.alpha * t.alpha for t in TRANSFORMS.values()}:
+        raise ShapeError(f"Conv2dWinogradNCHWc: weights must be transformed (16 or 36, O/ob, I/ib, ib, ob), got {u}")
     _, ocb, icb, ib, ob = u.shape
     if x.shape[1:2] != (icb,) or x.shape[-1:] != (ib,):
         raise ShapeError(f"Conv2dWinogradNCHWc: input {x} is not blocked like the weights {u} (by {ib})")

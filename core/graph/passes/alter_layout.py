@@ -219,19 +219,26 @@ def losing_regions(graph: Graph, lanes: int) -> set[str]:
     return {n.outputs[0] for n, _ in convs if root(n.outputs[0]) in losing}
 
 
-# Winograd F(2x2, 3x3) for dense 3x3 stride-1 convs with at least this many input and output
-# channels. Measured on AVX2 (2 cores, warm, one kernel each, .stage/exp/wino_stages.py), Winograd
+# Winograd F(m x m, 3x3) for dense 3x3 stride-1 convs with at least this many input and output
+# channels. Measured on AVX2 (2 cores, warm, one kernel each, .stage/exp/wino_stages.py), F(2x2)
 # against the direct Conv2dNCHWc: 64ch 56x56 1.09 vs 1.80 ms, 128ch 28x28 0.72 vs 1.39, 256ch 14x14
 # 0.89 vs 1.94, 512ch 7x7 1.43 vs 2.14 (there 8x8 outputs are computed for 7x7). With few channels
 # the transforms' passes over memory cost as much as the multiplies saved (16ch 10x12: 0.11 vs 0.12).
 WINOGRAD_MIN_CHANNELS = 32
+# F(4x4) on maps at least this large: 2.25x fewer multiplies than F(2x2) for larger transforms and
+# 2.25x larger weights, which pays where there are many tiles per weight.
+WINOGRAD_4X4_MIN_SIZE = 28
 
 
-def winograd_fits(node: Node, graph: Graph, ib: int, ob: int, depthwise: bool) -> bool:
+def winograd_tile(node: Node, graph: Graph, ib: int, ob: int, depthwise: bool) -> int:
+    """The Winograd output tile m for this conv (2 or 4), or 0 when it runs direct."""
     w = graph.type_of(node.inputs[1]).shape
-    return (not depthwise and tuple(w[2:]) == (3, 3) and tuple(node.attr("strides", (1, 1))) == (1, 1)
+    fits = (not depthwise and tuple(w[2:]) == (3, 3) and tuple(node.attr("strides", (1, 1))) == (1, 1)
             and tuple(node.attr("dilations", (1, 1))) == (1, 1) and min(w[0], w[1]) >= WINOGRAD_MIN_CHANNELS
             and ib == ob)
+    if not fits:
+        return 0
+    return 4 if min(graph.type_of(node.outputs[0]).shape[2:]) >= WINOGRAD_4X4_MIN_SIZE else 2
 
 
 @layout_rule("Conv")
@@ -242,8 +249,8 @@ def _conv(rw: _Rewriter, node: Node) -> bool:
     ib, ob, depthwise = blocks
     w = node.inputs[1]
     x = rw.as_blocked(node.inputs[0], ib)
-    winograd = winograd_fits(node, rw.graph, ib, ob, depthwise)
-    weights = winograd_weights(rw.graph.constants[w], ib, ob) if winograd else \
+    winograd = winograd_tile(node, rw.graph, ib, ob, depthwise)
+    weights = winograd_weights(rw.graph.constants[w], ib, ob, winograd) if winograd else \
         pack_weights(rw.graph.constants[w], ib, ob, depthwise)
     inputs = [x, rw.add_constant(f"{w}_winograd" if winograd else f"{w}_packed", weights)]
     if len(node.inputs) > 2 and node.inputs[2]:

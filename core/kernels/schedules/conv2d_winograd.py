@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ...graph.winograd import TILE
 from ...target import Target
 from ...te.schedule import Schedule, Stage
 from ...te.tensor import ComputeOp, Tensor
@@ -39,17 +38,12 @@ def _parallel(stage: Stage, outer: list, target: Target, work: int) -> None:
 def schedule_input_transform(sch: Schedule, op: ComputeOp, target: Target) -> None:
     stage = sch[Tensor(op)]
     n, k, c, p, lane = op.axis
-    rows, cols = stage.split(p, _tile_columns(op))
-    stage.reorder(n, c, rows, cols, k, lane)
+    columns = op.attrs["tile_columns"]
+    rows, cols = stage.split(p, columns) if p.extent % columns == 0 else (p, None)
+    stage.reorder(n, c, *([rows, cols] if cols is not None else [p]), k, lane)
     stage.unroll(k)
     stage.vectorize(lane)
     _parallel(stage, [n, c, rows], target, extent(op.axis) * 4)
-
-
-def _tile_columns(op: ComputeOp) -> int:
-    """Tiles per tile row, from the padded input the transform reads (2 * tiles + 2 columns)."""
-    src = op.input_tensors[0]
-    return (src.shape[3] - 2) // TILE
 
 
 def schedule_gemm(sch: Schedule, op: ComputeOp, target: Target, tile_t: Optional[int] = None,
@@ -71,15 +65,15 @@ def schedule_gemm(sch: Schedule, op: ComputeOp, target: Target, tile_t: Optional
     _parallel(stage, [n, k, oo, po], target, extent(op.axis) * extent(op.reduce_axis))
 
 
-def schedule_output_transform(stage: Stage, target: Target) -> None:
+def schedule_output_transform(stage: Stage, tile: int, target: Target) -> None:
     """`stage`: the output transform, or the epilogue stage it is inlined into (same axes)."""
     n, o, y, x, c = stage.op.axis
-    if y.extent % TILE or x.extent % TILE:  # odd sizes: each pixel picks its transform row at run time
+    if y.extent % tile or x.extent % tile:  # ragged sizes: each pixel picks its transform row at run time
         stage.vectorize(c)
         _parallel(stage, [n, o, y], target, extent(stage.op.axis) * 9)
         return
-    yo, yi = stage.split(y, TILE)
-    xo, xi = stage.split(x, TILE)
+    yo, yi = stage.split(y, tile)
+    xo, xi = stage.split(x, tile)
     stage.reorder(n, o, yo, xo, yi, xi, c)
     stage.unroll(yi)
     stage.unroll(xi)
@@ -106,6 +100,6 @@ def schedule_conv2d_winograd(sch: Schedule, outs: Sequence[Tensor], target: Targ
         epilogue = _epilogue_reading(sch, outs, op)
         if epilogue is not None:  # a fused ReLU/residual Add runs on the transform's outputs in registers
             sch[Tensor(op)].compute_inline()
-            schedule_output_transform(epilogue, target)
+            schedule_output_transform(epilogue, op.attrs["tile"], target)
         else:
-            schedule_output_transform(sch[Tensor(op)], target)
+            schedule_output_transform(sch[Tensor(op)], op.attrs["tile"], target)

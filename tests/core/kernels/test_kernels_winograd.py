@@ -16,25 +16,28 @@ from core.validate import compare, index_bounds, onnxruntime_session, random_inp
 
 rng = np.random.default_rng(5)
 
-CASES = [  # id, input NCHW, out channels, pads (top, left, bottom, right), bias, block, GEMM knobs
-    ("pad1_even", (1, 32, 8, 10), 32, (1, 1, 1, 1), True, 8, {}),
-    ("pad1_odd_7x7", (1, 16, 7, 7), 24, (1, 1, 1, 1), True, 8, {}),
-    ("valid_odd", (1, 8, 9, 6), 16, (0, 0, 0, 0), True, 8, {}),
-    ("asymmetric_pads", (1, 16, 6, 5), 16, (0, 2, 1, 0), True, 8, {}),
-    ("batch2_no_bias", (2, 16, 6, 6), 8, (1, 1, 1, 1), False, 8, {}),
-    ("block4", (1, 12, 6, 6), 12, (1, 1, 1, 1), True, 4, {}),
-    ("tuned_tiles", (1, 32, 8, 8), 32, (1, 1, 1, 1), True, 8, {"tile_t": 8, "oc_t": 2, "unroll_inner": 1}),
+CASES = [  # id, input NCHW, out channels, pads (top, left, bottom, right), bias, block, output tile, GEMM knobs
+    ("pad1_even", (1, 32, 8, 10), 32, (1, 1, 1, 1), True, 8, 2, {}),
+    ("pad1_odd_7x7", (1, 16, 7, 7), 24, (1, 1, 1, 1), True, 8, 2, {}),
+    ("valid_odd", (1, 8, 9, 6), 16, (0, 0, 0, 0), True, 8, 2, {}),
+    ("asymmetric_pads", (1, 16, 6, 5), 16, (0, 2, 1, 0), True, 8, 2, {}),
+    ("batch2_no_bias", (2, 16, 6, 6), 8, (1, 1, 1, 1), False, 8, 2, {}),
+    ("block4", (1, 12, 6, 6), 12, (1, 1, 1, 1), True, 4, 2, {}),
+    ("tuned_tiles", (1, 32, 8, 8), 32, (1, 1, 1, 1), True, 8, 2, {"tile_t": 8, "oc_t": 2, "unroll_inner": 1}),
+    ("f4x4_pad1", (1, 32, 12, 16), 16, (1, 1, 1, 1), True, 8, 4, {}),
+    ("f4x4_ragged_tiles", (2, 16, 13, 10), 24, (1, 1, 1, 1), True, 8, 4, {}),  # 13x10: partial tiles, padded count
+    ("f4x4_tuned", (1, 16, 8, 8), 16, (1, 1, 1, 1), False, 8, 4, {"tile_t": 4, "oc_t": 1}),
 ]
 
 
 @pytest.fixture(scope="module")
 def runs():
     kernels, expected = [], []
-    for cid, shape, m, pads, with_bias, block, knobs in CASES:
+    for cid, shape, m, pads, with_bias, block, tile, knobs in CASES:
         x = rng.standard_normal(shape).astype(np.float32)
         w = rng.standard_normal((m, shape[1], 3, 3)).astype(np.float32)
         bias = rng.standard_normal(m).astype(np.float32)
-        inputs = [to_blocked(x, block), winograd_weights(w, block, block)] + ([bias.reshape(-1, block)] if with_bias else [])
+        inputs = [to_blocked(x, block), winograd_weights(w, block, block, tile)] + ([bias.reshape(-1, block)] if with_bias else [])
         schedule = (lambda sch, outs, target, kn=knobs: schedule_conv2d_winograd(sch, outs, target, **kn)) if knobs else None
         kernels.append(OpKernel(f"winograd_{cid}", "Conv2dWinogradNCHWc", inputs, {"pads": pads}, schedule_fn=schedule))
         ort_pads = [pads[0], pads[1], pads[2], pads[3]]
