@@ -6,7 +6,8 @@ back to the form codegen can vectorize, and delete guards that can never fail.
 """
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Optional, Union
 
 from .expr import COMPARISONS, BinOp, Cast, Expr, FloatImm, IntImm, Not, Select, Var, is_float
 from .functor import rewrite_expr, rewrite_stmt
@@ -275,3 +276,30 @@ def linear_form(e: Expr) -> tuple[dict[Expr, int], int]:
 
 def from_linear(terms: dict[Expr, int], constant: int, dtype: str = "int64") -> Expr:
     return _build(terms, constant, dtype)
+
+
+def specialize(node: Union[Stmt, Expr], var: Var, value: int) -> Union[Stmt, Expr]:
+    """`node` with `var` = `value`, where each select whose condition that decides is replaced by its
+    chosen arm before any arm is visited: a table of arms indexed by an unrolled loop (a Winograd
+    transform's) costs one arm per copy, not the whole table (as substituting, then simplifying)."""
+    if node is var:
+        return IntImm(value, var.dtype)
+    if isinstance(node, Select):
+        cond = simplify(specialize(node.cond, var, value))
+        if isinstance(cond, IntImm):
+            return specialize(node.true_value if cond.value else node.false_value, var, value)
+    if not dataclasses.is_dataclass(node) or isinstance(node, (Var, IntImm, FloatImm)):
+        return node
+    changed = {}
+    for field in dataclasses.fields(node):
+        old = getattr(node, field.name)
+        if isinstance(old, (Expr, Stmt)):
+            new = specialize(old, var, value)
+        elif isinstance(old, tuple) and old and isinstance(old[0], (Expr, Stmt)):
+            new = tuple(specialize(x, var, value) for x in old)
+            new = old if all(a is b for a, b in zip(new, old)) else new
+        else:
+            continue
+        if new is not old:
+            changed[field.name] = new
+    return dataclasses.replace(node, **changed) if changed else node
