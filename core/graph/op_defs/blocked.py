@@ -1,5 +1,6 @@
 """Ops of the blocked layout NCHW[x]c (5-D values (N, C/x, H, W, x)): LayoutTransform, Conv2dNCHWc,
-Conv2dWinogradNCHWc and the blocked pools. Each folds by unblocking, running the NCHW op's fold and blocking again."""
+Conv2dWinogradNCHWc and the blocked pools. Each folds by unblocking, running the NCHW op's fold and
+blocking again."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -78,12 +79,16 @@ def _conv_nchwc_types(types: Sequence[TensorType], attrs: Mapping) -> tuple[list
         if x.shape[-1] != ib or x.shape[1] != icb:
             raise ShapeError(f"Conv2dNCHWc: input {x} is not blocked like the weights {w} (by {ib})")
         oihw = TensorType((ocb * ob, icb * ib, kh, kw), w.dtype)
-    plain = [plain_x, oihw]
-    if len(types) == 3:
-        if types[2].shape != (ocb, ob):
-            raise ShapeError(f"Conv2dNCHWc: bias must have shape [{ocb}, {ob}], got {types[2]}")
-        plain.append(TensorType((ocb * ob,), types[2].dtype))
-    return plain, ob
+    return [plain_x, oihw] + _plain_bias("Conv2dNCHWc", types, ocb, ob), ob
+
+
+def _plain_bias(op: str, types: Sequence[TensorType], ocb: int, ob: int) -> list[TensorType]:
+    """The NCHW Conv's bias type for a blocked (O/ob, ob) bias, if the op has one."""
+    if len(types) < 3:
+        return []
+    if types[2].shape != (ocb, ob):
+        raise ShapeError(f"{op}: bias must have shape [{ocb}, {ob}], got {types[2]}")
+    return [TensorType((ocb * ob,), types[2].dtype)]
 
 
 def _conv_nchwc_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
@@ -111,11 +116,7 @@ def _winograd_types(types: Sequence[TensorType], attrs: Mapping) -> tuple[list[T
     if x.shape[1:2] != (icb,) or x.shape[-1:] != (ib,):
         raise ShapeError(f"Conv2dWinogradNCHWc: input {x} is not blocked like the weights {u} (by {ib})")
     plain = [unblocked_type("Conv2dWinogradNCHWc", x), TensorType((ocb * ob, icb * ib, 3, 3), u.dtype)]
-    if len(types) == 3:
-        if types[2].shape != (ocb, ob):
-            raise ShapeError(f"Conv2dWinogradNCHWc: bias must have shape [{ocb}, {ob}], got {types[2]}")
-        plain.append(TensorType((ocb * ob,), types[2].dtype))
-    return plain, ob
+    return plain + _plain_bias("Conv2dWinogradNCHWc", types, ocb, ob), ob
 
 
 def _winograd_conv_attrs(attrs: Mapping) -> dict:

@@ -1,17 +1,18 @@
 """CPU schedule of Conv2dWinogradNCHWc (core/kernels/conv2d_winograd.py), stage by stage:
 
-input transform: (n, ic, tile row) parallel | tile column | 16 positions (unrolled) | lanes (vector);
+input transform: (n, ic, tile row) parallel | tile column | (m+2)^2 positions (unrolled) | lanes
+  (vector);
 GEMM: (n, position, oc.o, tile.o) parallel | ic, ib | tile.i, oc.i (unrolled) | oc block (vector),
   the register tile of a 1x1 Conv2dNCHWc over tiles x channels;
 output transform (with the fused epilogue inlined into it): (n, oc, tile row) parallel | tile
-  column | 2x2 pixels (unrolled) | oc block (vector).
+  column | m x m pixels (unrolled) | oc block (vector).
 """
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 from ...target import Target
-from ...te.schedule import Schedule, Stage
+from ...te.schedule import Schedule, Stage, reads_at_own_axes
 from ...te.tensor import ComputeOp, Tensor
 from .conv2d_nchwc import MAX_ACCUMULATORS, MAX_COLUMNS, blocked_pad_stage
 from .generic import extent, parallelize, worth_parallel
@@ -85,7 +86,7 @@ def _epilogue_reading(sch: Schedule, outs: Sequence[Tensor], op: ComputeOp) -> O
     """The single kernel output computed elementwise from the output transform `op`, if any."""
     if len(outs) != 1 or outs[0].op is op or tuple(outs[0].shape) != tuple(Tensor(op).shape):
         return None
-    return sch[outs[0]]
+    return sch[outs[0]] if reads_at_own_axes(sch, outs[0].op, op) else None
 
 
 def schedule_conv2d_winograd(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:

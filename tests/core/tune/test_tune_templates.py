@@ -1,6 +1,7 @@
 """The tuning templates' spaces: random configs of the Conv2dNCHWc space (register tile, reduction
-order, unrolled input-channel step, unrolled kw / ib) compile and compute numpy's conv; every knob
-changes the loop nest it claims to; the heuristic default is read back as a point of the space."""
+order, unrolled input-channel step, unrolled kw / ib) and of a Winograd conv's space (GEMM tile)
+compile and compute numpy's conv; every knob changes the loop nest it claims to; the heuristic
+default is read back as a point of the space."""
 from __future__ import annotations
 
 import random
@@ -11,7 +12,9 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from core.graph.blocked import block_for, from_blocked, pack_weights, to_blocked
+from core.graph.winograd import winograd_weights
 from core.kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, schedule_conv2d_nchwc
+from core.kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
 from core.kernels.testing import OpKernel, build_kernels
 from core.target import get_target
 from core.tir.stmt import For, ForKind
@@ -167,3 +170,31 @@ def test_validity_bounds_the_tile_and_the_unrolled_body(conv_spaces):
         tile = v["ow_tile"] * v["oc_tile"] * v["oh_tile"]
         body = tile * v["ic_tile"] * (3 if v["unroll_kw"] else 1) * (ib if v["unroll_inner"] else 1)
         assert TEMPLATE.valid(v, op, TARGET) == (tile <= 32 and body <= MAX_UNROLLED_FMAS)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_winograd_space_holds_its_default_and_its_configs_compute_numpys_conv(tile):
+    template = get_template("Conv2dWinogradNCHWc")
+    x, w, bias = (rng.standard_normal((1, 16, 10, 10)).astype(np.float32),
+                  rng.standard_normal((16, 16, 3, 3)).astype(np.float32), rng.standard_normal(16).astype(np.float32))
+    inputs, attrs = [to_blocked(x, 8), winograd_weights(w, 8, 8, tile), bias.reshape(-1, 8)], {"pads": (1, 1, 1, 1)}
+    captured = {}
+
+    def probe(sch, outs, target):
+        schedule_conv2d_winograd(sch, outs, target)
+        stage = anchor_stage(sch, outs, template)
+        captured["op"], captured["default"] = stage.op, template.read_default(stage)
+
+    OpKernel("probe", "Conv2dWinogradNCHWc", inputs, attrs, schedule_fn=probe).lower(TARGET)
+    space = template.define(captured["op"], TARGET, captured["default"])
+    assert [k.name for k in space.knobs] == ["tile_t", "oc_t", "unroll_inner"]
+    default = space.from_values(captured["default"])
+    valid = [c for c in space if template.valid(c.values, captured["op"], TARGET)]
+    assert default.index in {c.index for c in valid} and len(valid) >= 8
+    valid = [default] + random.Random(tile).sample([c for c in valid if c.index != default.index], 7)
+    kernels = [OpKernel(f"winograd_{c.index}", "Conv2dWinogradNCHWc", inputs, attrs,
+                        schedule_fn=lambda sch, outs, target, v=dict(c.values): template.apply(sch, outs, target, v))
+               for c in valid]
+    want = numpy_conv(x, w, bias, 1, 1, False)
+    for run, config in zip(build_kernels(kernels), valid):
+        np.testing.assert_allclose(from_blocked(run.run()[0]), want, rtol=1e-4, atol=1e-3, err_msg=str(config.values))
