@@ -55,17 +55,17 @@ def conv_case(shape, m, k, s, p, dw):
     return inputs, attrs, numpy_conv(x, w, bias, s, p, dw)
 
 
-def space_of(inputs, attrs):
+def space_of(inputs, attrs, op="Conv2dNCHWc", schedule=schedule_conv2d_nchwc):
     """The template's space for this conv, with the default read back from the heuristic schedule."""
-    captured = {}
+    template, captured = get_template(op), {}
 
     def probe(sch, outs, target):
-        schedule_conv2d_nchwc(sch, outs, target)
-        stage = anchor_stage(sch, outs, TEMPLATE)
-        captured["op"], captured["default"] = stage.op, TEMPLATE.read_default(stage)
+        schedule(sch, outs, target)
+        stage = anchor_stage(sch, outs, template)
+        captured["op"], captured["default"] = stage.op, template.read_default(stage)
 
-    OpKernel("probe", "Conv2dNCHWc", inputs, attrs, schedule_fn=probe).lower(TARGET)
-    space = TEMPLATE.define(captured["op"], TARGET, captured["default"])
+    OpKernel("probe", op, inputs, attrs, schedule_fn=probe).lower(TARGET)
+    space = template.define(captured["op"], TARGET, captured["default"])
     space.default = space.from_values({k.name: captured["default"][k.name] for k in space.knobs})
     return space, captured["op"]
 
@@ -178,18 +178,10 @@ def test_winograd_space_holds_its_default_and_its_configs_compute_numpys_conv(ti
     x, w, bias = (rng.standard_normal((1, 16, 10, 10)).astype(np.float32),
                   rng.standard_normal((16, 16, 3, 3)).astype(np.float32), rng.standard_normal(16).astype(np.float32))
     inputs, attrs = [to_blocked(x, 8), winograd_weights(w, 8, 8, tile), bias.reshape(-1, 8)], {"pads": (1, 1, 1, 1)}
-    captured = {}
-
-    def probe(sch, outs, target):
-        schedule_conv2d_winograd(sch, outs, target)
-        stage = anchor_stage(sch, outs, template)
-        captured["op"], captured["default"] = stage.op, template.read_default(stage)
-
-    OpKernel("probe", "Conv2dWinogradNCHWc", inputs, attrs, schedule_fn=probe).lower(TARGET)
-    space = template.define(captured["op"], TARGET, captured["default"])
+    space, op = space_of(inputs, attrs, "Conv2dWinogradNCHWc", schedule_conv2d_winograd)
     assert [k.name for k in space.knobs] == ["tile_t", "oc_t", "unroll_inner"]
-    default = space.from_values(captured["default"])
-    valid = [c for c in space if template.valid(c.values, captured["op"], TARGET)]
+    default = space.default
+    valid = [c for c in space if template.valid(c.values, op, TARGET)]
     assert default.index in {c.index for c in valid} and len(valid) >= 8
     valid = [default] + random.Random(tile).sample([c for c in valid if c.index != default.index], 7)
     kernels = [OpKernel(f"winograd_{c.index}", "Conv2dWinogradNCHWc", inputs, attrs,
