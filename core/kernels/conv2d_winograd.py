@@ -43,6 +43,10 @@ def _pick(index: Expr, arms: Sequence[Expr]) -> Expr:
     return out
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 TILE_ROUND = 4  # the GEMM's tile count is padded to a multiple of this, so register tiles split it exactly
 
 
@@ -59,10 +63,10 @@ def conv2d_winograd_nchwc(x: te.Tensor, u: te.Tensor, bias: Optional[te.Tensor],
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"Conv2dWinogradNCHWc: the 3x3 kernel does not fit the padded input {list(x.shape)}")
     m = t.tile
-    tw = -(-ow // m)
-    tiles = -(-(-(-oh // m) * tw) // TILE_ROUND) * TILE_ROUND
+    th, tw = _ceil_div(oh, m), _ceil_div(ow, m)
+    tiles = _ceil_div(th * tw, TILE_ROUND) * TILE_ROUND
     # Rows for every tile, the padding ones too (they read zeros; no output reads their products).
-    src = padded_window_input(x, (-(-tiles // tw) * m, tw * m), (3, 3), (1, 1), pads, (1, 1), 0, "winograd_pad")
+    src = padded_window_input(x, (_ceil_div(tiles, tw) * m, tw * m), (3, 3), (1, 1), pads, (1, 1), 0, "winograd_pad")
 
     def input_tile(b: Expr, k: Expr, c: Expr, p: Expr, lane: Expr) -> Expr:
         ty, tx = p // tw, p % tw

@@ -288,6 +288,7 @@ def specialize(node: Union[Stmt, Expr], var: Var, value: int) -> Union[Stmt, Exp
         cond = simplify(specialize(node.cond, var, value))
         if isinstance(cond, IntImm):
             return specialize(node.true_value if cond.value else node.false_value, var, value)
+        return Select(cond, specialize(node.true_value, var, value), specialize(node.false_value, var, value))
     if not dataclasses.is_dataclass(node) or isinstance(node, (Var, IntImm, FloatImm)):
         return node
     changed = {}
