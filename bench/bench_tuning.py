@@ -2,8 +2,9 @@
 
   1. --tasks N: trials to reach 95% of the best config any method found, XGBoost vs random search,
      median over --seeds, on the N resnet18 conv tasks with the largest spaces or, with --pick
-     deepest, the most weights (plus the dense layer from N >= 4); also cost-model fit/predict
-     time per batch (must-show 4).
+     deepest, the most weights (plus the dense layer from N >= 4); with --transfer also the
+     XGBoost tuner warm-started from the other picked tasks' measurements, as a compile with a
+     shared records database runs it; also cost-model fit/predict time per batch (must-show 4).
   2. --latency-trials N / --budget-minutes M: resnet18 and mobilenet_v2 tuned (at most M minutes of
      tuning each), latency untuned / tuned / ONNX Runtime, interleaved, same thread count.
   3. --transfer-trials N: mobilenet_v2 tuned with N trials from scratch, with resnet18's records as
@@ -11,6 +12,7 @@
      from-scratch best, and the latency of each.
 
     .venv/bin/python bench/bench_tuning.py --tasks 3 --trials 200 --seeds 3 --threads 2
+    .venv/bin/python bench/bench_tuning.py --tasks 8 --transfer --cache kiln-data/part1.jsonl --threads 2
     .venv/bin/python bench/bench_tuning.py --tasks 0 --latency-trials 4000 --budget-minutes 20 --threads 2
     .venv/bin/python bench/bench_tuning.py --tasks 0 --transfer-trials 600 --threads 2
     python bench/bench_tuning.py --target cuda --tasks 3 --only-task 0 --trials 170 --features knob  # on a GPU
@@ -50,6 +52,7 @@ from core.graph.passes.manager import optimize  # noqa: E402
 from core.target import get_target  # noqa: E402
 from core.tune.measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureResult, Measurer,  # noqa: E402
                                 default_build_workers)
+from core.tune.session import history_group  # noqa: E402
 from core.tune.task import extract_tasks  # noqa: E402
 from core.tune.tuner import RandomTuner, XGBTuner, tune  # noqa: E402
 
@@ -156,6 +159,18 @@ def pick_tasks(tasks, n, order: str = "largest"):
     return convs[: n - len(dense)] + dense
 
 
+def history_from(measures, task, features) -> list:
+    """Leave-one-out transfer data for `task`: every other picked task of its op, as the records
+    database would hold them (each one's measured configs, thinned as a compile thins them)."""
+    out = []
+    for other, measure in measures.items():
+        if other is task or other.template.op != task.template.op:
+            continue
+        ok = [i for i in measure.cache if measure.cache[i].ok]
+        out.append(history_group([features[other](i) for i in ok], [measure.gflops(i) for i in ok]))
+    return out
+
+
 def run_search(args) -> None:
     target = get_target(args.target)
     if target.kind == "cuda":  # GPU kernels keep NCHW; candidates run through the CUDA driver
@@ -169,53 +184,84 @@ def run_search(args) -> None:
     runner = LocalRunner(timeout_s=10, min_repeat_ms=args.min_repeat_ms, repeat=3, threads=args.threads,
                          memory_bytes=0 if target.kind == "cuda" else 8 << 30, timing_lock=args.timing_lock)
     builder = LocalBuilder(n_parallel=default_build_workers())
-    fits, predicts, feats, ratios = [], [], [], []
-    start = "the heuristic default first" if args.default_first else "random points (the heuristic default is its own column)"
-    print(f"\n## Must-show 1: trials to reach {REACH:.0%} of the best config any method found (resnet18, -O3, "
-          f"target {target})\n")
-    print(f"XGBoost tuner vs random search, median over {args.seeds} seeds, batches of {args.batch}, at most "
-          f"{args.trials} trials per run, {args.threads} threads, {args.features} features; both start from {start}. "
-          f"'>{args.trials}': not reached. random/xgb >= 3 is the goal.\n")
-    print("| task | space | valid | best GFLOP/s | default GFLOP/s | xgb trials | random trials | random/xgb "
-          "| xgb per seed | random per seed | configs measured | measuring s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|", flush=True)
+    fits, predicts, feats = [], [], []
+    methods = ["xgb", "random"] + (["xgb+records"] if args.transfer else [])
+    measures, curves = {}, {}
+
+    def run(task, method, seed, **extra):
+        make = RandomTuner if method == "random" else XGBTuner
+        if method != "random":
+            extra["feature_type"] = args.features
+        tuner = make(task, seed=seed, default_first=args.default_first, **extra)
+        result = tune(task, tuner, measures[task], trials=args.trials, batch_size=args.batch)
+        curves[task][method].append([c.index for c, _ in result.measured])
+        if method != "random":
+            fits.extend(tuner.model.times.fits)
+            predicts.append(sum(tuner.model.times.predicts) / max(1, len(tuner.model.times.fits)))
+            feats.append(tuner.feature_s)
+        log(f"{task.name} seed {seed} {method}: best {result.best_gflops:.1f} GFLOP/s "
+            f"({len(measures[task].cache)} configs measured, {measures[task].seconds:.0f} s)")
+
     for task in tasks:
-        measure = CachedMeasure(task, runner, builder, Path(args.cache) if args.cache else None)
-        measure([task.space.default])  # the heuristic's own point: a column, and a candidate for "best"
-        curves = {"xgb": [], "random": []}
+        measures[task] = CachedMeasure(task, runner, builder, Path(args.cache) if args.cache else None)
+        measures[task]([task.space.default])  # the heuristic's own point: a column, and a candidate for "best"
+        curves[task] = {m: [] for m in methods}
         for seed in range(args.seeds):
-            for method, make in (("xgb", XGBTuner), ("random", RandomTuner)):
-                extra = {"feature_type": args.features} if method == "xgb" else {}
-                tuner = make(task, seed=seed, default_first=args.default_first, **extra)
-                result = tune(task, tuner, measure, trials=args.trials, batch_size=args.batch)
-                curves[method].append([c.index for c, _ in result.measured])
-                if method == "xgb":
-                    fits += tuner.model.times.fits
-                    predicts.append(sum(tuner.model.times.predicts) / max(1, len(tuner.model.times.fits)))
-                    feats.append(tuner.feature_s)
-                log(f"{task.name} seed {seed} {method}: best {result.best_gflops:.1f} GFLOP/s "
-                    f"({len(measure.cache)} configs measured, {measure.seconds:.0f} s)")
-        measure.remeasure_top(args.remeasure_top)
-        best = measure.best_gflops()
-        reach = {m: [trials_to(running_best(order, measure.gflops), REACH * best) for order in orders]
-                 for m, orders in curves.items()}
-        x = statistics.median(v if v is not None else args.trials + 1 for v in reach["xgb"])
-        r = statistics.median(v if v is not None else args.trials + 1 for v in reach["random"])
-        ratios.append(r / x)
-        # A median that never reached the bar is counted as trials + 1: the ratio is then only a bound.
-        bound = "" if (r > args.trials) == (x > args.trials) else (">" if r > args.trials else "<")
-        valid = sum(1 for c in task.space if task.valid(c))
-        print(f"| {task.name} | {len(task.space)} | {valid} | {best:.1f} | {measure.gflops(task.space.default.index):.1f} "
-              f"| {med(reach['xgb'], args.trials)} | {med(reach['random'], args.trials)} | {bound}{r / x:.1f}x "
-              f"| {reach['xgb']} | {reach['random']} | {len(measure.cache)} | {measure.seconds:.0f} |", flush=True)
+            run(task, "xgb", seed)
+            run(task, "random", seed)
+    if args.transfer:  # after every task is measured: each one learns from all the others
+        features = {t: XGBTuner(t, feature_type=args.features).features for t in tasks}
+        for task in tasks:
+            history = history_from(measures, task, features)
+            for seed in range(args.seeds):
+                run(task, "xgb+records", seed, history=history)
+    report_search(args, target, tasks, methods, measures, curves)
+    for measure in measures.values():
         measure.measurer.close()
     builder.close()
-    print(f"\ntasks with random/xgb >= 3: {sum(q >= 3 for q in ratios)} of {len(ratios)}")
     if fits:
         print(f"\n## Must-show 4: cost model time\n\nfit {1e3 * statistics.median(fits):.1f} ms median per batch "
               f"(max {1e3 * max(fits):.1f} ms, {len(fits)} fits); predict {1e3 * statistics.median(predicts):.1f} ms "
               f"per batch (simulated annealing's scoring); features {statistics.median(feats):.2f} s per tuning run "
               f"(lowering each candidate it scores, cached)", flush=True)
+
+
+def report_search(args, target, tasks, methods, measures, curves) -> None:
+    start = "the heuristic default first" if args.default_first else "random points (the heuristic default is its own column)"
+    print(f"\n## Must-show 1: trials to reach {REACH:.0%} of the best config any method found (resnet18, -O3, "
+          f"target {target})\n")
+    print(f"Median over {args.seeds} seeds, batches of {args.batch}, at most {args.trials} trials per run, "
+          f"{args.threads} threads, {args.features} features; every method starts from {start}. "
+          f"'>{args.trials}': not reached. random/xgb >= 3 is the goal."
+          + (" xgb+records: the XGBoost tuner warm-started, as a compile with a shared records database is, "
+             "from the other picked tasks' measurements (never the task's own)." if args.transfer else "") + "\n")
+    print("| task | space | valid | best GFLOP/s | default GFLOP/s | " + " | ".join(f"{m} trials" for m in methods)
+          + " | " + " | ".join(f"random/{m}" for m in methods if m != "random") + " | "
+          + " | ".join(f"{m} per seed" for m in methods) + " | configs measured | measuring s |")
+    print("|---|---:|---:|---:|---:|" + "---:|" * (2 * len(methods) - 1) + "---|" * len(methods) + "---:|---:|")
+    ratios = {m: [] for m in methods if m != "random"}
+    for task in tasks:
+        measure = measures[task]
+        measure.remeasure_top(args.remeasure_top)
+        best = measure.best_gflops()
+        reach = {m: [trials_to(running_best(order, measure.gflops), REACH * best) for order in orders]
+                 for m, orders in curves[task].items()}
+        # A median that never reached the bar is counted as trials + 1: the ratio is then only a bound.
+        medians = {m: statistics.median(v if v is not None else args.trials + 1 for v in r) for m, r in reach.items()}
+        cells = []
+        for m in ratios:
+            q = medians["random"] / medians[m]
+            ratios[m].append(q)
+            over = medians["random"] > args.trials, medians[m] > args.trials
+            cells.append(("" if over[0] == over[1] else (">" if over[0] else "<")) + f"{q:.1f}x")
+        valid = sum(1 for c in task.space if task.valid(c))
+        print(f"| {task.name} | {len(task.space)} | {valid} | {best:.1f} | {measure.gflops(task.space.default.index):.1f} | "
+              + " | ".join(med(reach[m], args.trials) for m in methods) + " | " + " | ".join(cells) + " | "
+              + " | ".join(str(reach[m]) for m in methods) + f" | {len(measure.cache)} | {measure.seconds:.0f} |",
+              flush=True)
+    print()
+    for m, qs in ratios.items():
+        print(f"tasks with random/{m} >= 3: {sum(q >= 3 for q in qs)} of {len(qs)}")
 
 
 # -- 2. and 3. whole models -----------------------------------------------------------------------
@@ -372,6 +418,8 @@ def main() -> None:
                    help="part 1: the XGBoost tuner's features (knob: the cheap baseline)")
     p.add_argument("--only-task", type=int, default=None, help="part 1: run only this one of the picked tasks")
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--transfer", action="store_true",
+                   help="part 1: also an XGBoost arm warm-started from the other picked tasks' measurements")
     p.add_argument("--timing-lock", default=None, help="part 1: a file parallel runs lock while timing a kernel")
     p.add_argument("--cache", default=None, help="part 1: JSON-lines file keeping measurements across runs")
     p.add_argument("--default-first", action="store_true",

@@ -111,18 +111,21 @@ MIN_GAIN = 0.03
 HISTORY_PER_WORKLOAD = 200  # records of one other workload the model pre-trains on (fit time grows with them)
 
 
+def history_group(features: Sequence[Sequence[float]], gflops: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """One other workload's measurements as a query group of the cost model. A long history is
+    thinned evenly over its throughput order, so it still spans slow to fast."""
+    order = sorted(range(len(gflops)), key=lambda k: gflops[k])
+    if len(order) > HISTORY_PER_WORKLOAD:
+        step = (len(order) - 1) / (HISTORY_PER_WORKLOAD - 1)
+        order = [order[round(k * step)] for k in range(HISTORY_PER_WORKLOAD)]
+    return np.asarray([features[k] for k in order], np.float32), np.asarray([gflops[k] for k in order], np.float64)
+
+
 def _history(db: RecordsDB, task: Task) -> list[tuple[np.ndarray, np.ndarray]]:
     """Transfer learning: measurements of other workloads of the same op and target (another model's
-    records, or this compile's tasks tuned before this one), one query group each. A long history is
-    thinned evenly over its throughput order, so it still spans slow to fast."""
-    out = []
-    for recs in db.others(task.key, task.target.name, task.template.op, FEATURE_VERSION).values():
-        recs = sorted(recs, key=lambda r: r.gflops)
-        if len(recs) > HISTORY_PER_WORKLOAD:
-            step = (len(recs) - 1) / (HISTORY_PER_WORKLOAD - 1)
-            recs = [recs[round(k * step)] for k in range(HISTORY_PER_WORKLOAD)]
-        out.append((np.asarray([r.features for r in recs], np.float32), np.asarray([r.gflops for r in recs])))
-    return out
+    records, or this compile's tasks tuned before this one), one query group each."""
+    return [history_group([r.features for r in recs], [r.gflops for r in recs])
+            for recs in db.others(task.key, task.target.name, task.template.op, FEATURE_VERSION).values()]
 
 
 def _make_tuner(opts: TuningOptions, task: Task, db: RecordsDB):
