@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import signal
-import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 from celery import Celery
 from celery.signals import worker_process_init
@@ -49,13 +50,27 @@ def create_celery(settings: Settings) -> Celery:
 
 
 @worker_process_init.connect
-def _exit_cleanly_on_sigterm(**_) -> None:
-    """SIGTERM's default action kills a pool process wherever it is, possibly while it holds the lock
-    of the result queue it shares with its siblings: the replacement process then waits on that lock
-    forever and the worker takes no job again (billiard). As a Python exception instead, the exit
-    unwinds (locks released, the sandboxed compile killed) and the worker queues the job again
-    (acks_late and reject_on_worker_lost)."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+def _block_sigterm_outside_jobs(**_) -> None:
+    """A pool process that dies holding the lock of the result queue it shares with its siblings
+    leaves that lock taken: the replacement process waits on it forever (py-spy: SemLock.__enter__
+    under SimpleQueue.put) and the worker takes no job again. Billiard replaces any SIGTERM handler
+    we set here with its own, which raises SystemExit wherever the process is, billiard's queue code
+    included. So a pool process keeps SIGTERM blocked (pending, not lost) and takes it only inside a
+    job, where the exit unwinds our own code (the sandboxed compile killed) and the worker queues the
+    job again (acks_late and reject_on_worker_lost, or the sweeper)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+@contextmanager
+def sigterm_allowed() -> Iterator[None]:
+    """Within a job: a SIGTERM, pending or new, ends the pool process here and not inside billiard.
+    Threads the job starts inherit the unblocked mask, so they must end with the job. Elsewhere (no
+    pool process) SIGTERM was never blocked and this changes nothing."""
+    before = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 app = create_celery(get_settings())

@@ -9,7 +9,7 @@ import core.pipeline  # noqa: F401 - loaded before the pool forks, so no job pay
 from service.db import Database
 from service.settings import get_settings
 
-from .celery_app import app
+from .celery_app import app, sigterm_allowed
 from .compile_job import run_compile_job
 
 
@@ -24,4 +24,5 @@ def _database() -> Database:
 @app.task(name="kiln.compile", bind=True)
 def compile_model(self, job_id: str) -> str:
     # The pool process's pid, so that an operator (or a fault test) can tell which process runs a job.
-    return run_compile_job(job_id, get_settings(), _database(), worker=f"{self.request.hostname} pid {os.getpid()}")
+    with sigterm_allowed():
+        return run_compile_job(job_id, get_settings(), _database(), worker=f"{self.request.hostname} pid {os.getpid()}")
