@@ -8,6 +8,7 @@ resource limits (workers.compile_child), so a crash in generated code fails only
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import time
@@ -91,6 +92,9 @@ class Heartbeat:
                                         name=f"heartbeat-{job_id[:8]}")
 
     def _beat(self, database: Database, job_id: str, interval_s: float) -> None:
+        # A SIGTERM delivered to this thread would wait for the main thread's next bytecode; blocked
+        # here, it interrupts the main thread wherever it waits (see workers.celery_app).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         while not self._stop.wait(interval_s):
             try:
                 with database.session() as db:

@@ -1,41 +1,39 @@
-"""SIGTERM in a pool process: blocked outside jobs (billiard's shared-queue locks), taken inside one.
-The end-to-end case, a pool process killed mid-job, is tests/reliability/test_worker_signals.py."""
+"""SIGTERM in a pool process: blocked outside jobs (billiard's shared-queue locks), inside one it
+ends the process at once. The end-to-end case, a pool process killed mid-job, is
+tests/reliability/test_worker_signals.py."""
 from __future__ import annotations
 
 import signal
-import threading
 
-from workers.celery_app import _block_sigterm_outside_jobs, sigterm_allowed
+import pytest
 
-
-def _in_thread(body) -> dict:
-    """Runs `body` in its own thread (signal masks are per thread), returning what it recorded."""
-    seen: dict = {}
-    thread = threading.Thread(target=body, args=(seen,))
-    thread.start()
-    thread.join()
-    return seen
+from workers.celery_app import _block_sigterm_outside_jobs, _exit_now, sigterm_allowed
 
 
-def _blocked() -> bool:
-    return signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+def _state() -> tuple:
+    blocked = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    return blocked, signal.getsignal(signal.SIGTERM)
 
 
-def test_a_pool_process_takes_sigterm_only_inside_a_job():
-    def body(seen):
-        _block_sigterm_outside_jobs()  # what worker_process_init runs in each new pool process
-        seen["idle"] = _blocked()
-        with sigterm_allowed():
-            seen["job"] = _blocked()
-        seen["after"] = _blocked()
-
-    assert _in_thread(body) == {"idle": True, "job": False, "after": True}
+@pytest.fixture
+def restore_sigterm():
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    handler = signal.getsignal(signal.SIGTERM)
+    yield handler
+    signal.signal(signal.SIGTERM, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def test_outside_a_pool_process_the_job_leaves_sigterm_as_it_was():
-    def body(seen):
-        with sigterm_allowed():
-            seen["job"] = _blocked()
-        seen["after"] = _blocked()
+def test_a_pool_process_takes_sigterm_only_inside_a_job(restore_sigterm):
+    _block_sigterm_outside_jobs()  # what worker_process_init runs in each new pool process
+    assert _state() == (True, restore_sigterm)
+    with sigterm_allowed():
+        assert _state() == (False, _exit_now)
+    assert _state() == (True, restore_sigterm)
 
-    assert _in_thread(body) == {"job": False, "after": False}
+
+def test_outside_a_pool_process_the_job_leaves_sigterm_as_it_was(restore_sigterm):
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    with sigterm_allowed():
+        assert _state() == (False, _exit_now)
+    assert _state() == (False, restore_sigterm)
