@@ -47,7 +47,7 @@ def main() -> int:
 
     import core
     from core.frontend import import_onnx
-    from core.validate import index_bounds, onnxruntime_session, random_inputs
+    from core.driver.validate import index_bounds, onnxruntime_session, random_inputs
 
     rows = []
     for name in args.models:

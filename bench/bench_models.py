@@ -64,7 +64,7 @@ def main() -> int:
 
     import core
     from core.frontend import import_onnx
-    from core.validate import index_bounds, onnxruntime_session, random_inputs
+    from core.driver.validate import index_bounds, onnxruntime_session, random_inputs
 
     levels = list(dict.fromkeys(args.opt_level))
     names = args.models if args.models is not None else ([] if args.model else MODELS)

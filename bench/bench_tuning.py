@@ -279,7 +279,7 @@ def compile_tuned(path: Path, records: Path, trials: int, budget_s, threads: int
 def time_artifacts(path: Path, artifacts: dict, threads: int, rounds: int, round_ms: float = 20.0) -> dict:
     """ms per run of each artifact and of ONNX Runtime, interleaved rounds (each at least `round_ms`
     of back-to-back runs), same inputs and threads."""
-    from core.validate import index_bounds, onnxruntime_session, random_inputs
+    from core.driver.validate import index_bounds, onnxruntime_session, random_inputs
 
     graph = import_onnx(path)
     feeds = random_inputs(graph, 7, index_bounds(graph))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 def _use_data_dir(data_dir: str | None):
     """Point every KILN_ setting at `data_dir` (also for child processes), then read the settings."""
-    from service.settings import get_settings
+    from service.core.settings import get_settings
 
     if data_dir:
         os.environ["KILN_DATA_DIR"] = str(Path(data_dir).absolute())
@@ -23,7 +23,7 @@ def _use_data_dir(data_dir: str | None):
 
 
 def _database(settings):
-    from service.db import Database
+    from service.core.db import Database
 
     database = Database(settings.database)
     database.create_tables()
@@ -31,7 +31,7 @@ def _database(settings):
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from service.auth import create_token, revoke_tokens
+    from service.api.auth import create_token, revoke_tokens
 
     settings = _use_data_dir(args.data_dir)
     with _database(settings).session() as db:
@@ -55,15 +55,15 @@ def _die_with_parent() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.app import create_app
-    from service.auth import create_token, has_users
+    from service.api.app import create_app
+    from service.api.auth import create_token, has_users
 
     settings = _use_data_dir(args.data_dir)
     with _database(settings).session() as db:
         first_token = None if has_users(db) else create_token(db, "admin", admin=True)
     worker = None
     if not args.no_worker:
-        from workers.queues import default_queues
+        from service.core.queues import default_queues
 
         # One machine serves every job, GPU ones included (built and, without a GPU, not run).
         command = [sys.executable, "-m", "cli.main", "worker", "--concurrency", str(args.concurrency),
@@ -89,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = _use_data_dir(args.data_dir)
     from workers.celery_app import app
-    from workers.queues import default_queues
+    from service.core.queues import default_queues
 
     queues = args.queues.split(",") if args.queues else default_queues()
     print(f"Kiln worker: queues {', '.join(queues)}; broker {settings.broker.split('://')[0]}", flush=True)

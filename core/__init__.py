@@ -1,10 +1,10 @@
 """Kiln: an ONNX deep-learning compiler. Public API: `compile()`, `runtime.load()`, `targets`."""
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def compile(model, target="native", opt_level=3, tuning=None, **kwargs):  # noqa: A001 - the documented name
     """Compile an ONNX model (path, bytes or ModelProto) for `target`; returns an Artifact."""
-    from .pipeline import compile as _compile
+    from .driver.pipeline import compile as _compile
 
     return _compile(model, target, opt_level, tuning, **kwargs)
 

@@ -16,9 +16,9 @@ import pytest
 from fastapi.testclient import TestClient
 from onnx import TensorProto, helper, numpy_helper
 
-from service.app import create_app
-from service.auth import create_token
-from service.settings import Settings
+from service.api.app import create_app
+from service.api.auth import create_token
+from service.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT.parent / "shared" / "models"

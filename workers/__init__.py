@@ -1,1 +1,1 @@
-"""Celery workers: the app (`celery_app`), its queues (`queues`) and tasks (`tasks`)."""
+"""Celery workers: the app (`celery_app`) and its tasks (`tasks`, `compile_job`); queue routing is service.core.queues."""

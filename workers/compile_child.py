@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from core.errors import KilnError
-from core.sandbox import Limits
-from service import storage
-from service.settings import Settings
+from core.process.sandbox import Limits
+from service.core import storage
+from service.core.settings import Settings
 
 OUTPUTS = (storage.REPORT_JSON, storage.REPORT_HTML, storage.ARTIFACT)  # the artifact last: it marks completion
 _DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)

@@ -19,12 +19,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.orm import Session
 
 from core.errors import KilnError
-from core.sandbox import SandboxError, SandboxTimeout, run_sandboxed
-from service import storage
-from service.db import Database
-from service.job_state import ACTIVE, STAGE_NAMES, TERMINAL, finish, transition
-from service.settings import Settings
-from service.tables import Job, utcnow
+from core.process.sandbox import SandboxError, SandboxTimeout, run_sandboxed
+from service.core import storage
+from service.core.db import Database
+from service.core.job_state import ACTIVE, STAGE_NAMES, TERMINAL, finish, transition
+from service.core.settings import Settings
+from service.core.tables import Job, utcnow
 
 from .compile_child import compile_into, compile_limits, publish, remove_staging, staging_dir
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-import core.pipeline  # noqa: F401 - loaded before the pool forks, so no job pays for importing the compiler
+import core.driver.pipeline  # noqa: F401 - loaded before the pool forks, so no job pays for importing the compiler
 
-from service.db import Database
-from service.settings import get_settings
+from service.core.db import Database
+from service.core.settings import get_settings
 
 from .celery_app import app, sigterm_allowed
 from .compile_job import run_compile_job

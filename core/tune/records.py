@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
-from .. import __version__
+from .._version import __version__
 
 # 2: CPU costs are timed with cold weights (measure.LocalRunner), not comparable with 1's warm ones.
 RECORD_VERSION = 2

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..executor import lower_group
+from ..lowering.executable import lower_group
 from ..graph.ir import Graph, Node
 from ..graph.ops import get_op
 from ..kernels.registry import get_schedule
@@ -73,7 +73,7 @@ def workload_key(desc: dict) -> str:
 
 
 def _flops(node: Node, graph: Graph) -> int:
-    from ..executor import _flops as kernel_flops
+    from ..lowering.executable import _flops as kernel_flops
 
     return kernel_flops(node, graph)
 

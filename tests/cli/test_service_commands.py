@@ -6,8 +6,8 @@ import sys
 
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.settings import Settings
+from service.api.app import create_app
+from service.core.settings import Settings
 
 
 def _kiln(*args):

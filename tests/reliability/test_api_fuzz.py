@@ -11,9 +11,9 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
-from service.app import create_app  # noqa: E402
-from service.auth import create_token  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from service.api.app import create_app  # noqa: E402
+from service.api.auth import create_token  # noqa: E402
+from service.core.settings import Settings  # noqa: E402
 
 
 # Built at import: schemathesis generates one test per operation from a schema that must exist then.

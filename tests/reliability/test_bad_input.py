@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from service import preflight, uploads
-from service.settings import Settings
-from service.tables import Job, Model
+from service.api import preflight, uploads
+from service.core.settings import Settings
+from service.core.tables import Job, Model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hostile_models as hostile  # noqa: E402

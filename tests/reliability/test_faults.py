@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from core import pipeline
-from service import storage
-from service.tables import Job
+from core.driver import pipeline
+from service.core import storage
+from service.core.tables import Job
 from workers import compile_child
 from workers.compile_job import run_compile_job
 

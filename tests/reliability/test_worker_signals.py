@@ -9,9 +9,9 @@ import signal
 import httpx
 import pytest
 
-from service.settings import Settings
-from workers.celery_app import create_celery
-from workers.queues import COMPILE_QUEUE
+from service.core.settings import Settings
+from service.core.celery import create_celery
+from service.core.queues import COMPILE_QUEUE
 
 pytestmark = pytest.mark.slow
 

@@ -5,10 +5,10 @@ from datetime import timedelta
 
 import pytest
 
-from service import storage
-from service.job_state import transition
-from service.sweeper import requeue_stale_jobs
-from service.tables import Job, utcnow
+from service.core import storage
+from service.core.job_state import transition
+from service.api.sweeper import requeue_stale_jobs
+from service.core.tables import Job, utcnow
 from workers import compile_job
 from workers.compile_job import JobCancelled, run_compile_job
 

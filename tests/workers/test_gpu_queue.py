@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workers import queues
+from service.core import queues
 from workers.compile_job import run_compile_job
-from workers.queues import COMPILE_QUEUE, GPU_QUEUE, default_queues, job_queue
+from service.core.queues import COMPILE_QUEUE, GPU_QUEUE, default_queues, job_queue
 
 
 def test_cuda_jobs_go_to_the_gpu_queue_tuned_or_not():
@@ -33,11 +33,11 @@ class _FakeCelery:
 
 
 def test_the_service_enqueues_cuda_jobs_on_the_gpu_queue(api, make_model, monkeypatch):
-    import workers.celery_app
-    from service.app import celery_enqueue
+    import service.core.celery
+    from service.api.app import celery_enqueue
 
     fake = _FakeCelery()
-    monkeypatch.setattr(workers.celery_app, "create_celery", lambda settings: fake)
+    monkeypatch.setattr(service.core.celery, "create_celery", lambda settings: fake)
     headers = api.auth()
     model = api.upload(headers, make_model()).json()
     jobs = [api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"], "target": target}).json()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from service import storage
+from service.core import storage
 from workers import compile_job
 from workers.compile_job import run_compile_job
-from workers.queues import COMPILE_QUEUE, host_device_kinds, job_queue
+from service.core.queues import COMPILE_QUEUE, host_device_kinds, job_queue
 
 
 def _tuned_job(api, headers, model_id, trials):

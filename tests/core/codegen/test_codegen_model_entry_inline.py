@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from core.codegen.build import optimized_llvm_ir
-from tests.core.test_kernel_dedup import _executable, _layers
+from tests.core.lowering.test_kernel_dedup import _executable, _layers
 
 
 def test_runners_call_each_kernel_instead_of_inlining_it():

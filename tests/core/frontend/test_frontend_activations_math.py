@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 from core.frontend import import_onnx
 
 F32 = "float32"

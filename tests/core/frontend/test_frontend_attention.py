@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 from core.errors import ShapeError
 from core.frontend import import_onnx
 

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 from core.errors import UnsupportedOpError
 from core.frontend import import_onnx
 from core.frontend.converters import control_flow

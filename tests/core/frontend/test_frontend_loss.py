@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 from core.errors import UnsupportedOpError
 
 F32 = "float32"

@@ -143,7 +143,7 @@ def test_softmax_default_axis_differs_between_opsets(onnx_model, check_ort):
     ("MeanVarianceNormalization", {"axes": [0, 2, 3]}, ["y"], 13),
 ])
 def test_normalizations_compile_to_native_code(op, attrs, outputs, opset, onnx_model, ort_runner):
-    from core.backend import KilnBackend
+    from core.onnx_backend.backend import KilnBackend
 
     rng = np.random.default_rng(7)
     shape = [2, 4, 3, 3]

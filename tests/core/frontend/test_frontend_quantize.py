@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 
 OPSET = 21  # ONNX Runtime's newest QuantizeLinear here
 

@@ -7,7 +7,7 @@ import onnx
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 
 U8, I8, F32, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.FLOAT, TensorProto.INT32
 

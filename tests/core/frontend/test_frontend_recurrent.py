@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 from core.errors import UnsupportedOpError
 from core.frontend import import_onnx
 

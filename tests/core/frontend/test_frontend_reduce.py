@@ -57,7 +57,7 @@ def test_decomposed_reductions(op, opset, keepdims, onnx_model, check_ort):
                                                     ("ReduceMin", "int64", 1, np.iinfo(np.int64).max),
                                                     ("ReduceMax", "bool", 0, False)])
 def test_reduction_over_an_empty_axis_is_its_identity(op, dtype, keepdims, fill, onnx_model):
-    from core.backend import KilnBackend
+    from core.onnx_backend.backend import KilnBackend
 
     node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
     model = onnx_model([node], {"x": (dtype, [2, 0, 4])}, {"y": dtype}, opset=20,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 from core.errors import ShapeError, UnsupportedOpError
 
 from .conftest import model_of_values as _model
@@ -170,7 +170,7 @@ def test_a_sequence_input_fed_an_array_is_a_clear_error():
 
 
 def test_run_node_takes_and_gives_sequences_as_lists():
-    from core.backend import run_node
+    from core.onnx_backend.backend import run_node
 
     parts = [np.arange(2, dtype=np.float32), np.arange(3, dtype=np.float32) + 5]
     (joined,) = run_node(helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0), [parts])

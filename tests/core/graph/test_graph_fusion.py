@@ -164,7 +164,7 @@ def test_debug_print_shows_the_fused_ops(capsys, monkeypatch):
 
 @pytest.mark.parametrize("level,kernels", [(0, 4), (1, 2), (2, 1), (3, 1)])
 def test_each_group_is_one_kernel(level, kernels):
-    from core.executor import build_executable
+    from core.lowering.executable import build_executable
     from core.graph.passes import optimize
     from core.target import get_target
 

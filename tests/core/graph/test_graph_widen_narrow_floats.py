@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 from onnx import TensorProto, helper
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 from core.frontend import import_onnx
 from core.graph.passes.widen_narrow_floats import widen_narrow_floats
 

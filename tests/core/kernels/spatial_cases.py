@@ -9,7 +9,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 
 
 def one_node_model(node: onnx.NodeProto, inputs: Mapping[str, np.ndarray], constants: Mapping[str, np.ndarray],

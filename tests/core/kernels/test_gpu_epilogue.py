@@ -7,7 +7,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from core.codegen.nvptx import emit_ptx
-from core.executor import build_executable
+from core.lowering.executable import build_executable
 from core.frontend import import_onnx
 from core.graph.passes.manager import optimize
 from core.target import get_target

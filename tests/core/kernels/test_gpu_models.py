@@ -12,12 +12,12 @@ import pytest
 from core.codegen.build import build_library
 from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble, find_ptxas
-from core.executor import build_executable
+from core.lowering.executable import build_executable
 from core.frontend import import_onnx
 from core.graph.passes.manager import optimize
 from core.runtime import load
 from core.target import get_target, host_target
-from core.validate import index_bounds, random_inputs
+from core.driver.validate import index_bounds, random_inputs
 
 MODELS = Path(__file__).resolve().parents[3].parent / "shared" / "models"
 pytestmark = pytest.mark.slow

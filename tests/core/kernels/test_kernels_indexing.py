@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from core.backend import KilnBackend
+from core.onnx_backend.backend import KilnBackend
 from core.errors import ShapeError
 
 F32, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64

@@ -12,7 +12,7 @@ from core.graph.blocked import from_blocked, to_blocked
 from core.graph.winograd import winograd_weights
 from core.kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
 from core.kernels.testing import OpKernel, build_kernels, onnx_reference
-from core.validate import compare, index_bounds, onnxruntime_session, random_inputs
+from core.driver.validate import compare, index_bounds, onnxruntime_session, random_inputs
 
 rng = np.random.default_rng(5)
 

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import core
-from core.validate import onnxruntime_session
+from core.driver.validate import onnxruntime_session
 
 RNG = np.random.default_rng(11)
 

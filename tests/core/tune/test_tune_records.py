@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import threading
 
-from core import __version__
+from core._version import __version__
 from core.tune.records import RECORD_VERSION, Record, RecordsDB, append_records, load_records
 
 

@@ -1,0 +1,1 @@
+"""The compile driver: import -> optimize -> tune -> build -> validate -> benchmark -> package (pipeline.py)."""

@@ -1,0 +1,238 @@
+"""Ahead-of-time executor: turns an optimized graph into kernels plus a static call plan.
+
+Each node becomes one kernel (a Fused node, the fusion pass's group, becomes one kernel for its
+whole body); every kernel argument is bound once to a model input, output, weight or arena slot.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
+from ..graph.ir import Graph, Node
+from .inplace import inplace_input
+from .memory import Lifetime, MemoryPlan, align, plan_memory
+from ..graph.ops import Pattern, get_op
+from .kernel_dedup import share_identical
+from ..kernels.registry import ScheduleFn, epilogue_schedule, get_compute, get_schedule
+from ..target import Target
+from ..te.lower import lower
+from ..te.schedule import create_schedule
+from ..te.tensor import Tensor, placeholder
+from ..tir.expr import Load
+from ..tir.functor import rewrite_stmt, walk_expr, walk_stmt
+from ..tir.stmt import PrimFunc, Store
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    ops: tuple[str, ...]
+    nodes: tuple[str, ...]
+    flops: int
+    inputs: tuple[str, ...]  # graph value names bound to the kernel's inputs
+    outputs: tuple[str, ...]
+    func: str = ""  # the compiled function this kernel calls: its own name, or an identical earlier kernel's
+
+
+@dataclass(frozen=True)
+class Executable:
+    """`funcs` are the distinct compiled functions (identical kernels share one, core/kernel_dedup);
+    `kernels` has one entry per call, in call order, each naming the function it calls."""
+
+    funcs: tuple[PrimFunc, ...]
+    plan: ModelPlan
+    weights: bytes
+    kernels: tuple[KernelInfo, ...]
+    memory: MemoryPlan
+
+
+# Multiply-adds per output element of the ops that have them (weights OIHW, or packed OIHW[x]i[y]o:
+# input channels per group x window either way).
+_MACS_PER_OUTPUT: dict[str, Callable[[Node, Graph], int]] = {
+    "Conv": lambda node, graph: int(np.prod(graph.type_of(node.inputs[1]).shape[1:])),
+    "Conv2dNCHWc": lambda node, graph: int(np.prod(graph.type_of(node.inputs[1]).shape[1:5])),
+    "Conv2dWinogradNCHWc": lambda node, graph: 9 * int(np.prod(graph.type_of(node.inputs[1]).shape[2:4])),
+    "MatMul": lambda node, graph: graph.type_of(node.inputs[0]).shape[-1],
+}
+
+
+def _flops(node: Node, graph: Graph) -> int:
+    """Multiply-adds count twice; other ops count one operation per output element."""
+    macs = _MACS_PER_OUTPUT.get(node.op)
+    if macs is not None:
+        return 2 * graph.type_of(node.outputs[0]).numel * macs(node, graph)
+    return sum(graph.type_of(o).numel for o in node.outputs)
+
+
+def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
+    ops = "_".join(dict.fromkeys(n.op.lower() for n in nodes))[:40]
+    return f"k{index:03d}_{re.sub(r'[^a-z0-9_]', '', ops)}"
+
+
+def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
+                anchor_schedule: Optional[ScheduleFn] = None):
+    """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op
+    (by `anchor_schedule` instead of the registry's when given: a tuned config, core/tune).
+
+    A complex or reduction anchor schedules its own stages with the kernel outputs as `outs`, so
+    its final elementwise stage is inlined into the fused epilogue; the epilogue (what the group
+    computes after the anchor) is then placed by `schedule_epilogue`. A group of injective ops is
+    computed inline into its output stages, each scheduled by its own op."""
+    produced = {o for n in nodes for o in n.outputs}
+    inputs = list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
+    tensors: dict[str, Tensor] = {}
+    params: list[Tensor] = []
+    for k, value in enumerate(inputs):
+        t = graph.type_of(value)
+        tensors[value] = placeholder(t.shape, t.dtype, f"in{k}")
+        params.append(tensors[value])
+    for node in nodes:
+        ins = [tensors[i] if i else None for i in node.inputs]
+        outs = get_compute(node.op, target.kind)(ins, node.attrs, [graph.type_of(o) for o in node.outputs])
+        tensors.update(zip(node.outputs, outs))
+    out_tensors = [tensors[o] for o in outputs]
+    sch = create_schedule(out_tensors)
+    anchor = max(nodes, key=lambda n: get_op(n.op).pattern)
+    complex_anchor = len(nodes) > 1 and get_op(anchor.op).pattern >= Pattern.REDUCTION
+    # A value no kernel output reads (Concat skips an empty part) has no stage: nothing to inline.
+    staged = {id(stage.op) for stage in sch.stages}
+    for node in nodes:  # every value but the kernel outputs is computed inline, in its reader's loops
+        if node is anchor and complex_anchor:
+            continue
+        for o in node.outputs:
+            if o not in outputs and id(tensors[o].op) in staged:
+                sch[tensors[o]].compute_inline()
+
+    def schedule_of(node: Node) -> ScheduleFn:
+        return anchor_schedule if anchor_schedule is not None and node is anchor else get_schedule(node.op, target)
+
+    if complex_anchor:
+        schedule_of(anchor)(sch, out_tensors, target)
+        anchor_outs = {id(tensors[o].op) for o in anchor.outputs}
+        epilogue = [t for t in out_tensors if id(t.op) not in anchor_outs]
+        epilogue_schedule(target)(sch, epilogue, target)
+    else:
+        for node in nodes:
+            outs = [tensors[o] for o in node.outputs if o in outputs]
+            if outs:
+                schedule_of(node)(sch, outs, target)
+    return lower(sch, params + out_tensors, name, num_outputs=len(out_tensors)), inputs
+
+
+def _group_of(node: Node, graph: Graph) -> tuple[list[Node], Graph]:
+    """The nodes one kernel computes, and the graph that types their values."""
+    body = node.attr("body") if node.op == "Fused" else None
+    return (list(body.nodes), body) if body is not None else ([node], graph)
+
+
+def _read_from_output(func: PrimFunc, index: int) -> Optional[PrimFunc]:
+    """The kernel without input `index`: it reads those elements from its single output buffer,
+    which the caller binds to the input's memory (valid for elementwise kernels only). None when
+    some store to the output does not read the input, such as a conv accumulating in the output
+    buffer before its epilogue: it would overwrite the input too early."""
+    src, dst = func.params[index], func.outputs[0]
+    for stmt in walk_stmt(func.body):
+        if isinstance(stmt, Store) and stmt.buffer == dst and not any(
+                isinstance(e, Load) and e.buffer == src for e in walk_expr(stmt.value)):
+            return None
+    body = rewrite_stmt(func.body, lambda e: Load(dst, e.index) if isinstance(e, Load) and e.buffer == src else None)
+    params = func.params[:index] + func.params[index + 1:]
+    return dataclasses.replace(func, params=params, body=body, num_inputs=func.num_inputs - 1)
+
+
+def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Sequence[Node]]] = None,
+                     schedule_for: Optional[Callable[[str, Node], Optional[ScheduleFn]]] = None) -> Executable:
+    """Kernels for each node (a Fused node's body is one kernel) or for the given node groups.
+    `schedule_for(kernel name, node)` may return the anchor schedule of a node's kernel (tuning records)."""
+    consumers = graph.consumers()
+    graph_outputs = set(graph.outputs)
+
+    def group_outputs(nodes: Sequence[Node]) -> list[str]:
+        members = {id(n) for n in nodes}
+        return [o for n in nodes for o in n.outputs
+                if o in graph_outputs or any(id(c) not in members for c in consumers.get(o, []))]
+
+    if groups is not None:
+        work = [(list(g), graph, group_outputs(g)) for g in groups]
+    else:
+        work = []
+        for node in graph.nodes:
+            nodes, types = _group_of(node, graph)
+            work.append((nodes, types, list(node.outputs)))
+
+    funcs: list[PrimFunc] = []
+    infos: list[KernelInfo] = []
+    owners = list(graph.nodes) if groups is None else [None] * len(work)
+    for k, (nodes, types, outputs) in enumerate(work):
+        name = _kernel_name(k, nodes)
+        tuned = schedule_for(name, owners[k]) if schedule_for and owners[k] is not None else None
+        func, inputs = lower_group(nodes, types, target, name, outputs, anchor_schedule=tuned)
+        funcs.append(func)
+        infos.append(KernelInfo(name, tuple(n.op for n in nodes), tuple(n.name for n in nodes),
+                                sum(_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs), name))
+
+    # Arena: intermediate values (live from producer to last consumer) and per-kernel workspaces.
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for k, info in enumerate(infos):
+        for v in info.outputs:
+            first.setdefault(v, k)
+            last[v] = max(last.get(v, k), k)
+        for v in info.inputs:
+            last[v] = max(last.get(v, k), k)
+    # In place: a kernel whose single output is elementwise in an input that dies there reads that
+    # input from the output's buffer (one parameter, so codegen's noalias promise still holds).
+    inplace: dict[str, str] = {}
+    for k, ((nodes, types, _), info) in enumerate(zip(work, infos)):
+        dying = [v for v in info.inputs if v in first and v not in graph_outputs and last[v] == k]
+        value = inplace_input(nodes, types, dying, info.outputs)
+        func = _read_from_output(funcs[k], info.inputs.index(value)) if value is not None else None
+        if func is not None and info.outputs[0] not in graph_outputs:
+            inplace[info.outputs[0]] = value
+            funcs[k] = func
+            infos[k] = dataclasses.replace(info, inputs=tuple(v for v in info.inputs if v != value))
+    lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
+                 for v in first if v not in graph_outputs]
+    # Workspaces are per call (named by the kernel, not the possibly shared function).
+    lifetimes += [Lifetime(f"{infos[k].name}/{b.name}", b.nbytes, k, k) for k, f in enumerate(funcs) for b in f.workspaces]
+    memory = plan_memory(lifetimes, inplace)
+
+    # Weights: every constant a kernel reads, packed 64-byte aligned in first-use order.
+    weight_offsets: dict[str, int] = {}
+    blob = bytearray()
+    for info in infos:
+        for value in info.inputs:
+            if value in graph.constants and value not in weight_offsets:
+                data = np.ascontiguousarray(graph.constants[value], dtype=graph.type_of(value).dtype).tobytes()
+                blob.extend(b"\0" * (align(len(blob)) - len(blob)))
+                weight_offsets[value] = len(blob)
+                blob.extend(data)
+
+    input_pos = {v: i for i, v in enumerate(graph.inputs)}
+    output_pos = {v: i for i, v in enumerate(graph.outputs)}
+
+    def ref(value: str) -> BufferRef:
+        if value in output_pos:
+            return BufferRef("output", index=output_pos[value])
+        if value in input_pos:
+            return BufferRef("input", index=input_pos[value])
+        if value in weight_offsets:
+            return BufferRef("weight", offset=weight_offsets[value])
+        return BufferRef("arena", offset=memory.offsets[value])
+
+    calls = []
+    for func, info in zip(funcs, infos):
+        args = [ref(v) for v in info.inputs] + [ref(v) for v in info.outputs]
+        args += [BufferRef("arena", offset=memory.offsets[f"{info.name}/{b.name}"]) for b in func.workspaces]
+        calls.append(KernelCall(func.name, tuple(args), label=info.name))
+    # Identical kernels (repeated layers, unrolled loops) are compiled once and called at each site.
+    unique, called = share_identical(funcs)
+    calls = [dataclasses.replace(c, func=f) for c, f in zip(calls, called)]
+    infos = [dataclasses.replace(info, func=f) for info, f in zip(infos, called)]
+    plan = ModelPlan(tuple(calls), len(graph.inputs), len(graph.outputs), memory.arena_bytes, len(blob))
+    return Executable(tuple(unique), plan, bytes(blob), tuple(infos), memory)

@@ -1,0 +1,1 @@
+"""Running work in isolated child processes: resource limits, a framed pickle channel, the sandboxed compile."""

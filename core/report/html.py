@@ -1,0 +1,243 @@
+"""`report.html`: one self-contained page with charts (charts.py) and the report's JSON embedded for scripts."""
+from __future__ import annotations
+
+import html
+import json
+import logging
+import math
+from typing import Any, Callable, Optional
+
+from .schema import SCHEMA_VERSION
+
+
+log = logging.getLogger(__name__)
+
+_CSS = """
+:root{--ink:#1f2430;--muted:#5c6370;--line:#e3e6eb;--bg:#f4f5f7;--kiln:KILN;--ort:ORT;--ok:#2e7d4f;--bad:#b3261e}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--ink);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif}
+main{max-width:1040px;margin:0 auto;padding:2rem 1.25rem 3rem}
+header h1{font-size:1.6rem;margin:0 0 .25rem}header h1 span{color:var(--kiln)}
+.meta{color:var(--muted);margin:0 0 1.25rem}.meta b{color:var(--ink);font-weight:600}
+.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(170px,1fr));gap:.75rem;margin-bottom:1.25rem}
+.tile{background:#fff;border:1px solid var(--line);border-radius:10px;padding:.75rem 1rem}
+.tile .k{color:var(--muted);font-size:.8rem;text-transform:uppercase;letter-spacing:.04em}
+.tile .v{font-size:1.35rem;font-weight:650;font-variant-numeric:tabular-nums}
+.tile .s{color:var(--muted);font-size:.85rem}
+section{background:#fff;border:1px solid var(--line);border-radius:10px;padding:1rem 1.25rem;margin-bottom:1rem}
+section h2{font-size:1.1rem;margin:0 0 .5rem}
+section p{margin:.25rem 0 .75rem}
+.note{color:var(--muted);font-style:italic}
+svg.chart{display:block;max-width:100%;height:auto;margin:.25rem 0}
+table{border-collapse:collapse;width:100%;margin:.25rem 0 .5rem;font-size:.9rem}
+th,td{border-bottom:1px solid var(--line);padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{color:var(--muted);font-weight:600;white-space:nowrap}td:first-child{white-space:nowrap}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+code{font:.85em ui-monospace,"DejaVu Sans Mono",monospace;overflow-wrap:anywhere}
+details summary{cursor:pointer;color:var(--muted);margin:.25rem 0}
+.ok{color:var(--ok);font-weight:600}.bad{color:var(--bad);font-weight:600}
+footer{color:var(--muted);font-size:.8rem;text-align:center}
+@media print{body{background:#fff}section,.tile{break-inside:avoid}}
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: Any) -> Optional[float]:
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return None
+    return result if math.isfinite(result) else None
+
+
+def _fmt(value: Any, spec: str, missing: str = "–") -> str:
+    number = _num(value)
+    return missing if number is None else format(number, spec)
+
+
+def _ms(value: float) -> str:
+    return f"{value:.{1 if value >= 100 else 2 if value >= 1 else 3}f} ms"
+
+
+def _note(text: str) -> str:
+    return f"<p class=note>{esc(text)}</p>"
+
+
+def _chart(draw: Callable[[Any], Optional[str]], data: Any, absent: str) -> str:
+    """The chart, or a sentence when there is nothing to draw. A chart that fails to draw must not take the
+    whole artifact down with it after minutes of compiling: it becomes a visible note and a logged error."""
+    try:
+        svg = draw(data)
+    except Exception as exc:  # noqa: BLE001 - any plotting failure degrades to text
+        log.exception("report chart %s failed", getattr(draw, "__name__", draw))
+        return _note(f"This chart could not be drawn ({type(exc).__name__}: {exc}).")
+    return svg if svg else _note(absent)
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: "set[int] | frozenset[int]" = frozenset()) -> str:
+    """Cells arrive escaped; `numeric` column indices are right-aligned."""
+    head = "".join(f"<th{' class=n' if i in numeric else ''}>{h}</th>" for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(row))
+                   + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _section(anchor: str, title: str, body: str) -> str:
+    return f'<section id="{anchor}"><h2>{esc(title)}</h2>{body}</section>'
+
+
+def _tiles(report: dict, charts: Any) -> str:
+    lat, val, mem = report.get("latency_ms") or {}, report.get("validation") or {}, report.get("memory") or {}
+    graph, times = report.get("graph") or {}, report.get("timings_s") or {}
+    kiln, ort = _num(lat.get("kiln")), _num(lat.get("onnxruntime"))
+    # (label, value, sub-line as HTML: escaped here, since one sub-line carries our own verdict markup)
+    tiles = [("latency", _ms(kiln) if kiln is not None else "not measured",
+              esc(f"ONNX Runtime {_ms(ort)}" if kiln is not None and ort is not None else lat.get("skipped", "")))]
+    if "max_abs_err" in val:
+        tiles.append(("max abs error", _fmt(val.get("max_abs_err"), ".2g"), _verdict(val.get("passed"))))
+    else:
+        tiles.append(("validation", "skipped", esc(val.get("skipped", ""))))
+    tiles.append(("kernels", _fmt(graph.get("kernels", len(report.get("kernels") or [])), ".0f"),
+                  esc(f"from {_fmt(graph.get('nodes_in'), '.0f')} graph nodes")))
+    arena = _num(mem.get("arena_bytes"))
+    tiles.append(("activation arena", charts.human_bytes(arena) if arena is not None else "–",
+                  esc(f"naive {charts.human_bytes(_num(mem.get('naive_bytes')) or 0)}")))
+    tiles.append(("compile time", f"{_fmt(times.get('total'), '.2f')} s", esc(f"tuning {_fmt(times.get('tune'), '.2f')} s")))
+    return "<div class=tiles>" + "".join(
+        f"<div class=tile><div class=k>{esc(k)}</div><div class=v>{esc(v)}</div><div class=s>{s}</div></div>"
+        for k, v, s in tiles) + "</div>"
+
+
+def _verdict(passed: Any) -> str:
+    return "" if passed is None else ("<span class=ok>passed</span>" if passed else "<span class=bad>failed</span>")
+
+
+def _latency(report: dict, charts: Any) -> str:
+    lat = report.get("latency_ms") or {}
+    kiln, ort = _num(lat.get("kiln")), _num(lat.get("onnxruntime"))
+    if kiln is None or ort is None:
+        return _note(f"Latency was not measured: {lat.get('skipped', 'no measurement in this report')}.")
+    threads = report.get("threads")
+    text = f"<p>{esc(charts.ratio_sentence(kiln, ort))}, measured in the same run" + (
+        f" with {esc(threads)} threads.</p>" if threads else ".</p>")
+    return text + _chart(charts.latency, lat, "")
+
+
+def _kernels(report: dict, charts: Any) -> str:
+    kernels = report.get("kernels") or []
+    if not kernels:
+        return _note("The report lists no kernels.")
+    chart = _chart(charts.kernel_breakdown, kernels,
+                   "Kernel times were not measured (the target cannot run on this host, or benchmarking was off).")
+    rows = [[esc(k.get("name", "")), esc(" + ".join(map(str, k.get("ops") or []))), _fmt(k.get("flops"), ",.0f"),
+             _fmt(k.get("time_ms"), ".4f"), _fmt(k.get("gflops"), ".2f"), "yes" if k.get("tuned") else "no"]
+             for k in kernels]
+    table = _table(["kernel", "ops", "FLOPs", "time ms", "GFLOP/s", "tuned"], rows, numeric={2, 3, 4})
+    return f"{chart}<details><summary>All {len(kernels)} kernels</summary>{table}</details>"
+
+
+def _tuning(report: dict, charts: Any) -> str:
+    tuning = report.get("tuning") or {}
+    tasks = tuning.get("tasks") or []
+    if not tasks:
+        return _note("This compile was not tuned: every kernel used its default schedule.")
+    summary = (f"<p>{_fmt(tuning.get('trials'), ',.0f')} trials in {_fmt(tuning.get('time_s'), '.1f')} s over "
+               f"{len(tasks)} tasks; {_fmt(tuning.get('cache_hits'), ',.0f')} answered from tuning records.</p>")
+    chart = _chart(charts.tuning_curves, tasks, "The tuning tasks recorded no curves.")
+    rows = [[f"<code>{esc(t.get('workload', ''))}</code>", _fmt(t.get("trials"), ",.0f"),
+             _fmt(t.get("best_gflops"), ".2f")] for t in tasks]
+    table = _table(["workload", "trials", "best GFLOP/s"], rows, numeric={1, 2})
+    return f"{summary}{chart}<details><summary>All {len(tasks)} tasks</summary>{table}</details>"
+
+
+def _fusion(report: dict) -> str:
+    graph = report.get("graph") or {}
+    groups = graph.get("fusion_groups") or []
+    text = (f"<p>{_fmt(graph.get('nodes_in'), '.0f')} graph nodes became {_fmt(graph.get('kernels'), '.0f')} kernels; "
+            f"{len(groups)} of them fuse several ops; {_fmt(graph.get('layout_transforms', 0), '.0f')} layout transforms.</p>")
+    if not groups:
+        return text + _note("No operators were fused: each kernel runs one op.")
+    # One row per op pattern: a CNN repeats "Conv → Relu" dozens of times, one row per kernel buries the rest.
+    patterns: dict[str, list[str]] = {}
+    for g in groups:
+        patterns.setdefault(" → ".join(map(str, g.get("ops") or [])), []).append(str(g.get("kernel", "")))
+    rows = [[esc(ops), str(len(names)), esc(", ".join(names))]
+            for ops, names in sorted(patterns.items(), key=lambda item: -len(item[1]))]
+    return text + _table(["fused ops", "count", "kernels"], rows, numeric={1})
+
+
+def _validation(report: dict) -> str:
+    val = report.get("validation") or {}
+    if "max_abs_err" not in val:
+        return _note(f"Validation was skipped: {val.get('skipped', 'no validation in this report')}.")
+    verdict = _verdict(val.get("passed"))
+    rows = [["max absolute error", _fmt(val.get("max_abs_err"), ".3g")],
+            ["max relative error", _fmt(val.get("max_rel_err"), ".3g")],
+            ["reference", esc(val.get("reference", "onnxruntime"))]]
+    if "atol" in val or "rtol" in val:
+        rows.append(["tolerance", f"atol {_fmt(val.get('atol'), '.0e')}, rtol {_fmt(val.get('rtol'), '.0e')}"])
+    if verdict:
+        rows.append(["result", verdict])
+    return "<p>Outputs on seeded random inputs, compared with the reference.</p>" + _table(["measure", "value"], rows)
+
+
+def _model(report: dict) -> str:
+    model = report.get("model") or {}
+    rows = [[kind, esc(t.get("name", "")), esc(t.get("dtype", "")), esc("×".join(map(str, t.get("shape") or [])))]
+            for kind in ("input", "output") for t in model.get(kind + "s") or []]
+    return (f"<p>sha256 <code>{esc(model.get('sha256', ''))}</code></p>"
+            + _table(["", "name", "dtype", "shape"], rows))
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities become null: JSON.parse in a browser rejects the bare words Python writes for them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def embedded_json(report: dict) -> str:
+    """JSON safe inside a <script> element: script text is not entity-decoded, so escape with \\u sequences,
+    which keep it valid JSON while no "</script>" or "<!--" can appear."""
+    text = json.dumps(_finite(report), default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """A self-contained page: summary tiles, then latency, kernels, tuning, memory, fusion, validation, timings."""
+    from . import charts  # imported here: matplotlib takes about a second, `import core` should not
+
+    model = report.get("model") or {}
+    name = model.get("name") or report.get("model_name")
+    title = f"Kiln report: {name}" if name else "Kiln compile report"
+    meta = (f"target <b>{esc(report.get('target', '?'))}</b> · opt level <b>{esc(report.get('opt_level', '?'))}</b> · "
+            f"Kiln {esc(report.get('compiler_version', '?'))} · model <code>{esc(str(model.get('sha256', ''))[:12])}</code>")
+    mem = report.get("memory") or {}
+    sections = [
+        _section("latency", "End-to-end latency", _latency(report, charts)),
+        _section("kernels", "Time per kernel", _kernels(report, charts)),
+        _section("tuning", "Tuning", _tuning(report, charts)),
+        _section("memory", "Memory plan", _chart(charts.memory, mem, "The report has no memory plan.")),
+        _section("fusion", "Operator fusion", _fusion(report)),
+        _section("validation", "Validation", _validation(report)),
+        _section("timings", "Compile time", _chart(charts.timings, report.get("timings_s") or {},
+                                                   "The report has no compile timings.")),
+        _section("model", "Model", _model(report)),
+    ]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{esc(title)}</title><style>{_CSS.replace("KILN", charts.KILN).replace("ORT", charts.ORT)}</style></head><body><main>
+<header><h1><span>Kiln</span> {esc(f"report: {name}" if name else "compile report")}</h1><p class=meta>{meta}</p></header>
+{_tiles(report, charts)}
+{"".join(sections)}
+<footer>report schema {esc(report.get("schema", SCHEMA_VERSION))} · the full report is embedded below as JSON (script#report)</footer>
+</main>
+<script type="application/json" id="report">{embedded_json(report)}</script>
+</body></html>
+"""

@@ -1,0 +1,67 @@
+"""API tokens: created once and shown once, stored as sha256 hashes, checked on every API route."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Optional
+
+from fastapi import HTTPException, Request, status
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..core.tables import Token, User, utcnow
+
+TOKEN_PREFIX = "kiln_"
+
+
+def hash_token(token: str) -> str:
+    # Tokens are 256 random bits, so a plain (unsalted) hash cannot be brute-forced; it lets us look them up.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(session: Session, user_name: str, admin: bool = False) -> str:
+    """A new token for `user_name` (the user is created on first use). Returns the token, never stored."""
+    user = session.scalar(select(User).where(User.name == user_name))
+    if user is None:
+        user = User(name=user_name, is_admin=admin)
+        session.add(user)
+        session.flush()
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session.add(Token(user_id=user.id, token_hash=hash_token(token), prefix=token[:12]))
+    session.commit()
+    return token
+
+
+def revoke_tokens(session: Session, user_name: str) -> int:
+    user = session.scalar(select(User).where(User.name == user_name))
+    if user is None:
+        return 0
+    tokens = session.scalars(select(Token).where(Token.user_id == user.id, Token.revoked_at.is_(None))).all()
+    for token in tokens:
+        token.revoked_at = utcnow()
+    session.commit()
+    return len(tokens)
+
+
+def user_for_token(session: Session, token: str) -> Optional[User]:
+    row = session.scalar(select(Token).where(Token.token_hash == hash_token(token), Token.revoked_at.is_(None)))
+    return session.get(User, row.user_id) if row else None
+
+
+def has_users(session: Session) -> bool:
+    return session.scalar(select(User.id).limit(1)) is not None
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def bearer_token(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if not header:
+        raise _unauthorized("missing Authorization header: send `Authorization: Bearer <token>` "
+                            "(create a token with `kiln token create NAME`)")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _unauthorized("malformed Authorization header: expected `Bearer <token>`")
+    return token.strip()

@@ -1,0 +1,51 @@
+"""Server-Sent Events for one job: the job's state whenever it changes, until it ends.
+
+Workers write progress to the database, so the stream polls it; a poll is one primary-key read.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import AsyncIterator
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from ..core.db import Database
+from ..core.job_state import TERMINAL
+from .schemas.jobs import JobOut
+from ..core.tables import Job
+
+KEEPALIVE_S = 15.0
+
+
+def _read(database: Database, job_id: str):
+    with database.session() as db:
+        job = db.get(Job, job_id)
+        return JobOut.of(job) if job else None
+
+
+def _event(name: str, payload: str) -> str:
+    return f"event: {name}\ndata: {payload}\n\n"
+
+
+async def job_events(database: Database, job_id: str, request: Request, poll_s: float) -> AsyncIterator[str]:
+    yield "retry: 2000\n\n"
+    last, quiet_since = None, time.monotonic()
+    while not await request.is_disconnected():
+        job = await run_in_threadpool(_read, database, job_id)
+        if job is None:
+            yield _event("end", '{"status": "deleted"}')
+            return
+        state = (job.status, job.stage, job.progress, job.error)
+        if state != last:
+            last, quiet_since = state, time.monotonic()
+            yield _event("progress", job.model_dump_json())
+            if job.status in TERMINAL:
+                yield _event("end", json.dumps({"status": job.status}))
+                return
+        elif time.monotonic() - quiet_since > KEEPALIVE_S:
+            quiet_since = time.monotonic()
+            yield ": keep-alive\n\n"
+        await asyncio.sleep(poll_s)

@@ -1,0 +1,166 @@
+"""Compile jobs: create (queued on Celery), list, status, live events, cancel, artifact and report."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Literal, Optional
+
+import numpy as np
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
+from sqlalchemy import select
+
+from core.errors import KilnError
+from core.target import get_target
+from service.core.queues import device_kind, host_device_kinds
+
+from ...core import storage
+from ..deps import DbDep, SettingsDep, UserDep, owned
+from ..events import job_events
+from ...core.job_state import ACTIVE, cancel, finish
+from ..rate_limits import JobAllowed
+from ..schemas.jobs import JobCreate, JobOut, JobStatus
+from ...core.tables import Job, new_id
+from .models import owned_model
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+def owned_job(db, user, job_id: str) -> Job:
+    return owned(db, user, Job, job_id, "job")
+
+
+def _itemsize(dtype: str) -> int:
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return 8
+
+
+def _check_request(body: JobCreate, summary: dict, settings) -> None:
+    try:
+        get_target(body.target)
+    except KilnError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
+    if body.tuning.trials > settings.max_tuning_trials:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"tuning.trials {body.tuning.trials} is over this server's limit of {settings.max_tuning_trials}")
+    if body.tuning.trials > 0:
+        kinds = settings.measure_kinds if settings.measure_kinds is not None else host_device_kinds()
+        if device_kind(body.target) not in kinds:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"no worker of this server can measure {device_kind(body.target)} code, so target "
+                                f"{body.target!r} cannot be tuned here (tunable: {', '.join(kinds) or 'none'}); "
+                                "compile it with tuning.trials = 0")
+    budget = body.tuning.time_budget_s
+    if budget is not None and budget > settings.job_soft_time_limit_s:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"tuning.time_budget_s {budget:g} is over this server's job time limit of "
+                            f"{settings.job_soft_time_limit_s} s")
+    names = {i["name"] for i in summary["inputs"]}
+    unknown = sorted(set(body.input_shapes) - names)
+    if unknown:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"input_shapes names unknown inputs {unknown}; the model's inputs are {sorted(names)}")
+    declared = {i["name"]: i["shape"] for i in summary["inputs"]}
+    itemsizes = {i["name"]: _itemsize(i["dtype"]) for i in summary["inputs"]}
+    for name, dims in body.input_shapes.items():
+        shape = declared[name]
+        if any(d < 1 for d in dims):
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"input_shapes[{name!r}]: dimensions must be positive")
+        nbytes = math.prod(dims) * itemsizes[name]
+        if nbytes > settings.max_tensor_bytes:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"input_shapes[{name!r}] = {dims} would need {nbytes:,} bytes, over this server's "
+                                f"limit of {settings.max_tensor_bytes:,} bytes per tensor")
+        if shape is not None and (len(dims) != len(shape) or any(isinstance(d, int) and d != g for d, g in zip(shape, dims))):
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"input_shapes[{name!r}] = {dims} does not fit the declared shape {shape}")
+    unfixed = [n for n in summary.get("symbolic_inputs", []) if n not in body.input_shapes]
+    if unfixed:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"inputs {unfixed} have symbolic dimensions: give their shapes in input_shapes")
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut,
+             responses={429: {"description": "too many jobs: see Retry-After"}})
+def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAllowed, db: DbDep,
+               settings: SettingsDep) -> JobOut:
+    """Queue a compile of an uploaded model for a target."""
+    model = owned_model(db, user, body.model_id)
+    _check_request(body, model.summary, settings)
+    job = Job(id=new_id(), user_id=user.id, model_id=model.id, target=body.target, opt_level=body.opt_level,
+              tuning=body.tuning.model_dump(), input_shapes=body.input_shapes)
+    db.add(job)
+    db.commit()
+    try:
+        request.app.state.enqueue(job.id)
+    except Exception as err:  # the broker is down: the job must not sit in "queued" forever
+        finish(db, job.id, "failed", error=f"the job queue is unavailable ({err})", code="queue_unavailable")
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"the job queue is unavailable ({err})") from err
+    return JobOut.of(job)
+
+
+@router.get("", response_model=list[JobOut])
+def list_jobs(user: UserDep, db: DbDep, status_: Annotated[Optional[JobStatus], Query(alias="status")] = None,
+              limit: Annotated[int, Query(ge=1, le=500)] = 100) -> list[JobOut]:
+    query = select(Job).where(Job.user_id == user.id)
+    if status_:
+        query = query.where(Job.status == status_)
+    return [JobOut.of(r) for r in db.scalars(query.order_by(Job.created_at.desc()).limit(limit)).all()]
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: str, user: UserDep, db: DbDep) -> JobOut:
+    return JobOut.of(owned_job(db, user, job_id))
+
+
+@router.delete("/{job_id}", response_model=JobOut)
+def cancel_job(job_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> JobOut:
+    """Cancel a queued or running job (a running compile stops at its next stage). Ended jobs stay as they are."""
+    job = owned_job(db, user, job_id)
+    if job.status not in ACTIVE:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id!r} has already {job.status}")
+    cancel(db, job_id)
+    db.refresh(job)
+    if job.status == "cancelled":
+        storage.remove_job_outputs(settings, job_id)
+    return JobOut.of(job)
+
+
+@router.get("/{job_id}/events", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}})
+def stream_events(job_id: str, request: Request, user: UserDep, db: DbDep, settings: SettingsDep) -> StreamingResponse:
+    """`event: progress` with the job as JSON at every change, until the job ends (`event: end`)."""
+    owned_job(db, user, job_id)
+    return StreamingResponse(job_events(request.app.state.db, job_id, request, settings.events_poll_s),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _finished_output(db, user, job_id: str, settings, name: str):
+    job = owned_job(db, user, job_id)
+    path = storage.job_dir(settings, job_id) / name
+    if job.status != "succeeded" or not path.is_file():
+        raise HTTPException(status.HTTP_409_CONFLICT if job.status != "succeeded" else status.HTTP_404_NOT_FOUND,
+                            f"job {job_id!r} has no {name}: it is {job.status}"
+                            + (f" ({job.error})" if job.error else ""))
+    return job, path
+
+
+@router.get("/{job_id}/artifact", response_class=FileResponse,
+            responses={200: {"content": {"application/gzip": {}}, "description": "the deployment artifact"}})
+def download_artifact(job_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> FileResponse:
+    _, path = _finished_output(db, user, job_id, settings, storage.ARTIFACT)
+    return FileResponse(path, media_type="application/gzip", filename=f"kiln-{job_id[:12]}.tar.gz")
+
+
+@router.get("/{job_id}/report", responses={200: {"content": {"application/json": {}, "text/html": {}}}})
+def get_report(job_id: str, user: UserDep, db: DbDep, settings: SettingsDep,
+               format: Literal["json", "html"] = "json") -> Response:
+    """The compile report: JSON (report.json schema in DESIGN.md), or the HTML page with `?format=html`."""
+    name = storage.REPORT_HTML if format == "html" else storage.REPORT_JSON
+    _, path = _finished_output(db, user, job_id, settings, name)
+    if format == "html":
+        return HTMLResponse(path.read_text())
+    return Response(path.read_bytes(), media_type="application/json")

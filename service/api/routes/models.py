@@ -1,0 +1,100 @@
+"""Uploaded models: POST streams the file to disk and pre-flight checks it before it is kept."""
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from starlette.concurrency import run_in_threadpool
+
+from ...core import storage
+from ..deps import DbDep, SettingsDep, UserDep, owned
+from ..preflight import run_preflight
+from ..rate_limits import UploadAllowed
+from ..schemas.models import ModelOut
+from ...core.tables import Job, Model, new_id
+from ...core.job_state import ACTIVE
+from ..uploads import receive_upload
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+
+def owned_model(db, user, model_id: str) -> Model:
+    return owned(db, user, Model, model_id, "model")
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ModelOut,
+             responses={200: {"description": "the same file was uploaded before: that model is answered"},
+                        413: {"description": "over the upload limit"}, 415: {"description": "not multipart"},
+                        422: {"description": "not a model Kiln can compile"},
+                        429: {"description": "too many uploads: see Retry-After"}})
+async def upload_model(request: Request, response: Response, user: UserDep, _allowed: UploadAllowed, db: DbDep,
+                       settings: SettingsDep) -> ModelOut:
+    """Upload an ONNX model as multipart field `file`. Checked (ONNX checker, op coverage, sizes) before it is kept."""
+    upload = await receive_upload(request, settings.tmp_dir, settings.max_upload_bytes)
+    try:
+        # Database work runs in the thread pool and ends its transaction before the next await: an
+        # upload waiting for its pre-flight check holds no pooled connection, and the event loop never
+        # blocks on one (bench_load.py: 50 concurrent uploads deadlocked the pool before this).
+        existing = await run_in_threadpool(_existing, db, user.id, upload.sha256)
+        if existing is not None:
+            response.status_code = status.HTTP_200_OK
+            return ModelOut.of(existing, deduplicated=True)
+        async with request.app.state.preflight_slots:
+            check = await run_preflight(upload.path, settings.preflight_timeout_s, settings.max_tensor_bytes)
+        if not check.ok:
+            detail = {"message": check.message, "code": check.code}
+            if check.unsupported_ops:
+                detail["unsupported_ops"] = check.unsupported_ops
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail)
+        row = Model(id=new_id(), user_id=user.id, filename=upload.filename, sha256=upload.sha256,
+                    size_bytes=upload.size, summary=check.summary)
+        kept, deduplicated = await run_in_threadpool(_keep, db, settings, upload, row)
+        if deduplicated:
+            response.status_code = status.HTTP_200_OK
+        return ModelOut.of(kept, deduplicated=deduplicated)
+    finally:
+        upload.discard()
+
+
+def _existing(db, user_id: int, sha256: str) -> Model | None:
+    row = db.scalar(select(Model).where(Model.user_id == user_id, Model.sha256 == sha256))
+    db.commit()  # release the connection; the row stays loaded (expire_on_commit=False)
+    return row
+
+
+def _keep(db, settings, upload, row: Model) -> tuple[Model, bool]:
+    storage.store_model(settings, upload.folder, row.id)
+    db.add(row)
+    try:
+        db.commit()
+    except IntegrityError:  # the same file raced in from a parallel upload: keep the first
+        db.rollback()
+        storage.remove_model(settings, row.id)
+        return _existing(db, row.user_id, row.sha256), True
+    return row, False
+
+
+@router.get("", response_model=list[ModelOut])
+def list_models(user: UserDep, db: DbDep) -> list[ModelOut]:
+    rows = db.scalars(select(Model).where(Model.user_id == user.id).order_by(Model.created_at.desc())).all()
+    return [ModelOut.of(r) for r in rows]
+
+
+@router.get("/{model_id}", response_model=ModelOut)
+def get_model(model_id: str, user: UserDep, db: DbDep) -> ModelOut:
+    return ModelOut.of(owned_model(db, user, model_id))
+
+
+@router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_model(model_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> Response:
+    row = owned_model(db, user, model_id)
+    if db.scalar(select(Job.id).where(Job.model_id == model_id, Job.status.in_(ACTIVE)).limit(1)):
+        raise HTTPException(status.HTTP_409_CONFLICT, "the model has queued or running jobs; cancel them first")
+    job_ids = db.scalars(select(Job.id).where(Job.model_id == model_id)).all()
+    db.query(Job).filter(Job.model_id == model_id).delete()
+    db.delete(row)
+    db.commit()
+    for job_id in job_ids:
+        storage.remove_job_outputs(settings, job_id)
+    storage.remove_model(settings, model_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

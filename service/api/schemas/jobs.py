@@ -1,0 +1,58 @@
+"""Schemas of the jobs resource (compiles of an uploaded model for a target)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...core.tables import as_utc
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class TuningRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    trials: int = Field(default=0, ge=0, description="schedule tuning budget in measured trials (0: no tuning)")
+    time_budget_s: Optional[float] = Field(default=None, gt=0, description="stop tuning after this many seconds")
+
+
+class JobCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model_id: str = Field(min_length=1, max_length=64)
+    target: str = Field(default="native", min_length=1, max_length=128, description="see GET /api/v1/targets")
+    opt_level: int = Field(default=3, ge=0, le=3)
+    tuning: TuningRequest = Field(default_factory=TuningRequest)
+    input_shapes: dict[str, list[int]] = Field(default_factory=dict,
+                                               description="fix symbolic input dimensions: {name: [d0, d1, ...]}")
+
+
+class JobOut(BaseModel):
+    id: str
+    model_id: str
+    target: str
+    opt_level: int
+    tuning: dict[str, Any]
+    input_shapes: dict[str, Any]
+    status: JobStatus
+    stage: str
+    progress: float
+    error: Optional[str]
+    error_code: Optional[str]
+    attempts: int
+    worker: Optional[str]
+    created_at: datetime
+    started_at: Optional[datetime]
+    finished_at: Optional[datetime]
+    links: dict[str, str]
+
+    @classmethod
+    def of(cls, row: Any) -> "JobOut":
+        base = f"/api/v1/jobs/{row.id}"
+        links = {"self": base, "events": f"{base}/events"}
+        if row.status == "succeeded":
+            links.update(artifact=f"{base}/artifact", report=f"{base}/report")
+        return cls(id=row.id, model_id=row.model_id, target=row.target, opt_level=row.opt_level, tuning=row.tuning,
+                   input_shapes=row.input_shapes, status=row.status, stage=row.stage, progress=row.progress,
+                   error=row.error, error_code=row.error_code, attempts=row.attempts, worker=row.worker, created_at=as_utc(row.created_at),
+                   started_at=as_utc(row.started_at), finished_at=as_utc(row.finished_at), links=links)

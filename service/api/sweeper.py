@@ -1,0 +1,45 @@
+"""Re-queues jobs whose worker died: a running job with no heartbeat for `stale_after_s` goes back to the queue.
+
+Needed because the SQLite transport never redelivers an unacknowledged task; with Redis it also
+catches a worker that hangs. The job's attempt counter (checked by the worker) stops poison jobs.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Callable
+
+from sqlalchemy import and_, or_, select
+from starlette.concurrency import run_in_threadpool
+
+from ..core.db import Database
+from ..core.job_state import transition
+from ..core.settings import Settings
+from ..core.tables import Job, utcnow
+
+log = logging.getLogger("kiln.sweeper")
+
+
+def requeue_stale_jobs(database: Database, settings: Settings, enqueue: Callable[[str], None]) -> list[str]:
+    cutoff = utcnow() - timedelta(seconds=settings.stale_after_s)
+    requeued = []
+    with database.session() as db:
+        stale = db.scalars(select(Job.id).where(Job.status == "running", or_(
+            Job.heartbeat_at < cutoff, and_(Job.heartbeat_at.is_(None), Job.started_at < cutoff)))).all()
+        for job_id in stale:
+            # Conditional: if the worker finished (or the user cancelled) meanwhile, leave the job alone.
+            if transition(db, job_id, ("running",), status="queued", stage="queued", progress=0.0, worker=None):
+                log.warning("job %s lost its worker; queued again", job_id)
+                enqueue(job_id)
+                requeued.append(job_id)
+    return requeued
+
+
+async def sweep_forever(database: Database, settings: Settings, enqueue: Callable[[str], None]) -> None:
+    while True:
+        await asyncio.sleep(settings.sweep_interval_s)
+        try:
+            await run_in_threadpool(requeue_stale_jobs, database, settings, enqueue)
+        except Exception:  # a broker or database hiccup: try again at the next sweep
+            log.exception("sweeping stale jobs failed")

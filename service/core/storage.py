@@ -1,0 +1,51 @@
+"""Where models and job outputs live on disk, and atomic writes into place (no half-written file is served)."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .settings import Settings
+from ..api.uploads import MODEL_FILE
+
+ARTIFACT = "artifact.tar.gz"
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+
+
+def model_path(settings: Settings, model_id: str) -> Path:
+    return settings.models_dir / model_id / MODEL_FILE
+
+
+def job_dir(settings: Settings, job_id: str) -> Path:
+    return settings.jobs_dir / job_id
+
+
+def store_model(settings: Settings, upload_folder: Path, model_id: str) -> Path:
+    """Move an upload's private folder into place as the model's folder (one rename)."""
+    destination = settings.models_dir / model_id
+    os.replace(upload_folder, destination)
+    return destination / MODEL_FILE
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data.encode() if isinstance(data, str) else data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove_job_outputs(settings: Settings, job_id: str) -> None:
+    shutil.rmtree(job_dir(settings, job_id), ignore_errors=True)
+
+
+def remove_model(settings: Settings, model_id: str) -> None:
+    shutil.rmtree(settings.models_dir / model_id, ignore_errors=True)
