@@ -43,7 +43,7 @@ WORKLOADS = [
 
 
 def _kernels(chosen, rng):
-    from core.kernels.matmul_packed import pack_weights, worth_packing
+    from core.packing.panels import pack_weights, worth_packing
     from core.kernels.testing import OpKernel, build_kernels
 
     kernels, operands = [], []

@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_models import interleaved  # noqa: E402
+from core.backends import get_backend  # noqa: E402
 from core.frontend import import_onnx  # noqa: E402
-from core.graph.passes.alter_layout import layout_target  # noqa: E402
 from core.graph.passes.manager import optimize  # noqa: E402
 from core.target import get_target  # noqa: E402
 from core.tune.measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureResult, Measurer,  # noqa: E402
@@ -173,16 +173,12 @@ def history_from(measures, task, features) -> list:
 
 def run_search(args) -> None:
     target = get_target(args.target)
-    if target.kind == "cuda":  # GPU kernels keep NCHW; candidates run through the CUDA driver
-        graph = optimize(import_onnx(model_path("resnet18")), 3, target)
-    else:
-        with layout_target(target):  # blocked layouts of the target's vector width, as compiles do
-            graph = optimize(import_onnx(model_path("resnet18")), 3)
+    graph = optimize(import_onnx(model_path("resnet18")), 3, target)  # the target's backend's passes, as compiles do
     tasks = pick_tasks(extract_tasks(graph, target), args.tasks, args.pick)
     if args.only_task is not None:  # one task per run: a GPU machine lent for short calls
         tasks = tasks[args.only_task:args.only_task + 1]
     runner = LocalRunner(timeout_s=10, min_repeat_ms=args.min_repeat_ms, repeat=3, threads=args.threads,
-                         memory_bytes=0 if target.kind == "cuda" else 8 << 30, timing_lock=args.timing_lock)
+                         memory_bytes=get_backend(target).runner_options(target).get("memory_bytes", 8 << 30), timing_lock=args.timing_lock)
     builder = LocalBuilder(n_parallel=default_build_workers())
     fits, predicts, feats = [], [], []
     methods = ["xgb", "random"] + (["xgb+records"] if args.transfer else [])

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 EXIT_USER_ERROR = 2
 EXIT_FAILURE = 1
-USER_ERROR_CODES = ("invalid_model", "unsupported_op", "shape_error", "unknown_target")
+USER_ERROR_CODES = ("invalid_model", "unsupported_op", "shape_error", "unknown_target", "bad_tuning_options")
 
 
 def _parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
@@ -36,8 +36,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import core
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    if args.tune_trials < 0:
-        raise ValueError(f"--tune-trials must be 0 or more, not {args.tune_trials}")
     model = Path(args.model)
     if not model.is_file():
         from core.errors import InvalidModelError
@@ -46,10 +44,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TimeElapsedColumn(),
                   transient=True, disable=not sys.stderr.isatty(), console=None) as bar:
         task = bar.add_task("compile", total=1.0)
-        tuning = _tuning_options(args, bar, task)
         artifact = core.compile(model, target=args.target, opt_level=args.opt_level,
-                                input_shapes=dict(args.input_shape or []), tuning=tuning,
-                                progress=lambda stage, f: stage != "tune" and bar.update(task, description=stage, completed=f))
+                                input_shapes=dict(args.input_shape or []), tuning=_tuning_options(args, bar),
+                                progress=lambda stage, done, detail: bar.update(task, description=detail or stage.value,
+                                                                                completed=done))
         out = artifact.save(args.output)
     report = artifact.report
     lat, val = report["latency_ms"], report["validation"]
@@ -74,30 +72,24 @@ def default_records_path() -> Path:
     return Path(os.environ.get("KILN_RECORDS") or Path.home() / ".cache" / "kiln" / "records.jsonl")
 
 
-def _tuning_options(args: argparse.Namespace, bar, task) -> Optional[dict]:
+def _tuning_options(args: argparse.Namespace, bar):
     """Tuning with --tune-trials N; records from --records, else the user's default file, which every
     compile consults when it exists (tuned once, every later compile gets the best configs)."""
+    from core.tune import TuningOptions
+
     records = args.records or str(default_records_path())
     if not args.tune_trials and not args.records and not Path(records).is_file():
         return None
-    plan: dict = {}
 
     def on_plan(p: dict) -> None:
-        plan.update(p)
         if not p["trials"]:
             bar.console.print(f"tuning records: {p['cache_hits']} of {p['tasks']} tasks have a tuned config", highlight=False)
             return
         bar.console.print(f"tuning {p['tuned_tasks']} of {p['tasks']} tasks ({p['cache_hits']} from records), "
                           f"{p['trials']} trials, about {p['estimate_s']:.0f} s", highlight=False)
 
-    def progress(stage: str, fraction: float) -> None:
-        done = round(fraction * plan.get("trials", 0))
-        bar.update(task, description=f"tuning {done}/{plan.get('trials', 0)}", completed=0.15 + 0.05 * fraction)
-
-    options = {"trials": args.tune_trials, "records": records, "on_plan": on_plan, "progress": progress}
-    if args.tune_time:
-        options["time_budget_s"] = args.tune_time
-    return options
+    return TuningOptions(trials=args.tune_trials, time_budget_s=args.tune_time or None, records=records,
+                         on_plan=on_plan)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -147,25 +139,17 @@ def _takes_feeds(module) -> bool:
     return "feeds" in inspect.signature(module.benchmark).parameters
 
 
-def _gpu_count() -> int:
-    from core.runtime.loader import cuda_device_count
-
-    return cuda_device_count()
-
-
 def cmd_targets(args: argparse.Namespace) -> int:
+    from core.backends import get_backend
     from core.target import all_targets
 
-    targets = [t.describe() for t in all_targets()]
-    gpus = _gpu_count() if any(t["kind"] == "cuda" for t in targets) else 0
-    for t in targets:
-        if t["kind"] == "cuda":  # runs here when this machine has an NVIDIA GPU (and driver)
-            t["runs_on_host"] = gpus > 0
+    targets = all_targets()
     if args.json:
-        print(json.dumps(targets, indent=2))
+        print(json.dumps([t.describe() for t in targets], indent=2))
         return 0
-    for t in targets:
-        if t["kind"] == "cuda":
+    for target in targets:
+        t = target.describe()  # runs_on_host: a GPU target where this machine has the GPU and its driver
+        if get_backend(target).has_shared:
             width = f"{t['cpu'] + ' PTX':<12}"
             runs = "runs here (GPU)" if t["runs_on_host"] else "build only: no GPU"
         else:

@@ -6,7 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
+
+from core.process.child import die_with_parent
 
 
 def _use_data_dir(data_dir: str | None):
@@ -44,14 +47,6 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _die_with_parent() -> None:
-    # The embedded worker must not outlive `kiln serve`, even if serve is killed with SIGKILL.
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -68,7 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # One machine serves every job, GPU ones included (built and, without a GPU, not run).
         command = [sys.executable, "-m", "cli.main", "worker", "--concurrency", str(args.concurrency),
                    "--queues", ",".join(default_queues(with_gpu=True))]
-        worker = subprocess.Popen(command, env=os.environ.copy(), preexec_fn=_die_with_parent)
+        # The embedded worker must not outlive `kiln serve`, even if serve is killed with SIGKILL.
+        worker = subprocess.Popen(command, env=os.environ.copy(), preexec_fn=partial(die_with_parent, signal.SIGTERM))
     url = f"http://{args.host}:{args.port}"
     print(f"Kiln {url}  (API {url}/api/v1, docs {url}/docs, data in {settings.data_dir})", flush=True)
     if first_token:

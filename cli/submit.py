@@ -5,10 +5,10 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from core.errors import KilnError
+from core.files.atomic import atomic_path
 
 
 class SubmitError(KilnError):
@@ -54,16 +54,10 @@ def _follow(client, job_id: str, bar, task) -> dict:
 
 
 def _download(client, url: str, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f, client.stream("GET", url) as response:
-            _check(response, "downloading the artifact")
-            for chunk in response.iter_bytes():
-                f.write(chunk)
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with atomic_path(out) as partial, open(partial, "wb") as f, client.stream("GET", url) as response:
+        _check(response, "downloading the artifact")
+        for chunk in response.iter_bytes():
+            f.write(chunk)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

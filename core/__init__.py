@@ -14,3 +14,6 @@ def load(path):
     from .runtime import load as _load
 
     return _load(path)
+
+
+__all__ = ["__version__", "compile", "load"]

@@ -1,7 +1,8 @@
 """Named compilation targets and their properties (triple, CPU, features, vector width, cores).
 
 `get_target("x86-64-v4")` or `get_target("native")`; options follow TVM's style
-(`"cuda -arch=sm_90"`). One registry: adding a target is one `register_target` call.
+(`"cuda -arch=sm_90"`). One registry: adding a target is one `register_target` call; its `kind`
+picks the Backend that compiles for it (core/backends/).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from .errors import UnknownTargetError
 @dataclass(frozen=True)
 class Target:
     name: str
-    kind: str  # "cpu" or "cuda"
+    kind: str  # picks its Backend (core/backends/): how its code is optimized, built, run and measured
     triple: str
     cpu: str  # LLVM CPU name
     features: str  # LLVM feature string, e.g. "+avx2,+fma"
@@ -43,12 +44,10 @@ class Target:
         return self.triple.split("-")[0]
 
     def runs_on_host(self) -> bool:
-        """Whether code for this target executes on this machine (same ISA and every feature present)."""
-        if self.kind != "cpu" or self.arch != host_target().arch:
-            return False
-        have = set(f[1:] for f in host_target().features.split(",") if f.startswith("+"))
-        need = set(f[1:] for f in self.features.split(",") if f.startswith("+"))
-        return need <= have
+        """Whether this machine has the hardware code for this target executes on (its Backend says)."""
+        from .backends import get_backend
+
+        return get_backend(self).has_device(self)
 
     def describe(self) -> dict:
         return {"name": self.name, "kind": self.kind, "triple": self.triple, "cpu": self.cpu,

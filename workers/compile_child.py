@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from core.errors import KilnError
-from core.process.sandbox import Limits
+from core.tune.options import TuningOptions
+from core.process.limits import Limits
 from service.core import storage
 from service.core.settings import Settings
 
@@ -43,20 +44,11 @@ def compile_limits(settings: Settings) -> Limits:
                   file_bytes=settings.job_file_limit_bytes, open_files=4096)
 
 
-def tuning_options(report: Callable, tuning: Optional[dict], records: str, timing_lock: Optional[str] = None) -> dict:
-    """core.compile's tuning options for a job: every job reads the shared records (cache hits cost no
-    trials); a job with a budget tunes, reporting its stage as `tuning k/N`."""
-    plan = {"trials": 0}
-
-    def progress(_stage: str, fraction: float) -> None:
-        done = round(fraction * plan["trials"])
-        report("progress", f"tuning {done}/{plan['trials']}", 0.15 + 0.05 * fraction)
-
-    options = {"trials": int((tuning or {}).get("trials") or 0), "records": records,
-               "on_plan": lambda p: plan.update(trials=p["trials"]), "progress": progress, "timing_lock": timing_lock}
-    if (tuning or {}).get("time_budget_s"):
-        options["time_budget_s"] = float(tuning["time_budget_s"])
-    return options
+def tuning_options(tuning: Optional[dict], records: str, timing_lock: Optional[str] = None) -> TuningOptions:
+    """A job's tuning: every job reads the shared records (cache hits cost no trials); a job with a budget tunes."""
+    tuning = tuning or {}
+    return TuningOptions(trials=int(tuning.get("trials") or 0), time_budget_s=tuning.get("time_budget_s") or None,
+                         records=records, timing_lock=timing_lock)
 
 
 def compile_into(report: Callable, model_path: str, staging: str, *, target: str, opt_level: int,
@@ -77,10 +69,9 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
     try:
         if input_shapes:  # the pre-flight could not size a symbolic model; with the job's shapes it can
             check_graph_sizes(import_onnx(model_path, input_shapes=input_shapes), budget)
-        # The tuner reports its own `tuning k/N` stage; the compile's plain "tune" stage would hide it.
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
-                                tuning=tuning_options(report, tuning, records, timing_lock) if records else None,
-                                progress=lambda stage, fraction: stage == "tune" or report("progress", stage, fraction),
+                                tuning=tuning_options(tuning, records, timing_lock) if records else None,
+                                progress=lambda stage, done, detail: report("progress", stage, done, detail),
                                 threads=threads)
         try:
             out = folder / "out"

@@ -13,16 +13,17 @@ import socket
 import threading
 import time
 from datetime import timedelta
-from typing import Callable, Optional
+from typing import Optional
 
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.orm import Session
 
+from core.driver.stages import ProgressFn, Stage
 from core.errors import KilnError
 from core.process.sandbox import SandboxError, SandboxTimeout, run_sandboxed
 from service.core import storage
 from service.core.db import Database
-from service.core.job_state import ACTIVE, STAGE_NAMES, TERMINAL, finish, transition
+from service.core.job_state import ACTIVE, TERMINAL, finish, transition
 from service.core.settings import Settings
 from service.core.tables import Job, utcnow
 
@@ -35,11 +36,12 @@ class JobCancelled(Exception):
     """The user cancelled the job while it ran; raised from the progress callback to stop the compile."""
 
 
-def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2) -> Callable[[str, float], None]:
+def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2) -> ProgressFn:
+    """Writes the compile's progress into the job: its stage reads the stage's label or detail (`tuning 12/200`)."""
     last = {"stage": None, "at": 0.0}
 
-    def report(stage: str, fraction: float) -> None:
-        name = STAGE_NAMES.get(stage, stage)
+    def report(stage: Stage, fraction: float, detail: str = "") -> None:
+        name = detail or stage.label
         now = time.monotonic()
         if name == last["stage"] and now - last["at"] < min_interval_s:
             return
@@ -56,9 +58,9 @@ def _compile(settings: Settings, job: Job, db: Session) -> None:
     progress = _progress_writer(db, job.id)
     stage = {"name": "importing"}
 
-    def on_message(kind: str, name: str, fraction: float) -> None:
-        stage["name"] = STAGE_NAMES.get(name, name)
-        progress(name, fraction)  # raises JobCancelled: the child is killed at once
+    def on_message(kind: str, step: Stage, fraction: float, detail: str) -> None:
+        stage["name"] = detail or step.label
+        progress(step, fraction, detail)  # raises JobCancelled: the child is killed at once
 
     try:
         try:

@@ -1,6 +1,7 @@
-"""Small analyses codegen needs: free variables and buffers of a statement, affine strides, traps."""
+"""Small analyses codegen needs: free variables and buffers of a statement, affine strides, traps, store dtypes."""
 from __future__ import annotations
 
+from ..errors import CodegenError
 from ..tir.expr import BinOp, Buffer, Cast, Expr, IntImm, Load, Var
 from ..tir.functor import stmt_exprs, walk_expr, walk_stmt
 from ..tir.stmt import Allocate, For, LetStmt, Stmt, Store
@@ -81,3 +82,9 @@ def may_trap(expr: Expr) -> bool:
 
 def const_int(expr: Expr) -> int | None:
     return expr.value if isinstance(expr, IntImm) else None
+
+
+def check_store_dtype(kernel: str, s: Store) -> None:
+    if s.value.dtype != s.buffer.dtype:
+        raise CodegenError(f"kernel {kernel}: storing a {s.value.dtype} value into {s.buffer.dtype} buffer "
+                           f"{s.buffer.name} (insert a Cast)")

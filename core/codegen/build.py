@@ -3,51 +3,32 @@ DEBUG=3 prints the optimized LLVM IR to stderr, DEBUG=4 the unoptimized IR too."
 from __future__ import annotations
 
 import json
-import os
-import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Sequence
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..backends import get_backend
 from ..errors import BuildError, CodegenError
+from ..files.atomic import atomic_path
 from ..target import Target, get_target
 from ..tir.stmt import PrimFunc
 from . import vecmath
 from .codegen_llvm import ModuleContext, emit_kernel
+from .llvm_env import LLVM_LOCK, initialize_llvm, print_ir
 from .llvm_types import I8
 from .model_entry import ModelPlan, emit_model_entry
 from .runtime_objects import runtime_objects
 from .toolchain import find_compiler, link_shared
 
-# llvmlite's global state (target registry, pass builders) is not documented as thread-safe.
-_LLVM_LOCK = threading.RLock()
-_initialized = False
-
-
-def _init_llvm() -> None:
-    global _initialized
-    if not _initialized:
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        _initialized = True
-
-
-def _debug_level() -> int:
-    try:
-        return int(os.environ.get("DEBUG", "0"))
-    except ValueError:
-        return 0
-
 
 def target_machine(target: Target) -> llvm.TargetMachine:
-    if target.kind != "cpu":
+    if not get_backend(target).host_code:
         raise CodegenError(f"target {target.name}: only CPU targets have an LLVM code generator here")
-    with _LLVM_LOCK:
-        _init_llvm()
+    with LLVM_LOCK:
+        initialize_llvm()
         try:
             llvm_target = llvm.Target.from_triple(target.triple)
         except RuntimeError as e:
@@ -97,9 +78,8 @@ def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetM
     module = lower_module(funcs, target, plan)
     libs = ["-lmvec"] if vecmath.uses_libmvec(module) else []
     text = str(module)
-    if _debug_level() >= 4:
-        print(text, file=sys.stderr)
-    with _LLVM_LOCK:
+    print_ir(text, optimized=False)
+    with LLVM_LOCK:
         tm = target_machine(target)
         try:
             mod = llvm.parse_assembly(text)
@@ -113,8 +93,7 @@ def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetM
         pto.loop_interleaving = True
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
-    if _debug_level() >= 3:
-        print(str(mod), file=sys.stderr)
+    print_ir(mod, optimized=True)
     return mod, tm, libs
 
 
@@ -127,38 +106,32 @@ def optimized_llvm_ir(funcs: Sequence[PrimFunc], target: "Target | str" = "nativ
 def assembly(funcs: Sequence[PrimFunc], target: "Target | str" = "native") -> str:
     """The target assembly, for inspecting the generated instructions."""
     mod, tm, _ = _optimize(funcs, get_target(target), None)
-    with _LLVM_LOCK:
+    with LLVM_LOCK:
         return tm.emit_assembly(mod)
 
 
 def build_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "str | Path",
                   plan: ModelPlan | None = None) -> Path:
+    """The shared library at `out_path` that `target`'s Backend builds from `funcs` (and `plan`)."""
+    target = get_target(target)
+    return get_backend(target).build_library(funcs, target, Path(out_path), plan)
+
+
+def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
+                      plan: ModelPlan | None = None) -> Path:
     """Compile `funcs` and Kiln's thread pool (plus the model entry and C runtime when `plan` is given) into a shared library
     at `out_path`, written atomically. Raises CodegenError for bad input, BuildError for toolchain failures."""
-    target = get_target(target)
-    if target.kind == "cuda":  # PTX inside a host library that launches it (build_cuda.py)
-        from .build_cuda import build_cuda_library
-
-        return build_cuda_library(funcs, target, out_path, plan)
-    out_path = Path(out_path)
     cc = find_compiler(target)  # before the expensive part: a missing cross compiler fails fast
     mod, tm, libs = _optimize(funcs, target, plan)
-    with _LLVM_LOCK:
+    with LLVM_LOCK:
         obj_bytes = tm.emit_object(mod)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
         objects = [Path(tmp) / "kernels.o"]
         objects[0].write_bytes(obj_bytes)
         # The thread pool goes into every library (its PARALLEL loops call it); the model runtime with a plan.
         objects += runtime_objects(cc, Path(tmp), with_model=plan is not None)
-        fd, partial = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
-        os.close(fd)
-        try:
-            link_shared(cc, objects, Path(partial), libs)
-            os.replace(partial, out_path)
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
+        with atomic_path(out_path) as partial:
+            link_shared(cc, objects, partial, libs)
     return out_path
 
 

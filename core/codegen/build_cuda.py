@@ -9,7 +9,6 @@ driver would reject fails the build instead of the user's kiln_load.
 """
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -17,8 +16,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import CodegenError
+from ..files.atomic import atomic_path
 from ..runtime.header import c_string
-from ..target import Target, get_target
+from ..target import Target, host_target
 from ..tir.stmt import PrimFunc
 from .model_entry import BufferRef, ModelPlan, validate_plan
 from .nvptx import LaunchConfig, emit_ptx
@@ -141,33 +141,25 @@ def check_ptx(ptx: str, target: Target) -> bool:
     return True
 
 
-def build_cuda_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "str | Path",
+def build_cuda_library(funcs: Sequence[PrimFunc], target: Target, out_path: "str | Path",
                        plan: ModelPlan | None) -> Path:
     """The host library of a whole model for a CUDA target at `out_path`, written atomically."""
-    target = get_target(target)
     if plan is None:
         raise CodegenError(f"target {target.name}: a CUDA library runs a whole model; pass its plan")
     funcs = list(funcs)
     validate_plan(plan, {f.name: f for f in funcs})
-    cc = find_compiler(get_target("native"))  # the host side runs on the CPU that loads it
+    cc = find_compiler(host_target())  # the host side runs on the CPU that loads it
     ptx, launches = emit_ptx(funcs, target)
     check_ptx(ptx, target)
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kiln-build-cuda-") as tmp:
         tables = Path(tmp) / "kiln_cuda_tables.c"
         tables.write_text(render_tables(plan, funcs, ptx, launches, target))
         objects = [Path(tmp) / "kiln_cuda_tables.o"]
         compile_c(cc, tables, objects[0], include_dirs=(RUNTIME_DIR,))
         objects += runtime_objects(cc, Path(tmp), with_model=True, with_cuda=True)
-        fd, partial = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
-        os.close(fd)
-        try:
-            link_shared(cc, objects, Path(partial), ["-ldl"])  # dlopen of libcuda.so.1 (libc itself on glibc >= 2.34)
-            os.replace(partial, out_path)
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
+        with atomic_path(out_path) as partial:
+            link_shared(cc, objects, partial, ["-ldl"])  # dlopen of libcuda.so.1 (libc itself on glibc >= 2.34)
     return out_path
 
 

@@ -15,8 +15,10 @@ from ..tir.functor import walk_expr, walk_stmt
 from ..tir.simplify import specialize
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
 from . import arith, narrow, vecmath
-from .analysis import const_int, may_trap
+from .analysis import check_store_dtype, const_int, may_trap
 from .llvm_types import I1, I64, PTR, VOID, const, is_bool, is_signed, itemsize, lanes_of, mem_type, reg_type
+from .parallel import emit_parallel
+from .vectorize import emit_vectorized
 
 # Unrolling beyond this many copies would bloat code for nothing; longer loops get unroll metadata instead.
 MAX_FULL_UNROLL = 256
@@ -70,6 +72,10 @@ class FunctionEmitter:
         self.b = ir.IRBuilder(fn.append_basic_block("body"))
         self.vars: dict[Var, ir.Value] = {}
         self.bufs: dict[Buffer, ir.Value] = {}
+
+    def worker_emitter(self, fn: ir.Function) -> FunctionEmitter:
+        """An emitter for `fn`, the outlined body of one of this kernel's parallel loops."""
+        return FunctionEmitter(self.ctx, fn, self.kernel_name, in_parallel=True)
 
     def finish(self) -> None:
         """Close the function: the entry block (which holds every alloca) jumps to the body."""
@@ -208,10 +214,8 @@ class FunctionEmitter:
         if s.var.dtype not in ("int64", "int32"):
             raise CodegenError(f"kernel {self.kernel_name}: loop variable {s.var} must be an integer")
         if s.kind is ForKind.VECTORIZED:
-            from .vectorize import emit_vectorized
             emit_vectorized(self, s)
         elif s.kind is ForKind.PARALLEL and not self.in_parallel:
-            from .parallel import emit_parallel
             emit_parallel(self, s)
         elif s.kind is ForKind.UNROLLED:
             self._unrolled(s)
@@ -333,12 +337,6 @@ class FunctionEmitter:
         phi.add_incoming(tv, t_end)
         phi.add_incoming(fv, f_end)
         return phi
-
-
-def check_store_dtype(kernel: str, s: Store) -> None:
-    if s.value.dtype != s.buffer.dtype:
-        raise CodegenError(f"kernel {kernel}: storing a {s.value.dtype} value into {s.buffer.dtype} buffer "
-                           f"{s.buffer.name} (insert a Cast)")
 
 
 # Symbols the runtime and the model entry define; a kernel may not take one of these names.

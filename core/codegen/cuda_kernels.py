@@ -73,12 +73,12 @@ class CudaKernelLibrary:
         self.module.close()
 
 
-def load_cuda_kernels(funcs: Sequence[PrimFunc], target: "Target | str" = "cuda") -> CudaKernelLibrary:
+def load_cuda_kernels(funcs: Sequence[PrimFunc], target: Target) -> CudaKernelLibrary:
     ptx, launches = emit_ptx(funcs, target)
     return CudaKernelLibrary(ptx, launches, kernel_signatures(funcs))
 
 
-def save_cuda_kernels(funcs: Sequence[PrimFunc], target: "Target | str", path: "str | Path") -> Path:
+def save_cuda_kernels(funcs: Sequence[PrimFunc], target: Target, path: "str | Path") -> Path:
     """Compile `funcs` to PTX and write a kernel bundle (PTX, launches, signatures; JSON) that
     `load_cuda_kernel_bundle` runs on a machine with a GPU: what the tuner's Builder hands its Runner."""
     ptx, launches = emit_ptx(funcs, target)

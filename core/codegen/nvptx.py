@@ -6,7 +6,6 @@ or shared memory, a barrier some threads of a block skip) with one message namin
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -14,12 +13,14 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..errors import CodegenError, ScheduleError
-from ..target import Target, get_target
+from ..backends import get_backend
+from ..target import Target
 from ..tir.expr import Var
 from ..tir.functor import walk_expr, walk_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
 from .analysis import const_int
 from .codegen_llvm import FunctionEmitter, ModuleContext, declare_kernel
+from .llvm_env import LLVM_LOCK, initialize_llvm, print_ir
 from .llvm_types import I32, I64, PTR, itemsize, mem_type
 
 GRID_LIMITS = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
@@ -188,18 +189,15 @@ class NVPTXEmitter(FunctionEmitter):
 
 
 def _target_machine(target: Target) -> llvm.TargetMachine:
-    from .build import _LLVM_LOCK, _init_llvm
-
-    with _LLVM_LOCK:
-        _init_llvm()
+    with LLVM_LOCK:
+        initialize_llvm()
         return llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features,
                                                                             opt=3)
 
 
-def lower_gpu_module(funcs: Sequence[PrimFunc], target: "Target | str") -> tuple[ir.Module, dict[str, LaunchConfig]]:
+def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Module, dict[str, LaunchConfig]]:
     """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
-    target = get_target(target)
-    if target.kind != "cuda":
+    if not get_backend(target).has_shared:
         raise CodegenError(f"target {target.name} is not a GPU target")
     module = ir.Module(name="kiln_gpu")
     module.triple = target.triple
@@ -218,14 +216,11 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: "Target | str") -> tuple
     return module, launches
 
 
-def emit_ptx(funcs: Sequence[PrimFunc], target: "Target | str" = "cuda") -> tuple[str, dict[str, LaunchConfig]]:
+def emit_ptx(funcs: Sequence[PrimFunc], target: Target) -> tuple[str, dict[str, LaunchConfig]]:
     """PTX assembly of `funcs` (optimized at O3) and each kernel's launch configuration.
     DEBUG=3 prints the optimized LLVM IR to stderr."""
-    from .build import _LLVM_LOCK, _debug_level
-
-    target = get_target(target)
     module, launches = lower_gpu_module(funcs, target)
-    with _LLVM_LOCK:
+    with LLVM_LOCK:
         tm = _target_machine(target)
         try:
             mod = llvm.parse_assembly(str(module))
@@ -235,8 +230,7 @@ def emit_ptx(funcs: Sequence[PrimFunc], target: "Target | str" = "cuda") -> tupl
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
-        if _debug_level() >= 3:
-            print(str(mod), file=sys.stderr)
+        print_ir(mod, optimized=True)
         return tm.emit_assembly(mod), launches
 
 

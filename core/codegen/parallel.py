@@ -7,13 +7,17 @@
 # in a vector body) runs serially; so does a region the pool is asked for from inside a region.
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from llvmlite import ir
 
 from ..tir.stmt import For
 from .analysis import buffers_used, free_vars
 from .arith import declare
-from .codegen_llvm import FunctionEmitter
 from .llvm_types import I32, I64, PTR, VOID, reg_type
+
+if TYPE_CHECKING:  # the emitter calls this module for its parallel loops
+    from .codegen_llvm import FunctionEmitter
 
 # core/runtime/kiln_threadpool.h: void kiln_parallel_for(void (*)(void*, int64_t, int64_t), void*, int64_t)
 POOL_LAUNCH = "kiln_parallel_for"
@@ -51,7 +55,7 @@ def _emit_worker(fe: FunctionEmitter, loop: For, bufs, values, value_types, name
     fn = ir.Function(fe.ctx.module, fnty, name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    inner = FunctionEmitter(fe.ctx, fn, fe.kernel_name, in_parallel=True)
+    inner = fe.worker_emitter(fn)
     for arg, buf in zip(fn.args, bufs):
         arg.name = buf.name
         arg.add_attribute("noalias")

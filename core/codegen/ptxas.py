@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from ..errors import BuildError
 from .toolchain import run_tool
 
 
@@ -29,8 +30,6 @@ def find_ptxas() -> Optional[str]:
 
 def assemble(ptx: str, arch: str, ptxas: Optional[str] = None) -> bytes:
     """The cubin that ptxas makes of `ptx` for `arch` (sm_80, ...); BuildError with its messages if it rejects it."""
-    from ..errors import BuildError
-
     ptxas = ptxas or find_ptxas()
     if ptxas is None:
         raise BuildError("ptxas not found: install nvidia-cuda-nvcc-cu12 or set KILN_PTXAS")

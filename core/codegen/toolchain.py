@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ..backends import get_backend
 from ..errors import BuildError
 from ..target import Target
 
@@ -21,7 +22,7 @@ def _host_arch() -> str:
 
 def find_compiler(target: Target) -> str:
     """The C compiler driver that produces code (and links) for `target`."""
-    if target.kind != "cpu":
+    if not get_backend(target).host_code:
         raise BuildError(f"target {target.name} ({target.kind}) cannot be linked into a CPU shared library")
     override = os.environ.get("KILN_CC")
     if override:

@@ -7,7 +7,7 @@
 # stride-0 stores of lane values) fall back to a scalar loop carrying `llvm.loop.vectorize.enable`.
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from llvmlite import ir
 
@@ -15,9 +15,11 @@ from ..tir.expr import BinOp, Call, Cast, Expr, Load, Not, Select, Var
 from ..tir.functor import substitute
 from ..tir.stmt import For, ForKind, IfThenElse, LetStmt, Seq, Stmt, Store
 from . import arith
-from .analysis import const_int, may_trap, stride_of, uses_any
-from .codegen_llvm import FunctionEmitter, check_store_dtype
+from .analysis import check_store_dtype, const_int, may_trap, stride_of, uses_any
 from .llvm_types import I1, I32, I64, const, is_float, itemsize, lanes_of, mangle, mem_type, reg_type, scalar_type
+
+if TYPE_CHECKING:  # the emitter calls this module for its vectorized loops
+    from .codegen_llvm import FunctionEmitter
 
 # One vector instruction group covers at most this many lanes; longer loops run in chunks of the
 # target's natural width (LLVM splits wide vectors into registers itself, within reason).

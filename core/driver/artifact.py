@@ -6,7 +6,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..report.html import render_html
 from ..runtime.package import write_artifact
@@ -64,6 +64,3 @@ def new_workdir() -> Path:
 def write_metadata(directory: Path, metadata: dict[str, Any]) -> None:
     (directory / METADATA).write_text(json.dumps(metadata, indent=2))
 
-
-def maybe_path(model: Any) -> Optional[Path]:
-    return Path(model) if isinstance(model, (str, Path)) else None

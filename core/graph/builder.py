@@ -8,9 +8,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from core.errors import ShapeError
+from core.graph.fold import fold_node, worth_folding
 from core.graph.ir import Graph, Node, TensorType, topological_sort
 from core.graph.ops import get_op
-from core.graph.passes.fold_constants import fold_node, worth_folding
 
 
 def frozen_array(array) -> np.ndarray:

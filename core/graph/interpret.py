@@ -8,7 +8,7 @@ import numpy as np
 
 from core.errors import ShapeError
 from core.graph.ir import Graph
-from core.graph.passes.fold_constants import fold_node
+from core.graph.fold import fold_node
 
 
 def _check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

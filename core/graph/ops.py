@@ -1,7 +1,7 @@
-"""The op registry: one OpDef per graph op, declaring type inference, fusion pattern and folding.
+"""The op registry: one OpDef per graph op, declaring type inference, fusion pattern, folding and FLOPs.
 
-Ops are registered by the modules under `core/graph/op_defs/`; everything else (frontend, passes,
-kernels) looks them up here by name instead of branching on op names.
+Ops are registered by the modules under `core/graph/op_defs/`, which core/graph/__init__ imports;
+everything else (frontend, passes, kernels) looks them up here by name instead of branching on op names.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .ir import TensorType
+from .ir import Graph, Node, TensorType
 
 
 class Pattern(enum.IntEnum):
@@ -27,6 +27,13 @@ class Pattern(enum.IntEnum):
 
 InferFn = Callable[[Sequence[TensorType], Mapping], list[TensorType]]
 FoldFn = Callable[[Sequence[np.ndarray], Mapping], list[np.ndarray]]
+FlopsFn = Callable[[Sequence[Optional[TensorType]], Sequence[TensorType], Mapping], int]
+
+
+def one_per_output_element(inputs: Sequence[Optional[TensorType]], outputs: Sequence[TensorType],
+                           attrs: Mapping) -> int:
+    """The FLOPs of an op without multiply-adds: one operation per output element."""
+    return sum(t.numel for t in outputs)
 
 
 @dataclass(frozen=True)
@@ -35,36 +42,38 @@ class OpDef:
     pattern: Pattern
     infer: InferFn  # input types + attrs -> output types (raises ShapeError on mismatch)
     fold: Optional[FoldFn] = None  # numpy evaluation for compile-time constant folding
+    # input types (None: absent) + output types + attrs -> operations performed (the report's and tuner's GFLOP/s)
+    flops: FlopsFn = one_per_output_element
 
 
 _REGISTRY: dict[str, OpDef] = {}
 
 
-def register_op(name: str, pattern: Pattern, fold: Optional[FoldFn] = None) -> Callable[[InferFn], InferFn]:
+def register_op(name: str, pattern: Pattern, fold: Optional[FoldFn] = None,
+                flops: FlopsFn = one_per_output_element) -> Callable[[InferFn], InferFn]:
     """Decorator for an op's type-inference function: `@register_op("Relu", Pattern.ELEMWISE, fold=np_relu)`."""
 
     def wrap(infer: InferFn) -> InferFn:
         if name in _REGISTRY:
             raise ValueError(f"op {name} registered twice")
-        _REGISTRY[name] = OpDef(name, pattern, infer, fold)
+        _REGISTRY[name] = OpDef(name, pattern, infer, fold, flops)
         return infer
 
     return wrap
 
 
 def get_op(name: str) -> OpDef:
-    _load_definitions()
     try:
         return _REGISTRY[name]
     except KeyError:
         raise KeyError(f"no graph op named {name!r}") from None
 
 
+def node_flops(node: Node, graph: Graph) -> int:
+    """The operations `node` performs (its op's `flops`), its values typed by `graph`."""
+    inputs = [graph.type_of(i) if i else None for i in node.inputs]
+    return get_op(node.op).flops(inputs, [graph.type_of(o) for o in node.outputs], node.attrs)
+
+
 def all_ops() -> dict[str, OpDef]:
-    _load_definitions()
     return dict(_REGISTRY)
-
-
-def _load_definitions() -> None:
-    # Importing the package registers every op exactly once.
-    from . import op_defs  # noqa: F401

@@ -90,14 +90,15 @@ def _ort_ms(w: Workload, arrays: list[np.ndarray], threads: int) -> Optional[flo
 
 def _blocked_kernel(w: Workload, arrays: list[np.ndarray]):
     """The conv as -O3 compiles it: Conv2dNCHWc on blocked data with packed weights (None if it stays NCHW)."""
-    from ..graph.blocked import block_for, pack_weights, to_blocked
-    from ..graph.passes.alter_layout import MIN_BLOCK_SHARE, vector_lanes
+    from ..packing.blocked import block_for, pack_weights, to_blocked
+    from ..graph.passes.alter_layout import MIN_BLOCK_SHARE
+    from ..target import host_target
     from .testing import OpKernel
 
     if w.op != "Conv":
         return None
     x, weights, bias = arrays
-    lanes, group = vector_lanes(), w.attrs["group"]
+    lanes, group = host_target().lanes("float32"), w.attrs["group"]  # OpKernel builds for the host
     depthwise = group > 1 and group == x.shape[1] == weights.shape[0]
     ob = block_for(weights.shape[0], lanes)
     if (group > 1 and not depthwise) or ob * MIN_BLOCK_SHARE < lanes:

@@ -1,5 +1,5 @@
 """Conv2dWinogradNCHWc: a 3x3 stride-1 conv on NCHW[x]c data by Winograd F(m x m, 3x3), weights
-transformed at compile time (core/graph/winograd.py; m from their shape). Stages (tags):
+transformed at compile time (core/packing/winograd.py; m from their shape). Stages (tags):
 winograd_pad (only when padded), winograd_input (V = B^T d B per (m+2)^2 input tile),
 winograd_gemm ((m+2)^2 GEMMs over channels, M = U V) and winograd_output (Y = A^T M A per m x m
 output tile, plus the bias).
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..graph.ir import TensorType
-from ..graph.winograd import transforms_for_positions
+from ..packing.winograd import transforms_for_positions
 from ..te import tensor as te
 from ..tir.expr import Expr, eq, select
 from .common import attr, require

@@ -5,11 +5,12 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import ShapeError
 from ..graph.ir import TensorType
+from ..packing.panels import worth_packing
 from ..te import tensor as te
 from ..tir.expr import Expr, const
 from .broadcast import broadcast_shape
 from .common import require
-from .matmul_packed import pack_panels, packed_matmul, worth_packing
+from .matmul_packed import pack_panels, packed_matmul
 from .registry import register_compute
 
 

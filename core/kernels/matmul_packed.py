@@ -4,23 +4,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
+from ..packing.panels import PANEL, pad_to
 from ..te import tensor as te
 from ..tir.expr import Expr, const, minimum, select
 
-PANEL = 16  # columns per panel of packed B: two AVX2 vectors of float32 (the 6 x 16 micro-kernel)
 # micro-kernel rows -> measured speed per computed row relative to 6 x 16 (znver3, one thread, packed B:
 # 4 and 5 rows keep 8-10 accumulators, enough to hide the FMA latency; 3 rows do not). So M = 32 (a
 # short sequence) runs 8 x 4 rows rather than 6 x 6 rows with 4 of them padding.
 ROW_CHOICES = {6: 1.0, 5: 0.99, 4: 0.98, 3: 0.78}
-MIN_WORK = 16 ** 3  # multiply-adds below which packing costs more than it saves
-
-
-def worth_packing(m: int, n: int, k: int, dtype: str) -> bool:
-    """Float32 products with at least a few rows and one panel of columns (M == 1 is a GEMV, whose
-    rows of B are already contiguous; other dtypes keep the plain tile)."""
-    return dtype == "float32" and m >= 3 and n >= 8 and k >= 8 and m * n * k >= MIN_WORK
 
 
 def micro_rows(m: int) -> int:
@@ -28,12 +19,8 @@ def micro_rows(m: int) -> int:
     return max(ROW_CHOICES, key=lambda r: (m / (-(-m // r) * r)) * ROW_CHOICES[r])
 
 
-def pad_to(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def pack_panels(b: te.Tensor, panel: int = PANEL) -> te.Tensor:
-    """B [..., K, N] -> [..., ceil(N / panel), K, panel], zero beyond column N."""
+    """B [..., K, N] -> [..., ceil(N / panel), K, panel], zero beyond column N (as packing.panels.pack_weights)."""
     *batch, k, n = b.shape
     panels = -(-n // panel)
 
@@ -72,12 +59,3 @@ def packed_matmul(a: te.Tensor, pb: te.Tensor, n: int, batch: tuple[int, ...],
         return out
     return te.compute(batch + (m, n), lambda *idx: out(*idx), name="matmul_crop", tag="matmul_crop")
 
-
-def pack_weights(b: np.ndarray, panel: int = PANEL) -> np.ndarray:
-    """numpy version of `pack_panels`, for constant weights packed at compile time."""
-    *batch, k, n = b.shape
-    n_pad = pad_to(n, panel)
-    padded = np.zeros(tuple(batch) + (k, n_pad), b.dtype)
-    padded[..., :n] = b
-    out = padded.reshape(tuple(batch) + (k, n_pad // panel, panel))
-    return np.ascontiguousarray(np.moveaxis(out, -2, -3))

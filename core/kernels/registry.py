@@ -1,13 +1,15 @@
 """Kernel registries: per graph op, one compute (what) and per target kind a default schedule (how).
 
-The graph executor looks ops up here; ops without a dedicated schedule get the generic one that
-matches their fusion Pattern (injective or reduction).
+The graph executor looks ops up here; ops without a dedicated schedule get their target's Backend's
+generic one that matches their fusion Pattern (injective or reduction).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
-from ..errors import KilnError
+from ..backends import get_backend
+from ..backends.cpu import CpuBackend
+from ..errors import KilnError, UnknownTargetError
 from ..graph.ir import TensorType
 from ..graph.ops import Pattern
 from ..target import Target
@@ -29,10 +31,8 @@ _COMPUTES: dict[str, ComputeFn] = {}
 _SCHEDULES: dict[tuple[str, str], ScheduleFn] = {}
 
 
-# Per target kind, computes that replace the default one (a GPU conv without the CPU's widened rows),
-# and the generic schedules of ops without their own: kind -> (injective, reduction).
+# Per target kind, computes that replace the default one (a GPU conv without the CPU's widened rows).
 _KIND_COMPUTES: dict[tuple[str, str], ComputeFn] = {}
-_FALLBACKS: dict[str, tuple[ScheduleFn, ScheduleFn]] = {}
 
 
 def register_compute(op: str, target_kind: Optional[str] = None) -> Callable[[ComputeFn], ComputeFn]:
@@ -47,27 +47,12 @@ def register_compute(op: str, target_kind: Optional[str] = None) -> Callable[[Co
     return wrap
 
 
-_EPILOGUES: dict[str, ScheduleFn] = {}
-
-
-def register_fallback(target_kind: str, injective: ScheduleFn, reduction: ScheduleFn, epilogue: ScheduleFn) -> None:
-    """The generic schedules of `target_kind` for ops without their own, by fusion pattern, and the
-    one that places a fused kernel's epilogue (what follows a conv/matmul anchor)."""
-    _FALLBACKS[target_kind] = (injective, reduction)
-    _EPILOGUES[target_kind] = epilogue
-
-
 def epilogue_schedule(target: Target) -> ScheduleFn:
     """How a fused kernel's epilogue is placed on `target` (CPU: inside the anchor's tile loop)."""
-    _load()
-    if target.kind in _EPILOGUES:
-        return _EPILOGUES[target.kind]
-    from .schedules.epilogue import schedule_epilogue
-
-    return schedule_epilogue
+    return get_backend(target).epilogue_schedule()
 
 
-def register_schedule(op: str, target_kind: str = "cpu") -> Callable[[ScheduleFn], ScheduleFn]:
+def register_schedule(op: str, target_kind: str = CpuBackend.kind) -> Callable[[ScheduleFn], ScheduleFn]:
     def wrap(fn: ScheduleFn) -> ScheduleFn:
         if (op, target_kind) in _SCHEDULES:
             raise ValueError(f"schedule for {op} on {target_kind} registered twice")
@@ -77,7 +62,7 @@ def register_schedule(op: str, target_kind: str = "cpu") -> Callable[[ScheduleFn
     return wrap
 
 
-def get_compute(op: str, target_kind: str = "cpu") -> ComputeFn:
+def get_compute(op: str, target_kind: str = CpuBackend.kind) -> ComputeFn:
     """The op's compute for targets of `target_kind` (its own one if registered, else the default)."""
     _load()
     override = _KIND_COMPUTES.get((op, target_kind))
@@ -90,15 +75,15 @@ def get_compute(op: str, target_kind: str = "cpu") -> ComputeFn:
 
 
 def get_schedule(op: str, target: Target) -> ScheduleFn:
-    """The op's schedule for `target.kind`, else the generic schedule of the op's fusion pattern."""
+    """The op's schedule for `target.kind`, else its Backend's generic schedule of the op's fusion pattern."""
     _load()
     fn = _SCHEDULES.get((op, target.kind))
     if fn is not None:
         return fn
-    injective, reduction = (schedule_injective, schedule_reduce) if target.kind == "cpu" else \
-        _FALLBACKS.get(target.kind, (None, None))
-    if injective is None or reduction is None:
-        raise MissingKernelError(f"no {target.kind} schedule is registered for op {op}")
+    try:
+        injective, reduction = get_backend(target).fallback_schedules()
+    except UnknownTargetError:
+        raise MissingKernelError(f"no {target.kind} schedule is registered for op {op}") from None
     from ..graph.ops import get_op
 
     try:
@@ -119,5 +104,5 @@ def _load() -> None:
 
 
 __all__ = ["ComputeFn", "ScheduleFn", "MissingKernelError", "register_compute", "register_schedule",
-           "register_fallback", "epilogue_schedule", "get_compute",
+           "epilogue_schedule", "get_compute",
            "get_schedule", "registered_ops", "schedule_injective", "schedule_reduce"]

@@ -16,7 +16,7 @@ from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from ..graph.ir import Graph, Node
 from .inplace import inplace_input
 from .memory import Lifetime, MemoryPlan, align, plan_memory
-from ..graph.ops import Pattern, get_op
+from ..graph.ops import Pattern, get_op, node_flops
 from .kernel_dedup import share_identical
 from ..kernels.registry import ScheduleFn, epilogue_schedule, get_compute, get_schedule
 from ..target import Target
@@ -49,24 +49,6 @@ class Executable:
     weights: bytes
     kernels: tuple[KernelInfo, ...]
     memory: MemoryPlan
-
-
-# Multiply-adds per output element of the ops that have them (weights OIHW, or packed OIHW[x]i[y]o:
-# input channels per group x window either way).
-_MACS_PER_OUTPUT: dict[str, Callable[[Node, Graph], int]] = {
-    "Conv": lambda node, graph: int(np.prod(graph.type_of(node.inputs[1]).shape[1:])),
-    "Conv2dNCHWc": lambda node, graph: int(np.prod(graph.type_of(node.inputs[1]).shape[1:5])),
-    "Conv2dWinogradNCHWc": lambda node, graph: 9 * int(np.prod(graph.type_of(node.inputs[1]).shape[2:4])),
-    "MatMul": lambda node, graph: graph.type_of(node.inputs[0]).shape[-1],
-}
-
-
-def _flops(node: Node, graph: Graph) -> int:
-    """Multiply-adds count twice; other ops count one operation per output element."""
-    macs = _MACS_PER_OUTPUT.get(node.op)
-    if macs is not None:
-        return 2 * graph.type_of(node.outputs[0]).numel * macs(node, graph)
-    return sum(graph.type_of(o).numel for o in node.outputs)
 
 
 def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
@@ -174,7 +156,7 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
         func, inputs = lower_group(nodes, types, target, name, outputs, anchor_schedule=tuned)
         funcs.append(func)
         infos.append(KernelInfo(name, tuple(n.op for n in nodes), tuple(n.name for n in nodes),
-                                sum(_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs), name))
+                                sum(node_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs), name))
 
     # Arena: intermediate values (live from producer to last consumer) and per-kernel workspaces.
     first: dict[str, int] = {}

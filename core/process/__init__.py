@@ -1,1 +1,1 @@
-"""Running work in isolated child processes: resource limits, a framed pickle channel, the sandboxed compile."""
+"""Isolated child processes: resource limits, a framed pickle channel, `python -m` children, the sandboxed fork."""

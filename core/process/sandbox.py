@@ -6,22 +6,16 @@ SandboxError; the calling process (an API or a Celery worker) carries on.
 """
 from __future__ import annotations
 
-import ctypes
 import os
-import pickle
-import resource
-import select
 import signal
-import struct
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..errors import KilnError
-
-_HEADER = struct.Struct("!Q")
-_PR_SET_PDEATHSIG = 1
+from .channel import FrameReader, send
+from .child import die_with_parent, kill_group
+from .limits import Limits
 
 
 class SandboxError(KilnError):
@@ -34,41 +28,12 @@ class SandboxTimeout(SandboxError):
     code = "timeout"
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Per-child limits; None leaves a limit as inherited. Sizes in bytes, times in seconds."""
-
-    wall_s: Optional[float] = None       # killed (with its process group) after this long
-    cpu_s: Optional[int] = None          # RLIMIT_CPU: SIGXCPU, then SIGKILL
-    memory_bytes: Optional[int] = None   # RLIMIT_AS: allocations fail (MemoryError) past it
-    file_bytes: Optional[int] = None     # RLIMIT_FSIZE: writes past it fail with EFBIG
-    open_files: Optional[int] = 256      # RLIMIT_NOFILE
-    processes: Optional[int] = None      # RLIMIT_NPROC counts the whole user's threads: only for lone measurers
-
-
-def _apply(limits: Limits) -> None:
+def _enter(limits: Limits) -> None:
     os.setsid()  # its own session and process group: a timeout kills everything it started
-    try:  # die with the parent: a worker killed by its time limit must not leave a compile running
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+    die_with_parent()  # a worker killed by its time limit must not leave a compile running
     # A write past RLIMIT_FSIZE raises SIGXFSZ, which kills by default; ignored, the write fails with EFBIG.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    for which, value in ((resource.RLIMIT_CPU, limits.cpu_s), (resource.RLIMIT_AS, limits.memory_bytes),
-                         (resource.RLIMIT_FSIZE, limits.file_bytes), (resource.RLIMIT_NOFILE, limits.open_files),
-                         (resource.RLIMIT_NPROC, limits.processes)):
-        if value is not None:
-            _, hard = resource.getrlimit(which)
-            value = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
-            resource.setrlimit(which, (value, value if which != resource.RLIMIT_CPU else hard))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def _send(fd: int, message: tuple) -> None:
-    data = pickle.dumps(message)
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
+    limits.apply()
 
 
 def _error_message(err: BaseException) -> tuple:
@@ -78,18 +43,18 @@ def _error_message(err: BaseException) -> tuple:
 
 
 def _child(fd: int, func: Callable, args: tuple, kwargs: dict, limits: Limits) -> None:
-    code = 0
+    code, channel = 0, os.fdopen(fd, "wb")
     try:
-        _apply(limits)
-        report = lambda *message: _send(fd, ("message", message))  # noqa: E731
-        _send(fd, ("result", func(report, *args, **kwargs)))
+        _enter(limits)
+        report = lambda *message: send(channel, ("message", message))  # noqa: E731
+        send(channel, ("result", func(report, *args, **kwargs)))
     except MemoryError as err:
-        _send(fd, ("error", "builtins", "MemoryError", "out_of_memory",
-                   f"ran out of memory (limit {limits.memory_bytes:,} bytes)" if limits.memory_bytes else
-                   "ran out of memory", False, repr(err)))
+        send(channel, ("error", "builtins", "MemoryError", "out_of_memory",
+                       f"ran out of memory (limit {limits.memory_bytes:,} bytes)" if limits.memory_bytes else
+                       "ran out of memory", False, repr(err)))
     except BaseException as err:  # noqa: BLE001 - everything goes back to the parent
         try:
-            _send(fd, _error_message(err))
+            send(channel, _error_message(err))
         except BaseException:  # an unpicklable detail: at least the text
             code = 1
     finally:
@@ -110,35 +75,6 @@ def _rebuild(module: str, name: str, code: Optional[str], text: str, is_kiln: bo
     if code == "out_of_memory":
         err.code = "out_of_memory"
     return err
-
-
-class _Reader:
-    """Length-prefixed pickled messages from the child's pipe."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buffer = fd, b""
-
-    def feed(self) -> bool:
-        chunk = os.read(self.fd, 1 << 20)
-        self.buffer += chunk
-        return bool(chunk)
-
-    def messages(self):
-        while len(self.buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self.buffer)
-            if len(self.buffer) < _HEADER.size + size:
-                return
-            data = self.buffer[_HEADER.size:_HEADER.size + size]
-            self.buffer = self.buffer[_HEADER.size + size:]
-            yield pickle.loads(data)
-
-
-def _kill_group(pid: int) -> None:
-    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            kill()
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _describe(status: int) -> str:
@@ -168,31 +104,27 @@ def run_sandboxed(func: Callable[..., Any], *args, limits: Limits = Limits(),
         os.close(read_fd)
         _child(write_fd, func, args, kwargs, limits)
     os.close(write_fd)
-    reader, outcome = _Reader(read_fd), None
+    reader, outcome = FrameReader(read_fd), None
     deadline = time.monotonic() + limits.wall_s if limits.wall_s else None
     try:
-        open_pipe = True
-        while open_pipe and outcome is None:
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                raise SandboxTimeout(f"{what} did not finish within {limits.wall_s:g} s and was stopped")
-            ready, _, _ = select.select([read_fd], [], [], wait)
-            if not ready:
-                continue
-            open_pipe = reader.feed()
-            for message in reader.messages():
-                if message[0] == "message":
-                    if on_message is not None:
-                        on_message(*message[1])
-                else:
-                    outcome = message
+        while outcome is None:
+            try:
+                message = reader.next(deadline)
+            except TimeoutError:
+                raise SandboxTimeout(f"{what} did not finish within {limits.wall_s:g} s and was stopped") from None
+            except EOFError:
+                break
+            if message[0] != "message":
+                outcome = message
+            elif on_message is not None:
+                on_message(*message[1])
     except BaseException:
-        _kill_group(pid)
+        kill_group(pid)
         raise
     finally:
         os.close(read_fd)
         if outcome is None:
-            _kill_group(pid)
+            kill_group(pid)
         _, status = os.waitpid(pid, 0)
     if outcome is None:
         raise SandboxError(f"{what} {_describe(status)}")

@@ -99,7 +99,7 @@ def render_header(metadata: dict) -> str:
              f"#define KILN_COMPILER_VERSION {c_string(metadata.get('compiler_version', 'unknown'))}",
              f"#define KILN_NUM_INPUTS {len(inputs)}",
              f"#define KILN_NUM_OUTPUTS {len(outputs)}", ""]
-    if metadata.get("target_kind") == "cuda":
+    if metadata.get("needs_cuda_driver"):
         lines += ["/* GPU model: kiln_load needs an NVIDIA GPU of this architecture or newer (KILN_CUDA_DEVICE picks",
                   " * one, default 0) and its driver (libcuda.so.1, opened at load; no CUDA toolkit). Weights and",
                   " * intermediates stay in GPU memory; kiln_run copies inputs in and outputs out (host pointers).",

@@ -95,8 +95,12 @@ def cuda_device_count() -> int:
     return count.value
 
 
-def _is_gpu_artifact(meta: dict) -> bool:
-    return meta.get("target_kind") == "cuda" or str(meta.get("triple") or meta.get("target_triple") or "").startswith("nvptx")
+def _needs_cuda_driver(meta: dict) -> bool:
+    """Whether the artifact's library launches GPU kernels through the CUDA driver, as its backend wrote.
+    Artifacts from before that key: only GPU ones had a target_kind; older ones still, an nvptx triple."""
+    if "needs_cuda_driver" in meta:
+        return bool(meta["needs_cuda_driver"])
+    return "target_kind" in meta or str(meta.get("triple") or meta.get("target_triple") or "").startswith("nvptx")
 
 
 def _check_gpu_machine(meta: dict) -> None:
@@ -113,7 +117,7 @@ def _check_gpu_machine(meta: dict) -> None:
 
 def _check_machine(meta: dict) -> None:
     """Refuse an artifact built for another CPU with a message, instead of crashing on an illegal instruction."""
-    if _is_gpu_artifact(meta):
+    if _needs_cuda_driver(meta):
         return _check_gpu_machine(meta)
     # Both spellings: package.target_metadata() writes triple/cpu_features, the pipeline target_*.
     triple = meta.get("triple") or meta.get("target_triple")

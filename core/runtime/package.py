@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import tarfile
-import tempfile
 from pathlib import Path
 
+from ..backends import get_backend
 from ..errors import ArtifactError
+from ..files.atomic import atomic_path
+from ..target import Target
 
 LIBRARY = "libkiln_model.so"
 HEADER = "kiln_model.h"
@@ -36,25 +37,16 @@ Reports: report.json (machine-readable) and report.html (open in a browser).
 """
 
 
-def target_metadata(target) -> dict:
-    """The metadata keys the loader uses to refuse an artifact built for another machine (pass a Target)."""
+def target_metadata(target: Target) -> dict:
+    """The metadata keys the loader uses to refuse an artifact built for another machine."""
     meta = {"target": target.name, "triple": target.triple, "cpu": target.cpu, "cpu_features": target.features}
-    return {**meta, **gpu_metadata(target)}
-
-
-def gpu_metadata(target) -> dict:
-    """For a GPU target: the device kind and architecture, and the host the launching library runs on."""
-    if target.kind != "cuda":
-        return {}
-    from ..target import host_target
-
-    return {"target_kind": "cuda", "cuda_arch": target.cpu, "host_triple": host_target().triple}
+    return {**meta, **get_backend(target).runtime_metadata(target)}
 
 
 def _readme(metadata: dict, archive_name: str) -> str:
     feed = ", ".join(f'"{t["name"]}": x{i}' for i, t in enumerate(metadata.get("inputs", [])))
     text = _README.format(archive=archive_name, example_feed=feed)
-    if metadata.get("target_kind") == "cuda":
+    if metadata.get("needs_cuda_driver"):
         text += (f"GPU: runs on an NVIDIA GPU of architecture {metadata.get('cuda_arch')} or newer (KILN_CUDA_DEVICE "
                  f"picks one); needs the NVIDIA driver (libcuda.so.1) at run time, no CUDA toolkit. The library "
                  f"runs on the host ({metadata.get('host_triple', 'the CPU')}) and launches the kernels.\n")
@@ -92,19 +84,11 @@ def write_artifact(out_path: "str | Path", *, library: "str | Path", weights: "b
         (REPORT_HTML, (report_html or "<!doctype html><title>Kiln report</title><p>No report.</p>").encode(), 0o644),
         (README, _readme(meta, out_path.name).encode(), 0o644),
     ]
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar:
-                for name, data, mode in members:
-                    _add(tar, name, data, mode)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(partial, out_path)
-    except BaseException:
-        Path(partial).unlink(missing_ok=True)
-        raise
+    # name="": gzip would otherwise record the temporary file's (random) name in its header.
+    with atomic_path(out_path, durable=True) as partial, open(partial, "wb") as raw, \
+            tarfile.open(name="", fileobj=raw, mode="w:gz", compresslevel=6) as tar:
+        for name, data, mode in members:
+            _add(tar, name, data, mode)
     return out_path
 
 

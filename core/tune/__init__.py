@@ -1,6 +1,7 @@
 """Schedule tuning (AutoTVM): tasks, config spaces, features, XGBoost cost model, search, measurement, records."""
 from .records import Record, RecordsDB
-from .session import TuningOptions, TuningOutcome, tune_graph
+from .options import TuningOptions
+from .session import TuningOutcome, tune_graph
 from .space import Config, ConfigSpace
 from .task import Task, extract_tasks
 

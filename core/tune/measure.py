@@ -4,24 +4,20 @@ hang or wrong answer becomes an error code on that candidate, and tuning goes on
 from __future__ import annotations
 
 import enum
-import json
 import os
-import resource
 import select
-import selectors
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..codegen.build import build_library
+from ..backends import get_backend
 from ..errors import KilnError, ScheduleError
+from ..process.child import ChildProcess
+from ..process.limits import Limits
 from ..tir.stmt import PrimFunc
-from .build_worker import BuildProcess, child_env
 from .space import Config
 from .task import Task
 
@@ -85,12 +81,7 @@ def build_candidate(task: Task, config: Optional[Config], directory: "str | Path
         return BuildResult(None, name, MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}",
                            time.perf_counter() - start)
     try:
-        if task.target.kind == "cuda":  # PTX and its launches; the GPU runner's driver loads them
-            from ..codegen.cuda_kernels import save_cuda_kernels
-
-            path = save_cuda_kernels([func], task.target, Path(directory) / f"{name}.cuda.json")
-        else:
-            path = build_library([func], task.target, Path(directory) / f"{name}.so")
+        path = get_backend(task.target).build_candidate([func], task.target, Path(directory), name)
     except (KilnError, OSError) as e:
         return BuildResult(None, name, MeasureErrorNo.COMPILE_HOST, str(e), time.perf_counter() - start, func)
     return BuildResult(str(path), name, build_s=time.perf_counter() - start, func=func)
@@ -99,6 +90,9 @@ def build_candidate(task: Task, config: Optional[Config], directory: "str | Path
 def default_build_workers() -> int:
     """Build processes for a tuning run: one per core this process may use, at most 8."""
     return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
+_BUILD_WORKER, _MEASURE_WORKER = "core.tune.build_worker", "core.tune.measure_worker"
 
 
 class LocalBuilder:
@@ -114,7 +108,7 @@ class LocalBuilder:
         self.directory = Path(directory or self._tmp.name)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.n_parallel, self.timeout_s = max(0, int(n_parallel)), timeout_s
-        self._processes: list[BuildProcess] = []
+        self._processes: list[ChildProcess] = []
 
     def build_reference(self, task: Task) -> BuildResult:
         return build_candidate(task, None, self.directory)
@@ -123,22 +117,25 @@ class LocalBuilder:
         if self.n_parallel == 0:
             return [build_candidate(task, c, self.directory) for c in configs]
         while len(self._processes) < self.n_parallel:  # started once, kept for every later batch
-            self._processes.append(BuildProcess())
+            self._processes.append(ChildProcess(_BUILD_WORKER))
         results: list[Optional[BuildResult]] = [None] * len(configs)
         todo = iter(range(len(configs)))
         busy: dict[int, tuple[int, float]] = {}  # build process -> (its candidate, when it was sent)
 
         def failed(k: int, i: int, error: MeasureErrorNo, msg: str) -> None:  # a new process goes on
             self._processes[k].kill()
-            self._processes[k] = BuildProcess()
+            self._processes[k] = ChildProcess(_BUILD_WORKER)
             results[i] = BuildResult(None, candidate_name(task, configs[i]), error, msg, self.timeout_s)
 
         def feed(k: int) -> None:  # each process gets the next candidate as soon as it is free
             for i in todo:
-                if self._processes[k].submit(task, configs[i], self.directory):
-                    busy[k] = (i, time.monotonic())
-                    return
-                failed(k, i, MeasureErrorNo.COMPILE_HOST, "the build process died")
+                try:
+                    self._processes[k].send((task, configs[i], str(self.directory)))
+                except OSError:  # its pipe is closed: the process is gone
+                    failed(k, i, MeasureErrorNo.COMPILE_HOST, "the build process died")
+                    continue
+                busy[k] = (i, time.monotonic())
+                return
 
         for k in range(len(self._processes)):
             feed(k)
@@ -149,8 +146,9 @@ class LocalBuilder:
                 i, sent = busy[k]
                 if self._processes[k].proc.stdout in ready:
                     del busy[k]
-                    results[i] = self._processes[k].result()
-                    if results[i] is None:  # a crash in LLVM, the memory limit
+                    try:
+                        results[i] = self._processes[k].receive()
+                    except EOFError:  # a crash in LLVM, the memory limit
                         failed(k, i, MeasureErrorNo.COMPILE_HOST, "the build process died")
                     feed(k)
                 elif time.monotonic() - sent >= self.timeout_s:
@@ -168,60 +166,18 @@ class LocalBuilder:
             self._tmp = None
 
 
-def _limits(memory_bytes: int):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing kernel leaves no core file behind
-        if memory_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-
-    return apply
-
-
-class _Worker:
-    """One measuring process (its own session, so a kill takes its threads with it)."""
-
-    def __init__(self, memory_bytes: int):
-        self.proc = subprocess.Popen([sys.executable, "-m", "core.tune.measure_worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env(),
-                                     start_new_session=True, preexec_fn=_limits(memory_bytes))
-        self.buffer = b""
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.proc.stdout, selectors.EVENT_READ)
-
-    def send(self, request: dict) -> None:
-        self.proc.stdin.write((json.dumps(request) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def answer(self, request_id: str, timeout_s: float) -> Optional[dict]:
-        """The answer to `request_id`; {"eof": returncode} if the process died; None on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            while b"\n" in self.buffer:
-                line, self.buffer = self.buffer.split(b"\n", 1)
-                msg = json.loads(line)
-                if msg.get("id") == request_id:
-                    return msg
-            left = deadline - time.monotonic()
-            if left <= 0 or not self.selector.select(left):
-                return None
-            chunk = os.read(self.proc.stdout.fileno(), 65536)
-            if not chunk:
-                return {"eof": self.proc.wait()}
-            self.buffer += chunk
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the session we created for it, nothing else
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-        self.selector.close()
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
+def _answer(worker: ChildProcess, request_id: str, timeout_s: float) -> Optional[dict]:
+    """The measuring process's answer to `request_id`; {"eof": returncode} if it died; None on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            msg = worker.receive(deadline)
+        except TimeoutError:
+            return None
+        except EOFError:
+            return {"eof": worker.proc.wait()}
+        if msg.get("id") == request_id:
+            return msg
 
 
 MAX_WORKER_REQUESTS = 512
@@ -260,7 +216,7 @@ class LocalRunner:
         # running the reference again cost more than timing a batch of small kernels. It is kept
         # for one reference at a time and restarted after MAX_WORKER_REQUESTS, since every library
         # it loads stays mapped.
-        self._worker: Optional[_Worker] = None
+        self._worker: Optional[ChildProcess] = None  # its own session: a kill takes its threads with it
         self._worker_key: Optional[str] = None
         self._worker_requests = 0
 
@@ -269,19 +225,19 @@ class LocalRunner:
                 "reference": reference, "min_repeat_ms": self.min_repeat_ms, "repeat": self.repeat,
                 "cold_inputs": list(constant_inputs), "cold_bytes": self.cold_bytes, "timing_lock": self.timing_lock}
 
-    def _start(self, reference: Optional[BuildResult]) -> tuple[Optional[_Worker], str]:
+    def _start(self, reference: Optional[BuildResult]) -> tuple[Optional[ChildProcess], str]:
         """The kept worker if it holds `reference`'s outputs, else a fresh one that has run it."""
         key = f"{reference.lib}:{reference.name}" if reference is not None else ""
         if self._worker is not None and self._worker_key == key and self._worker_requests < MAX_WORKER_REQUESTS:
             worker, self._worker = self._worker, None
             return worker, ""
         self.close()
-        worker = _Worker(self.memory_bytes)
+        worker = ChildProcess(_MEASURE_WORKER, Limits(memory_bytes=self.memory_bytes or None, open_files=None))
         self._worker_key, self._worker_requests = key, 0
         if reference is None:
             return worker, ""
         worker.send(self._request(reference, "ref", reference=True))
-        msg = worker.answer("ref", self.timeout_s)
+        msg = _answer(worker, "ref", self.timeout_s)
         if msg is None or "eof" in msg or "error" in msg:
             worker.kill()
             return None, f"the reference kernel failed: {msg}"
@@ -297,7 +253,7 @@ class LocalRunner:
             constant_inputs: Sequence[int] = ()) -> list[MeasureResult]:
         """`constant_inputs`: the kernel's input parameters that are model weights (timed cold)."""
         results: list[MeasureResult] = []
-        worker: Optional[_Worker] = None
+        worker: Optional[ChildProcess] = None
         for k, build in enumerate(builds):
             start = time.perf_counter()
             if build.error_no != MeasureErrorNo.NO_ERROR:
@@ -311,7 +267,7 @@ class LocalRunner:
             self._worker_requests += 1
             rid = str(self._worker_requests)  # unique over the worker's life, not just this batch
             worker.send(self._request(build, rid, constant_inputs=constant_inputs))
-            msg = worker.answer(rid, self.timeout_s)
+            msg = _answer(worker, rid, self.timeout_s)
             spent = build.build_s + time.perf_counter() - start
             if msg is None:
                 worker.kill()
@@ -341,9 +297,7 @@ class Measurer:
         self.task = task
         self._owns_builder = builder is None
         self.builder = builder or LocalBuilder(n_parallel=0)
-        # The CUDA driver reserves far more address space than a memory limit would allow.
-        self.runner = runner or (LocalRunner(memory_bytes=0) if task.target.kind == "cuda"
-                                 else LocalRunner(threads=task.target.num_cores))
+        self.runner = runner or LocalRunner(**get_backend(task.target).runner_options(task.target))
         self.reference = self.builder.build_reference(task)
 
     def measure(self, configs: Sequence[Config]) -> tuple[list[BuildResult], list[MeasureResult]]:

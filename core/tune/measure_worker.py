@@ -1,19 +1,20 @@
 """The measuring process (run as `python -m core.tune.measure_worker`): loads kernel libraries, runs
 each candidate on seeded inputs, checks it against the reference kernel and times it.
 
-One JSON request per stdin line, one JSON answer per stdout line; the parent kills this process
-when a kernel crashes it or hangs, and starts a fresh one for the next candidate.
+Requests (dicts) come in as framed pickles on stdin, answers go out the same way on stdout
+(core.process.channel); the parent kills this process when a kernel crashes it or hangs, and
+starts a fresh one for the next candidate.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import itertools
-import json
-import sys
 import time
 
 import numpy as np
+
+from core.process.channel import messages, send, stdio_channel
 
 
 def _arrays(lib, name: str, seed: int) -> list[np.ndarray]:
@@ -105,10 +106,9 @@ def main() -> None:
         return load_kernels(path)
 
     reference: list[np.ndarray] | None = None
-    out = sys.stdout
+    requests, answers = stdio_channel()
     lib = None
-    for line in sys.stdin:
-        req = json.loads(line)
+    for req in messages(requests):
         if hasattr(lib, "close"):  # a GPU module holds device memory until unloaded
             lib.close()
         try:
@@ -116,7 +116,7 @@ def main() -> None:
             if req.get("threads") and hasattr(lib, "set_num_threads"):
                 lib.set_num_threads(int(req["threads"]))
             arrays = _arrays(lib, req["name"], int(req.get("seed", 0)))
-            print(json.dumps({"started": req["id"]}), file=out, flush=True)
+            send(answers, {"started": req["id"]})
             lib.call(req["name"], *arrays)
             got = _outputs(lib, req["name"], arrays)
             if req.get("reference"):
@@ -127,15 +127,14 @@ def main() -> None:
                                                                  atol=req.get("atol", 1e-3) * (1 + float(np.abs(r).max(initial=0))))]
                 if bad:
                     err = max(float(np.abs(g - r).max()) for g, r in zip(got, reference))
-                    print(json.dumps({"id": req["id"], "error": "wrong_answer", "msg": f"max abs error {err:.3g}"}),
-                          file=out, flush=True)
+                    send(answers, {"id": req["id"], "error": "wrong_answer", "msg": f"max abs error {err:.3g}"})
                     continue
             sets = cold_sets(arrays, req.get("cold_inputs", ()), int(req.get("cold_bytes", 0)))
             with _timing_lock(req.get("timing_lock")):
                 costs = _time(lib, req["name"], sets, float(req.get("min_repeat_ms", 20)), int(req.get("repeat", 3)))
-            print(json.dumps({"id": req["id"], "costs": costs}), file=out, flush=True)
+            send(answers, {"id": req["id"], "costs": costs})
         except Exception as e:  # a bad library or call: report it and go on with the next request
-            print(json.dumps({"id": req["id"], "error": "runtime", "msg": f"{type(e).__name__}: {e}"}), file=out, flush=True)
+            send(answers, {"id": req["id"], "error": "runtime", "msg": f"{type(e).__name__}: {e}"})
 
 
 if __name__ == "__main__":

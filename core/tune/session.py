@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import KilnError
+from ..backends import get_backend
 from ..graph.ir import Graph, Node
 from ..kernels.registry import ScheduleFn
 from ..target import Target
@@ -19,48 +19,11 @@ from .measure import LocalBuilder, LocalRunner, Measurer, default_build_workers
 from .records import Record, RecordsDB
 from .space import Config, ConfigSpaceError
 from .task import Task, extract_tasks, group_task
+from .options import TuningOptions
 from .tuner import TUNERS, TuneResult, XGBTuner, tune
 
 SECONDS_PER_TRIAL = 0.45  # build (~0.25 s) + run checks and timing; for the up-front estimate
 SECONDS_PER_TASK = 1.5  # worker start, reference build
-
-
-class TuningOptionsError(KilnError):
-    code = "bad_tuning_options"
-
-
-@dataclass(frozen=True)
-class TuningOptions:
-    trials: int = 0
-    time_budget_s: Optional[float] = None
-    records: Optional[str] = None
-    progress: Optional[Callable[[str, float], None]] = None
-    on_plan: Optional[Callable[[dict], None]] = None  # told tasks, trials and the estimate before measuring
-    tuner: str = "xgb"
-    batch_size: int = 8
-    early_stopping: Optional[int] = None
-    seed: int = 0
-    timeout_s: float = 10.0
-    min_repeat_ms: float = 10.0
-    threads: Optional[int] = None
-    build_workers: Optional[int] = None  # processes building candidates (None: this machine's cores, at most 8)
-    timing_lock: Optional[str] = None  # a file that tuning runs sharing this machine lock while timing
-
-    @classmethod
-    def from_mapping(cls, options: Optional[Mapping[str, Any]]) -> "TuningOptions":
-        options = dict(options or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise TuningOptionsError(f"unknown tuning option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        opts = cls(**options)
-        if not isinstance(opts.trials, int) or opts.trials < 0:
-            raise TuningOptionsError(f"tuning trials must be a non-negative integer, not {opts.trials!r}")
-        if opts.time_budget_s is not None and opts.time_budget_s <= 0:
-            raise TuningOptionsError(f"tuning time budget must be positive, not {opts.time_budget_s!r}")
-        if opts.tuner not in TUNERS:
-            raise TuningOptionsError(f"unknown tuner {opts.tuner!r}; known: {', '.join(TUNERS)}")
-        return opts
 
 
 def split_trials(tasks: Sequence[Task], trials: int) -> list[int]:
@@ -173,18 +136,9 @@ def _confirm(task: Task, measure, db: RecordsDB) -> int:
     return len(configs)
 
 
-def _can_measure(target: Target) -> bool:
-    if target.kind == "cuda":  # candidates run on this machine's GPU, through the CUDA driver
-        from ..runtime.loader import cuda_device_count
-
-        return cuda_device_count() > 0
-    return target.runs_on_host()
-
-
-def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]] = None) -> TuningOutcome:
-    opts = options if isinstance(options, TuningOptions) else TuningOptions.from_mapping(options)
+def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutcome:
     start = time.perf_counter()
-    notify = opts.progress or (lambda stage, fraction: None)
+    notify = opts.progress or (lambda done, planned: None)
     outcome = TuningOutcome(graph, target)
     tasks = extract_tasks(graph, target)
     db = RecordsDB(opts.records)
@@ -201,7 +155,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
         else:
             todo.append(task)
     # Measuring needs the target's hardware: elsewhere only the records are used.
-    shares = split_trials(todo, opts.trials if _can_measure(target) else 0)
+    shares = split_trials(todo, opts.trials if get_backend(target).can_measure(target) else 0)
     planned = sum(shares)
     estimate = estimate_seconds(planned, sum(1 for s in shares if s))
     if opts.time_budget_s is not None:
@@ -213,7 +167,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
     if opts.on_plan is not None:
         opts.on_plan({"tasks": len(tasks), "tuned_tasks": sum(1 for s in shares if s), "trials": planned,
                       "cache_hits": cache_hits, "estimate_s": estimate})
-    notify("tune", 0.0)
+    notify(0, planned)
     runner = LocalRunner(timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
                          threads=opts.threads or target.num_cores, timing_lock=opts.timing_lock)
     builder = LocalBuilder(n_parallel=opts.build_workers or default_build_workers())  # its processes serve every task
@@ -236,7 +190,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
             base = done
 
             def on_batch(res: TuneResult, base=base) -> None:
-                notify("tune", min(1.0, (base + res.trials) / max(1, planned)))
+                notify(min(planned, base + res.trials), planned)
 
             measure = _measure_and_record(task, measurer, db)
             try:
@@ -265,7 +219,7 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
                                  "chosen_gflops": round(chosen.gflops, 3) if chosen is not None else None}
     finally:
         builder.close()
-    notify("tune", 1.0)
+    notify(min(planned, done), planned)
     outcome.report = {
         "trials": done, "time_s": round(time.perf_counter() - start, 3), "cache_hits": cache_hits,
         "tasks": [entries[t.key] for t in tasks if t.key in entries], "num_tasks": len(tasks),
@@ -276,4 +230,4 @@ def tune_graph(graph: Graph, target: Target, options: Optional[Mapping[str, Any]
     return outcome
 
 
-__all__ = ["TuningOptions", "TuningOutcome", "tune_graph", "split_trials", "estimate_seconds", "XGBCostModel"]
+__all__ = ["TuningOutcome", "tune_graph", "split_trials", "estimate_seconds", "history_group"]

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..lowering.executable import lower_group
 from ..graph.ir import Graph, Node
-from ..graph.ops import get_op
+from ..graph.ops import get_op, node_flops
 from ..kernels.registry import get_schedule
 from ..target import Target
 from ..te.tensor import ComputeOp
@@ -70,12 +70,6 @@ def workload(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str], target
 def workload_key(desc: dict) -> str:
     text = json.dumps(desc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _flops(node: Node, graph: Graph) -> int:
-    from ..lowering.executable import _flops as kernel_flops
-
-    return kernel_flops(node, graph)
 
 
 @dataclass(eq=False)
@@ -143,14 +137,14 @@ class Task:
 def group_task(node: Node, graph: Graph, target: Target) -> Optional[Task]:
     """The task of the kernel `node` becomes, or None when its anchor has no template."""
     nodes, types = group_of(node, graph)
-    template = get_template(anchor_of(nodes).op, target.kind)
+    template = get_template(anchor_of(nodes).op, target)
     if template is None:
         return None
     outputs = list(node.outputs)
     desc = workload(nodes, types, outputs, target)
     constants = tuple(k for k, v in enumerate(group_inputs(nodes)) if v in graph.constants)
     return Task(workload_key(desc), desc, template, target, tuple(nodes), types, tuple(outputs),
-                sum(_flops(n, types) for n in nodes), constant_inputs=constants)
+                sum(node_flops(n, types) for n in nodes), constant_inputs=constants)
 
 
 def extract_tasks(graph: Graph, target: Target) -> list[Task]:

@@ -7,9 +7,10 @@ kernel is always one point of the space and the tuner can only match or beat it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from ..backends import get_backend
+from ..backends.cpu import CpuBackend
 from ..kernels.schedules.conv2d import schedule_conv2d
 from ..kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, IC_OUTSIDE_WINDOW, schedule_conv2d_nchwc
 from ..kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
@@ -37,7 +38,7 @@ class Template:
     apply: ApplyFn  # (schedule, kernel outputs, target, knob values) -> scheduled
     read_default: Callable[[Stage], dict]  # default-scheduled anchor stage -> its knob values
     valid: Callable[[Mapping[str, Any], ComputeOp, Target], bool] = lambda cfg, op, target: True
-    target_kind: str = "cpu"  # the schedules it drives ("cuda": templates_gpu.py)
+    target_kind: str = CpuBackend.kind  # the schedules it drives (CudaBackend.kind: templates_gpu.py)
 
 
 _TEMPLATES: dict[tuple[str, str], Template] = {}
@@ -51,20 +52,14 @@ def register_template(template: Template) -> Template:
     return template
 
 
-def _register_kind(target_kind: str) -> None:
-    # GPU templates import the GPU schedules; CPU-only compiles never load them.
-    if target_kind == "cuda":
-        import_module(".templates_gpu", __package__)
+def get_template(op: str, target: Target) -> Optional[Template]:
+    get_backend(target).load_templates()
+    return _TEMPLATES.get((op, target.kind))
 
 
-def get_template(op: str, target_kind: str = "cpu") -> Optional[Template]:
-    _register_kind(target_kind)
-    return _TEMPLATES.get((op, target_kind))
-
-
-def tunable_ops(target_kind: str = "cpu") -> list[str]:
-    _register_kind(target_kind)
-    return sorted(op for op, kind in _TEMPLATES if kind == target_kind)
+def tunable_ops(target: Target) -> list[str]:
+    get_backend(target).load_templates()
+    return sorted(op for op, kind in _TEMPLATES if kind == target.kind)
 
 
 # -- reading a default schedule back ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tunable GPU templates (target kind "cuda"): the knobs of the cuda Conv (spatial and pointwise)
+"""Tunable GPU templates (CudaBackend.kind): the knobs of the cuda Conv (spatial and pointwise)
 and MatMul (tiled, and matrix-vector) schedules as config spaces. Candidates are PTX kernel
 bundles measured on the GPU by the same tuner (measure.py), their records shared like the CPU's."""
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from ..backends.cuda import CudaBackend
 from ..kernels.schedules.gpu import conv2d as gpu_conv
 from ..kernels.schedules.gpu import conv2d_pointwise as gpu_pointwise
 from ..kernels.schedules.gpu import dense as gpu_dense
@@ -101,6 +102,7 @@ def apply_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Map
     gpu_dense.schedule_matmul(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
 
 
-register_template(Template("Conv", "conv2d", define_conv, apply_conv, read_conv_default, conv_valid, target_kind="cuda"))
+register_template(Template("Conv", "conv2d", define_conv, apply_conv, read_conv_default, conv_valid,
+                           target_kind=CudaBackend.kind))
 register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid,
-                           target_kind="cuda"))
+                           target_kind=CudaBackend.kind))

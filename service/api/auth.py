@@ -9,7 +9,7 @@ from fastapi import HTTPException, Request, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..core.tables import Token, User, utcnow
+from service.core.tables import Token, User, utcnow
 
 TOKEN_PREFIX = "kiln_"
 

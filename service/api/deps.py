@@ -6,21 +6,22 @@ from typing import Annotated, Iterator
 from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy.orm import Session
 
+from service.core.settings import Settings
+from service.core.tables import User
+
 from .auth import bearer_token, user_for_token
-from ..core.settings import Settings
-from ..core.tables import User
 
 
-def get_settings(request: Request) -> Settings:
+def app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_db(request: Request) -> Iterator[Session]:
+def db_session(request: Request) -> Iterator[Session]:
     with request.app.state.db.session() as session:
         yield session
 
 
-def current_user(token: Annotated[str, Depends(bearer_token)], db: Annotated[Session, Depends(get_db)]) -> User:
+def current_user(token: Annotated[str, Depends(bearer_token)], db: Annotated[Session, Depends(db_session)]) -> User:
     user = user_for_token(db, token)
     # End the read transaction: its connection goes back to the pool (the user object stays loaded), so a
     # request that waits long before it next needs the database (an upload streaming, its pre-flight
@@ -40,6 +41,6 @@ def owned(db: Session, user: User, table, object_id: str, noun: str):
     return row
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
-DbDep = Annotated[Session, Depends(get_db)]
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+DbDep = Annotated[Session, Depends(db_session)]
 UserDep = Annotated[User, Depends(current_user)]

@@ -1,7 +1,4 @@
-"""Server-Sent Events for one job: the job's state whenever it changes, until it ends.
-
-Workers write progress to the database, so the stream polls it; a poll is one primary-key read.
-"""
+"""Server-Sent Events for one job: the job's state whenever it changes, until it ends."""
 from __future__ import annotations
 
 import asyncio
@@ -12,10 +9,11 @@ from typing import AsyncIterator
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from ..core.db import Database
-from ..core.job_state import TERMINAL
+from service.core.db import Database
+from service.core.job_state import TERMINAL
+from service.core.tables import Job
+
 from .schemas.jobs import JobOut
-from ..core.tables import Job
 
 KEEPALIVE_S = 15.0
 
@@ -31,6 +29,7 @@ def _event(name: str, payload: str) -> str:
 
 
 async def job_events(database: Database, job_id: str, request: Request, poll_s: float) -> AsyncIterator[str]:
+    """Polls the job every `poll_s` (workers write progress to the database; a poll is one primary-key read)."""
     yield "retry: 2000\n\n"
     last, quiet_since = None, time.monotonic()
     while not await request.is_disconnected():

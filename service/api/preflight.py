@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import resource
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from core.process.child import child_env
+from core.process.limits import Limits
 
 _MEMORY_LIMIT = 8 << 30
 
@@ -25,14 +27,6 @@ class PreflightResult:
     unsupported_ops: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _limit_child(cpu_seconds: int):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_LIMIT, _MEMORY_LIMIT))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
-
-
 def inspect_command(path: Path, max_tensor_bytes: int) -> list[str]:
     """The child's command line (a test substitutes one that crashes or hangs)."""
     return [sys.executable, "-m", "core.frontend.inspect", str(path), "--upload",
@@ -41,10 +35,10 @@ def inspect_command(path: Path, max_tensor_bytes: int) -> list[str]:
 
 async def run_preflight(path: Path, timeout_s: float, max_tensor_bytes: int = 4 << 30) -> PreflightResult:
     """Checks an uploaded file (no external data: an upload is one file) in a limited child process."""
+    limits = Limits(cpu_s=int(timeout_s) + 1, memory_bytes=_MEMORY_LIMIT, open_files=None)
     proc = await asyncio.create_subprocess_exec(
-        *inspect_command(path, max_tensor_bytes), stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=str(path.parent), preexec_fn=_limit_child(int(timeout_s) + 1),
-        start_new_session=True)
+        *inspect_command(path, max_tensor_bytes), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=str(path.parent), env=child_env(), preexec_fn=limits.apply, start_new_session=True)
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)
     except (asyncio.TimeoutError, asyncio.CancelledError) as err:  # also when the client went away

@@ -1,8 +1,4 @@
-"""Per-user limits: requests per minute and work in flight at once, answered 429 with a Retry-After header.
-
-Counted in this API process (a sliding window per user and kind); active jobs are counted in the
-database, so that limit holds across API processes too.
-"""
+"""Per-user limits: requests per minute and work in flight at once, answered 429 with a Retry-After header."""
 from __future__ import annotations
 
 import math
@@ -15,9 +11,10 @@ from typing import Annotated, Iterator
 from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy import func, select
 
+from service.core.job_state import ACTIVE
+from service.core.tables import Job
+
 from .deps import DbDep, SettingsDep, UserDep
-from ..core.job_state import ACTIVE
-from ..core.tables import Job
 
 WINDOW_S = 60.0
 
@@ -28,7 +25,7 @@ def too_many(message: str, retry_after_s: float) -> HTTPException:
 
 
 class Limiter:
-    """Sliding-window rates and in-flight counters, keyed by (kind, user)."""
+    """Sliding-window rates and in-flight counters, keyed by (kind, user), counted in this API process."""
 
     def __init__(self, clock=time.monotonic):
         self._clock = clock
@@ -74,6 +71,7 @@ def upload_allowed(request: Request, user: UserDep, settings: SettingsDep) -> It
 
 
 def job_allowed(request: Request, user: UserDep, db: DbDep, settings: SettingsDep) -> None:
+    """The user's job rate, and their active jobs: counted in the database, so that limit holds across API processes."""
     _limiter(request).hit("jobs", user.id, settings.jobs_per_minute)
     active = db.scalar(select(func.count()).select_from(Job).where(Job.user_id == user.id, Job.status.in_(ACTIVE)))
     # Release the connection before the route waits for a thread: 200 submissions at once otherwise held

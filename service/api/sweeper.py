@@ -1,8 +1,4 @@
-"""Re-queues jobs whose worker died: a running job with no heartbeat for `stale_after_s` goes back to the queue.
-
-Needed because the SQLite transport never redelivers an unacknowledged task; with Redis it also
-catches a worker that hangs. The job's attempt counter (checked by the worker) stops poison jobs.
-"""
+"""Re-queues jobs whose worker died: a running job with no heartbeat for `stale_after_s` goes back to the queue."""
 from __future__ import annotations
 
 import asyncio
@@ -13,15 +9,17 @@ from typing import Callable
 from sqlalchemy import and_, or_, select
 from starlette.concurrency import run_in_threadpool
 
-from ..core.db import Database
-from ..core.job_state import transition
-from ..core.settings import Settings
-from ..core.tables import Job, utcnow
+from service.core.db import Database
+from service.core.job_state import transition
+from service.core.settings import Settings
+from service.core.tables import Job, utcnow
 
 log = logging.getLogger("kiln.sweeper")
 
 
 def requeue_stale_jobs(database: Database, settings: Settings, enqueue: Callable[[str], None]) -> list[str]:
+    """The SQLite transport never redelivers an unacknowledged task, so this does; with Redis it also
+    catches a worker that hangs. The job's attempt counter (checked by the worker) stops poison jobs."""
     cutoff = utcnow() - timedelta(seconds=settings.stale_after_s)
     requeued = []
     with database.session() as db:

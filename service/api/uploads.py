@@ -1,7 +1,4 @@
-"""Streams a multipart model upload to disk: size limit enforced while reading, sha256 computed on the way.
-
-Each upload gets a private folder, so nothing in a model (external-data paths) can reach another upload.
-"""
+"""Streams a multipart model upload to disk: size limit enforced while reading, sha256 computed on the way."""
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +11,9 @@ from pathlib import Path
 from fastapi import HTTPException, Request, status
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from service.core.storage import MODEL_FILE
+
 FIELD = "file"
-MODEL_FILE = "model.onnx"
 _MULTIPART_SLACK = 64 * 1024  # boundaries and part headers around the file itself
 
 
@@ -103,6 +101,7 @@ async def receive_upload(request: Request, tmp_dir: Path, limit: int) -> Upload:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit + _MULTIPART_SLACK:
         raise _too_large(limit)  # before reading a single byte of the body
+    # A private folder per upload: nothing in a model (external-data paths) can reach another upload.
     folder = Path(tempfile.mkdtemp(prefix="upload-", dir=tmp_dir))
     try:
         with open(folder / MODEL_FILE, "wb") as out:

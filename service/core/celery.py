@@ -1,5 +1,4 @@
-"""The Celery app's configuration, from the service settings (SQLite broker by default, Redis at scale):
-the API sends jobs through it by task name, the workers (workers/celery_app.py) run them."""
+"""The Celery app's configuration: the API sends jobs through it by task name, workers/celery_app.py runs them."""
 from __future__ import annotations
 
 from celery import Celery
@@ -21,6 +20,7 @@ def _transport_options(settings: Settings) -> dict:
 
 
 def create_celery(settings: Settings) -> Celery:
+    """On the settings' broker and result store: SQLite files by default, Redis at scale."""
     settings.ensure_dirs()
     app = Celery("kiln", broker=settings.broker, backend=settings.results, include=["workers.tasks"])
     app.conf.update(

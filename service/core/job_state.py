@@ -1,4 +1,4 @@
-"""Job life cycle, shared by the API and the workers: stages, terminal states, guarded transitions.
+"""Job life cycle, shared by the API and the workers: terminal states and guarded transitions.
 
 Every transition is one conditional UPDATE, so a cancel from the API and a progress write from a
 worker never overwrite each other.
@@ -15,9 +15,6 @@ from .tables import Job, utcnow
 TERMINAL = ("succeeded", "failed", "cancelled")
 ACTIVE = ("queued", "running")
 
-# core.compile's progress stage -> the stage a user sees (DESIGN.md: importing ... packaging).
-STAGE_NAMES = {"import": "importing", "optimize": "optimizing", "tune": "tuning", "build": "building",
-               "validate": "validating", "benchmark": "benchmarking", "package": "packaging"}
 
 
 def transition(db: Session, job_id: str, allowed_from: Iterable[str], **fields) -> bool:

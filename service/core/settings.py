@@ -1,7 +1,4 @@
-"""The service's settings, read from `KILN_*` environment variables (pydantic-settings).
-
-Defaults make `kiln serve` self-contained: everything lives under `data_dir` in SQLite files.
-"""
+"""The service's settings, read from `KILN_*` environment variables (pydantic-settings)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -13,6 +10,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
+    """Defaults make `kiln serve` self-contained: everything lives under `data_dir` in SQLite files."""
+
     model_config = SettingsConfigDict(env_prefix="KILN_", extra="ignore")
 
     data_dir: Path = Path("kiln-data")

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from .settings import Settings
-from ..api.uploads import MODEL_FILE
+from core.files.atomic import write_atomic  # noqa: F401 - job outputs are written with it, as storage.write_atomic
 
+from .settings import Settings
+
+MODEL_FILE = "model.onnx"  # an upload's file in its private folder, kept as the model's
 ARTIFACT = "artifact.tar.gz"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -27,20 +28,6 @@ def store_model(settings: Settings, upload_folder: Path, model_id: str) -> Path:
     destination = settings.models_dir / model_id
     os.replace(upload_folder, destination)
     return destination / MODEL_FILE
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data.encode() if isinstance(data, str) else data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def remove_job_outputs(settings: Settings, job_id: str) -> None:

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 
+from core.driver.stages import Stage
 from service.core import storage
 from service.core.job_state import transition
 from service.api.sweeper import requeue_stale_jobs
@@ -67,10 +68,10 @@ def test_cancel_while_running_stops_the_compile(api, queued_job, monkeypatch):
     def cancelling_writer(db, job_id, **kwargs):
         report = real_writer(db, job_id, **kwargs)
 
-        def wrapped(stage, fraction):
-            if stage == "build":  # the user presses cancel while the job is building
+        def wrapped(stage, fraction, detail=""):
+            if stage is Stage.BUILD:  # the user presses cancel while the job is building
                 api.client.delete(f"/api/v1/jobs/{job_id}", headers=api.auth("alice"))
-            report(stage, fraction)
+            report(stage, fraction, detail)
         return wrapped
 
     monkeypatch.setattr(compile_job, "_progress_writer", cancelling_writer)
@@ -84,11 +85,11 @@ def test_progress_writer_raises_once_cancelled(api, queued_job):
     with api.app.state.db.session() as db:
         transition(db, queued_job, ("queued",), status="running")
         report = compile_job._progress_writer(db, queued_job, min_interval_s=0)
-        report("optimize", 0.1)
+        report(Stage.OPTIMIZE, 0.1)
         assert _job(api, queued_job).stage == "optimizing"
         transition(db, queued_job, ("running",), status="cancelled")
         with pytest.raises(JobCancelled):
-            report("build", 0.2)
+            report(Stage.BUILD, 0.2)
 
 
 def test_bad_model_fails_with_the_compilers_message(api, queued_job):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from core.backends.cuda import CudaBackend
+from core.target import get_target
 from service.core import queues
 from workers.compile_job import run_compile_job
 from service.core.queues import COMPILE_QUEUE, GPU_QUEUE, default_queues, job_queue
@@ -16,10 +18,10 @@ def test_cuda_jobs_go_to_the_gpu_queue_tuned_or_not():
 
 
 def test_a_worker_consumes_the_gpu_queue_where_a_gpu_is(monkeypatch):
-    monkeypatch.setattr(queues, "has_nvidia_gpu", lambda: False)
+    monkeypatch.setattr(CudaBackend, "has_device", lambda self, target: False)
     assert GPU_QUEUE not in default_queues() and "cuda" not in queues.host_device_kinds()
     assert default_queues(with_gpu=True)[-1] == GPU_QUEUE  # `kiln serve`'s embedded worker: builds GPU jobs anyway
-    monkeypatch.setattr(queues, "has_nvidia_gpu", lambda: True)
+    monkeypatch.setattr(CudaBackend, "has_device", lambda self, target: True)
     assert "cuda" in queues.host_device_kinds()
     assert default_queues().count(GPU_QUEUE) == 1 and default_queues(with_gpu=True).count(GPU_QUEUE) == 1
 
@@ -34,7 +36,7 @@ class _FakeCelery:
 
 def test_the_service_enqueues_cuda_jobs_on_the_gpu_queue(api, make_model, monkeypatch):
     import service.core.celery
-    from service.api.app import celery_enqueue
+    from service.api.enqueue import celery_enqueue
 
     fake = _FakeCelery()
     monkeypatch.setattr(service.core.celery, "create_celery", lambda settings: fake)
@@ -48,7 +50,7 @@ def test_the_service_enqueues_cuda_jobs_on_the_gpu_queue(api, make_model, monkey
     assert [queue for _, _, queue in fake.sent] == [GPU_QUEUE, COMPILE_QUEUE]
 
 
-@pytest.mark.skipif(queues.has_nvidia_gpu(), reason="this machine has a GPU: the job would run validation")
+@pytest.mark.skipif(get_target("cuda").runs_on_host(), reason="this machine has a GPU: the job would run validation")
 def test_a_cuda_job_without_a_gpu_succeeds_and_says_validation_was_skipped(api, make_model):
     headers = api.auth()
     model = api.upload(headers, make_model()).json()
@@ -65,7 +67,7 @@ def test_a_cuda_job_without_a_gpu_succeeds_and_says_validation_was_skipped(api, 
 
 def test_the_targets_api_says_whether_cuda_runs_on_this_server(api, monkeypatch):
     for present in (False, True):
-        monkeypatch.setattr(queues, "has_nvidia_gpu", lambda: present)
+        monkeypatch.setattr(CudaBackend, "has_device", lambda self, target: present)
         listed = {t["name"]: t for t in api.client.get("/api/v1/targets", headers=api.auth()).json()}
         assert listed["cuda"]["kind"] == "cuda" and listed["cuda"]["runs_on_host"] is present
         assert listed["native"]["runs_on_host"] is True

@@ -24,9 +24,9 @@ def test_tuning_job_reports_progress_and_shares_records(api, make_model, monkeyp
     def recording_writer(db, job_id, **kwargs):
         report = real_writer(db, job_id, **kwargs)
 
-        def wrapped(stage, fraction):
-            stages.append(stage)
-            report(stage, fraction)
+        def wrapped(stage, fraction, detail=""):
+            stages.append(detail or stage.label)
+            report(stage, fraction, detail)
         return wrapped
 
     monkeypatch.setattr(compile_job, "_progress_writer", recording_writer)

@@ -1,14 +1,15 @@
-"""Shared checks for op type inference (arity, dtype families, broadcasting); each raises ShapeError
-naming the op first."""
+"""Shared checks for op type inference (arity, dtype families, broadcasting; each raises ShapeError
+naming the op first) and the FLOP count of ops made of multiply-adds."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from core import narrow_dtypes as _narrow
 from core.errors import ShapeError
 from core.graph.ir import TensorType
+from core.graph.ops import FlopsFn
 
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})  # bfloat16 computes as float32
 INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
@@ -57,3 +58,13 @@ def expect_axis(op: str, axis: int, rank: int, name: str = "axis") -> int:
 
 def same_type(t: TensorType) -> list[TensorType]:
     return [TensorType(t.shape, t.dtype)]
+
+
+def multiply_add_flops(macs_per_output: Callable[[Sequence[Optional[TensorType]]], int]) -> FlopsFn:
+    """FLOPs of an op whose every output element takes `macs_per_output(input types)` multiply-adds,
+    each counted as two operations."""
+
+    def flops(inputs: Sequence[Optional[TensorType]], outputs: Sequence[TensorType], attrs: Mapping) -> int:
+        return 2 * outputs[0].numel * macs_per_output(inputs)
+
+    return flops

@@ -8,12 +8,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from core.errors import ShapeError
-from core.graph.blocked import from_blocked, relayout, to_blocked, unpack_weights
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, get_op, register_op
-from core.graph.winograd import TRANSFORMS, weights_from_winograd
+from core.packing.blocked import from_blocked, relayout, to_blocked, unpack_weights
+from core.packing.winograd import TRANSFORMS, weights_from_winograd
 
-from ._common import expect_arity
+from ._common import expect_arity, multiply_add_flops
 from .conv import conv2d_nchw
 
 
@@ -98,7 +98,9 @@ def _conv_nchwc_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.nd
     return [to_blocked(y, inputs[1].shape[-1])]
 
 
-@register_op("Conv2dNCHWc", Pattern.OUT_ELEMWISE_FUSABLE, fold=_conv_nchwc_fold)
+# Packed OIHW[x]i[y]o weights: input channels per group x window multiply-adds per output element, as Conv.
+@register_op("Conv2dNCHWc", Pattern.OUT_ELEMWISE_FUSABLE, fold=_conv_nchwc_fold,
+             flops=multiply_add_flops(lambda inputs: int(np.prod(inputs[1].shape[1:5]))))
 def _conv2d_nchwc(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     plain, ob = _conv_nchwc_types(types, attrs)
     (out,) = get_op("Conv").infer(plain, _conv_nchw_attrs(attrs, plain[0].shape[1]))
@@ -130,7 +132,9 @@ def _winograd_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndar
     return [to_blocked(y, inputs[1].shape[-1])]
 
 
-@register_op("Conv2dWinogradNCHWc", Pattern.OUT_ELEMWISE_FUSABLE, fold=_winograd_fold)
+# Counted as the direct 3x3 conv it computes (not the fewer multiplies of the transformed product).
+@register_op("Conv2dWinogradNCHWc", Pattern.OUT_ELEMWISE_FUSABLE, fold=_winograd_fold,
+             flops=multiply_add_flops(lambda inputs: 9 * int(np.prod(inputs[1].shape[2:4]))))
 def _conv2d_winograd_nchwc(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     plain, ob = _winograd_types(types, attrs)
     (out,) = get_op("Conv").infer(plain, _winograd_conv_attrs(attrs))
@@ -152,7 +156,7 @@ def register_blocked_variant(base: str) -> str:
         (out,) = definition.fold([from_blocked(inputs[0])], attrs)
         return [to_blocked(out, inputs[0].shape[-1])]
 
-    register_op(name, definition.pattern, fold=fold)(infer)
+    register_op(name, definition.pattern, fold=fold, flops=definition.flops)(infer)
     return name
 
 

@@ -9,7 +9,7 @@ from core.errors import ShapeError
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, register_op
 
-from ._common import FLOAT_DTYPES, expect_arity, expect_dtype, expect_same_dtype
+from ._common import FLOAT_DTYPES, expect_arity, expect_dtype, expect_same_dtype, multiply_add_flops
 from .windows import output_hw, padded, pads4, pair, windows
 
 
@@ -57,7 +57,9 @@ def conv2d_nchw(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray
     return [np.ascontiguousarray(y).astype(inputs[0].dtype, copy=False)]
 
 
-@register_op("Conv", Pattern.OUT_ELEMWISE_FUSABLE, fold=conv2d_nchw)
+# OIHW weights: input channels per group x window multiply-adds per output element.
+@register_op("Conv", Pattern.OUT_ELEMWISE_FUSABLE, fold=conv2d_nchw,
+             flops=multiply_add_flops(lambda inputs: int(np.prod(inputs[1].shape[1:]))))
 def _conv(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     shape = _conv_geometry(types, attrs)[0]
     return [TensorType(shape, types[0].dtype)]

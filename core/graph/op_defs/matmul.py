@@ -8,25 +8,21 @@ import numpy as np
 from core.errors import ShapeError
 from core.graph.ir import TensorType
 from core.graph.ops import Pattern, register_op
+from core.packing.panels import unpack_weights
 
-from ._common import NUMERIC_DTYPES, broadcast_shapes, expect_arity, expect_dtype, expect_same_dtype
-
-
-def _unpacked(b: np.ndarray, columns: int) -> np.ndarray:
-    """Panels [..., N/nr, K, nr] (a constant packed by pack_matmul_weights) back to [..., K, N]."""
-    *batch, panels, k, nr = b.shape
-    return np.moveaxis(b, -3, -2).reshape(tuple(batch) + (k, panels * nr))[..., :columns]
+from ._common import NUMERIC_DTYPES, broadcast_shapes, expect_arity, expect_dtype, expect_same_dtype, multiply_add_flops
 
 
 def _matmul_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
     a, b = inputs
     if attrs.get("packed_columns") is not None:
-        b = _unpacked(b, attrs["packed_columns"])
+        b = unpack_weights(b, attrs["packed_columns"])  # a constant packed by pack_matmul_weights
     compute = np.float32 if a.dtype == np.float16 else a.dtype
     return [np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False)).astype(a.dtype, copy=False)]
 
 
-@register_op("MatMul", Pattern.OUT_ELEMWISE_FUSABLE, fold=_matmul_fold)
+@register_op("MatMul", Pattern.OUT_ELEMWISE_FUSABLE, fold=_matmul_fold,
+             flops=multiply_add_flops(lambda inputs: inputs[0].shape[-1]))
 def _matmul(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     expect_arity("MatMul", types, 2)
     dtype = expect_same_dtype("MatMul", types)

@@ -2,44 +2,19 @@
 packed at compile time; LayoutTransform nodes appear only where a blocked region starts or ends."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from contextvars import ContextVar
-from typing import Callable, Iterator, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-from core.graph.blocked import block_for, pack_channel_vector, pack_weights
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.op_defs.blocked import BLOCKED_VARIANTS
-from core.graph.winograd import winograd_weights
 from core.graph.ops import Pattern, get_op
+from core.packing.blocked import block_for, pack_channel_vector, pack_weights
+from core.packing.winograd import winograd_weights
 
 from .registry import register_pass
 from .rewrite import fresh_name
-
-# The pass is Graph -> Graph; the block comes from the target being compiled for (layout_target),
-# else from the host, whose kernels the default `native` target builds.
-_LANES: ContextVar[Optional[int]] = ContextVar("kiln_layout_lanes", default=None)
-
-
-@contextlib.contextmanager
-def layout_target(target) -> Iterator[None]:
-    """Block for `target` (a core.target.Target) while optimizing inside this context."""
-    token = _LANES.set(target.lanes("float32"))
-    try:
-        yield
-    finally:
-        _LANES.reset(token)
-
-
-def vector_lanes() -> int:
-    lanes = _LANES.get()
-    if lanes is None:
-        from core.target import get_target
-
-        lanes = get_target("native").lanes("float32")
-    return lanes
 
 
 @dataclasses.dataclass
@@ -345,8 +320,8 @@ def rule_for(node: Node) -> Optional[Rule]:
 
 
 @register_pass("alter_layout")
-def alter_layout(graph: Graph) -> Graph:
-    lanes = vector_lanes()
+def alter_layout(graph: Graph, *, lanes: int) -> Graph:
+    """Conv regions in NCHW[x]c blocks of up to `lanes` channels (the target's float lanes: its Backend binds them)."""
     rw = _Rewriter(graph, lanes, keep_nchw=losing_regions(graph, lanes))
     rw.types.update(graph.types)
     rw.constants.update(graph.constants)

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 from core.graph.ir import Graph, Node, TensorType
+from core.packing.panels import pack_weights, worth_packing
 
 from .registry import register_pass
 from .rewrite import fresh_name
@@ -15,8 +16,6 @@ from .rewrite import fresh_name
 @register_pass("pack_matmul_weights")
 def pack_matmul_weights(graph: Graph) -> Graph:
     """MatMul(A, W) with W a constant worth packing -> MatMul(A, W_packed, packed_columns=N)."""
-    from core.kernels.matmul_packed import pack_weights, worth_packing  # kernels import the graph IR
-
     constants, types = dict(graph.constants), dict(graph.types)
     packed: dict[str, str] = {}
     nodes: list[Node] = []

@@ -27,7 +27,3 @@ def get_pass(name: str) -> GraphPass:
         return _PASSES[name]
     except KeyError:
         raise KeyError(f"no graph pass named {name!r}") from None
-
-
-def all_passes() -> dict[str, GraphPass]:
-    return dict(_PASSES)

@@ -1,7 +1,6 @@
 """Compile jobs: create (queued on Celery), list, status, live events, cancel, artifact and report."""
 from __future__ import annotations
 
-import json
 import math
 from typing import Annotated, Literal, Optional
 
@@ -10,17 +9,16 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from sqlalchemy import select
 
-from core.errors import KilnError
-from core.target import get_target
+from service.core import storage
+from service.core.job_state import ACTIVE, cancel, finish
 from service.core.queues import device_kind, host_device_kinds
+from service.core.settings import Settings
+from service.core.tables import Job, new_id
 
-from ...core import storage
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..events import job_events
-from ...core.job_state import ACTIVE, cancel, finish
 from ..rate_limits import JobAllowed
 from ..schemas.jobs import JobCreate, JobOut, JobStatus
-from ...core.tables import Job, new_id
 from .models import owned_model
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -30,6 +28,10 @@ def owned_job(db, user, job_id: str) -> Job:
     return owned(db, user, Job, job_id, "job")
 
 
+def _refuse(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, message)
+
+
 def _itemsize(dtype: str) -> int:
     try:
         return np.dtype(dtype).itemsize
@@ -37,49 +39,42 @@ def _itemsize(dtype: str) -> int:
         return 8
 
 
-def _check_request(body: JobCreate, summary: dict, settings) -> None:
-    try:
-        get_target(body.target)
-    except KilnError as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
+def _check_server_limits(body: JobCreate, settings: Settings) -> None:
+    """What this server allows: tuning trials and time, and a worker that can measure the target's code."""
     if body.tuning.trials > settings.max_tuning_trials:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            f"tuning.trials {body.tuning.trials} is over this server's limit of {settings.max_tuning_trials}")
+        raise _refuse(f"tuning.trials {body.tuning.trials} is over this server's limit of {settings.max_tuning_trials}")
     if body.tuning.trials > 0:
         kinds = settings.measure_kinds if settings.measure_kinds is not None else host_device_kinds()
-        if device_kind(body.target) not in kinds:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                                f"no worker of this server can measure {device_kind(body.target)} code, so target "
-                                f"{body.target!r} cannot be tuned here (tunable: {', '.join(kinds) or 'none'}); "
-                                "compile it with tuning.trials = 0")
+        kind = device_kind(body.resolved_target)
+        if kind not in kinds:
+            raise _refuse(f"no worker of this server can measure {kind} code, so target {body.target!r} cannot be "
+                          f"tuned here (tunable: {', '.join(kinds) or 'none'}); compile it with tuning.trials = 0")
     budget = body.tuning.time_budget_s
     if budget is not None and budget > settings.job_soft_time_limit_s:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            f"tuning.time_budget_s {budget:g} is over this server's job time limit of "
-                            f"{settings.job_soft_time_limit_s} s")
+        raise _refuse(f"tuning.time_budget_s {budget:g} is over this server's job time limit of "
+                      f"{settings.job_soft_time_limit_s} s")
+
+
+def _check_input_shapes(input_shapes: dict[str, list[int]], summary: dict, settings: Settings) -> None:
+    """input_shapes against the model's inputs (names, declared shapes, tensor size); every symbolic input fixed."""
     names = {i["name"] for i in summary["inputs"]}
-    unknown = sorted(set(body.input_shapes) - names)
+    unknown = sorted(set(input_shapes) - names)
     if unknown:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            f"input_shapes names unknown inputs {unknown}; the model's inputs are {sorted(names)}")
+        raise _refuse(f"input_shapes names unknown inputs {unknown}; the model's inputs are {sorted(names)}")
     declared = {i["name"]: i["shape"] for i in summary["inputs"]}
     itemsizes = {i["name"]: _itemsize(i["dtype"]) for i in summary["inputs"]}
-    for name, dims in body.input_shapes.items():
+    for name, dims in input_shapes.items():
         shape = declared[name]
-        if any(d < 1 for d in dims):
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"input_shapes[{name!r}]: dimensions must be positive")
         nbytes = math.prod(dims) * itemsizes[name]
         if nbytes > settings.max_tensor_bytes:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                                f"input_shapes[{name!r}] = {dims} would need {nbytes:,} bytes, over this server's "
-                                f"limit of {settings.max_tensor_bytes:,} bytes per tensor")
-        if shape is not None and (len(dims) != len(shape) or any(isinstance(d, int) and d != g for d, g in zip(shape, dims))):
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                                f"input_shapes[{name!r}] = {dims} does not fit the declared shape {shape}")
-    unfixed = [n for n in summary.get("symbolic_inputs", []) if n not in body.input_shapes]
+            raise _refuse(f"input_shapes[{name!r}] = {dims} would need {nbytes:,} bytes, over this server's "
+                          f"limit of {settings.max_tensor_bytes:,} bytes per tensor")
+        if shape is not None and (len(dims) != len(shape)
+                                  or any(isinstance(d, int) and d != g for d, g in zip(shape, dims))):
+            raise _refuse(f"input_shapes[{name!r}] = {dims} does not fit the declared shape {shape}")
+    unfixed = [n for n in summary.get("symbolic_inputs", []) if n not in input_shapes]
     if unfixed:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            f"inputs {unfixed} have symbolic dimensions: give their shapes in input_shapes")
+        raise _refuse(f"inputs {unfixed} have symbolic dimensions: give their shapes in input_shapes")
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut,
@@ -88,7 +83,8 @@ def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAl
                settings: SettingsDep) -> JobOut:
     """Queue a compile of an uploaded model for a target."""
     model = owned_model(db, user, body.model_id)
-    _check_request(body, model.summary, settings)
+    _check_server_limits(body, settings)
+    _check_input_shapes(body.input_shapes, model.summary, settings)
     job = Job(id=new_id(), user_id=user.id, model_id=model.id, target=body.target, opt_level=body.opt_level,
               tuning=body.tuning.model_dump(), input_shapes=body.input_shapes)
     db.add(job)

@@ -6,13 +6,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
 
-from ...core import storage
+from service.core import storage
+from service.core.job_state import ACTIVE
+from service.core.tables import Job, Model, new_id
+
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..preflight import run_preflight
 from ..rate_limits import UploadAllowed
 from ..schemas.models import ModelOut
-from ...core.tables import Job, Model, new_id
-from ...core.job_state import ACTIVE
 from ..uploads import receive_upload
 
 router = APIRouter(prefix="/models", tags=["models"])

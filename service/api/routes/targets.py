@@ -13,7 +13,4 @@ router = APIRouter(tags=["targets"])
 
 @router.get("/targets", response_model=list[TargetOut])
 def list_targets(_user: UserDep) -> list[TargetOut]:
-    from service.core.queues import has_nvidia_gpu
-
-    gpu = has_nvidia_gpu()  # a GPU target runs here when this server has an NVIDIA GPU and driver
-    return [TargetOut(**{**t.describe(), **({"runs_on_host": gpu} if t.kind == "cuda" else {})}) for t in all_targets()]
+    return [TargetOut(**t.describe()) for t in all_targets()]  # runs_on_host: a GPU target where the GPU is

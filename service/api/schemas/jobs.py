@@ -4,9 +4,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from ...core.tables import as_utc
+from core.errors import KilnError
+from core.target import Target, get_target
+from service.core.tables import as_utc
+
+from .refusal import refused
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
@@ -25,6 +29,28 @@ class JobCreate(BaseModel):
     tuning: TuningRequest = Field(default_factory=TuningRequest)
     input_shapes: dict[str, list[int]] = Field(default_factory=dict,
                                                description="fix symbolic input dimensions: {name: [d0, d1, ...]}")
+    _target: Target = PrivateAttr()
+
+    @field_validator("input_shapes")
+    @classmethod
+    def _positive_dimensions(cls, shapes: dict[str, list[int]]) -> dict[str, list[int]]:
+        for name, dims in shapes.items():
+            if any(d < 1 for d in dims):
+                raise refused(f"input_shapes[{name!r}]: dimensions must be positive")
+        return shapes
+
+    @model_validator(mode="after")
+    def _resolve_target(self) -> JobCreate:
+        try:
+            self._target = get_target(self.target)
+        except KilnError as err:
+            raise refused(str(err)) from None
+        return self
+
+    @property
+    def resolved_target(self) -> Target:
+        """`target` resolved once, at the API boundary; `target` (stored, queued) keeps the request's spelling."""
+        return self._target
 
 
 class JobOut(BaseModel):
@@ -54,5 +80,6 @@ class JobOut(BaseModel):
             links.update(artifact=f"{base}/artifact", report=f"{base}/report")
         return cls(id=row.id, model_id=row.model_id, target=row.target, opt_level=row.opt_level, tuning=row.tuning,
                    input_shapes=row.input_shapes, status=row.status, stage=row.stage, progress=row.progress,
-                   error=row.error, error_code=row.error_code, attempts=row.attempts, worker=row.worker, created_at=as_utc(row.created_at),
-                   started_at=as_utc(row.started_at), finished_at=as_utc(row.finished_at), links=links)
+                   error=row.error, error_code=row.error_code, attempts=row.attempts, worker=row.worker,
+                   created_at=as_utc(row.created_at), started_at=as_utc(row.started_at),
+                   finished_at=as_utc(row.finished_at), links=links)

@@ -6,7 +6,7 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel
 
-from ...core.tables import as_utc
+from service.core.tables import as_utc
 
 
 class TensorInfo(BaseModel):

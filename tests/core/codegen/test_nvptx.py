@@ -15,9 +15,12 @@ from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
 from core.te.testing import elementwise_on_grid, tiled_matmul
+from core.target import get_target
 from core.tir.expr import INTRINSICS, binop, call
 from core.tir.functor import walk_stmt
 from core.tir.stmt import Allocate, Barrier
+
+CUDA = get_target("cuda")
 
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")
 
@@ -46,7 +49,7 @@ def test_shared_copy_is_the_blocks_tile_fenced_by_barriers():
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptx_assembles(arch):
-    ptx, launches = emit_ptx([tiled_matmul(64, 96, 128)], f"cuda -arch={arch}")
+    ptx, launches = emit_ptx([tiled_matmul(64, 96, 128)], get_target(f"cuda -arch={arch}"))
     assert ".shared" in ptx and "bar.sync" in ptx and f".target {arch}" in ptx
     assert launches["mm_64_96_128"].block == (16, 16, 1)
     assert len(assemble(ptx, arch)) > 0
@@ -59,7 +62,7 @@ def test_math_needs_no_libm():
     funcs = [elementwise_on_grid(lambda v, n=n: call(n, v), f"f_{n}") for n in names]
     funcs.append(elementwise_on_grid(lambda v: binop("pow", v, v), "f_pow"))
     funcs.append(elementwise_on_grid(lambda v: call("exp", v), "f_exp_half", dtype="float16"))
-    ptx, launches = emit_ptx(funcs, "cuda")
+    ptx, launches = emit_ptx(funcs, CUDA)
     assert ".extern" not in ptx and "ex2.approx" in ptx
     assert launches["f_exp"].grid == (8, 1, 1) and launches["f_exp"].block == (128, 1, 1)
     assemble(ptx, "sm_80")
@@ -69,7 +72,7 @@ def test_a_guarded_last_block_is_launched_whole():
     # 1000 = 7 * 128 + 104: the last block's extra threads are guarded off.
     func = elementwise_on_grid(lambda v: v + 1, "plus_one")
     assert launch_config(func).grid == (8, 1, 1)
-    assert "setp" in emit_ptx([func])[0]
+    assert "setp" in emit_ptx([func], CUDA)[0]
 
 
 def test_invalid_bindings_are_rejected():
@@ -91,15 +94,15 @@ def test_invalid_bindings_are_rejected():
 
 def test_kernels_a_gpu_cannot_run_are_rejected():
     with pytest.raises(GPUScheduleError, match="2048 threads"):
-        emit_ptx([elementwise_on_grid(lambda v: v, "too_wide", n=4096, threads=2048)])
+        emit_ptx([elementwise_on_grid(lambda v: v, "too_wide", n=4096, threads=2048)], CUDA)
     x = te.placeholder((256,), "float32", "x")
     y = te.compute((256,), lambda i: x[i] * 2, "unbound")
     with pytest.raises(GPUScheduleError, match="outside every loop bound"):
-        emit_ptx([lower(create_schedule(y), [x, y], "unbound")])
+        emit_ptx([lower(create_schedule(y), [x, y], "unbound")], CUDA)
     s = create_schedule(y)
     s[y].parallel(y.op.axis[0])
     with pytest.raises(GPUScheduleError, match="parallel"):
-        emit_ptx([lower(s, [x, y], "cpu_parallel")])
+        emit_ptx([lower(s, [x, y], "cpu_parallel")], CUDA)
 
 
 def test_a_barrier_some_threads_skip_is_rejected():
@@ -107,7 +110,7 @@ def test_a_barrier_some_threads_skip_is_rejected():
     # the block: the barriers around it would be reached by some threads only.
     func = tiled_matmul(64, 96, 128, tile=16, k_tile=32)  # fetch: 16 x 32 = 512 -> threadIdx.x spans 32 > 16
     with pytest.raises(GPUScheduleError, match="barrier"):
-        emit_ptx([func])
+        emit_ptx([func], CUDA)
 
 
 @needs_ptxas
@@ -117,7 +120,7 @@ def test_kernel_bundle_carries_ptx_launches_and_signatures(tmp_path):
 
     from core.codegen.cuda_kernels import save_cuda_kernels
 
-    path = save_cuda_kernels([tiled_matmul(32, 48, 80, tile=8, k_tile=8)], "cuda", tmp_path / "k.cuda.json")
+    path = save_cuda_kernels([tiled_matmul(32, 48, 80, tile=8, k_tile=8)], CUDA, tmp_path / "k.cuda.json")
     bundle = json.loads(path.read_text())
     assert bundle["launches"]["mm_32_48_80"] == {"grid": [6, 4, 1], "block": [8, 8, 1], "shared_bytes": 512}
     assert [p["shape"] for p in bundle["signatures"][0]["params"]] == [[32, 80], [80, 48], [32, 48]]
@@ -132,7 +135,7 @@ def test_a_single_output_keeps_its_thread_binding(tmp_path):
     s = create_schedule(y)
     s[y].bind(y.op.axis[0], "threadIdx.x")
     func = lower(s, [x, y], "total")
-    ptx, launches = emit_ptx([func])
+    ptx, launches = emit_ptx([func], CUDA)
     assert launches["total"].block == (1, 1, 1) and launches["total"].grid == (1, 1, 1)
     lib = load_kernels(build_library([func], "native", tmp_path / "total.so"))
     xs, out = np.random.default_rng(4).standard_normal(256, dtype=np.float32), np.zeros(1, np.float32)

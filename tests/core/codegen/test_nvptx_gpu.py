@@ -10,9 +10,11 @@ import pytest
 
 from core.codegen.cuda_kernels import load_cuda_kernels
 from core.runtime.cuda_driver import gpu_available
+from core.target import get_target
 from core.te.testing import elementwise_on_grid, tiled_matmul
 
 pytestmark = pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU and driver")
+CUDA = get_target("cuda")
 
 # Domains where the float32 function is well conditioned, so float32 rounding of the input alone
 # does not dominate the comparison with float64 numpy.
@@ -28,7 +30,7 @@ TOLERANCE = {"tan": 5e-6, "sin": 1e-6, "cos": 1e-6}  # sin/cos.approx: 2^-20.9 a
 def test_cooperative_matmul_on_the_gpu():
     rng = np.random.default_rng(1)
     funcs = [tiled_matmul(64, 96, 128), tiled_matmul(32, 48, 80, tile=8, k_tile=8)]
-    lib = load_cuda_kernels(funcs)
+    lib = load_cuda_kernels(funcs, CUDA)
     for func in funcs:
         a_buf, b_buf, c_buf = func.params
         a = rng.standard_normal(a_buf.shape, dtype=np.float32)
@@ -45,7 +47,7 @@ def test_math_accuracy(name):
 
     n = 1 << 16
     func = elementwise_on_grid(lambda v: call(name, v), f"g_{name}", n=n, threads=256)
-    lib = load_cuda_kernels([func])
+    lib = load_cuda_kernels([func], CUDA)
     lo, hi = DOMAINS[name]
     x = np.random.default_rng(2).uniform(lo, hi, n).astype(np.float32)
     y = np.zeros(n, np.float32)
@@ -66,7 +68,7 @@ def test_pow_follows_c():
     z = te.compute((8,), lambda i: binop("pow", x[i], y[i]), "z")
     s = create_schedule(z)
     s[z].bind(z.op.axis[0], "threadIdx.x")
-    lib = load_cuda_kernels([lower(s, [x, y, z], "pow8")])
+    lib = load_cuda_kernels([lower(s, [x, y, z], "pow8")], CUDA)
     xs = np.array([2, -2, -2, 0, 0, 3, -8, 10], np.float32)
     ys = np.array([10, 3, 2, 2, 0, -1, 1 / 3, 0.5], np.float32)
     out = np.zeros(8, np.float32)
@@ -78,7 +80,7 @@ def test_pow_follows_c():
 
 def test_guarded_last_block():
     func = elementwise_on_grid(lambda v: v * 3 + 1, "affine", n=1000, threads=128)
-    lib = load_cuda_kernels([func])
+    lib = load_cuda_kernels([func], CUDA)
     x = np.arange(1000, dtype=np.float32)
     y = np.full(1000 + 0, -1, np.float32)
     lib.call("affine", x, y)
@@ -91,7 +93,7 @@ def test_exp_saturates_without_nan():
     from core.tir.expr import call
 
     func = elementwise_on_grid(lambda v: call("exp", v), "exp_edges", n=8, threads=8)
-    lib = load_cuda_kernels([func])
+    lib = load_cuda_kernels([func], CUDA)
     x = np.array([-3.4e38, -1e30, -110, -104, 89, 100, np.inf, np.nan], np.float32)
     y = np.zeros(8, np.float32)
     lib.call(func.name, x, y)

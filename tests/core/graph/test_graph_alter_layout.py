@@ -5,23 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.graph.blocked import block_for, from_blocked, pack_weights, to_blocked, unpack_weights
 from core.graph.interpret import evaluate
 from core.graph.ir import TensorType
 from core.graph.passes import fuse_ops, get_pass, run_passes
-from core.graph.passes.alter_layout import _LANES, alter_layout
+from core.graph.passes.alter_layout import alter_layout
 from core.graph.testing import CONV, assert_same_meaning, conv, image_builder, ops, rng
+from core.packing.blocked import from_blocked, pack_weights, to_blocked
 
 
-@pytest.fixture(autouse=True)
-def eight_lanes():
-    token = _LANES.set(8)  # AVX2's float lanes, whatever the host
-    yield
-    _LANES.reset(token)
+LANES = 8  # AVX2's float lanes, whatever the host
 
 
 def _optimized(graph):
-    return run_passes(graph, [(n, get_pass(n)) for n in ("alter_layout", "eliminate_dead_code")])
+    return run_passes(graph, [("alter_layout", lambda g: alter_layout(g, lanes=LANES)),
+                              ("eliminate_dead_code", get_pass("eliminate_dead_code"))])
 
 
 def _chain(channels=(8, 16, 16, 8), shape=(1, 8, 6, 6)):
@@ -31,19 +28,6 @@ def _chain(channels=(8, 16, 16, 8), shape=(1, 8, 6, 6)):
         (x,) = b.add_node("Relu", [x])
     b.set_outputs([x])
     return b.build()
-
-
-def test_block_choice_and_weight_packing_round_trip():
-    assert [block_for(c, 8) for c in (64, 12, 3, 1000, 7)] == [8, 6, 3, 8, 7]
-    x = rng(0).standard_normal((2, 16, 3, 5)).astype(np.float32)
-    assert to_blocked(x, 8).shape == (2, 2, 3, 5, 8)
-    np.testing.assert_array_equal(from_blocked(to_blocked(x, 8)), x)
-    w = rng(1).standard_normal((16, 8, 3, 3)).astype(np.float32)
-    packed = pack_weights(w, 4, 8, False)
-    assert packed.shape == (2, 2, 3, 3, 4, 8) and packed[1, 0, 2, 1, 3, 5] == w[13, 3, 2, 1]
-    np.testing.assert_array_equal(unpack_weights(packed, False), w)
-    dw = rng(2).standard_normal((16, 1, 3, 3)).astype(np.float32)
-    np.testing.assert_array_equal(unpack_weights(pack_weights(dw, 8, 8, True), True), dw)
 
 
 def test_a_chain_of_three_convs_has_exactly_two_transforms():
@@ -198,7 +182,7 @@ def test_a_graph_without_convs_is_untouched_and_o3_runs_the_pass():
     (y,) = b.add_node("Relu", [x])
     b.set_outputs([y])
     graph = b.build()
-    assert alter_layout(graph).nodes == graph.nodes
+    assert alter_layout(graph, lanes=LANES).nodes == graph.nodes
     assert "alter_layout" in LEVELS[3] and all("alter_layout" not in LEVELS[k] for k in (0, 1, 2))
     assert LEVELS[3].index("alter_layout") < LEVELS[3].index("fuse_ops")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.debug import debug_level
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.ops import Pattern
@@ -154,10 +155,10 @@ def test_opaque_ops_stay_alone():
     assert _groups(b.build()) == [[e], [s], [y]]
 
 
-def test_debug_print_shows_the_fused_ops(capsys, monkeypatch):
-    monkeypatch.setenv("DEBUG", "2")
+def test_debug_print_shows_the_fused_ops(capsys):
     graph, _ = _conv_bias_relu()
-    run_passes(graph, [("fuse_ops", fuse_ops)])
+    with debug_level(2):
+        run_passes(graph, [("fuse_ops", fuse_ops)])
     err = capsys.readouterr().err
     assert "// after fuse_ops" in err and "Fused(" in err and "= Relu(" in err
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from core.errors import ShapeError
-from core.graph.ir import TensorType
+from core.graph.fold import fold_node
+from core.graph.ir import Graph, Node, TensorType
 from core.graph.op_defs.windows import output_size
-from core.graph.ops import Pattern, all_ops, get_op
-from core.graph.passes.fold_constants import fold_node
+from core.graph.ops import Pattern, all_ops, get_op, node_flops
 
 F32 = "float32"
 
@@ -110,3 +110,25 @@ def test_gather_wraps_negative_indices_once_and_rejects_out_of_range():
     np.testing.assert_array_equal(y, [4, 0])
     with pytest.raises(ShapeError, match="out of range"):
         fold_node("Gather", [data, np.array([-6])], {"axis": 0}, [TensorType((1,), F32)])
+
+
+def t(*shape: int) -> TensorType:
+    return TensorType(shape, F32)
+
+
+@pytest.mark.parametrize("op,inputs,outputs,flops", [
+    ("Conv", [t(1, 8, 10, 10), t(16, 4, 3, 3), t(16)], [t(1, 16, 8, 8)], 2 * 1024 * 4 * 9),  # group 2
+    ("Conv2dNCHWc", [t(1, 1, 10, 10, 8), t(2, 1, 3, 3, 8, 8)], [t(1, 2, 8, 8, 8)], 2 * 1024 * 8 * 9),
+    ("Conv2dWinogradNCHWc", [t(1, 2, 8, 8, 8), t(16, 4, 2, 8, 8)], [t(1, 4, 8, 8, 8)], 2 * 2048 * 16 * 9),
+    ("MatMul", [t(2, 5, 7), t(7, 3)], [t(2, 5, 3)], 2 * 30 * 7),
+    ("Relu", [t(4, 5)], [t(4, 5)], 20),  # one operation per output element
+    ("MaxPoolNCHWc", [t(1, 2, 8, 8, 8)], [t(1, 2, 4, 4, 8)], 256),  # a blocked variant counts as its base op
+])
+def test_flops_are_declared_on_the_op(op, inputs, outputs, flops):
+    assert get_op(op).flops(inputs, outputs, {}) == flops
+
+
+def test_node_flops_types_a_node_by_its_graph():
+    graph = Graph(("a",), ("y",), (Node("MatMul", ("a", "b"), ("y",)),),
+                  {"a": t(4, 6), "b": t(6, 2), "y": t(4, 2)}, {"b": np.ones((6, 2), np.float32)})
+    assert node_flops(graph.nodes[0], graph) == 2 * 8 * 6

@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.debug import debug_level
 from core.graph.interpret import evaluate
 from core.graph.ir import Graph, Node, TensorType
-from core.graph.passes import PASSES_BY_LEVEL, eliminate_dead_code, fold_constants, optimize, run_passes
+from core.graph.passes import LEVELS, eliminate_dead_code, fold_constants, optimize, run_passes
 
 F32 = "float32"
 
@@ -63,20 +64,20 @@ def test_fold_skips_results_much_larger_than_inputs():
     assert [n.op for n in fold_constants(graph).nodes] == ["Expand", "Add"]
 
 
-def test_optimize_runs_every_level(capsys, monkeypatch):
-    monkeypatch.delenv("DEBUG", raising=False)
+def test_optimize_runs_every_level(capsys):
     graph = _graph_with_foldable_nodes()
-    assert optimize(graph, 0).nodes == graph.nodes  # O0 runs no pass
-    for level in (1, 2, 3):
-        assert [n.op for n in optimize(graph, level).nodes] == ["Add", "Identity"]
+    with debug_level(0):
+        assert optimize(graph, 0).nodes == graph.nodes  # O0 runs no pass
+        for level in (1, 2, 3):
+            assert [n.op for n in optimize(graph, level).nodes] == ["Add", "Identity"]
     assert capsys.readouterr().err == ""
     with pytest.raises(ValueError, match="opt_level"):
         optimize(graph, 7)
-    assert set(PASSES_BY_LEVEL) == {0, 1, 2, 3}
+    assert set(LEVELS) == {0, 1, 2, 3}
 
 
-def test_debug_2_prints_the_graph_after_each_pass(capsys, monkeypatch):
-    monkeypatch.setenv("DEBUG", "2")
-    run_passes(_graph_with_foldable_nodes(), [("fold_constants", fold_constants), ("dce", eliminate_dead_code)])
+def test_debug_2_prints_the_graph_after_each_pass(capsys):
+    with debug_level(2):
+        run_passes(_graph_with_foldable_nodes(), [("fold_constants", fold_constants), ("dce", eliminate_dead_code)])
     err = capsys.readouterr().err
     assert "// after fold_constants" in err and "// after dce" in err and "graph hand(" in err

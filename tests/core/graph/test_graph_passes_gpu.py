@@ -4,8 +4,12 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from core.backends import get_backend
 from core.frontend import import_onnx
-from core.graph.passes.manager import LEVELS, level_passes, optimize
+from core.graph.passes.manager import LEVELS, optimize
+from core.target import get_target
+
+CUDA = get_target("cuda")
 
 
 def _conv_matmul_model():
@@ -21,8 +25,8 @@ def _conv_matmul_model():
 
 
 def test_cuda_levels_drop_only_the_cpu_layout_passes():
-    assert level_passes(3, "cpu") == LEVELS[3]
-    cuda = level_passes(3, "cuda")
+    assert get_backend(get_target("native")).pass_names(3) == LEVELS[3]
+    cuda = get_backend(CUDA).pass_names(3)
     assert "alter_layout" not in cuda and "pack_matmul_weights" not in cuda
     assert "fuse_ops" in cuda and "patch_conv_as_matmul" in cuda
     assert [p for p in LEVELS[3] if p not in cuda] == ["pack_matmul_weights", "alter_layout"]
@@ -35,7 +39,7 @@ def _ops(graph):
 def test_cuda_graph_keeps_nchw_and_plain_weights_but_fuses():
     data = _conv_matmul_model()
     cpu = optimize(import_onnx(data), 3)
-    gpu = optimize(import_onnx(data), 3, "cuda")
+    gpu = optimize(import_onnx(data), 3, CUDA)
     assert "Conv2dNCHWc" in _ops(cpu) or any(n.attrs.get("packed_columns") for n, _ in cpu.walk())
     assert "Conv2dNCHWc" not in _ops(gpu) and "LayoutTransform" not in _ops(gpu)
     assert not any(n.attrs.get("packed_columns") for n, _ in gpu.walk())

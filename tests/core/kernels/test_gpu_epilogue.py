@@ -26,10 +26,10 @@ def _model(nodes, inputs, output, inits):
 
 def _check(model, feeds, tmp_path, kernels):
     data = model.SerializeToString()
-    graph = optimize(import_onnx(data), 3, "cuda")
+    graph = optimize(import_onnx(data), 3, get_target("cuda"))
     exe = build_executable(graph, get_target("cuda"))
     assert len(exe.kernels) == kernels, [k.ops for k in exe.kernels]
-    emit_ptx(list(exe.funcs), "cuda")  # verifies every kernel's launch, bindings and barriers
+    emit_ptx(list(exe.funcs), get_target("cuda"))  # verifies every kernel's launch, bindings and barriers
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = emulate(graph, exe, feeds, tmp_path)[model.graph.output[0].name]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

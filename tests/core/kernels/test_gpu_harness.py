@@ -53,7 +53,7 @@ def run_on_cpu(funcs, feeds: Sequence[Sequence[np.ndarray]]) -> list[list[np.nda
 def assemble_all(funcs) -> None:
     """The kernels' PTX for sm_80 and sm_90, each assembled by ptxas."""
     for arch in ("sm_80", "sm_90"):
-        ptx, _ = emit_ptx(list(funcs), f"cuda -arch={arch}")
+        ptx, _ = emit_ptx(list(funcs), get_target(f"cuda -arch={arch}"))
         assert len(assemble(ptx, arch)) > 0
 
 

@@ -30,7 +30,7 @@ EMULATED_SHAPES = {"resnet18": {"input": (1, 3, 64, 64)}}
 
 def compile_for_cuda(name: str, input_shapes=None):
     source = _onnx_with_free_shapes(name) if input_shapes else str(MODELS / f"{name}.onnx")
-    graph = optimize(import_onnx(source, input_shapes=input_shapes), 3, "cuda")
+    graph = optimize(import_onnx(source, input_shapes=input_shapes), 3, get_target("cuda"))
     return graph, build_executable(graph, get_target("cuda"))
 
 
@@ -68,7 +68,7 @@ def test_model_compiles_for_cuda_and_matches_onnxruntime(name, tmp_path):
     assert all(f.workspaces == () for f in exe.funcs), "a GPU kernel may not stage data in global workspaces"
     if find_ptxas() is not None:
         for arch in ("sm_80", "sm_90"):
-            ptx, launches = emit_ptx(list(exe.funcs), f"cuda -arch={arch}")
+            ptx, launches = emit_ptx(list(exe.funcs), get_target(f"cuda -arch={arch}"))
             assert set(launches) == {f.name for f in exe.funcs}
             assert len(assemble(ptx, arch)) > 0
     import onnxruntime as ort

@@ -26,25 +26,31 @@ from core.tir.stmt import For, Store
 NATIVE = get_target("native")
 
 # (channels, size, out channels, kernel, stride, pad, attached?): 3x3 rows of whole vectors, a widened
-# 28-column row (cropped), 1x1 over the image, and 1x1 convs over the flattened (padded) pixels
+# 28-column row (cropped), 1x1 over the image, and 1x1 convs over the flattened (padded) pixels. The tiles
+# follow the vector width, so each case names its target: at 512 bits (x86-64-v4) the strided 1x1 conv's
+# 16 pixels x 8 channels are one register tile (the tile loops have extent 1 and vanish, leaving no loop
+# to find the epilogue in), so there it takes 16 output channels.
 CONVS = [(8, 12, 8, 3, 1, 1, True), (8, 28, 16, 3, 1, 1, True), (16, 8, 32, 1, 1, 0, True),
          (16, 14, 24, 1, 1, 0, True), (8, 7, 8, 1, 2, 0, True), (4, 13, 6, 3, 1, 1, True)]
+CONVS_V4 = [(8, 7, 16, 1, 2, 0, True) if conv == (8, 7, 8, 1, 2, 0, True) else conv for conv in CONVS]
+TARGET_CONVS = [("x86-64-v3", *conv) for conv in CONVS] + [("x86-64-v4", *conv) for conv in CONVS_V4]
 
 
 def _stores(stmt, name: str) -> bool:
     return any(isinstance(s, Store) and s.buffer.name == name for s in walk_stmt(stmt))
 
 
-def _run(func, arrays, out_shape):
+def _run(func, arrays, out_shape, target=NATIVE):
     with tempfile.TemporaryDirectory() as tmp:
-        lib = load_kernels(build_library([func], NATIVE, f"{tmp}/k.so"))
+        lib = load_kernels(build_library([func], target, f"{tmp}/k.so"))
         out = np.zeros(out_shape, np.float32)
         lib.call(func.name, *arrays, out, *[np.zeros(b.shape, b.dtype) for b in func.workspaces])
     return out
 
 
-@pytest.mark.parametrize("c,size,m,k,stride,pad,attached", CONVS)
-def test_conv_bias_residual_relu_epilogue(c, size, m, k, stride, pad, attached):
+@pytest.mark.parametrize("target_name,c,size,m,k,stride,pad,attached", TARGET_CONVS)
+def test_conv_bias_residual_relu_epilogue(target_name, c, size, m, k, stride, pad, attached):
+    target = get_target(target_name)
     x, w = te.placeholder((1, c, size, size), "float32", "x"), te.placeholder((m, c, k, k), "float32", "w")
     b = te.placeholder((m,), "float32", "b")
     attrs = {"strides": (stride, stride), "pads": (pad,) * 4, "dilations": (1, 1), "group": 1}
@@ -54,8 +60,8 @@ def test_conv_bias_residual_relu_epilogue(c, size, m, k, stride, pad, attached):
     relu = unary("Relu", added, {})
     sch = create_schedule([relu])
     sch[added].compute_inline()
-    schedule_conv2d(sch, [relu], NATIVE)
-    schedule_epilogue(sch, [relu], NATIVE)
+    schedule_conv2d(sch, [relu], target)
+    schedule_epilogue(sch, [relu], target)
     assert (sch[relu].attach is not None) == attached
     func = lower(sch, [x, w, b, res, relu], "k_epilogue")
     widened = conv.op.input_tensors[0].shape != relu.shape
@@ -65,10 +71,12 @@ def test_conv_bias_residual_relu_epilogue(c, size, m, k, stride, pad, attached):
         assert any(_stores(loop, "relu") and any(isinstance(x, For) and x.var.name.startswith("rc")
                                                  for x in walk_stmt(loop))
                    for loop in walk_stmt(func.body) if isinstance(loop, For))
+    if not target.runs_on_host():  # the structure above is checked on any host
+        return
     rng = np.random.default_rng(c * size + m)
     arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (x, w, b, res)]
     ref = onnx_reference("Conv", arrays[:3], {"pads": [pad] * 4, "strides": [stride] * 2})[0]
-    out = _run(func, arrays, relu.shape)
+    out = _run(func, arrays, relu.shape, target)
     np.testing.assert_allclose(out, np.maximum(ref + arrays[3], 0), rtol=1e-4, atol=1e-4)
 
 

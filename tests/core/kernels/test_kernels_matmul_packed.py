@@ -15,11 +15,12 @@ from core.graph.ops import get_op
 from core.graph.passes.pack_matmul_weights import pack_matmul_weights
 from core.kernels import get_compute
 from core.kernels.elementwise import unary
-from core.kernels.matmul_packed import PANEL, micro_rows, pack_weights
+from core.kernels.matmul_packed import micro_rows
 from core.kernels.schedules.epilogue import schedule_epilogue
 from core.kernels.schedules.matmul import schedule_matmul
 from core.kernels.schedules.matmul_blocked import row_block_tiles
 from core.kernels.testing import OpKernel, build_kernels
+from core.packing.panels import PANEL, pack_weights
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower
@@ -64,14 +65,6 @@ def test_constant_weights_are_not_packed_again(runs):
     for kernel, _, _ in runs:
         packs = [s for s in kernel.schedule.stages if s.op.tag == "matmul_pack"]
         assert bool(packs) == kernel.name.startswith("runtime"), kernel.name
-
-
-def test_pack_weights_pads_with_zeros():
-    b = rng.standard_normal((5, 20)).astype(np.float32)
-    packed = pack_weights(b)
-    assert packed.shape == (2, 5, PANEL)
-    np.testing.assert_array_equal(packed[1, :, :4], b[:, 16:])
-    assert not packed[1, :, 4:].any()
 
 
 def test_micro_rows_trade_padding_for_tile_height():
@@ -120,15 +113,16 @@ def test_graph_pass_packs_constant_weights_and_keeps_semantics():
     np.testing.assert_allclose(folded, x @ w, rtol=1e-5, atol=1e-5)
 
 
-def test_micro_kernel_keeps_accumulators_in_registers():
-    """The innermost loop of a 6 x 16 tile: 12 FMAs per k into 12 distinct ymm registers, no stores."""
-    if "+avx2" not in NATIVE.features or "+avx512f" in NATIVE.features:
-        pytest.skip("checks the AVX2 micro-kernel")
+@pytest.mark.parametrize("target_name,reg,accumulators", [("x86-64-v3", "ymm", 12), ("x86-64-v4", "zmm", 6)])
+def test_micro_kernel_keeps_accumulators_in_registers(target_name, reg, accumulators):
+    """The innermost loop of a 6 x 16 tile: per k, 12 FMAs into 12 distinct ymm registers (AVX2) or 6
+    into 6 zmm (AVX-512), no stores. Assembly only (nothing runs), so any host checks both."""
+    target = get_target(target_name)
     a, b = np.zeros((120, 256), np.float32), np.zeros((256, 64), np.float32)
     kernel = OpKernel("mm_asm", "MatMul", [a, pack_weights(b)], {"packed_columns": 64})
-    asm = assembly([kernel.lower(NATIVE)], NATIVE)
+    asm = assembly([kernel.lower(target)], target)
     blocks = re.split(r"\n\.LBB\d+_\d+:", asm)
     loop = max(blocks, key=lambda blk: blk.count("vfmadd231ps")).split("\n\tj")[0]  # up to the back edge
-    fmas = re.findall(r"vfmadd231ps\s+[^\n]*%(ymm\d+)\n", loop)
-    assert len(fmas) >= 12 and len(set(fmas)) == 12
-    assert not re.search(r"vmovups\s+%ymm\d+, [^\n]*\(", loop)  # no accumulator goes back to memory
+    fmas = re.findall(rf"vfmadd231ps\s+[^\n]*%({reg}\d+)\n", loop)
+    assert len(fmas) >= accumulators and len(set(fmas)) == accumulators
+    assert not re.search(rf"vmovups\s+%{reg}\d+, [^\n]*\(", loop)  # no accumulator goes back to memory

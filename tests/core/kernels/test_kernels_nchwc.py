@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.graph.blocked import block_for, from_blocked, pack_weights, to_blocked
 from core.graph.ops import get_op
 from core.kernels.schedules.conv2d_nchwc import schedule_conv2d_nchwc
 from core.kernels.testing import OpKernel, build_kernels
+from core.packing.blocked import block_for, from_blocked, pack_weights, to_blocked
 
 rng = np.random.default_rng(11)
 

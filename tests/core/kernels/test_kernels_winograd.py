@@ -8,10 +8,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import core
-from core.graph.blocked import from_blocked, to_blocked
-from core.graph.winograd import winograd_weights
 from core.kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
 from core.kernels.testing import OpKernel, build_kernels, onnx_reference
+from core.packing.blocked import from_blocked, to_blocked
+from core.packing.winograd import winograd_weights
 from core.driver.validate import compare, index_bounds, onnxruntime_session, random_inputs
 
 rng = np.random.default_rng(5)

@@ -7,7 +7,6 @@ from onnx import TensorProto, helper, numpy_helper
 import core
 from core.lowering.executable import build_executable
 from core.frontend import import_onnx
-from core.graph.passes.alter_layout import layout_target
 from core.graph.passes.manager import optimize
 from core.lowering.kernel_dedup import share_identical, structural_key
 from core.target import get_target
@@ -33,9 +32,7 @@ def _layers(count: int, width: int = 16) -> bytes:
 
 def _executable(model: bytes):
     target = get_target("native")
-    graph = import_onnx(model)
-    with layout_target(target):
-        graph = optimize(graph, 3)
+    graph = optimize(import_onnx(model), 3, target)
     return build_executable(graph, target)
 
 

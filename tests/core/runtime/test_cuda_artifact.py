@@ -65,7 +65,7 @@ def test_host_library_has_the_cpu_abi_and_the_launch_tables(artifact):
 def test_embedded_ptx_is_the_generated_ptx(artifact):
     lib = ctypes.CDLL(str(artifact.parent / "libkiln_model.so"))
     embedded = ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(lib, "kiln_cuda_ptx"))).decode()
-    ptx, _ = emit_ptx(cuda_models.kernels(), "cuda -arch=sm_90")
+    ptx, _ = emit_ptx(cuda_models.kernels(), build_target("sm_90"))
     assert embedded == ptx and ".target sm_90" in embedded
     assert ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(lib, "kiln_cuda_arch"))) == b"sm_90"
 
@@ -73,7 +73,7 @@ def test_embedded_ptx_is_the_generated_ptx(artifact):
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptx_assembles_for_the_architecture(arch):
-    ptx, launches = emit_ptx(cuda_models.kernels(), f"cuda -arch={arch}")
+    ptx, launches = emit_ptx(cuda_models.kernels(), build_target(arch))
     assert check_ptx(ptx, build_target(arch)) is True
     assert launches["matmul"].grid == (cuda_models.N // 16, cuda_models.M // 16, 1)
 

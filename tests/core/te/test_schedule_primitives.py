@@ -647,7 +647,7 @@ def test_matmul_template_exposes_the_unroll_pragma_as_a_knob():
     (run,) = build_kernels([kernel], target)
     np.testing.assert_allclose(run.run()[0], a @ b, rtol=1e-4, atol=1e-4)
     assert '"llvm.loop.unroll.count", i32 4' in lower_to_llvm_ir([kernel.func])
-    template = get_template("MatMul")
+    template = get_template("MatMul", target)
     (op,) = [s.op for s in kernel.schedule.stages if s.op.tag == "matmul"]
     (stage,) = [s for s in kernel.schedule.stages if s.op is op]
     assert template.read_default(stage)["k_unroll"] == 4  # a tuned point reads back as itself

@@ -7,7 +7,7 @@ import onnxruntime as ort
 
 import core
 from core.target import get_target
-from core.tune import RecordsDB, tune_graph
+from core.tune import RecordsDB, TuningOptions, tune_graph
 from core.tune.records import load_records
 
 
@@ -15,7 +15,7 @@ def test_tuned_compile_matches_onnxruntime_and_reuses_records(tmp_path, tiny_mod
     records = tmp_path / "records.jsonl"
     seen = []
     artifact = core.compile(tiny_model, tuning={"trials": 6, "records": str(records), "batch_size": 3,
-                                                "progress": lambda stage, f: seen.append((stage, f))},
+                                                "progress": lambda done, planned: seen.append((done, planned))},
                             benchmark=False)
     tuning = artifact.report["tuning"]
     assert tuning["trials"] == 6 and tuning["cache_hits"] == 0
@@ -24,7 +24,7 @@ def test_tuned_compile_matches_onnxruntime_and_reuses_records(tmp_path, tiny_mod
     for task in tuning["tasks"]:
         assert task["best_gflops"] > 0 and len(task["curve"]) == task["trials"]
         assert task["best_gflops"] >= task["default_gflops"]  # the default is measured first: never worse
-    assert seen[0] == ("tune", 0.0) and seen[-1] == ("tune", 1.0)
+    assert seen[0] == (0, 6) and seen[-1] == (6, 6)
     kernels = artifact.report["kernels"]
     assert sum(k["tuned"] for k in kernels) == 3  # two convs (one task) and the matmul
     assert artifact.report["validation"]["passed"]
@@ -48,7 +48,7 @@ def test_tuned_compile_matches_onnxruntime_and_reuses_records(tmp_path, tiny_mod
     assert records.read_text().count("\n") == lines
     assert sum(k["tuned"] for k in again.report["kernels"]) == 3
     db = RecordsDB(records)
-    outcome = tune_graph(tiny_graph, get_target("native"), {"records": str(records)})
+    outcome = tune_graph(tiny_graph, get_target("native"), TuningOptions(records=str(records)))
     for task in tiny_tasks:
         assert outcome.chosen[task.key][1] == task.space.from_values(db.best(task.key, "native").config).values
 

@@ -43,8 +43,8 @@ def test_trials_split_by_weight(tiny_tasks):
 
 
 def test_cross_target_tuning_measures_nothing(tiny_graph):
-    from core.tune import tune_graph
+    from core.tune import TuningOptions, tune_graph
 
     target = get_target("aarch64")
-    outcome = tune_graph(tiny_graph, target, {"trials": 8})
+    outcome = tune_graph(tiny_graph, target, TuningOptions(trials=8))
     assert outcome.report["trials"] == 0 and not outcome.chosen

@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from core.graph.blocked import block_for, from_blocked, pack_weights, to_blocked
-from core.graph.winograd import winograd_weights
 from core.kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, schedule_conv2d_nchwc
 from core.kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
 from core.kernels.testing import OpKernel, build_kernels
+from core.packing.blocked import block_for, from_blocked, pack_weights, to_blocked
+from core.packing.winograd import winograd_weights
 from core.target import get_target
 from core.tir.stmt import For, ForKind
 from core.tune.templates import MAX_UNROLLED_FMAS, anchor_stage, get_template
 
 rng = np.random.default_rng(5)
 TARGET = get_target("native")
-TEMPLATE = get_template("Conv2dNCHWc")
+TEMPLATE = get_template("Conv2dNCHWc", TARGET)
 
 CONVS = [  # id, input NCHW shape, out channels, kernel, stride, pad, depthwise
     ("3x3", (1, 32, 8, 12), 32, 3, 1, 1, False),
@@ -45,27 +45,27 @@ def numpy_conv(x, w, bias, stride, pad, depthwise):
     return out + bias[None, :, None, None]
 
 
-def conv_case(shape, m, k, s, p, dw):
+def conv_case(shape, m, k, s, p, dw, target=TARGET):
     x, w, bias = (rng.standard_normal(shape).astype(np.float32), rng.standard_normal((m, 1 if dw else shape[1], k, k))
                   .astype(np.float32), rng.standard_normal(m).astype(np.float32))
-    ob = block_for(m, TARGET.lanes("float32"))
-    ib = ob if dw else block_for(shape[1], TARGET.lanes("float32"))
+    ob = block_for(m, target.lanes("float32"))
+    ib = ob if dw else block_for(shape[1], target.lanes("float32"))
     inputs = [to_blocked(x, ib), pack_weights(w, ib, ob, dw), bias.reshape(-1, ob)]
     attrs = {"strides": (s, s), "pads": (p,) * 4, "dilations": (1, 1), "depthwise": dw}
     return inputs, attrs, numpy_conv(x, w, bias, s, p, dw)
 
 
-def space_of(inputs, attrs, op="Conv2dNCHWc", schedule=schedule_conv2d_nchwc):
+def space_of(inputs, attrs, op="Conv2dNCHWc", schedule=schedule_conv2d_nchwc, target=TARGET):
     """The template's space for this conv, with the default read back from the heuristic schedule."""
-    template, captured = get_template(op), {}
+    template, captured = get_template(op, target), {}
 
     def probe(sch, outs, target):
         schedule(sch, outs, target)
         stage = anchor_stage(sch, outs, template)
         captured["op"], captured["default"] = stage.op, template.read_default(stage)
 
-    OpKernel("probe", op, inputs, attrs, schedule_fn=probe).lower(TARGET)
-    space = template.define(captured["op"], TARGET, captured["default"])
+    OpKernel("probe", op, inputs, attrs, schedule_fn=probe).lower(target)
+    space = template.define(captured["op"], target, captured["default"])
     space.default = space.from_values({k.name: captured["default"][k.name] for k in space.knobs})
     return space, captured["op"]
 
@@ -138,17 +138,26 @@ def loops(func):
     return out
 
 
-def test_each_knob_shapes_the_loop_nest(conv_spaces):
-    inputs, attrs, _, space, op = conv_spaces["3x3"]
+@pytest.mark.parametrize("target_name", ["x86-64-v3", "x86-64-v4"])
+def test_each_knob_shapes_the_loop_nest(target_name):
+    # Structure only (nothing runs), so any host checks both widths. The input-channel block is one
+    # vector, so a fixed channel count is 4 blocks at 256 bits but 2 at 512, where ic_tile=2 leaves an
+    # outer step of extent 1 that lowering drops: the conv takes four blocks at either width.
+    target = get_target(target_name)
+    template = get_template("Conv2dNCHWc", target)
+    inputs, attrs, _ = conv_case((1, 4 * target.lanes("float32"), 8, 12), 32, 3, 1, 1, False, target)
+    space, op = space_of(inputs, attrs, target=target)
+    assert [ax.var.name.split(".")[0] for ax in op.reduce_axis] == ["ric", "rkh", "rkw", "rib"]
+    assert op.reduce_axis[0].extent == 4
     base = dict(space.default.values, ow_tile=4, oc_tile=2, oh_tile=1, ic_tile=1, unroll_kw=0, unroll_inner=0,
                 reduce_order=0)
 
     def nest(**change):
         values = dict(base, **change)
-        assert TEMPLATE.valid(values, op, TARGET)
+        assert template.valid(values, op, target)
         kernel = OpKernel("k", "Conv2dNCHWc", inputs, attrs,
-                          schedule_fn=lambda sch, outs, target: TEMPLATE.apply(sch, outs, target, values))
-        return [lp for lp in loops(kernel.lower(TARGET)) if lp[0].startswith(("ric", "rkh", "rkw", "rib"))]
+                          schedule_fn=lambda sch, outs, target: template.apply(sch, outs, target, values))
+        return [lp for lp in loops(kernel.lower(target)) if lp[0].startswith(("ric", "rkh", "rkw", "rib"))]
 
     plain = nest()
     assert [name for name, *_ in plain] == ["ric", "rkh", "rkw", "rib"]
@@ -174,7 +183,7 @@ def test_validity_bounds_the_tile_and_the_unrolled_body(conv_spaces):
 
 @pytest.mark.parametrize("tile", [2, 4])
 def test_winograd_space_holds_its_default_and_its_configs_compute_numpys_conv(tile):
-    template = get_template("Conv2dWinogradNCHWc")
+    template = get_template("Conv2dWinogradNCHWc", TARGET)
     x, w, bias = (rng.standard_normal((1, 16, 10, 10)).astype(np.float32),
                   rng.standard_normal((16, 16, 3, 3)).astype(np.float32), rng.standard_normal(16).astype(np.float32))
     inputs, attrs = [to_blocked(x, 8), winograd_weights(w, 8, 8, tile), bias.reshape(-1, 8)], {"pads": (1, 1, 1, 1)}

@@ -1,16 +1,14 @@
 """cuda schedules (and the computes shaped for them): registers each op family's GPU schedule with
-`register_schedule(op, "cuda")` and the generic GPU fallbacks (injective, reduction, epilogue)."""
+`register_schedule(op, CudaBackend.kind)`; the generic GPU fallbacks (injective, reduction, epilogue)
+are the CudaBackend's."""
 from __future__ import annotations
 
-from ...registry import register_fallback, register_schedule
+from ....backends.cuda import CudaBackend
+from ...registry import register_schedule
 from .conv2d import schedule_conv2d
 from .dense import schedule_matmul
-from .epilogue import schedule_epilogue
-from .injective import schedule_injective
 from .norm import schedule_row_ops
 from .reduce import schedule_reduce
-
-register_fallback("cuda", schedule_injective, schedule_reduce, schedule_epilogue)
 
 _SCHEDULES = {
     schedule_conv2d: ("Conv",),
@@ -21,4 +19,4 @@ _SCHEDULES = {
 }
 for _schedule, _ops in _SCHEDULES.items():
     for _op in _ops:
-        register_schedule(_op, "cuda")(_schedule)
+        register_schedule(_op, CudaBackend.kind)(_schedule)

@@ -1,5 +1,5 @@
 """The blocked channel layout NCHW[x]c and its packed conv weights OIHW[x]i[y]o, in numpy: block
-choice, packing and unpacking (shared by the layout pass, the blocked ops' folds and tests)."""
+choice, packing and unpacking (shared by the layout pass, the blocked ops' folds, kernel benchmarks and tests)."""
 from __future__ import annotations
 
 import numpy as np

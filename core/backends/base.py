@@ -1,0 +1,105 @@
+"""The Backend base class: one target kind's capabilities (class attributes) and its pipeline hooks."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+
+from ..target import Target
+
+if TYPE_CHECKING:
+    from ..codegen.model_entry import ModelPlan
+    from ..graph.passes.registry import GraphPass
+    from ..kernels.registry import ScheduleFn
+    from ..tir.stmt import PrimFunc
+
+# Passes that rewrite the graph for a CPU's micro-kernels: NCHW[x]c blocks (sized to a SIMD register)
+# and B panels (sized to a 6 x 16 FMA tile). A backend without `blocked_layouts` skips them: on a GPU
+# they only make the shared-memory tiles gather strided data; its schedules tile the plain NCHW conv
+# and the plain MatMul themselves (fusion stays: epilogues fuse into the conv/matmul kernels there too).
+BLOCKED_LAYOUT_PASSES = frozenset({"alter_layout", "pack_matmul_weights"})
+
+
+class Backend:
+    """How targets of one kind are optimized, scheduled, built, run, measured, packaged and routed.
+
+    Subclasses set the capabilities and implement the hooks. They import the compiler's subsystems
+    (codegen, kernels, tune, runtime) inside the hooks, so that any layer may look a backend up."""
+
+    kind: ClassVar[str]  # Target.kind of the targets it serves; the key of every per-kind registry
+    host_code: ClassVar[bool] = True  # kernels are CPU machine code (LLVM's CPU backends, the C toolchain)
+    has_shared: ClassVar[bool] = False  # a GPU's thread hierarchy and shared memory (NVPTX code generation)
+    blocked_layouts: ClassVar[bool] = True  # runs BLOCKED_LAYOUT_PASSES
+    device_queue: ClassVar[Optional[str]] = None  # the service queue every job goes to (tuned or not)
+    profiles_in_runtime: ClassVar[bool] = False  # per-kernel times from the runtime's profile, not one call each
+
+    # -- graph passes ------------------------------------------------------------------------------
+    def pass_names(self, opt_level: int) -> tuple[str, ...]:
+        """The optimization passes -O`opt_level` runs for this backend (what the report lists)."""
+        from ..graph.passes.manager import level_passes
+
+        return level_passes(opt_level, frozenset() if self.blocked_layouts else BLOCKED_LAYOUT_PASSES)
+
+    def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
+        """Keyword arguments of the passes that depend on `target`, by pass name."""
+        return {}
+
+    def graph_passes(self, opt_level: int, target: Target) -> list[tuple[str, "GraphPass"]]:
+        """The passes to run on a graph compiled for `target` at -O`opt_level`, their options bound."""
+        from ..graph.passes.manager import REQUIRED
+        from ..graph.passes.registry import get_pass
+
+        options = self.pass_options(target)
+        return [(name, functools.partial(get_pass(name), **options[name]) if name in options else get_pass(name))
+                for name in REQUIRED + self.pass_names(opt_level)]
+
+    # -- schedules and tuning ----------------------------------------------------------------------
+    def fallback_schedules(self) -> tuple["ScheduleFn", "ScheduleFn"]:
+        """The generic (injective, reduction) schedules of ops without their own."""
+        raise NotImplementedError
+
+    def epilogue_schedule(self) -> "ScheduleFn":
+        """How a fused kernel's epilogue (what follows a conv/matmul anchor) is placed."""
+        raise NotImplementedError
+
+    def load_templates(self) -> None:
+        """Register this backend's tuning templates (the CPU's live in core/tune/templates.py itself)."""
+
+    # -- building ----------------------------------------------------------------------------------
+    def build_library(self, funcs: Sequence["PrimFunc"], target: Target, out_path: Path,
+                      plan: Optional["ModelPlan"] = None) -> Path:
+        """The artifact's shared library at `out_path`: the kernels, and the model entry when `plan` is given."""
+        raise NotImplementedError
+
+    def build_candidate(self, funcs: Sequence["PrimFunc"], target: Target, directory: Path, name: str) -> Path:
+        """One tuning candidate, built into `directory` in the form the tuner's runner loads."""
+        raise NotImplementedError
+
+    def runtime_metadata(self, target: Target) -> dict[str, Any]:
+        """Artifact metadata the standalone loader needs beyond the target's triple and features."""
+        return {}
+
+    # -- running and measuring here ----------------------------------------------------------------
+    def has_device(self, target: Target) -> bool:
+        """Whether this machine has the hardware `target`'s code runs on, found without initializing a
+        device driver (a process that did cannot use the device in the children it forks)."""
+        raise NotImplementedError
+
+    def cannot_run_reason(self, target: Target) -> Optional[str]:
+        """Why `target`'s artifacts cannot run on this machine (validation and benchmarks are skipped), or None."""
+        return None if self.has_device(target) else f"target {target.name} cannot run on this host"
+
+    def can_measure(self, target: Target) -> bool:
+        """Whether tuning candidates for `target` can be measured on this machine."""
+        return self.has_device(target)
+
+    def runner_options(self, target: Target) -> dict[str, Any]:
+        """Keyword arguments of the tuner's LocalRunner for `target`'s candidates."""
+        return {}
+
+    def report_device(self, target: Target, ran: bool) -> Optional[dict[str, Any]]:
+        """The report's `device` section (None: the report has none)."""
+        return None
+
+
+__all__ = ["BLOCKED_LAYOUT_PASSES", "Backend"]

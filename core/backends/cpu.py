@@ -1,0 +1,47 @@
+"""The CPU backend (x86-64, AArch64): blocked layouts, LLVM for the CPU, linked by the C toolchain."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..target import Target, host_target
+from . import register_backend
+from .base import Backend
+
+
+@register_backend
+class CpuBackend(Backend):
+    kind = "cpu"
+
+    def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
+        return {"alter_layout": {"lanes": target.lanes("float32")}}  # blocks of one vector of floats
+
+    def fallback_schedules(self):
+        from ..kernels.schedules.generic import schedule_injective, schedule_reduce
+
+        return schedule_injective, schedule_reduce
+
+    def epilogue_schedule(self):
+        from ..kernels.schedules.epilogue import schedule_epilogue
+
+        return schedule_epilogue
+
+    def build_library(self, funcs: Sequence, target: Target, out_path: Path, plan=None) -> Path:
+        from ..codegen.build import build_cpu_library
+
+        return build_cpu_library(funcs, target, out_path, plan)
+
+    def build_candidate(self, funcs: Sequence, target: Target, directory: Path, name: str) -> Path:
+        return self.build_library(funcs, target, Path(directory) / f"{name}.so")
+
+    def has_device(self, target: Target) -> bool:
+        """Same ISA as the host, and every feature the target's code uses present."""
+        host = host_target()
+        if target.arch != host.arch:
+            return False
+        have = set(f[1:] for f in host.features.split(",") if f.startswith("+"))
+        need = set(f[1:] for f in target.features.split(",") if f.startswith("+"))
+        return need <= have
+
+    def runner_options(self, target: Target) -> dict[str, Any]:
+        return {"threads": target.num_cores}

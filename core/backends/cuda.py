@@ -1,0 +1,80 @@
+"""The CUDA backend: NCHW tiles in shared memory, PTX from LLVM's NVPTX backend launched by a host
+library through the CUDA driver; jobs go to the `gpu` queue, whose workers have an NVIDIA GPU."""
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ..target import Target, host_target
+from . import register_backend
+from .base import Backend
+
+
+@register_backend
+class CudaBackend(Backend):
+    kind = "cuda"
+    host_code = False
+    has_shared = True
+    blocked_layouts = False
+    device_queue = "gpu"  # validation runs the artifact, so even an untuned job needs the GPU
+    profiles_in_runtime = True  # device timers around each launch of the model's own run
+
+    def fallback_schedules(self):
+        from ..kernels.schedules.gpu.injective import schedule_injective
+        from ..kernels.schedules.gpu.reduce import schedule_reduce
+
+        return schedule_injective, schedule_reduce
+
+    def epilogue_schedule(self):
+        from ..kernels.schedules.gpu.epilogue import schedule_epilogue
+
+        return schedule_epilogue
+
+    def load_templates(self) -> None:
+        from ..tune import templates_gpu  # noqa: F401 (registers; CPU-only compiles never load the GPU schedules)
+
+    def build_library(self, funcs: Sequence, target: Target, out_path: Path, plan=None) -> Path:
+        from ..codegen.build_cuda import build_cuda_library
+
+        return build_cuda_library(funcs, target, out_path, plan)
+
+    def build_candidate(self, funcs: Sequence, target: Target, directory: Path, name: str) -> Path:
+        """PTX and its launches, which the GPU runner's driver loads."""
+        from ..codegen.cuda_kernels import save_cuda_kernels
+
+        return save_cuda_kernels(funcs, target, Path(directory) / f"{name}.cuda.json")
+
+    def runtime_metadata(self, target: Target) -> dict[str, Any]:
+        """The device kind and architecture, and the host the launching library runs on."""
+        return {"target_kind": self.kind, "needs_cuda_driver": True, "cuda_arch": target.cpu,
+                "host_triple": host_target().triple}
+
+    def has_device(self, target: Target) -> bool:
+        """An NVIDIA GPU and its driver, found without cuInit."""
+        from ..runtime.loader import _cuda_driver
+
+        return bool(glob.glob("/dev/nvidia[0-9]*")) and _cuda_driver() is not None
+
+    def cannot_run_reason(self, target: Target) -> Optional[str]:
+        from ..codegen.ptxas import find_ptxas
+        from ..runtime.loader import cuda_device_count
+
+        if cuda_device_count() == 0:
+            return (f"no NVIDIA GPU on this machine: the {target.cpu} artifact was built"
+                    f"{' and its PTX assembled by ptxas' if find_ptxas() else ''} but not run")
+        return None
+
+    def can_measure(self, target: Target) -> bool:
+        """Candidates run on this machine's GPU, through the CUDA driver."""
+        from ..runtime.loader import cuda_device_count
+
+        return cuda_device_count() > 0
+
+    def runner_options(self, target: Target) -> dict[str, Any]:
+        return {"memory_bytes": 0}  # the CUDA driver reserves far more address space than a limit would allow
+
+    def report_device(self, target: Target, ran: bool) -> Optional[dict[str, Any]]:
+        from ..codegen.ptxas import find_ptxas
+
+        return {"kind": self.kind, "arch": target.cpu, "ptxas_checked": find_ptxas() is not None, "ran": ran}

@@ -1,0 +1,35 @@
+"""MatMul's packed right operand: B [..., K, N] as panels [..., ceil(N / nr), K, nr], zero beyond column N,
+so that the micro-kernel streams each panel contiguously (core/kernels/matmul_packed.py); in numpy."""
+from __future__ import annotations
+
+import numpy as np
+
+PANEL = 16  # columns per panel of packed B: two AVX2 vectors of float32 (the 6 x 16 micro-kernel)
+MIN_WORK = 16 ** 3  # multiply-adds below which packing costs more than it saves
+
+
+def worth_packing(m: int, n: int, k: int, dtype: str) -> bool:
+    """Float32 products with at least a few rows and one panel of columns (M == 1 is a GEMV, whose
+    rows of B are already contiguous; other dtypes keep the plain tile)."""
+    return dtype == "float32" and m >= 3 and n >= 8 and k >= 8 and m * n * k >= MIN_WORK
+
+
+def pad_to(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def pack_weights(b: np.ndarray, panel: int = PANEL) -> np.ndarray:
+    """B [..., K, N] -> panels [..., ceil(N / panel), K, panel], for constant weights packed at compile
+    time (the kernel's own `pack_panels` computes the same at run time)."""
+    *batch, k, n = b.shape
+    n_pad = pad_to(n, panel)
+    padded = np.zeros(tuple(batch) + (k, n_pad), b.dtype)
+    padded[..., :n] = b
+    out = padded.reshape(tuple(batch) + (k, n_pad // panel, panel))
+    return np.ascontiguousarray(np.moveaxis(out, -2, -3))
+
+
+def unpack_weights(b: np.ndarray, columns: int) -> np.ndarray:
+    """The inverse of pack_weights: panels [..., N/nr, K, nr] back to [..., K, N] with N = `columns`."""
+    *batch, panels, k, nr = b.shape
+    return np.moveaxis(b, -3, -2).reshape(tuple(batch) + (k, panels * nr))[..., :columns]

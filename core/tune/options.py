@@ -1,0 +1,50 @@
+"""A compile's tuning options (TuningOptions): the budget, the records, and how the tuner searches and measures."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping, Optional
+
+from ..errors import KilnError
+from .tuner import TUNERS
+
+
+class TuningOptionsError(KilnError):
+    code = "bad_tuning_options"
+
+
+@dataclass(frozen=True)
+class TuningOptions:
+    """A compile's tuning: the budget, where records live, and how the tuner searches and measures."""
+
+    trials: int = 0
+    time_budget_s: Optional[float] = None
+    records: Optional[str] = None
+    progress: Optional[Callable[[int, int], None]] = None  # (trials measured, trials planned), from 0 to the plan
+    on_plan: Optional[Callable[[dict], None]] = None  # told tasks, trials and the estimate before measuring
+    tuner: str = "xgb"
+    batch_size: int = 8
+    early_stopping: Optional[int] = None
+    seed: int = 0
+    timeout_s: float = 10.0
+    min_repeat_ms: float = 10.0
+    threads: Optional[int] = None
+    build_workers: Optional[int] = None  # processes building candidates (None: this machine's cores, at most 8)
+    timing_lock: Optional[str] = None  # a file that tuning runs sharing this machine lock while timing
+
+    def __post_init__(self) -> None:
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
+            raise TuningOptionsError(f"tuning trials must be a non-negative integer, not {self.trials!r}")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise TuningOptionsError(f"tuning time budget must be positive, not {self.time_budget_s!r}")
+        if self.tuner not in TUNERS:
+            raise TuningOptionsError(f"unknown tuner {self.tuner!r}; known: {', '.join(TUNERS)}")
+
+    @classmethod
+    def from_mapping(cls, options: Optional[Mapping[str, Any]]) -> "TuningOptions":
+        """The options from a plain mapping (the Python API's `tuning={"trials": 200}`), names checked."""
+        options = dict(options or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TuningOptionsError(f"unknown tuning option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**options)
