@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -13,7 +13,7 @@ from llvmlite import ir
 from ..backends import get_backend
 from ..errors import BuildError, CodegenError
 from ..files.atomic import atomic_path
-from ..target import Target, get_target
+from ..target import Target, host_target
 from ..tir.stmt import PrimFunc
 from . import vecmath
 from .codegen_llvm import ModuleContext, emit_kernel
@@ -37,10 +37,9 @@ def target_machine(target: Target) -> llvm.TargetMachine:
                                                  codemodel="default")
 
 
-def lower_module(funcs: Sequence[PrimFunc], target: "Target | str", plan: ModelPlan | None = None) -> ir.Module:
+def lower_module(funcs: Sequence[PrimFunc], target: Target, plan: ModelPlan | None = None) -> ir.Module:
     """Every kernel (exported under its own name), the model entry when `plan` is given, and a JSON
     description of the kernels' parameters that `load_kernels` uses to check calls."""
-    target = get_target(target)
     names = [f.name for f in funcs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -68,9 +67,9 @@ def _embed_string(module: ir.Module, name: str, text: str) -> None:
     g.global_constant = True
 
 
-def lower_to_llvm_ir(funcs: Sequence[PrimFunc], target: "Target | str" = "native", plan: ModelPlan | None = None) -> str:
-    """The unoptimized LLVM IR text of `funcs` (and the model entry)."""
-    return str(lower_module(funcs, target, plan))
+def lower_to_llvm_ir(funcs: Sequence[PrimFunc], target: Optional[Target] = None, plan: ModelPlan | None = None) -> str:
+    """The unoptimized LLVM IR text of `funcs` (and the model entry), for `target` (default: this machine)."""
+    return str(lower_module(funcs, target or host_target(), plan))
 
 
 def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetMachine, list[str]]:
@@ -97,23 +96,22 @@ def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetM
     return mod, tm, libs
 
 
-def optimized_llvm_ir(funcs: Sequence[PrimFunc], target: "Target | str" = "native", plan: ModelPlan | None = None) -> str:
-    """The LLVM IR after the O3 pipeline (what becomes machine code)."""
-    mod, _, _ = _optimize(funcs, get_target(target), plan)
+def optimized_llvm_ir(funcs: Sequence[PrimFunc], target: Optional[Target] = None, plan: ModelPlan | None = None) -> str:
+    """The LLVM IR after the O3 pipeline (what becomes machine code), for `target` (default: this machine)."""
+    mod, _, _ = _optimize(funcs, target or host_target(), plan)
     return str(mod)
 
 
-def assembly(funcs: Sequence[PrimFunc], target: "Target | str" = "native") -> str:
-    """The target assembly, for inspecting the generated instructions."""
-    mod, tm, _ = _optimize(funcs, get_target(target), None)
+def assembly(funcs: Sequence[PrimFunc], target: Optional[Target] = None) -> str:
+    """The target assembly, for inspecting the generated instructions (default target: this machine)."""
+    mod, tm, _ = _optimize(funcs, target or host_target(), None)
     with LLVM_LOCK:
         return tm.emit_assembly(mod)
 
 
-def build_library(funcs: Sequence[PrimFunc], target: "Target | str", out_path: "str | Path",
+def build_library(funcs: Sequence[PrimFunc], target: Target, out_path: "str | Path",
                   plan: ModelPlan | None = None) -> Path:
     """The shared library at `out_path` that `target`'s Backend builds from `funcs` (and `plan`)."""
-    target = get_target(target)
     return get_backend(target).build_library(funcs, target, Path(out_path), plan)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from core.codegen import build_library, load_kernels
+from core.target import get_target
 from core.tir import Buffer, For, ForKind, IntImm, PrimFunc, Store, Var
 
 _ids = itertools.count()
@@ -17,7 +18,7 @@ def build(tmp_path):
     """build(funcs, target="native") -> KernelLibrary."""
     def _build(funcs, target="native"):
         funcs = funcs if isinstance(funcs, (list, tuple)) else [funcs]
-        return load_kernels(build_library(list(funcs), target, tmp_path / f"lib{next(_ids)}.so"))
+        return load_kernels(build_library(list(funcs), get_target(target), tmp_path / f"lib{next(_ids)}.so"))
     return _build
 
 

@@ -10,6 +10,7 @@ import pytest
 from core.codegen import BufferRef, KernelCall, ModelPlan, build_library, lower_to_llvm_ir, optimized_llvm_ir
 from core.errors import BuildError, CodegenError
 from core.tir import Buffer, FloatImm, For, ForKind, IntImm, PrimFunc, Store, Var
+from core.target import get_target
 
 
 def copy_kernel(name="copy", n=16, dtype="float32"):
@@ -21,23 +22,23 @@ def copy_kernel(name="copy", n=16, dtype="float32"):
 def test_aarch64_needs_a_cross_compiler(tmp_path):
     out = tmp_path / "arm.so"
     if shutil.which("aarch64-linux-gnu-gcc"):
-        build_library([copy_kernel()], "aarch64", out)
+        build_library([copy_kernel()], get_target("aarch64"), out)
         assert b"AArch64" in subprocess.run(["file", str(out)], capture_output=True).stdout or out.exists()
     else:
         with pytest.raises(BuildError, match="aarch64-linux-gnu-gcc not found"):
-            build_library([copy_kernel()], "aarch64", out)
+            build_library([copy_kernel()], get_target("aarch64"), out)
         assert not out.exists()
 
 
 def test_aarch64_ir_still_lowers():
-    text = optimized_llvm_ir([copy_kernel()], "aarch64")
+    text = optimized_llvm_ir([copy_kernel()], get_target("aarch64"))
     assert "aarch64" in text
 
 
 def test_compiler_failure_is_a_build_error(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CC", "false")
     with pytest.raises(BuildError, match="compiling kiln_threadpool.c"):
-        build_library([copy_kernel()], "native", tmp_path / "x.so")
+        build_library([copy_kernel()], get_target("native"), tmp_path / "x.so")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -50,14 +51,14 @@ def test_linker_failure_is_a_build_error(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CC", str(fake))
     out_dir = tmp_path / "out"
     with pytest.raises(BuildError, match="linking"):
-        build_library([copy_kernel()], "native", out_dir / "x.so")
+        build_library([copy_kernel()], get_target("native"), out_dir / "x.so")
     assert list(out_dir.iterdir()) == []  # no partial library left behind
 
 
 def test_output_is_replaced_atomically(tmp_path):
     out = tmp_path / "lib.so"
     out.write_bytes(b"old")
-    build_library([copy_kernel()], "native", out)
+    build_library([copy_kernel()], get_target("native"), out)
     assert out.read_bytes()[:4] == b"\x7fELF"
     assert [p.name for p in tmp_path.iterdir()] == ["lib.so"]
 
@@ -97,13 +98,13 @@ def plan_for(calls, arena=256, weights=64, n_in=1, n_out=1):
 ])
 def test_bad_plans_are_rejected(call, message):
     with pytest.raises(CodegenError, match=message):
-        lower_to_llvm_ir([copy_kernel()], "native", plan_for([call]))
+        lower_to_llvm_ir([copy_kernel()], get_target("native"), plan_for([call]))
 
 
 def test_plan_entry_symbols():
     plan = plan_for([KernelCall("copy", (BufferRef("input", 0), BufferRef("arena", 0, 64))),
                      KernelCall("copy", (BufferRef("arena", 0, 64), BufferRef("output", 0)))], arena=128)
-    text = lower_to_llvm_ir([copy_kernel()], "native", plan)
+    text = lower_to_llvm_ir([copy_kernel()], get_target("native"), plan)
     for sym in ("kiln_graph_run", "kiln_graph_profile", "kiln_arena_bytes", "kiln_weights_bytes",
                 "kiln_graph_num_inputs", "kiln_graph_num_outputs", "kiln_graph_call_names"):
         assert f'@"{sym}"' in text, sym
@@ -121,5 +122,5 @@ def test_rebuilt_library_at_the_same_path_is_reloaded(tmp_path):
     a, b = np.ones(n, "float32"), np.zeros(n, "float32")
     for k in (1.0, 2.0, 3.0):
         func = PrimFunc("cand", (A, B), For(i, IntImm(n), ForKind.SERIAL, Store(B, i, A.load(i) * FloatImm(k))), 1, 1)
-        load_kernels(build_library([func], "native", path)).call("cand", a, b)
+        load_kernels(build_library([func], get_target("native"), path)).call("cand", a, b)
         assert b[0] == k

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from core.codegen import build_library, lower_to_llvm_ir, optimized_llvm_ir
+from core.target import get_target
 from core.tir import (Allocate, Buffer, FloatImm, For, ForKind, IntImm, LetStmt, PrimFunc, Store, Var, cast, seq)
 
 RNG = np.random.default_rng(5)
@@ -156,7 +157,7 @@ print(json.dumps({{"threads": lib.num_threads, "worker_chunks": lib.worker_chunk
 def test_parallel_loop_really_uses_the_pool_workers(tmp_path, env_name, threads):
     """With 2 threads (from the environment) pool workers, other OS threads than the caller, run chunks
     of the generated kernel; with 1 thread none does. The pool counts chunks its workers run."""
-    lib = build_library([heavy_kernel()], "native", tmp_path / "heavy.so")
+    lib = build_library([heavy_kernel()], get_target("native"), tmp_path / "heavy.so")
     env = {k: v for k, v in os.environ.items() if k not in ("KILN_NUM_THREADS", "OMP_NUM_THREADS")}
     env[env_name] = str(threads)
     probe = textwrap.dedent(_PROBE.format(root=ROOT, lib=str(lib)))
@@ -171,7 +172,7 @@ def test_parallel_loop_really_uses_the_pool_workers(tmp_path, env_name, threads)
 
 
 def test_library_needs_no_libgomp(tmp_path):
-    lib = build_library([heavy_kernel()], "native", tmp_path / "heavy.so")
+    lib = build_library([heavy_kernel()], get_target("native"), tmp_path / "heavy.so")
     needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True)
     if needed.returncode != 0:
         pytest.skip("no readelf")

@@ -32,7 +32,7 @@ def vec_reference(a, s, b, m, lanes):
 
 @pytest.mark.skipif(not HOST_AVX2, reason="needs an x86-64 host with AVX2")
 def test_host_ir_has_8_wide_float_vectors():
-    text = optimized_llvm_ir([vec_kernel("vk", 4, 8)], "native")
+    text = optimized_llvm_ir([vec_kernel("vk", 4, 8)], get_target("native"))
     assert re.search(r"load <8 x float>", text), text
     assert re.search(r"store <8 x float>", text)
     assert re.search(r"fmul[a-z ]* <8 x float>", text)
@@ -41,16 +41,16 @@ def test_host_ir_has_8_wide_float_vectors():
 def test_v4_ir_has_16_wide_float_vectors(tmp_path):
     # Compile only: x86-64-v4 (AVX-512) code may not run on this machine.
     func = vec_kernel("vk16", 4, 16)
-    text = optimized_llvm_ir([func], "x86-64-v4")
+    text = optimized_llvm_ir([func], get_target("x86-64-v4"))
     assert "load <16 x float>" in text and "store <16 x float>" in text
-    asm = __import__("core.codegen", fromlist=["assembly"]).assembly([func], "x86-64-v4")
+    asm = __import__("core.codegen", fromlist=["assembly"]).assembly([func], get_target("x86-64-v4"))
     assert "zmm" in asm  # really 512-bit registers
-    assert build_library([func], "x86-64-v4", tmp_path / "v4.so").exists()
+    assert build_library([func], get_target("x86-64-v4"), tmp_path / "v4.so").exists()
 
 
 def test_unoptimized_ir_is_already_vector():
     # The vectors come from Kiln's own vectorizer, not only from LLVM's loop vectorizer.
-    text = lower_to_llvm_ir([vec_kernel("vk", 4, 8)], "native")
+    text = lower_to_llvm_ir([vec_kernel("vk", 4, 8)], get_target("native"))
     assert "<8 x float>" in text
     assert ("_ZGVdN8v_expf" if HOST_AVX2 else "llvm.exp.v8f32") in text  # one vector exp, not 8 calls
 
@@ -72,8 +72,8 @@ def test_v4_uses_16_lane_vector_math():
     A, O = Buffer("A", (16,), "float32"), Buffer("O", (16,), "float32")
     j = Var("j")
     func = PrimFunc("vm16", (A, O), For(j, IntImm(16), ForKind.VECTORIZED, Store(O, j, call("exp", A.load(j)))), 1, 1)
-    assert "_ZGVeN16v_expf" in lower_to_llvm_ir([func], "x86-64-v4")
-    assert "_ZGV" not in lower_to_llvm_ir([func], "aarch64")
+    assert "_ZGVeN16v_expf" in lower_to_llvm_ir([func], get_target("x86-64-v4"))
+    assert "_ZGV" not in lower_to_llvm_ir([func], get_target("aarch64"))
 
 
 @pytest.mark.parametrize("lanes", [8, 4, 16, 5])
@@ -87,7 +87,7 @@ def test_contiguous_broadcast_and_gather_match_numpy(build, lanes):
 
 
 def test_broadcast_load_stays_scalar():
-    text = lower_to_llvm_ir([vec_kernel("vk", 4, 8)], "native")
+    text = lower_to_llvm_ir([vec_kernel("vk", 4, 8)], get_target("native"))
     assert re.search(r"load float, ptr", text)  # s[i] is loaded once, as a scalar
     assert "shufflevector" in text  # ... and splat
 

@@ -28,7 +28,7 @@ needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not install
 @pytest.mark.parametrize("m,n,k", [(64, 96, 128), (32, 48, 80)])
 def test_cooperative_matmul_runs_correctly_on_the_cpu(tmp_path, m, n, k):
     func = tiled_matmul(m, n, k)
-    lib = load_kernels(build_library([func], "native", tmp_path / "mm.so"))
+    lib = load_kernels(build_library([func], get_target("native"), tmp_path / "mm.so"))
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     c = np.zeros((m, n), np.float32)
@@ -137,7 +137,7 @@ def test_a_single_output_keeps_its_thread_binding(tmp_path):
     func = lower(s, [x, y], "total")
     ptx, launches = emit_ptx([func], CUDA)
     assert launches["total"].block == (1, 1, 1) and launches["total"].grid == (1, 1, 1)
-    lib = load_kernels(build_library([func], "native", tmp_path / "total.so"))
+    lib = load_kernels(build_library([func], get_target("native"), tmp_path / "total.so"))
     xs, out = np.random.default_rng(4).standard_normal(256, dtype=np.float32), np.zeros(1, np.float32)
     lib.call("total", xs, out)
     np.testing.assert_allclose(out[0], xs.sum(dtype=np.float64), rtol=1e-5)

@@ -39,7 +39,7 @@ def run_on_cpu(funcs, feeds: Sequence[Sequence[np.ndarray]]) -> list[list[np.nda
     """Build the GPU-scheduled kernels for this CPU and call each on its inputs (no workspaces allowed:
     a GPU kernel keeps its intermediates on chip)."""
     with tempfile.TemporaryDirectory(prefix="kiln-gpu-") as tmp:
-        lib = load_kernels(build_library(list(funcs), "native", Path(tmp) / "k.so"))
+        lib = load_kernels(build_library(list(funcs), get_target("native"), Path(tmp) / "k.so"))
     results = []
     for func, args in zip(funcs, feeds):
         assert not func.workspaces, f"{func.name} has global workspaces (a second pass over the grid)"

@@ -47,7 +47,7 @@ def _onnx_with_free_shapes(name: str) -> bytes:
 
 def emulate(graph, exe, feeds: dict, workdir: Path) -> dict:
     """Build the cuda-scheduled kernels and the call plan for this CPU and run the model once."""
-    build_library(list(exe.funcs), "native", workdir / "model.so", plan=exe.plan)
+    build_library(list(exe.funcs), get_target("native"), workdir / "model.so", plan=exe.plan)
     (workdir / "weights.bin").write_bytes(exe.weights)
     host = host_target()
     info = lambda names: [{"name": n, "shape": list(graph.type_of(n).shape), "dtype": graph.type_of(n).dtype}  # noqa: E731

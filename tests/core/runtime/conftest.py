@@ -65,7 +65,7 @@ def tiny_model(tmp_path_factory) -> TinyModel:
     rng = np.random.default_rng(0)
     W = rng.standard_normal((K, COLS)).astype("float32")
     b = rng.standard_normal(COLS).astype("float32")
-    lib = build_library(tiny_kernels(), "native", tmp / "libkiln_model.so", plan=tiny_plan())
+    lib = build_library(tiny_kernels(), get_target("native"), tmp / "libkiln_model.so", plan=tiny_plan())
     meta = tiny_metadata()
     blob = W.tobytes() + b.tobytes()
     art = write_artifact(tmp / "tiny.tar.gz", library=lib, weights=blob, metadata=meta, header=render_header(meta),

@@ -83,7 +83,7 @@ def metadata(target: str = "cuda") -> dict:
 def build_artifact(folder: Path, target: str = "cuda") -> Path:
     """The model's artifact (.tar.gz) in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    lib = build_library(kernels(), target, folder / "libkiln_model.so", plan=plan())
+    lib = build_library(kernels(), get_target(target), folder / "libkiln_model.so", plan=plan())
     W, b = weights()
     meta = metadata(target)
     return write_artifact(folder / "hand_cuda.tar.gz", library=lib, weights=W.tobytes() + b.tobytes(), metadata=meta,

@@ -12,6 +12,7 @@ import pytest
 
 from tests.core.runtime import cuda_models
 from core.codegen import build_library
+from core.target import get_target
 from core.codegen.build_cuda import DEVICE_ALIGN, check_ptx, device_layout
 from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import find_ptxas
@@ -104,13 +105,13 @@ def test_device_layout_stages_inputs_and_outputs_after_the_arena():
 
 def test_a_cuda_library_needs_a_plan(tmp_path):
     with pytest.raises(CodegenError, match="whole model"):
-        build_library(cuda_models.kernels(), "cuda", tmp_path / "lib.so")
+        build_library(cuda_models.kernels(), get_target("cuda"), tmp_path / "lib.so")
 
 
 def test_cpu_libraries_carry_no_device_backend(tmp_path):
     from tests.core.runtime.conftest import tiny_kernels, tiny_plan
 
-    lib = build_library(tiny_kernels(), "native", tmp_path / "cpu.so", plan=tiny_plan())
+    lib = build_library(tiny_kernels(), get_target("native"), tmp_path / "cpu.so", plan=tiny_plan())
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
     assert "kiln_load" in symbols and "kiln_device_attach" not in symbols
 

@@ -55,7 +55,7 @@ def test_gpu_templates_are_their_own(tasks):
 
 
 def _run_emulated(tmp_path, func, seed=0):
-    lib = load_kernels(build_library([func], "native", tmp_path / f"{func.name}.so"))
+    lib = load_kernels(build_library([func], get_target("native"), tmp_path / f"{func.name}.so"))
     sig = lib.signatures[func.name]
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(p["shape"]).astype(np.float32) if k < sig["num_inputs"] else
