@@ -65,6 +65,8 @@ class Job(Base):
     opt_level: Mapped[int] = mapped_column(Integer, default=3)
     tuning: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     input_shapes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Compile options beyond the target, level, tuning and shapes (validation policy, artifact name, ...), by name.
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
     stage: Mapped[str] = mapped_column(String(32), default="queued")
     progress: Mapped[float] = mapped_column(Float, default=0.0)
