@@ -1,9 +1,11 @@
 # The Kiln service image: the API (`kiln serve`) and the workers (`kiln worker`) run from this one image.
-# A C linker (gcc) and libgomp are needed at compile time to link each model's shared library.
+# A C linker (gcc) and libgomp are needed at compile time to link each model's shared library; the AArch64
+# cross toolchain links Arm artifacts and qemu-user runs them, so they are validated like native ones.
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev libgomp1 \
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 1000 kiln
 

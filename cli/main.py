@@ -12,7 +12,9 @@ from typing import Optional, Sequence
 
 EXIT_USER_ERROR = 2
 EXIT_FAILURE = 1
-USER_ERROR_CODES = ("invalid_model", "unsupported_op", "shape_error", "unknown_target", "bad_tuning_options")
+USER_ERROR_CODES = ("invalid_model", "unsupported_op", "shape_error", "unknown_target", "bad_tuning_options",
+                    "bad_validation_inputs", "too_large", "unsupported_opset", "unsupported_on_target",
+                    "bad_artifact_name", "submit_refused")
 
 
 def _parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
@@ -20,9 +22,13 @@ def _parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     try:
         if not sep or not name:
             raise ValueError
-        return name, tuple(int(d) for d in dims.split(","))
+        shape = tuple(int(d) for d in dims.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad --input-shape {spec!r}: expected NAME=d0,d1,... (e.g. input=1,3,224,224)")
+    if any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"bad --input-shape {spec!r}: every dimension of input {name!r} must be "
+                                         f"a positive integer")
+    return name, shape
 
 
 def _parse_input(spec: str) -> tuple[str, Path]:
@@ -41,11 +47,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
         from core.errors import InvalidModelError
 
         raise InvalidModelError(f"no such model file: {model}")
+    _preflight(model)
     with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TimeElapsedColumn(),
                   transient=True, disable=not sys.stderr.isatty(), console=None) as bar:
         task = bar.add_task("compile", total=1.0)
         artifact = core.compile(model, target=args.target, opt_level=args.opt_level,
                                 input_shapes=dict(args.input_shape or []), tuning=_tuning_options(args, bar),
+                                validate=args.validate, tolerance=args.tolerance, bisect=args.bisect,
+                                validation_inputs=args.validation_inputs or None, name=args.name,
                                 progress=lambda stage, done, detail: bar.update(task, description=detail or stage.value,
                                                                                 completed=done))
         out = artifact.save(args.output)
@@ -53,16 +62,35 @@ def cmd_compile(args: argparse.Namespace) -> int:
     lat, val = report["latency_ms"], report["validation"]
     print(f"wrote {out} ({report['graph']['kernels']} kernels, {report['timings_s']['total']:.1f} s)")
     tuned = report["tuning"]
-    if tuned["trials"] or tuned["cache_hits"]:
-        print(f"tuning: {tuned['trials']} trials in {tuned['time_s']:.1f} s, {tuned['cache_hits']} of "
-              f"{tuned.get('num_tasks', len(tuned['tasks']))} tasks from records")
+    if tuned["trials"] or tuned["cache_hits"] or tuned.get("trials_from_records"):
+        print(f"tuning: {tuned['trials']} new trials in {tuned['time_s']:.1f} s, "
+              f"{tuned.get('trials_from_records', 0)} from records; {tuned['cache_hits']} of "
+              f"{tuned.get('num_tasks', len(tuned['tasks']))} tasks reused their records without measuring")
     if "max_abs_err" in val:
-        print(f"validation: max abs error {val['max_abs_err']:.2e} against ONNX Runtime")
+        print(f"validation: max abs error {val['max_abs_err']:.2e} against ONNX Runtime on {val.get('inputs', 'random inputs')}"
+              + (f", {val['mode']} under {val['emulator'].split()[0]}" if val.get("mode") else "")
+              + ("" if val.get("passed", True) else ": DOES NOT MATCH (kept: --validate warn)"))
+        divergent = (val.get("bisect") or {}).get("summary") or (val.get("bisect") or {}).get("skipped")
+        if divergent and (args.bisect or not val.get("passed", True)):
+            print(f"bisect: {divergent}")
     elif val.get("skipped"):
         print(f"validation: skipped ({val['skipped']})")
     if "ratio" in lat:
-        print(f"latency: {lat['kiln']:.3f} ms (ONNX Runtime {lat['onnxruntime']:.3f} ms, {lat['ratio']:.2f}x)")
+        spread = (f"; {lat['ratio_quartiles'][0]:.2f}x-{lat['ratio_quartiles'][2]:.2f}x over the middle half of "
+                  f"{lat['rounds']} rounds" if lat.get("ratio_quartiles") else "")
+        print(f"latency: {lat['kiln']:.3f} ms (ONNX Runtime {lat['onnxruntime']:.3f} ms, {lat['ratio']:.2f}x{spread})")
+        if lat.get("busy"):
+            print(f"latency: warning: {lat['warning']}")
     return 0
+
+
+def _preflight(model: Path) -> None:
+    """The upload's checks before any work: the file parses, and every op without a converter is listed
+    at once (the same check as the service's; sizes are checked right after the import)."""
+    from core.frontend.inspect import check_supported
+    from core.frontend.model_loading import load_model
+
+    check_supported(load_model(model))
 
 
 def default_records_path() -> Path:
@@ -85,8 +113,9 @@ def _tuning_options(args: argparse.Namespace, bar):
         if not p["trials"]:
             bar.console.print(f"tuning records: {p['cache_hits']} of {p['tasks']} tasks have a tuned config", highlight=False)
             return
-        bar.console.print(f"tuning {p['tuned_tasks']} of {p['tasks']} tasks ({p['cache_hits']} from records), "
-                          f"{p['trials']} trials, about {p['estimate_s']:.0f} s", highlight=False)
+        bar.console.print(f"tuning {p['tuned_tasks']} of {p['tasks']} tasks: {p['trials']} new trials "
+                          f"({p.get('trials_from_records', 0)} already in records, {p['cache_hits']} tasks reused as is), "
+                          f"about {p['estimate_s']:.0f} s", highlight=False)
 
     return TuningOptions(trials=args.tune_trials, time_budget_s=args.tune_time or None, records=records,
                          on_plan=on_plan)
@@ -118,8 +147,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown input(s) {', '.join(given)}; the model takes {', '.join(i['name'] for i in module.inputs)}")
         if args.bench:
             stats = module.benchmark(feeds=feeds, repeat=args.repeat) if _takes_feeds(module) else module.benchmark(repeat=args.repeat)
-            print(json.dumps(stats, indent=2))
+            print(json.dumps(stats, indent=2) if args.json else _bench_table(stats, module.num_threads))
             return 0
+        if args.compare:
+            return _compare(module, feeds, Path(args.compare), args.tolerance, args.threads)
         outputs = module.run(feeds)
         for name, value in outputs.items():
             if args.save:
@@ -131,6 +162,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         module.close()
     return 0
+
+
+def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads: Optional[int]) -> int:
+    """`kiln run --compare`: the artifact and ONNX Runtime on the same inputs, one line per output, under the policy."""
+    import os
+
+    from core.driver.tolerance import origins_or_empty, parse_tolerance
+    from core.driver.validate import onnxruntime_session, validate
+
+    if not model.is_file():
+        raise ValueError(f"no such model file: {model}")
+    data = model.read_bytes()
+    session = onnxruntime_session(data, threads or os.cpu_count() or 1)
+    result, _ = validate(module, session, None, samples=[feeds], origins=origins_or_empty(data),
+                         user_tolerance=parse_tolerance(tolerance) if tolerance else None)
+    for out in result.outputs:
+        extra = f", top-1 {out.top1:.0%}, top-5 {out.top5:.0%}" if out.top1 is not None else ""
+        cosine = f"{out.cosine:.6f}" if out.cosine is not None else "-"
+        print(f"{out.name}: {out.dtype} max abs {out.max_abs_err:.3g}, max rel {out.max_rel_err:.3g}, cosine {cosine}"
+              f"{extra}; tolerance {out.tolerance.describe()}: {'ok' if out.passed else 'MISMATCH'}")
+    if not result.ok:
+        print(f"kiln: error: {result.message()}", file=sys.stderr)
+        return EXIT_FAILURE
+    print("matches ONNX Runtime")
+    return 0
+
+
+def _bench_table(stats: dict, threads: int) -> str:
+    """`kiln run --bench` for people: one statistic a line, milliseconds aligned."""
+    rows = [("median", stats.get("median_ms")), ("first quartile", stats.get("p25_ms")),
+            ("third quartile", stats.get("p75_ms")), ("90th percentile", stats.get("p90_ms")),
+            ("min", stats.get("min_ms")), ("mean", stats.get("mean_ms"))]
+    lines = [f"latency over {stats.get('runs', '?')} runs, {threads} threads"]
+    lines += [f"  {label:<16} {value:>10.4f} ms" for label, value in rows if value is not None]
+    return "\n".join(lines)
 
 
 def _takes_feeds(module) -> bool:
@@ -154,13 +220,24 @@ def cmd_targets(args: argparse.Namespace) -> int:
             runs = "runs here (GPU)" if t["runs_on_host"] else "build only: no GPU"
         else:
             width = f"{t['vector_bits']:>3}-bit SIMD"
-            runs = "runs here" if t["runs_on_host"] else "cross-compile only"
-        print(f"{t['name']:<12} {t['triple']:<28} {width}  {runs:<18} {t['description']}")
+            runs = ("runs here" if t["runs_on_host"] else f"validated under {t['emulator']}" if t["emulator"]
+                    else "cross-compile only")
+        print(f"{t['name']:<12} {t['triple']:<28} {width}  {runs:<29} {t['description']}")
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes as one line, like every other user error (subcommand parsers are of this class too)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"kiln: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kiln", description="Kiln: compile ONNX models into native libraries.")
+    from core._version import __version__
+
+    parser = _Parser(prog="kiln", description="Kiln: compile ONNX models into native libraries.")
+    parser.add_argument("--version", action="version", version=f"kiln {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("compile", help="compile an ONNX model into a deployment artifact (.tar.gz)")
@@ -174,6 +251,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="fix an input's shape (repeatable), for models with symbolic dimensions")
     p.add_argument("-o", "--output", required=True, help="where to write the artifact (.tar.gz)")
+    p.add_argument("--name", help="artifact name: libNAME.so, NAME.h and C symbols NAME_load, NAME_run, ... so that "
+                                  "several models link into one program (default: libkiln_model.so, kiln_load, ...)")
+    p.add_argument("--validate", choices=("error", "warn", "off"), default="error",
+                   help="on a mismatch with ONNX Runtime: fail (error, default), keep the artifact and say so (warn); "
+                        "or do not validate (off)")
+    p.add_argument("--tolerance", metavar="ATOL[,RTOL]",
+                   help="float outputs pass when |kiln - ort| <= ATOL + RTOL*|ort| (RTOL defaults to ATOL); "
+                        "default: the per-dtype policy (README)")
+    p.add_argument("--validation-inputs", action="append", metavar="FILE.npz",
+                   help="validate on these inputs (arrays named as the model's inputs; a leading axis holds "
+                        "several samples; repeatable) instead of seeded random ones")
+    p.add_argument("--bisect", action="store_true",
+                   help="compare every kernel's output with ONNX Runtime's (a mismatch always does)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run an artifact: print its outputs, or time it with --bench")
@@ -182,8 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an input from a .npy file (repeatable); missing inputs are seeded random")
     p.add_argument("--bench", action="store_true", help="print latency statistics instead of outputs")
     p.add_argument("--repeat", type=int, default=50, help="timed runs for --bench")
+    p.add_argument("--json", action="store_true", help="with --bench: print the statistics as JSON (for scripts)")
     p.add_argument("--threads", type=int, help="worker threads (default: all cores)")
     p.add_argument("--save", metavar="DIR", help="also save each output as DIR/NAME.npy")
+    p.add_argument("--compare", metavar="MODEL.onnx",
+                   help="compare the outputs with ONNX Runtime's for this model on the same inputs (exit 1 on a mismatch)")
+    p.add_argument("--tolerance", metavar="ATOL[,RTOL]", help="with --compare: the float tolerance (default: the policy)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("targets", help="list compilation targets")

@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from functools import partial
 from pathlib import Path
 
@@ -29,22 +31,63 @@ def _database(settings):
     from service.core.db import Database
 
     database = Database(settings.database)
-    database.create_tables()
+    database.upgrade_schema()
     return database
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from service.api.auth import create_token, revoke_tokens
+    from service.api.auth import create_token, list_tokens, revoke_token, revoke_tokens
 
     settings = _use_data_dir(args.data_dir)
     with _database(settings).session() as db:
-        if args.action == "revoke":
-            print(f"revoked {revoke_tokens(db, args.name)} token(s) of {args.name!r}")
+        if args.action == "list":
+            for row in list_tokens(db):
+                state = f"revoked {row['revoked_at']:%Y-%m-%d %H:%M}" if row["revoked_at"] else "active"
+                print(f"{row['id']:>5}  {row['user']:<20} {row['prefix']}...  "
+                      f"{'admin ' if row['admin'] else ''}created {row['created_at']:%Y-%m-%d %H:%M}  {state}")
             return 0
+        if args.action == "revoke":
+            if (args.id is None) == (args.name is None):
+                raise ValueError("kiln token revoke: give a user NAME (all of their tokens) "
+                                 "or --id N (that one token; see `kiln token list`), not both")
+            if args.id is not None:
+                owner = revoke_token(db, args.id)
+                if owner is None:
+                    raise ValueError(f"no active token with id {args.id} (see `kiln token list`)")
+                print(f"revoked token {args.id} of {owner!r}; their other tokens still work")
+                return 0
+            print(f"revoked {revoke_tokens(db, args.name)} token(s) of {args.name!r}: all of that user's tokens")
+            return 0
+        if args.name is None:
+            raise ValueError("kiln token create: give the user NAME the token is for")
         token = create_token(db, args.name, admin=args.admin)
     print(f"new API token for {args.name!r} (shown once; send it as `Authorization: Bearer <token>`):")
     print(token)
     return 0
+
+
+def first_token_box(token: str, url: str, data_dir: Path) -> str:
+    """The admin token in a box with what to do with it; the token on a line of its own, to copy whole."""
+    lines = ["First start: an admin API token was created. It is shown only this once:", "", None, "",
+             f"Paste it into the web page ({url}/), or send it as `Authorization: Bearer <token>`.",
+             f"Another token: kiln token create NAME [--admin] --data-dir {data_dir}",
+             "Revoke one: kiln token revoke --id N (or all of a user's: kiln token revoke NAME)"]
+    width = max(len(line) for line in lines if line is not None)
+    rule = "+" + "-" * (width + 2) + "+"
+    body = [token if line is None else f"| {line.ljust(width)} |" for line in lines]
+    return "\n".join([rule, *body, rule])
+
+
+def _print_first_token(token: str, url: str, settings, worker) -> None:
+    """Last, after the worker's start-up banner (its first beat), so that it is not scrolled away."""
+    from service.core.worker_beats import workers_seen
+
+    deadline = time.monotonic() + 60
+    while worker is not None and worker.poll() is None and not workers_seen(settings.data_dir) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)  # the worker's "ready" log line comes right after its beat
+    print("\n" + first_token_box(token, url, settings.data_dir) + "\n", flush=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -68,8 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}"
     print(f"Kiln {url}  (API {url}/api/v1, docs {url}/docs, data in {settings.data_dir})", flush=True)
     if first_token:
-        print("first start: an admin API token was created (shown once):", flush=True)
-        print(first_token, flush=True)
+        threading.Thread(target=_print_first_token, args=(first_token, url, settings, worker), daemon=True).start()
     try:
         uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
     finally:
@@ -113,9 +155,12 @@ def add_parsers(sub) -> None:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("token", help="create or revoke API tokens")
-    p.add_argument("action", choices=["create", "revoke"])
-    p.add_argument("name", help="the user the token belongs to (created on first use)")
-    p.add_argument("--admin", action="store_true")
+    p = sub.add_parser("token", help="create, list or revoke API tokens")
+    p.add_argument("action", choices=["create", "list", "revoke"],
+                   help="create NAME: a new token; list: every token's id and user; "
+                        "revoke NAME: all of a user's tokens; revoke --id N: that one token")
+    p.add_argument("name", nargs="?", help="the user the token belongs to (created on first use)")
+    p.add_argument("--id", type=int, help="with revoke: the one token to revoke (ids from `kiln token list`)")
+    p.add_argument("--admin", action="store_true", help="with create: the user is an administrator")
     p.add_argument("--data-dir", default=None)
     p.set_defaults(func=cmd_token)

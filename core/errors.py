@@ -42,6 +42,23 @@ class UnsupportedOpError(KilnError):
         super().__init__(f"unsupported ONNX ops: {listed}")
 
 
+class UnsupportedOpsetError(KilnError):
+    """The model imports an opset newer than Kiln's converters follow: its ops may mean something else there."""
+
+    code = "unsupported_opset"
+
+
+class UnsupportedOnTargetError(KilnError):
+    """Ops Kiln compiles for other targets but not for this one (a GPU's sequential scans). Lists every one."""
+
+    code = "unsupported_on_target"
+
+    def __init__(self, target: str, ops: list[str]):
+        self.target, self.ops = target, sorted(set(ops))
+        super().__init__(f"target {target} cannot compile these ops: {', '.join(self.ops)} "
+                         f"(compile the model for a CPU target, or replace these ops)")
+
+
 class ShapeError(KilnError):
     """Shapes or dtypes do not fit together, or a dimension is symbolic and was not fixed."""
 
@@ -74,7 +91,32 @@ class ValidationError(KilnError):
     code = "validation_failed"
 
 
+class ValidationInputError(KilnError):
+    """Validation inputs (an .npz) or validation options that cannot be used: unreadable, too large, or not
+    the model's input names, shapes and dtypes."""
+
+    code = "bad_validation_inputs"
+
+
 class ArtifactError(KilnError):
     """An artifact file is missing, corrupt, or was built for another machine."""
 
     code = "bad_artifact"
+
+
+class ArtifactNameError(KilnError):
+    """An artifact name (the prefix of its library, header and C symbols) that is not a usable C identifier."""
+
+    code = "bad_artifact_name"
+
+
+# Errors that mean Kiln itself failed on a valid model (a schedule or code generator bug), not the user.
+INTERNAL_CODES = frozenset({ScheduleError.code, CodegenError.code})
+
+
+def message_for_users(err: KilnError) -> str:
+    """`str(err)`, said as what it is when it is Kiln's own failure: its scheduling jargon is kept only as detail."""
+    if err.code in INTERNAL_CODES:
+        return (f"Kiln failed to generate code for this model (an internal compiler error, {err.code}); "
+                f"please report it with the model. Detail: {err}")
+    return str(err)

@@ -49,10 +49,18 @@ class Target:
 
         return get_backend(self).has_device(self)
 
+    def emulator(self) -> "str | None":
+        """The emulator that runs this target's artifacts here when the hardware cannot (its Backend says)."""
+        from .backends import get_backend
+
+        found = get_backend(self).emulator(self)
+        return found.name if found is not None else None
+
     def describe(self) -> dict:
+        runs_on_host = self.runs_on_host()
         return {"name": self.name, "kind": self.kind, "triple": self.triple, "cpu": self.cpu,
                 "features": self.features, "vector_bits": self.vector_bits, "description": self.description,
-                "runs_on_host": self.runs_on_host()}
+                "runs_on_host": runs_on_host, "emulator": None if runs_on_host else self.emulator()}
 
     def __str__(self) -> str:
         return self.name
@@ -106,6 +114,44 @@ def _x86_v4(opts: dict[str, str]) -> Target:
 def _aarch64(opts: dict[str, str]) -> Target:
     return Target("aarch64", "cpu", "aarch64-unknown-linux-gnu", "cortex-a72", "+neon", 128,
                   "64-bit Arm with NEON (cross-compiled)")
+
+
+@dataclass(frozen=True)
+class ArmDevice:
+    """An Arm device preset: LLVM CPU and features beyond NEON, cores, per-core L1d and L2."""
+    cpu: str
+    features: str
+    cores: int
+    l1_kib: int
+    l2_kib: int
+    description: str
+
+
+# Schedules block for NEON's 128-bit registers on all of them: SVE (Graviton3) is used by LLVM where it
+# vectorizes by itself; dot-product/i8mm kernels for the int8 paths come with the low-precision kernels.
+ARM_DEVICES = {
+    "rpi4": ArmDevice("cortex-a72", "", 4, 32, 1024, "Raspberry Pi 4 (Cortex-A72)"),
+    "rpi5": ArmDevice("cortex-a76", "+dotprod", 4, 64, 512, "Raspberry Pi 5 (Cortex-A76, dot product)"),
+    "graviton2": ArmDevice("neoverse-n1", "+dotprod", 64, 64, 1024, "AWS Graviton2 (Neoverse N1)"),
+    "graviton3": ArmDevice("neoverse-v1", "+dotprod,+sve,+bf16,+i8mm", 64, 64, 1024,
+                           "AWS Graviton3 (Neoverse V1: SVE, bfloat16, int8 matrix multiply)"),
+    "ampere-altra": ArmDevice("neoverse-n1", "+dotprod", 80, 64, 1024, "Ampere Altra (Neoverse N1)"),
+    "jetson-orin": ArmDevice("cortex-a78ae", "+dotprod", 12, 64, 256, "NVIDIA Jetson AGX Orin CPU (Cortex-A78AE)"),
+}
+
+
+def _arm_device_factory(name: str, device: ArmDevice) -> Callable[[dict[str, str]], Target]:
+    def factory(opts: dict[str, str]) -> Target:
+        features = ",".join(["+neon"] + [f for f in device.features.split(",") if f])
+        return Target(name, "cpu", "aarch64-unknown-linux-gnu", device.cpu, features, 128,
+                      device.description, num_cores=device.cores, l1_bytes=device.l1_kib * 1024,
+                      l2_bytes=device.l2_kib * 1024)
+
+    return factory
+
+
+for _name, _device in ARM_DEVICES.items():
+    register_target(_name)(_arm_device_factory(_name, _device))
 
 
 # PTX ISA version per GPU architecture: the lowest that knows the architecture, at least 7.8

@@ -1,4 +1,5 @@
-"""Shared fixtures: the reference models, a live `kiln serve` (with Redis when asked) and the API in-process."""
+"""Shared fixtures: the reference models, a live `kiln serve` (with Redis when asked) and the API in-process
+(on SQLite and on PostgreSQL)."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.api.app import create_app
 from service.api.auth import create_token
+from service.core.db import Database
 from service.core.settings import Settings
+from tests.postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT.parent / "shared" / "models"
@@ -91,8 +94,12 @@ def start_service(data_dir: Path, env: dict | None = None, timeout_s: float = 60
             return False
 
     wait_until(healthy, timeout_s, "kiln serve answering /api/v1/health")
-    lines = log.read_text().splitlines()
-    token = next(line.strip() for line in lines if line.startswith("kiln_"))
+
+    def tokens() -> list[str]:  # the admin token comes last, once the worker is up
+        return [line.strip() for line in log.read_text().splitlines() if line.startswith("kiln_")]
+
+    wait_until(tokens, timeout_s, "kiln serve printing its admin token")
+    token = tokens()[0]
     return LiveService(url, token, data_dir, process, log)
 
 
@@ -134,6 +141,34 @@ def redis_url(tmp_path_factory):
     yield f"redis://127.0.0.1:{port}/0"
     process.terminate()
     process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A private PostgreSQL cluster on a free loopback port (Debian's package, installed by `make test`), with a
+    database migrated to head that each test's own database is copied from."""
+    try:
+        server = PostgresServer("127.0.0.1", free_port()).start()
+    except FileNotFoundError as missing:
+        pytest.fail(str(missing))
+    template = server.create_database("kiln_template")
+    database = Database(template)
+    database.upgrade_schema()
+    database.dispose()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def database_url(request):
+    """The service's database for one test: None (the SQLite file in its data dir) or a fresh PostgreSQL one."""
+    if request.param == "sqlite":
+        yield None
+        return
+    server = request.getfixturevalue("postgres")
+    url = server.create_database(template="kiln_template")
+    yield url
+    server.drop_database(url.rsplit("/", 1)[1])
 
 
 # --- the API in-process on a temporary data dir; jobs are captured instead of sent to a broker ---
@@ -179,8 +214,9 @@ class Api:
 
 
 @pytest.fixture
-def api(tmp_path) -> Api:
-    settings = Settings(data_dir=tmp_path / "data", max_upload_bytes=2_000_000, events_poll_s=0.05)
+def api(tmp_path, database_url) -> Api:
+    settings = Settings(data_dir=tmp_path / "data", database_url=database_url, max_upload_bytes=2_000_000,
+                        events_poll_s=0.05)
     queued: list[str] = []
     app = create_app(settings, enqueue=queued.append)
     with TestClient(app) as client:

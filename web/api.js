@@ -31,8 +31,8 @@ export function onUnauthorized(fn) {
   unauthorizedListeners.add(fn);
 }
 
-// The service answers {"detail": "..."}, {"detail": {"message", "code", "unsupported_ops"?}} or
-// pydantic's [{"loc", "msg"}, ...]; all become one message plus optional lines.
+// The service answers {"detail": {"code", "message", ...}} on every route (with `unsupported_ops`, or pydantic's
+// `errors`: [{"loc", "msg"}, ...]); older servers sent a bare string or list. All become one message plus lines.
 export function errorFromBody(status, body, fallbackText = "") {
   const detail = body && typeof body === "object" ? body.detail : undefined;
   let message = "";
@@ -52,8 +52,17 @@ export function errorFromBody(status, body, fallbackText = "") {
     if (Array.isArray(detail.unsupported_ops) && detail.unsupported_ops.length) {
       // The server's message lists them inline; one per line reads better, so say it once here.
       const n = detail.unsupported_ops.length;
-      message = `The model uses ${n} ONNX op${n === 1 ? "" : "s"} that Kiln does not support yet:`;
+      const ops = `ONNX op${n === 1 ? "" : "s"}`;
+      message = code === "unsupported_on_target"
+        ? `Target ${detail.target} cannot compile ${n} ${ops} of this model (a CPU target can):`
+        : `The model uses ${n} ${ops} that Kiln does not support yet:`;
       lines = detail.unsupported_ops.map((o) => `${o.op} (${o.domain || "ai.onnx"}, opset ${o.opset})`);
+    } else if (Array.isArray(detail.errors) && detail.errors.length) {
+      message = "The request was not accepted:";
+      lines = detail.errors.map((d) => {
+        const where = Array.isArray(d.loc) ? d.loc.filter((p) => p !== "body").join(".") : "";
+        return where ? `${where}: ${d.msg}` : String(d.msg ?? JSON.stringify(d));
+      });
     }
   } else {
     message = (fallbackText || "").trim().slice(0, 300) || `The server answered ${status}.`;
@@ -121,9 +130,28 @@ export const api = {
   job: (id) => getJson(`/jobs/${encodeURIComponent(id)}`),
   createJob: (body) => getJson("/jobs", { method: "POST", json: body }),
   cancelJob: (id) => getJson(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" }),
+  // DELETE on an ended job removes it with its artifact and report (204, no body).
+  removeJob: (id) => request(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" }),
+  deleteModel: (id) => request(`/models/${encodeURIComponent(id)}`, { method: "DELETE" }),
   report: (id) => getJson(`/jobs/${encodeURIComponent(id)}/report`),
   reportHtml: async (id) => (await request(`/jobs/${encodeURIComponent(id)}/report?format=html`)).text(),
 };
+
+// POST /models/{id}/validation-inputs: an .npz of real inputs (one array per model input) for a job to
+// validate on; resolves to {id, samples, ...}; the server checks names, shapes and dtypes first.
+export async function uploadValidationInputs(modelId, file) {
+  const form = new FormData();
+  form.append("file", file, file.name);
+  let response;
+  try {
+    response = await fetch(`${BASE}/models/${encodeURIComponent(modelId)}/validation-inputs`,
+      { method: "POST", headers: authHeaders(), body: form });
+  } catch {
+    throw new ApiError(0, "Cannot reach the Kiln server. Is it running?");
+  }
+  if (!response.ok) throw failed(await readError(response));
+  return response.json();
+}
 
 // POST /models with upload progress. onProgress(fraction) runs while bytes go out; resolves to
 // {model, created} (created is false when the server already had the same file).

@@ -2,16 +2,23 @@
 // show its inputs and outputs, then choose target, optimization level, tuning budget and the shapes
 // of symbolic inputs, and create the job.
 
-import { api, ApiError, uploadModel } from "./api.js";
+import { api, ApiError, uploadModel, uploadValidationInputs } from "./api.js";
 import { announce } from "./jobs_list.js";
-import { putJob, refreshModels, store } from "./store.js";
+import { putJob, refreshJobs, refreshModels, store } from "./store.js";
 import { formatBytes, formatShape, h, progressBar, setProgress, showMessage } from "./ui.js";
 
+// What each -O level runs (core/graph/passes/manager.py's LEVELS; the README's table says more).
 const OPT_LEVELS = [
-  [3, "O3 · all passes (default)"],
-  [2, "O2"],
-  [1, "O1"],
-  [0, "O0 · no graph optimization"],
+  [3, "O3 · everything (default)", "O2 plus the target's data layouts (NCHW[x]c blocks, Winograd convs, packed matmul weights): usually the fastest."],
+  [2, "O2 · fusion", "O1 plus operator fusion: a conv or matmul takes the elementwise ops after it into one kernel."],
+  [1, "O1 · graph clean-up", "Constant folding, common subexpressions, dead code, BatchNorm folded into convs: one kernel per remaining op."],
+  [0, "O0 · as imported", "The imported graph as it is, one kernel per op: for debugging a mismatch."],
+];
+
+const VALIDATE_MODES = [
+  ["error", "fail the job (default)"],
+  ["warn", "keep the artifact, report the mismatch"],
+  ["off", "do not validate"],
 ];
 
 let selectedModelId = null;
@@ -126,27 +133,52 @@ export function mountCompose(container) {
   targetSelect.setAttribute("aria-describedby", "target-hint");
   const optSelect = h("select", { id: "opt-select", testid: "opt-level-select" },
     OPT_LEVELS.map(([v, text]) => h("option", { value: v, selected: v === 3 }, text)));
+  const optHint = h("p", { class: "hint", id: "opt-hint", testid: "opt-hint" });
+  optSelect.setAttribute("aria-describedby", "opt-hint");
+  const budgetInput = h("input", {
+    id: "budget-input", type: "number", min: 1, step: 1, placeholder: "no limit", testid: "time-budget-input",
+    "aria-describedby": "budget-hint",
+  });
+  const targetWarning = h("div", { testid: "target-warning", hidden: true, role: "alert" });
+  const deleteModel = h("button", { type: "button", class: "button button-small button-quiet", testid: "model-delete",
+    disabled: true }, "Delete model");
   const trialsInput = h("input", {
     id: "trials-input", type: "number", min: 0, step: 1, value: 0, testid: "trials-input",
     "aria-describedby": "trials-hint",
   });
   const shapes = h("fieldset", { class: "shapes", hidden: true, testid: "shape-fields" });
+  const validateSelect = h("select", { id: "validate-select", testid: "validate-select" },
+    VALIDATE_MODES.map(([v, text]) => h("option", { value: v }, text)));
+  const toleranceInput = h("input", {
+    id: "tolerance-input", type: "text", placeholder: "policy (e.g. 1e-3 or 1e-3,1e-2)", testid: "tolerance-input",
+    "aria-describedby": "tolerance-hint", autocomplete: "off",
+  });
+  const inputsFile = h("input", { id: "validation-inputs", type: "file", accept: ".npz", testid: "validation-inputs" });
+  const validation = h("fieldset", { class: "form-grid validation", testid: "validation-fields" },
+    h("legend", {}, "Validation against ONNX Runtime"),
+    h("div", { class: "field" }, h("label", { for: "validate-select" }, "On a mismatch"), validateSelect),
+    h("div", { class: "field" }, h("label", { for: "tolerance-input" }, "Tolerance ATOL[,RTOL]"), toleranceInput,
+      h("p", { class: "hint", id: "tolerance-hint" }, "Empty: each output's own rule (float16 at its epsilon, quantized outputs in steps, integers exact).")),
+    h("div", { class: "field" }, h("label", { for: "validation-inputs" }, "Real inputs (.npz, optional)"), inputsFile));
   const jobError = h("div", { testid: "job-form-error", hidden: true, role: "alert" });
   const jobNotice = h("div", { testid: "job-form-notice", hidden: true, "aria-live": "polite" });
   const submit = h("button", { type: "submit", class: "button", testid: "create-job", disabled: true }, "Compile");
   const form = h("form", { class: "job-form", novalidate: true },
     h("div", { class: "form-grid" },
       h("div", { class: "field" }, h("label", { for: "target-select" }, "Target"), targetSelect, targetHint),
-      h("div", { class: "field" }, h("label", { for: "opt-select" }, "Optimization level"), optSelect),
+      h("div", { class: "field" }, h("label", { for: "opt-select" }, "Optimization level"), optSelect, optHint),
       h("div", { class: "field" }, h("label", { for: "trials-input" }, "Tuning budget (trials)"), trialsInput,
-        h("p", { class: "hint", id: "trials-hint" }, "0 compiles with default schedules; more trials search for faster ones."))),
-    shapes, jobError, jobNotice, h("div", { class: "actions" }, submit));
+        h("p", { class: "hint", id: "trials-hint" }, "The total trials each kernel gets, earlier tuning records included: records already holding the budget are reused without measuring; a larger budget measures only the difference. 0 uses records if any, else default schedules.")),
+      h("div", { class: "field" }, h("label", { for: "budget-input" }, "Tuning time budget (seconds)"), budgetInput,
+        h("p", { class: "hint", id: "budget-hint" }, "Tuning stops after this long, keeping the best schedules found so far; empty: the trials decide."))),
+    targetWarning, shapes, validation, jobError, jobNotice, h("div", { class: "actions" }, submit));
 
   container.replaceChildren(
     h("h2", { id: "compose-title" }, "New compile"),
     h("h3", {}, h("span", { class: "step" }, "1"), "Model"),
     dropzone, uploadStatus, uploadError,
-    h("div", { class: "field" }, h("label", { for: "model-select" }, "Uploaded model"), modelSelect),
+    h("div", { class: "field" }, h("label", { for: "model-select" }, "Uploaded model"),
+      h("div", { class: "inline" }, modelSelect, deleteModel)),
     modelInfo,
     h("h3", {}, h("span", { class: "step" }, "2"), "Compile"),
     form);
@@ -158,6 +190,7 @@ export function mountCompose(container) {
       ? models.map((m) => h("option", { value: m.id, selected: m.id === selectedModelId }, `${m.filename} (${m.id.slice(0, 8)})`))
       : [h("option", { value: "" }, "No model uploaded yet")]));
     modelSelect.disabled = !models.length;
+    deleteModel.disabled = !models.length;
     showModel();
   }
 
@@ -165,12 +198,31 @@ export function mountCompose(container) {
     const model = store.models.get(selectedModelId) || null;
     renderModelInfo(modelInfo, model);
     renderShapeFields(shapes, model);
-    submit.disabled = !model || !store.targets.length;
+    checkTarget();
   }
+
+  // What the chosen target cannot compile in the chosen model (GET /targets' unsupported_ops against the
+  // model's op types), said before a job is created; the server refuses such a job the same way.
+  function checkTarget() {
+    const model = store.models.get(selectedModelId) || null;
+    const target = store.targets.find((x) => x.name === targetSelect.value);
+    const refused = model && target ? (model.op_types || []).filter((op) => (target.unsupported_ops || []).includes(op)) : [];
+    showMessage(targetWarning, refused.length ? new ApiError(422,
+      `${target.name} cannot compile ${refused.length === 1 ? "this op" : "these ops"} of ${model.filename}: ` +
+      `${refused.join(", ")}. Choose a CPU target, or replace ${refused.length === 1 ? "it" : "them"} in the model.`) : null);
+    submit.disabled = !model || !store.targets.length || refused.length > 0;
+  }
+
+  function describeOpt() {
+    const level = OPT_LEVELS.find(([v]) => v === Number(optSelect.value));
+    optHint.textContent = level ? level[2] : "";
+  }
+  describeOpt();
 
   function fillTargets() {
     targetSelect.replaceChildren(...store.targets.map((t) => h("option", { value: t.name },
-      t.runs_on_host ? t.name : `${t.name} (cross-compile, not validated)`)));
+      t.runs_on_host ? t.name : t.emulator ? `${t.name} (cross-compile, validated under ${t.emulator})`
+        : `${t.name} (cross-compile, not validated)`)));
     describeTarget();
     showModel();
   }
@@ -178,7 +230,9 @@ export function mountCompose(container) {
   function describeTarget() {
     const t = store.targets.find((x) => x.name === targetSelect.value);
     targetHint.textContent = !t ? "" : `${t.description} · ${t.triple}, ${t.vector_bits}-bit vectors` +
-      (t.runs_on_host ? "" : " · this server cannot run it, so the result is not validated or benchmarked here");
+      (t.runs_on_host ? "" : t.emulator
+        ? ` · validated here under ${t.emulator} (emulated: correctness only, not benchmarked)`
+        : " · this server cannot run it, so the result is not validated or benchmarked here");
   }
 
   async function upload(file) {
@@ -224,11 +278,62 @@ export function mountCompose(container) {
     const files = e.dataTransfer ? e.dataTransfer.files : null;
     if (files && files.length) upload(files[0]);
   });
+  // A notice about the last job no longer applies once the form changes.
+  function clearNotices() {
+    showMessage(jobNotice, null);
+    showMessage(jobError, null);
+  }
   modelSelect.addEventListener("change", () => {
     selectedModelId = modelSelect.value || null;
+    clearNotices();
     showModel();
   });
-  targetSelect.addEventListener("change", describeTarget);
+  targetSelect.addEventListener("change", () => {
+    clearNotices();
+    describeTarget();
+    checkTarget();
+  });
+  optSelect.addEventListener("change", describeOpt);
+  deleteModel.addEventListener("click", async () => {
+    const model = store.models.get(selectedModelId);
+    if (!model || !window.confirm(`Delete ${model.filename} and all its jobs, artifacts and reports?`)) return;
+    deleteModel.disabled = true;
+    clearNotices();
+    try {
+      await api.deleteModel(model.id);
+      store.models.delete(model.id);
+      await refreshJobs();
+      fillModels();
+      showMessage(jobNotice, { message: `${model.filename} deleted, with its jobs.` }, "info");
+    } catch (err) {
+      showMessage(jobError, new ApiError(err.status, `${model.filename} was not deleted: ${err.message}`, err.lines));
+    } finally {
+      deleteModel.disabled = !store.models.size;
+    }
+  });
+
+  // The job's validation options; real inputs are uploaded (and checked by the server) before the job is created.
+  async function readValidation() {
+    const out = { mode: validateSelect.value };
+    const text = toleranceInput.value.trim();
+    if (text) {
+      const numbers = text.split(",").map((part) => Number(part.trim()));
+      if (numbers.length > 2 || numbers.some((n) => !Number.isFinite(n) || n < 0) || text.split(",").some((p) => !p.trim())) {
+        toleranceInput.focus();
+        throw new ApiError(0, "The tolerance must be ATOL or ATOL,RTOL: one or two numbers >= 0 (e.g. 1e-3,1e-2).");
+      }
+      out.tolerance = numbers;
+    }
+    const file = inputsFile.files && inputsFile.files[0];
+    if (file) {
+      try {
+        out.inputs_id = (await uploadValidationInputs(selectedModelId, file)).id;
+      } catch (err) {
+        throw new ApiError(err.status, `The validation inputs ${file.name} were refused: ${err.message}`, err.lines);
+      }
+    }
+    return out;
+  }
 
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -241,9 +346,14 @@ export function mountCompose(container) {
         trialsInput.focus();
         throw new ApiError(0, "The tuning budget must be a whole number of trials (0 for no tuning).");
       }
+      const budget = budgetInput.value === "" ? null : Number(budgetInput.value);
+      if (budget !== null && !(budget > 0)) {
+        budgetInput.focus();
+        throw new ApiError(0, "The tuning time budget must be a number of seconds above 0 (empty: no time limit).");
+      }
       const job = await api.createJob({
         model_id: selectedModelId, target: targetSelect.value, opt_level: Number(optSelect.value),
-        tuning: { trials }, input_shapes: readShapes(shapes),
+        tuning: { trials, time_budget_s: budget }, input_shapes: readShapes(shapes), validation: await readValidation(),
       });
       putJob(job);
       const text = `Compile of ${store.models.get(job.model_id)?.filename ?? "the model"} for ${job.target} queued.`;

@@ -1,9 +1,9 @@
-// The jobs list: one row per job with its status, stage, a live progress bar, elapsed time and a
-// cancel button while it is active. Rows are updated in place (not redrawn) so bars animate and
-// keyboard focus stays where it was.
+// The jobs list: one row per job with its status, stage, a live progress bar, elapsed time, a cancel
+// button while it is active, and once it ended a delete button (and, if it succeeded, its latency ratio).
+// Rows are updated in place (not redrawn) so bars animate and keyboard focus stays where it was.
 
 import { api } from "./api.js";
-import { jobsNewestFirst, modelName, putJob, store, subscribe } from "./store.js";
+import { forgetJob, jobsNewestFirst, modelName, putJob, store, subscribe } from "./store.js";
 import {
   elapsedText, h, isActive, percent, progressBar, setProgress, shortId, showMessage, statusBadge,
 } from "./ui.js";
@@ -20,6 +20,9 @@ function buildRow(job) {
   const cancel = h("button", { type: "button", class: "button button-small button-quiet", testid: "job-cancel" },
     "Cancel");
   cancel.addEventListener("click", () => cancelJob(job.id, cancel));
+  const remove = h("button", { type: "button", class: "button button-small button-quiet", testid: "job-delete" },
+    "Delete");
+  remove.addEventListener("click", () => removeJob(job.id, remove));
   const row = h("li", { class: "job", testid: "job-row", dataset: { jobId: job.id } },
     h("div", { class: "job-head" },
       h("a", { class: "job-title", href: `#/jobs/${job.id}`, testid: "job-open" }, ""),
@@ -29,7 +32,8 @@ function buildRow(job) {
     h("div", { class: "job-foot" },
       h("span", { class: "job-stage", testid: "job-stage" }),
       h("span", { class: "job-elapsed", testid: "job-elapsed" }),
-      cancel),
+      h("span", { class: "job-result", testid: "job-result" }),
+      cancel, remove),
     h("p", { class: "job-error", testid: "job-row-error", hidden: true }));
   updateRow(row, job);
   return row;
@@ -46,9 +50,40 @@ function updateRow(row, job) {
   row.querySelector(".job-stage").textContent = isActive(job) ? `stage: ${job.stage}` : job.stage;
   row.querySelector(".job-elapsed").textContent = elapsedText(job);
   row.querySelector("[data-testid=job-cancel]").hidden = !isActive(job);
+  row.querySelector("[data-testid=job-delete]").hidden = isActive(job);
   const error = row.querySelector(".job-error");
   error.hidden = !job.error;
   error.textContent = job.error || "";
+  if (job.status === "succeeded") showResult(row, job.id);
+}
+
+// A succeeded job's latency ratio to ONNX Runtime and whether it was tuned, from its report: fetched once
+// per job, one report at a time, so that a long list does not flood the server.
+const results = new Map(); // job id -> text ("" while it loads)
+let reportQueue = Promise.resolve();
+
+function resultText(report) {
+  const ratio = report.latency_ms && report.latency_ms.ratio;
+  const tuned = (report.tuning && report.tuning.trials > 0) || (report.kernels || []).some((k) => k.tuned);
+  return (typeof ratio === "number" ? `${ratio.toFixed(2)}× ORT latency` : "not benchmarked") + (tuned ? " · tuned" : "");
+}
+
+function showResult(row, id) {
+  const span = row.querySelector(".job-result");
+  if (results.has(id)) {
+    span.textContent = results.get(id);
+    return;
+  }
+  results.set(id, "");
+  reportQueue = reportQueue.then(async () => {
+    try {
+      results.set(id, resultText(await api.report(id)));
+    } catch {
+      results.delete(id); // removed meanwhile, or a transient failure: the next redraw asks again
+      return;
+    }
+    if (row.isConnected) span.textContent = results.get(id);
+  });
 }
 
 async function cancelJob(id, button) {
@@ -62,6 +97,22 @@ async function cancelJob(id, button) {
     showMessage(box, err);
     api.job(id).then(putJob).catch(() => {});
   } finally {
+    button.disabled = false;
+  }
+}
+
+async function removeJob(id, button) {
+  const job = store.jobs.get(id);
+  if (!window.confirm(`Delete job ${shortId(id)} (${job ? modelName(job.model_id) : "?"}) with its artifact and report?`)) return;
+  button.disabled = true;
+  const box = document.querySelector("[data-testid=jobs-error]");
+  try {
+    await api.removeJob(id);
+    showMessage(box, null);
+    forgetJob(id);
+    announce(`Job ${shortId(id)} deleted`);
+  } catch (err) {
+    showMessage(box, err);
     button.disabled = false;
   }
 }

@@ -57,7 +57,13 @@ export async function refreshJobs() {
 export async function refreshModels() {
   const list = await api.models();
   store.models = new Map(list.map((m) => [m.id, m]));
+  emit(null); // jobs that loaded first showed "model 1a2b3c4d": redraw them with the file names
   return list;
+}
+
+export function forgetJob(id) {
+  store.jobs.delete(id);
+  emit(null);
 }
 
 export function modelName(modelId) {

@@ -7,10 +7,11 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from service.core.celery import create_celery
 from service.core.settings import get_settings
+from service.core.worker_beats import start_beating
 
 
 @worker_process_init.connect
@@ -49,6 +50,23 @@ def sigterm_allowed() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before | {signal.SIGTERM})
         signal.signal(signal.SIGTERM, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+_beat: dict = {}  # "stop": ends this worker's beat
+
+
+@worker_ready.connect
+def _start_beat(sender=None, **_) -> None:
+    """The worker's beat for /health (workers seen), from its main process while it runs."""
+    queues = sorted(q.name for q in sender.task_consumer.queues) if sender is not None else []
+    name = getattr(sender, "hostname", None) or f"kiln-{os.getpid()}"
+    _beat["stop"] = start_beating(get_settings().data_dir, name, queues)
+
+
+@worker_shutdown.connect
+def _stop_beat(**_) -> None:
+    if "stop" in _beat:
+        _beat.pop("stop")()
 
 
 app = create_celery(get_settings())

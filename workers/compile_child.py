@@ -54,8 +54,10 @@ def tuning_options(tuning: Optional[dict], records: str, timing_lock: Optional[s
 def compile_into(report: Callable, model_path: str, staging: str, *, target: str, opt_level: int,
                  input_shapes: Optional[dict], threads: Optional[int], max_tensor_bytes: int,
                  tuning: Optional[dict] = None, records: Optional[str] = None,
-                 timing_lock: Optional[str] = None) -> dict:
-    """In the child: compile, then write the artifact and both reports into `staging`."""
+                 timing_lock: Optional[str] = None, options: Optional[dict] = None) -> dict:
+    """In the child: compile, then write the artifact and both reports into `staging`. `options`: the
+    job's compile options beyond the arguments (Job.options: the artifact `name`, ...)."""
+    options = options or {}
     import core
     from core.frontend import import_onnx
     from core.frontend.inspect import check_graph_sizes
@@ -72,7 +74,9 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
                                 tuning=tuning_options(tuning, records, timing_lock) if records else None,
                                 progress=lambda stage, done, detail: report("progress", stage, done, detail),
-                                threads=threads)
+                                threads=threads, name=options.get("name"), validate=options.get("validate", True),
+                                tolerance=options.get("tolerance"), bisect=options.get("bisect", False),
+                                validation_inputs=options.get("validation_inputs"))
         try:
             out = folder / "out"
             artifact.save(out / storage.ARTIFACT)

@@ -19,7 +19,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.orm import Session
 
 from core.driver.stages import ProgressFn, Stage
-from core.errors import KilnError
+from core.errors import KilnError, message_for_users
 from core.process.sandbox import SandboxError, SandboxTimeout, run_sandboxed
 from service.core import storage
 from service.core.db import Database
@@ -36,7 +36,7 @@ class JobCancelled(Exception):
     """The user cancelled the job while it ran; raised from the progress callback to stop the compile."""
 
 
-def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2) -> ProgressFn:
+def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2, attempt: int | None = None) -> ProgressFn:
     """Writes the compile's progress into the job: its stage reads the stage's label or detail (`tuning 12/200`)."""
     last = {"stage": None, "at": 0.0}
 
@@ -46,16 +46,17 @@ def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2) -> P
         if name == last["stage"] and now - last["at"] < min_interval_s:
             return
         last.update(stage=name, at=now)
-        if not transition(db, job_id, ("running",), stage=name, progress=round(min(max(fraction, 0.0), 0.99), 4)):
+        if not transition(db, job_id, ("running",), attempt=attempt, stage=name,
+                          progress=round(min(max(fraction, 0.0), 0.99), 4)):
             raise JobCancelled(job_id)
     return report
 
 
-def _compile(settings: Settings, job: Job, db: Session) -> None:
+def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
     """core.compile in a sandboxed child that writes into a staging folder; published here only on success."""
     remove_staging(settings, job.id)  # what an earlier, killed attempt left behind
     staging = staging_dir(settings, job.id)
-    progress = _progress_writer(db, job.id)
+    progress = _progress_writer(db, job.id, attempt=attempt)
     stage = {"name": "importing"}
 
     def on_message(kind: str, step: Stage, fraction: float, detail: str) -> None:
@@ -68,7 +69,7 @@ def _compile(settings: Settings, job: Job, db: Session) -> None:
                           target=job.target, opt_level=job.opt_level,
                           input_shapes={k: tuple(v) for k, v in job.input_shapes.items()} or None,
                           threads=settings.compile_threads, max_tensor_bytes=settings.max_tensor_bytes,
-                          tuning=job.tuning, records=str(settings.records),
+                          tuning=job.tuning, records=str(settings.records), options=job.options or None,
                           timing_lock=str(settings.timing_lock_file) if settings.timing_lock_file else None,
                           limits=compile_limits(settings), on_message=on_message, what="the compile")
         except SandboxError as err:
@@ -78,29 +79,40 @@ def _compile(settings: Settings, job: Job, db: Session) -> None:
             crashed = type(err)(f"{err} while {stage['name']}")
             crashed.code = err.code
             raise crashed from None
-        if not transition(db, job.id, ("running",), stage="packaging", progress=0.99):
+        if not transition(db, job.id, ("running",), attempt=attempt, stage="packaging", progress=0.99):
             raise JobCancelled(job.id)
         publish(staging, storage.job_dir(settings, job.id))
     finally:
-        remove_staging(settings, job.id)
+        if _still_owned(db, job.id, attempt):  # else a later attempt (this worker was cut off) owns the staging
+            remove_staging(settings, job.id)
+
+
+def _still_owned(db: Session, job_id: str, attempt: int) -> bool:
+    try:
+        db.expire_all()
+        job = db.get(Job, job_id)
+        return job is None or job.attempts == attempt
+    except Exception:  # the database is unreachable: clean up as before, a later attempt starts by doing so too
+        db.rollback()
+        return True
 
 
 class Heartbeat:
     """Writes the job's heartbeat from a thread while the compile runs, so the sweeper knows it is alive."""
 
-    def __init__(self, database: Database, job_id: str, interval_s: float):
+    def __init__(self, database: Database, job_id: str, attempt: int, interval_s: float):
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, args=(database, job_id, interval_s), daemon=True,
+        self._thread = threading.Thread(target=self._beat, args=(database, job_id, attempt, interval_s), daemon=True,
                                         name=f"heartbeat-{job_id[:8]}")
 
-    def _beat(self, database: Database, job_id: str, interval_s: float) -> None:
+    def _beat(self, database: Database, job_id: str, attempt: int, interval_s: float) -> None:
         # A SIGTERM delivered to this thread would wait for the main thread's next bytecode; blocked
         # here, it interrupts the main thread wherever it waits (see workers.celery_app).
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         while not self._stop.wait(interval_s):
             try:
                 with database.session() as db:
-                    transition(db, job_id, ("running",), heartbeat_at=utcnow())
+                    transition(db, job_id, ("running",), attempt=attempt, heartbeat_at=utcnow())
             except Exception:  # a busy database must not kill the compile; the next beat tries again
                 log.warning("heartbeat of job %s failed", job_id, exc_info=True)
 
@@ -120,7 +132,8 @@ def _alive_elsewhere(job: Job, settings: Settings) -> bool:
 
 
 def _after_lost_race(db: Session, settings: Settings, job_id: str) -> str:
-    """The job ended while we worked: cancelled (drop our outputs) or finished by another delivery (keep them)."""
+    """The job ended while we worked: cancelled (drop our outputs) or finished by another delivery (keep them);
+    or a later attempt took it over (this worker was cut off): that one's status, the job is its now."""
     db.expire_all()
     status = db.get(Job, job_id).status
     if status == "cancelled":
@@ -151,21 +164,22 @@ def run_compile_job(job_id: str, settings: Settings, database: Database, *, work
                           error=None, error_code=None):
             return "cancelled"
         try:
-            with Heartbeat(database, job_id, settings.heartbeat_s):
-                _compile(settings, job, db)
-            if not finish(db, job_id, "succeeded"):
+            with Heartbeat(database, job_id, attempts, settings.heartbeat_s):
+                _compile(settings, job, db, attempts)
+            if not finish(db, job_id, "succeeded", attempt=attempts):
                 return _after_lost_race(db, settings, job_id)
             return "succeeded"
         except JobCancelled:
             return _after_lost_race(db, settings, job_id)
         except (SoftTimeLimitExceeded, SandboxTimeout):
-            finish(db, job_id, "failed", code="time_limit",
+            finish(db, job_id, "failed", code="time_limit", attempt=attempts,
                    error=f"the compile took longer than the limit of {settings.job_soft_time_limit_s} s")
             return "failed"
         except KilnError as err:  # the user's model, or the sandbox: a crash, a limit, a full disk
-            finish(db, job_id, "failed", error=str(err), code=err.code)
+            finish(db, job_id, "failed", error=message_for_users(err), code=err.code, attempt=attempts)
             return "failed"
         except Exception as err:  # a compiler bug: tell the user what happened, keep the traceback in the log
             log.exception("job %s failed", job_id)
-            finish(db, job_id, "failed", code="internal_error", error=f"internal error: {type(err).__name__}: {err}")
+            finish(db, job_id, "failed", code="internal_error", error=f"internal error: {type(err).__name__}: {err}",
+                   attempt=attempts)
             return "failed"

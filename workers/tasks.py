@@ -17,7 +17,7 @@ from .compile_job import run_compile_job
 def _database() -> Database:
     # Created lazily in each (forked) worker process: SQLite connections must not cross a fork.
     database = Database(get_settings().database)
-    database.create_tables()
+    database.upgrade_schema()
     return database
 
 

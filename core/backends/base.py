@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Sequence
 
 from ..target import Target
 
@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from ..codegen.model_entry import ModelPlan
     from ..graph.passes.registry import GraphPass
     from ..kernels.registry import ScheduleFn
+    from ..runtime.emulated import QemuUser
     from ..tir.stmt import PrimFunc
 
 # Passes that rewrite the graph for a CPU's micro-kernels: NCHW[x]c blocks (sized to a SIMD register)
@@ -32,6 +33,16 @@ class Backend:
     blocked_layouts: ClassVar[bool] = True  # runs BLOCKED_LAYOUT_PASSES
     device_queue: ClassVar[Optional[str]] = None  # the service queue every job goes to (tuned or not)
     profiles_in_runtime: ClassVar[bool] = False  # per-kernel times from the runtime's profile, not one call each
+    # Graph ops (their ONNX names) whose kernels this kind cannot compile: refused before any work is queued.
+    unsupported_ops: ClassVar[frozenset[str]] = frozenset()
+
+    def check_ops(self, op_types: Iterable[str], target: Target) -> None:
+        """UnsupportedOnTargetError listing every op of `op_types` this kind cannot compile for `target`."""
+        from ..errors import UnsupportedOnTargetError
+
+        refused = sorted(set(op_types) & self.unsupported_ops)
+        if refused:
+            raise UnsupportedOnTargetError(target.name, refused)
 
     # -- graph passes ------------------------------------------------------------------------------
     def pass_names(self, opt_level: int) -> tuple[str, ...]:
@@ -88,6 +99,11 @@ class Backend:
     def cannot_run_reason(self, target: Target) -> Optional[str]:
         """Why `target`'s artifacts cannot run on this machine (validation and benchmarks are skipped), or None."""
         return None if self.has_device(target) else f"target {target.name} cannot run on this host"
+
+    def emulator(self, target: Target) -> Optional["QemuUser"]:
+        """What runs `target`'s artifacts on this machine when its hardware cannot (validation only: no
+        timings), or None."""
+        return None
 
     def can_measure(self, target: Target) -> bool:
         """Whether tuning candidates for `target` can be measured on this machine."""

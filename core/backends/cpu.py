@@ -43,5 +43,25 @@ class CpuBackend(Backend):
         need = set(f[1:] for f in target.features.split(",") if f.startswith("+"))
         return need <= have
 
+    def cannot_run_reason(self, target: Target):
+        reason = super().cannot_run_reason(target)
+        if reason and target.arch != host_target().arch:  # what would let this machine validate it after all
+            reason += f" (with qemu-user, qemu-{target.arch} would validate it under emulation)"
+        return reason
+
+    def emulator(self, target: Target):
+        """qemu-user for another architecture, with its cross compiler (which builds the harness)."""
+        from ..codegen.toolchain import find_compiler
+        from ..errors import BuildError
+        from ..runtime.emulated import QemuUser
+
+        if target.arch == host_target().arch:  # same ISA, missing features: qemu's TCG lacks AVX-512
+            return None
+        try:
+            compiler = find_compiler(target)
+        except BuildError:
+            return None
+        return QemuUser.find(target.arch, compiler)
+
     def runner_options(self, target: Target) -> dict[str, Any]:
         return {"threads": target.num_cores}

@@ -19,6 +19,10 @@ class CudaBackend(Backend):
     blocked_layouts = False
     device_queue = "gpu"  # validation runs the artifact, so even an untuned job needs the GPU
     profiles_in_runtime = True  # device timers around each launch of the model's own run
+    # Kernels written as one sequential loop program (te.extern: scans, compaction, TopK, NMS, scatters) that
+    # the cuda schedules refuse (UnsupportedOnGPUError), and Unique, whose tiles cannot be placed on a GPU.
+    unsupported_ops = frozenset({"TopK", "CumSum", "CumProd", "NonZero", "Compress", "Unique",
+                                 "NonMaxSuppression", "ScatterElements", "ScatterND"})
 
     def fallback_schedules(self):
         from ..kernels.schedules.gpu.injective import schedule_injective

@@ -301,6 +301,7 @@ _LLVM_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "
 _LIBM = {"erf": ("erff", "erf"), "tanh": ("tanhf", "tanh"), "tan": ("tanf", "tan"), "asin": ("asinf", "asin"),
          "acos": ("acosf", "acos"), "atan": ("atanf", "atan"), "sinh": ("sinhf", "sinh"), "cosh": ("coshf", "cosh"),
          "asinh": ("asinhf", "asinh"), "acosh": ("acoshf", "acosh"), "atanh": ("atanhf", "atanh")}
+_VECMATH = ("exp", "log", "sin", "cos", "tanh", "erf")  # vecmath.math_call: libmvec or inline polynomials
 
 
 def intrinsic(b: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
@@ -315,20 +316,22 @@ def intrinsic(b: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> i
     if gpu is not None:
         return round_value(b, dtype, gpu)
     if name in _LLVM_MATH:
-        out = vecmath.vector_call(b, name, x) if lanes_of(x) > 1 else None
+        out = vecmath.math_call(b, name, x) if name in _VECMATH else None
         if out is None:
             out = b.call(declare(b.module, f"llvm.{_LLVM_MATH[name]}.{mangle(t)}", t, [t]), [x])
     elif name == "abs":
         out = b.call(declare(b.module, f"llvm.fabs.{mangle(t)}", t, [t]), [x])
     elif name in _LIBM:
-        out = _libm_call(b, name, dtype, x)
+        out = vecmath.math_call(b, name, x) if name in _VECMATH else None
+        if out is None:
+            out = _libm_call(b, name, dtype, x)
     else:
         raise CodegenError(f"unknown intrinsic {name!r}")
     return out if name in ("abs", "floor", "ceil", "trunc", "round") else round_value(b, dtype, out)
 
 
 def _libm_call(b: ir.IRBuilder, name: str, dtype: str, x: ir.Value) -> ir.Value:
-    """erf/tanh/tan/asin/... have no LLVM intrinsic: call libm per lane (half goes through float)."""
+    """tan/asin/... (and float64 erf/tanh) have no LLVM intrinsic: call libm per lane (half goes through float)."""
     f32_name, f64_name = _LIBM[name]
     st = scalar_type(x.type)
     if isinstance(st, ir.DoubleType):

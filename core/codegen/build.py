@@ -20,7 +20,7 @@ from .codegen_llvm import ModuleContext, emit_kernel
 from .llvm_env import LLVM_LOCK, initialize_llvm, print_ir
 from .llvm_types import I8
 from .model_entry import ModelPlan, emit_model_entry
-from .runtime_objects import runtime_objects
+from .runtime_objects import prefixed_exports, runtime_objects
 from .toolchain import find_compiler, link_shared
 
 
@@ -128,8 +128,10 @@ def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
         objects[0].write_bytes(obj_bytes)
         # The thread pool goes into every library (its PARALLEL loops call it); the model runtime with a plan.
         objects += runtime_objects(cc, Path(tmp), with_model=plan is not None)
+        shim, script = prefixed_exports(cc, Path(tmp), plan.export_prefix if plan is not None else None)
+        objects += shim
         with atomic_path(out_path) as partial:
-            link_shared(cc, objects, partial, libs)
+            link_shared(cc, objects, partial, libs, script)
     return out_path
 
 

@@ -23,7 +23,7 @@ from ..tir.stmt import PrimFunc
 from .model_entry import BufferRef, ModelPlan, validate_plan
 from .nvptx import LaunchConfig, emit_ptx
 from .ptxas import assemble, find_ptxas
-from .runtime_objects import RUNTIME_DIR, runtime_objects
+from .runtime_objects import RUNTIME_DIR, prefixed_exports, runtime_objects
 from .toolchain import compile_c, find_compiler, link_shared
 
 DEVICE_ALIGN = 256  # cuMemAlloc's alignment: staged inputs/outputs start on it too
@@ -158,8 +158,11 @@ def build_cuda_library(funcs: Sequence[PrimFunc], target: Target, out_path: "str
         objects = [Path(tmp) / "kiln_cuda_tables.o"]
         compile_c(cc, tables, objects[0], include_dirs=(RUNTIME_DIR,))
         objects += runtime_objects(cc, Path(tmp), with_model=True, with_cuda=True)
+        shim, script = prefixed_exports(cc, Path(tmp), plan.export_prefix)
+        objects += shim
         with atomic_path(out_path) as partial:
-            link_shared(cc, objects, partial, ["-ldl"])  # dlopen of libcuda.so.1 (libc itself on glibc >= 2.34)
+            # -ldl: dlopen of libcuda.so.1 (libc itself on glibc >= 2.34)
+            link_shared(cc, objects, partial, ["-ldl"], script)
     return out_path
 
 

@@ -1,5 +1,6 @@
-"""Math functions for NVPTX, which has no libm: exp, log, erf, tanh, pow, trig... built from the
-PTX approximations (ex2/lg2/sin/cos.approx, about 2^-22 relative) with range reduction."""
+"""Math functions for NVPTX, which has no libm: exp, log, pow, trig... built from the PTX
+approximations (ex2/lg2/sin/cos.approx, about 2^-22 relative) with range reduction; tanh and erf
+are the CPU's polynomials (vecmath.py)."""
 # Accuracy target: float32 results within a few 1e-7 relative (absolute near zero), as CUDA's fast
 # intrinsics (__expf, __logf) give; models are validated against ONNX Runtime at 1e-4. float16 goes
 # through float32; float64 would need double-precision polynomials, which no model here needs yet.
@@ -11,6 +12,7 @@ from typing import Callable
 from llvmlite import ir
 
 from ..errors import CodegenError
+from . import vecmath
 from .llvm_types import F32, scalar_type
 
 _UNARY: dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {}
@@ -111,27 +113,13 @@ def _copysign(b: ir.IRBuilder, magnitude: ir.Value, sign: ir.Value) -> ir.Value:
 
 @_unary("tanh")
 def _tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    # Small |x|: the odd Taylor series (1 - 2/(e^2x + 1) would cancel); else that form, saturating to 1.
-    a = _llvm(b, "fabs", x)
-    x2 = b.fmul(x, x)
-    small = b.fmul(x, _poly(b, x2, [1.0, -1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835]))
-    big = b.fsub(_c(1.0), b.fdiv(_c(2.0), b.fadd(_exp(b, b.fmul(a, _c(2.0))), _c(1.0))))
-    return b.select(b.fcmp_ordered("<", a, _c(0.125)), small, _copysign(b, big, x))
+    # The CPU's float32 polynomial (within 2 ulp, codegen/vecmath.py): plain arithmetic, valid PTX too.
+    return vecmath.approximation(b, "tanh", x)
 
 
 @_unary("erf")
 def _erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    # |x| < 0.5: Taylor series (absolute and relative error < 1e-7); else Abramowitz & Stegun 7.1.26
-    # refined (max absolute error 1.5e-7): 1 - t(a1 + a2 t + ...) e^{-x^2}, t = 1 / (1 + p|x|).
-    a = _llvm(b, "fabs", x)
-    x2 = b.fmul(x, x)
-    small = b.fmul(x, _poly(b, x2, [1.1283791670955126, -0.3761263890318375, 0.11283791670955126,
-                                    -0.026866170645131252, 0.005223977625442188, -8.548327023450852e-4]))
-    t = b.fdiv(_c(1.0), _fma(b, a, _c(0.3275911), _c(1.0)))
-    tail = b.fmul(b.fmul(t, _poly(b, t, [0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429])),
-                  _exp(b, b.fneg(x2)))
-    big = _copysign(b, b.fsub(_c(1.0), tail), x)
-    return b.select(b.fcmp_ordered("<", a, _c(0.5)), small, big)
+    return vecmath.approximation(b, "erf", x)
 
 
 @_unary("atan")

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Optional
 
 from llvmlite import ir
 
@@ -42,6 +42,9 @@ class ModelPlan:
     num_outputs: int
     arena_bytes: int
     weights_bytes: int
+    # The artifact's name: the library exports the ABI as PREFIX_load, ... and nothing else (kernels
+    # internal); None exports everything under the runtime's own kiln_ names (the compatible default).
+    export_prefix: Optional[str] = None
 
 
 def validate_plan(plan: ModelPlan, funcs: Mapping[str, PrimFunc]) -> None:

@@ -7,7 +7,9 @@ import hashlib
 import tempfile
 import threading
 from pathlib import Path
+from typing import Optional
 
+from ..runtime.header import render_api_shim
 from .toolchain import compile_c
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
@@ -47,3 +49,18 @@ def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = 
         path.write_bytes(_object_bytes(cc, RUNTIME_DIR / name))
         paths.append(path)
     return paths
+
+
+def prefixed_exports(cc: str, out_dir: Path, prefix: Optional[str]) -> tuple[list[Path], Optional[Path]]:
+    """For a named artifact (`prefix`): the object exporting the model ABI as PREFIX_load, PREFIX_run, ...
+    and the linker version script that exports only those, so the runtime's kiln_ names and the kernels
+    stay internal and libraries of several models link into one program. None: nothing ([], None)."""
+    if prefix is None:
+        return [], None
+    source = out_dir / f"{prefix}_api.c"
+    source.write_text(render_api_shim(prefix))
+    obj = source.with_suffix(".o")
+    compile_c(cc, source, obj)
+    script = out_dir / f"{prefix}.map"
+    script.write_text(f"{{\n  global: {prefix}_*;\n  local: *;\n}};\n")
+    return [obj], script

@@ -7,6 +7,7 @@ import platform
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 from ..backends import get_backend
 from ..errors import BuildError
@@ -60,10 +61,14 @@ def compile_c(cc: str, source: Path, obj: Path, include_dirs: tuple[Path, ...] =
     run_tool(cmd, f"compiling {source.name}")
 
 
-def link_shared(cc: str, objects: list[Path], out: Path, libs: list[str] = ()) -> None:
+def link_shared(cc: str, objects: list[Path], out: Path, libs: list[str] = (),
+                version_script: Optional[Path] = None) -> None:
     # -Bsymbolic: calls between the library's own symbols stay inside it, so several models (or
     # tuning candidates with the same kernel names) can be loaded into one process side by side.
     # No libgomp: parallel loops run on Kiln's own pool (core/runtime/kiln_threadpool.c), on pthreads.
+    # A version script limits what the library exports (a named artifact: its own prefix only).
     cmd = [cc, "-shared", "-fPIC", "-pthread", "-o", str(out), *map(str, objects),
            "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", *libs, "-lm"]
+    if version_script is not None:
+        cmd.append(f"-Wl,--version-script={version_script}")
     run_tool(cmd, "linking the shared library")

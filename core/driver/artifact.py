@@ -9,12 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report.html import render_html
-from ..runtime.package import write_artifact
-
-LIBRARY = "libkiln_model.so"
-WEIGHTS = "weights.bin"
-HEADER = "kiln_model.h"
-METADATA = "metadata.json"
+from ..runtime.package import HEADER, LIBRARY, METADATA, WEIGHTS, write_artifact
 
 
 class Artifact:
@@ -28,7 +23,7 @@ class Artifact:
 
     @property
     def library(self) -> Path:
-        return self.directory / LIBRARY
+        return self.directory / self.metadata.get("library", LIBRARY)
 
     @functools.cached_property
     def report_html(self) -> str:
@@ -38,7 +33,7 @@ class Artifact:
     def save(self, path: "str | Path") -> Path:
         path = Path(path)
         return write_artifact(path, library=self.library, weights=self.directory / WEIGHTS, metadata=self.metadata,
-                              header=(self.directory / HEADER).read_text(), report=self.report,
+                              header=(self.directory / self.metadata.get("header", HEADER)).read_text(), report=self.report,
                               report_html=self.report_html)
 
     def load(self):

@@ -5,22 +5,103 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 
+# A round set whose interquartile range exceeds this share of its median was measured on a busy machine
+# (other processes, throttling): its ratio moved 0.72x -> 1.43x between two such runs of one model.
+BUSY_SPREAD = 0.15
+
+
+def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile), linear interpolation (numpy's default)."""
+    q1, q2, q3 = np.percentile(np.asarray(values, np.float64), [25, 50, 75])
+    return float(q1), float(q2), float(q3)
+
+
+def spread(values: Sequence[float]) -> float:
+    """The interquartile range as a share of the median."""
+    q1, q2, q3 = quartiles(values)
+    return (q3 - q1) / q2 if q2 else 0.0
+
+
 @dataclass(frozen=True)
 class LatencyComparison:
-    kiln_ms: float
-    onnxruntime_ms: float
+    """Per-round latencies (ms) of both runtimes, round k of each measured back to back."""
+
+    kiln_rounds: tuple[float, ...]
+    onnxruntime_rounds: tuple[float, ...]
+
+    @property
+    def kiln_ms(self) -> float:
+        return statistics.median(self.kiln_rounds)
+
+    @property
+    def onnxruntime_ms(self) -> float:
+        return statistics.median(self.onnxruntime_rounds)
 
     @property
     def ratio(self) -> float:
         return self.kiln_ms / self.onnxruntime_ms if self.onnxruntime_ms else float("inf")
 
+    @property
+    def round_ratios(self) -> tuple[float, ...]:
+        return tuple(k / o for k, o in zip(self.kiln_rounds, self.onnxruntime_rounds) if o)
+
+    @property
+    def busy(self) -> bool:
+        return max(spread(self.kiln_rounds), spread(self.onnxruntime_rounds)) > BUSY_SPREAD
+
     def as_report(self) -> dict:
-        return {"kiln": round(self.kiln_ms, 4), "onnxruntime": round(self.onnxruntime_ms, 4), "ratio": round(self.ratio, 3)}
+        def q(values):
+            return [significant(v) for v in quartiles(values)] if values else None
+
+        out = {"kiln": significant(self.kiln_ms), "onnxruntime": significant(self.onnxruntime_ms),
+               "ratio": round(self.ratio, 3),
+               "rounds": len(self.kiln_rounds), "kiln_quartiles": q(self.kiln_rounds),
+               "onnxruntime_quartiles": q(self.onnxruntime_rounds), "ratio_quartiles": q(self.round_ratios),
+               "spread": round(max(spread(self.kiln_rounds), spread(self.onnxruntime_rounds)), 3), "busy": self.busy}
+        if self.busy:
+            out["warning"] = (f"the machine was busy: latencies varied by more than {BUSY_SPREAD:.0%} of the median "
+                              f"between rounds; the ratio is uncertain (see ratio_quartiles)")
+        return out
+
+
+def significant(ms: float, digits: int = 4) -> float:
+    """`ms` to `digits` significant digits: a microsecond kernel keeps its precision, as a second-long one does."""
+    return float(f"{ms:.{digits}g}")
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """Each kernel call's time (ms) inside runs of the whole model, in call order (the median per call
+    over the profiled runs; GPU libraries: device timers)."""
+
+    call_ms: tuple[float, ...]
+    funcs: tuple[str, ...]  # the compiled function each call runs (identical kernels share one)
+
+    @property
+    def by_func(self) -> dict[str, float]:
+        """Per compiled function: its first call's time."""
+        times: dict[str, float] = {}
+        for func, ms in zip(self.funcs, self.call_ms):
+            times.setdefault(func, ms)
+        return times
+
+    def breakdown(self, end_to_end_ms: float) -> dict:
+        """How much of the end-to-end latency (Kiln's median round) the kernels explain: their sum and its
+        ratio to it; the rest is the call itself (argument checks, thread wake-ups between kernels)."""
+        total = float(sum(self.call_ms))
+        return {"kernels_sum_ms": significant(total), "end_to_end_ms": significant(end_to_end_ms),
+                "ratio": round(total / end_to_end_ms, 3) if end_to_end_ms else None, "calls": len(self.call_ms)}
+
+
+def profile_kernels(module, exe, feeds: Mapping[str, np.ndarray], repeat: int = 5) -> KernelProfile:
+    """The runtime's per-call profile of `module` (compiled as `exe`) on `feeds`."""
+    calls = module.profile(repeat=repeat, feeds=feeds)
+    return KernelProfile(tuple(c["time_ms"] for c in calls), tuple(k.func for k in exe.kernels))
 
 
 def _time_ms(fn: Callable[[], object], number: int) -> float:
@@ -55,4 +136,4 @@ def compare_latency(module, session, feeds: Mapping[str, np.ndarray], rounds: in
         time.sleep(settle_s)
         run_ort()
         ort.append(_time_ms(run_ort, number))
-    return LatencyComparison(statistics.median(kiln), statistics.median(ort))
+    return LatencyComparison(tuple(kiln), tuple(ort))

@@ -5,6 +5,7 @@ The one entry point the CLI, the Python API and the service's workers all call.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -12,27 +13,32 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-import numpy as np
-
 from .._version import __version__
-from .artifact import HEADER, LIBRARY, WEIGHTS, Artifact, new_workdir, write_metadata
-from .benchmark import compare_latency
+from .artifact import WEIGHTS, Artifact, new_workdir, write_metadata
+from .benchmark import compare_latency, profile_kernels
 from ..backends import get_backend
-from ..codegen import build_library, load_kernels
+from ..codegen import build_library
 from ..debug import DEBUG
 from ..errors import KilnError, ValidationError
-from ..lowering.executable import Executable, build_executable
+from ..lowering.executable import build_executable
 from ..frontend import import_onnx
+from ..frontend.inspect import check_graph_sizes, onnx_node_names
 from ..graph.ir import Graph
 from ..graph.passes.manager import optimize
 from ..narrow_dtypes import NARROW_DTYPES
 from ..report.schema import build_report
+from ..runtime.emulated import EMULATED
 from ..runtime.header import render_header
 from ..runtime.loader import KilnRuntimeError
+from ..runtime.naming import artifact_names
 from ..target import Target, get_target
 from ..tune.options import TuningOptions
 from .stages import ProgressFn, Stage
-from .validate import index_bounds, onnxruntime_session, random_inputs, validate as validate_against_ort
+from .bisect import bisect as bisect_kernels
+from .numerics import ValidationOptions
+from .tolerance import origins_or_empty
+from .validate import (ReferenceEvaluatorSession, index_bounds, onnxruntime_session, random_inputs,
+                       validate as validate_against_ort)
 
 ModelLike = Union[str, Path, bytes, Any]  # a path, serialized bytes or an onnx.ModelProto
 
@@ -49,31 +55,6 @@ def _io_info(graph: Graph, names) -> list[dict]:
     return [{"name": n, "shape": list(graph.type_of(n).shape), "dtype": graph.type_of(n).dtype} for n in names]
 
 
-def time_kernels(lib_path: Path, exe: Executable, min_ms: float = 5.0) -> dict[str, float]:
-    """Median-free quick timing of each compiled function alone on zero-filled buffers (zeros keep every
-    gather in bounds), by function name: kernels sharing a function (KernelInfo.func) share its time."""
-    lib = load_kernels(lib_path)
-    times = {}
-    for func in exe.funcs:
-        arrays = [np.zeros(b.shape, dtype=b.dtype) for b in func.params]
-        lib.call(func.name, *arrays)
-        start, runs = time.perf_counter(), 0
-        while (time.perf_counter() - start) * 1000 < min_ms or runs < 3:
-            lib.call(func.name, *arrays)
-            runs += 1
-        times[func.name] = (time.perf_counter() - start) * 1000 / runs
-    return times
-
-
-def profile_kernels(module, exe: Executable) -> dict[str, float]:
-    """Each compiled function's time from the runtime's own per-call profile (GPU libraries: device
-    timers), by function name; calls sharing a function take the first call's time."""
-    times: dict[str, float] = {}
-    for call, info in zip(module.profile(repeat=5), exe.kernels):
-        times.setdefault(info.func, call["time_ms"])
-    return times
-
-
 @contextmanager
 def _runtime_failures(target: Target):
     """The artifact refused to load or run here (a GPU kernel faulted, the driver rejected the PTX, ...):
@@ -86,11 +67,19 @@ def _runtime_failures(target: Target):
 
 def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int = 3,
             tuning: "TuningOptions | Mapping[str, Any] | None" = None,
-            input_shapes: Optional[Mapping[str, tuple[int, ...]]] = None, *, validate: bool = True,
-            benchmark: bool = True, progress: Optional[ProgressFn] = None, threads: Optional[int] = None) -> Artifact:
+            input_shapes: Optional[Mapping[str, tuple[int, ...]]] = None, *, validate: "bool | str" = True,
+            benchmark: bool = True, progress: Optional[ProgressFn] = None, threads: Optional[int] = None,
+            name: Optional[str] = None, tolerance: "float | str | tuple[float, float] | None" = None,
+            validation_inputs: Any = None, bisect: bool = False) -> Artifact:
     """Compile an ONNX model into an Artifact (native library, weights, metadata, report). `tuning` is a
-    TuningOptions (a plain mapping of its fields is accepted too); None: no tuning and no records."""
+    TuningOptions (a plain mapping of its fields is accepted too); None: no tuning and no records.
+    `name` prefixes the library (libNAME.so), header (NAME.h) and exported C symbols (NAME_load, ...).
+    Validation (core/driver/numerics.py): `validate` "error" (True), "warn" or "off" (False); `tolerance` ATOL or
+    (ATOL, RTOL) for float outputs; `validation_inputs` .npz path(s) or bytes of real inputs; `bisect` always
+    compares kernel by kernel (a mismatch always does)."""
     tgt = get_target(target)
+    names = artifact_names(name)
+    checks = ValidationOptions.of(validate, tolerance, validation_inputs, bisect)
     backend = get_backend(tgt)
     if opt_level not in (0, 1, 2, 3):
         raise KilnError(f"opt level must be 0, 1, 2 or 3, not {opt_level}")
@@ -110,6 +99,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     data = _model_bytes(model)
     with stage(Stage.IMPORT):
         graph = import_onnx(model if isinstance(model, (str, Path)) else data, input_shapes=input_shapes)
+        check_graph_sizes(graph)  # an absurd input shape fails here, not after a whole build
+        backend.check_ops((node.op for node in graph.nodes), tgt)  # what the target cannot compile, all at once
+        samples = checks.samples(graph) if checks.enabled else None  # bad inputs fail before minutes of building
     nodes_in = len(graph.nodes)
     with stage(Stage.OPTIMIZE):
         graph = optimize(graph, opt_level, tgt)
@@ -131,62 +123,82 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     workdir = new_workdir()
     with stage(Stage.BUILD):
         exe = build_executable(graph, tgt, schedule_for=schedule_for)
-        build_library(list(exe.funcs), tgt, workdir / LIBRARY, plan=exe.plan)
+        build_library(list(exe.funcs), tgt, workdir / names.library,
+                      plan=exe.plan if names.is_default else replace(exe.plan, export_prefix=names.prefix))
         (workdir / WEIGHTS).write_bytes(exe.weights)
     metadata = {
         "format": "kiln-artifact", "version": 1, "compiler_version": __version__, "target": tgt.name,
         "target_triple": tgt.triple, "target_features": tgt.features, "opt_level": opt_level,
         "model_sha256": hashlib.sha256(data).hexdigest(), "inputs": _io_info(graph, graph.inputs),
-        "outputs": _io_info(graph, graph.outputs), "library": LIBRARY, "weights": WEIGHTS, "header": HEADER,
+        "outputs": _io_info(graph, graph.outputs), "library": names.library, "weights": WEIGHTS, "header": names.header, "symbol_prefix": names.prefix,
         "weights_bytes": len(exe.weights), "arena_bytes": exe.memory.arena_bytes,
     }
     metadata.update(backend.runtime_metadata(tgt))
     write_metadata(workdir, metadata)
-    (workdir / HEADER).write_text(render_header(metadata))
+    (workdir / names.header).write_text(render_header(metadata))
 
     cannot_run = backend.cannot_run_reason(tgt)
+    emulator = backend.emulator(tgt) if cannot_run else None  # e.g. qemu-aarch64: validated, never timed
+    if emulator is not None:
+        cannot_run, benchmark = None, False
     runs_here = cannot_run is None
     validation: dict[str, Any] = {"skipped": cannot_run or "validation was not requested"}
-    latency: dict[str, Any] = {"skipped": cannot_run or "the benchmark was not requested"}
+    latency: dict[str, Any] = {"skipped": cannot_run or (EMULATED if emulator else "the benchmark was not requested")}
     kernel_times: dict[str, float] = {}
-    nthreads = threads or tgt.num_cores
+    nthreads = threads or (min(tgt.num_cores, os.cpu_count() or 1) if emulator else tgt.num_cores)
     session = None
     # ONNX Runtime's Python API takes and returns numpy's own dtypes only, not ml_dtypes' float8/int4/...
     unexchangeable = sorted({graph.type_of(n).dtype for n in (*graph.inputs, *graph.outputs)} & NARROW_DTYPES)
-    if runs_here and (validate or benchmark) and unexchangeable:
+    if runs_here and (checks.enabled or benchmark) and unexchangeable:
         reason = f"ONNX Runtime's Python API cannot exchange {', '.join(unexchangeable)} tensors"
         validation, latency = {"skipped": reason}, {"skipped": reason}
-    elif runs_here and (validate or benchmark):
+    elif runs_here and (checks.enabled or benchmark):
         try:
             session = onnxruntime_session(data, nthreads)
         except Exception as err:  # ORT has no kernel for what Kiln compiled (e.g. bfloat16 Mul): nothing to compare to
             if type(err).__name__ != "NotImplemented":
                 raise
             reason = f"ONNX Runtime cannot run this model: {str(err).splitlines()[0]}"
-            validation, latency = {"skipped": reason}, {"skipped": reason}
+            validation, latency, benchmark = {"skipped": reason}, {"skipped": reason}, False
+            if checks.enabled:  # still validated, against ONNX's reference evaluator
+                session = ReferenceEvaluatorSession(data)
     if session is not None:
         with _runtime_failures(tgt):
-            module = Artifact(workdir, metadata, {}, owns_directory=False).load()
+            module = emulator.load(workdir) if emulator else Artifact(workdir, metadata, {}, owns_directory=False).load()
         module.set_num_threads(nthreads)
         try:
             with _runtime_failures(tgt):
-                if validate:
+                if checks.enabled:
                     with stage(Stage.VALIDATE):
-                        validation = validate_against_ort(module, session, graph).as_report()
+                        comparison, worst_feeds = validate_against_ort(
+                            module, session, graph, samples=samples, origins=origins_or_empty(data),
+                            user_tolerance=checks.tolerance)
+                        # Kernels run one by one from the library itself: only a host CPU library exports them.
+                        no_bisect = ("the target does not run here" if emulator is not None else
+                                     "a GPU library's kernels run only inside the runtime" if backend.profiles_in_runtime
+                                     else "a named library keeps its kernels internal" if not names.is_default else "")
+                        validation = checks.verdict(comparison, samples, no_bisect or (
+                            lambda: bisect_kernels(exe, graph, workdir / names.library, data, worst_feeds,
+                                                   threads=nthreads, user_tolerance=checks.tolerance)))
                 if benchmark:
                     with stage(Stage.BENCHMARK):
                         feeds = random_inputs(graph, 1, index_bounds(graph))
                         latency = compare_latency(module, session, feeds, rounds=7).as_report()
-                        kernel_times = (profile_kernels(module, exe) if backend.profiles_in_runtime
-                                        else time_kernels(workdir / LIBRARY, exe))
+                        # Kernels timed inside runs of the whole model (the runtime's own profile), so that
+                        # their sum explains the end-to-end time; the report gives both and their ratio.
+                        profile = profile_kernels(module, exe, feeds)
+                        kernel_times = profile.by_func
+                        latency["kernel_breakdown"] = profile.breakdown(latency["kiln"])
         finally:
             module.close()
+    if emulator is not None and "skipped" not in validation:
+        validation.update(mode=EMULATED, emulator=emulator.describe())
     notify(Stage.PACKAGE, Stage.PACKAGE.start, "")
     timings["total"] = round(time.perf_counter() - total_start, 4)
     report = build_report(metadata=metadata, target=tgt, opt_level=opt_level, nodes_in=nodes_in, exe=exe,
                           passes=list(backend.pass_names(opt_level)), kernel_times=kernel_times, tuned_kernels=tuned_kernels,
                           tuning=tuning_report, validation=validation, latency=latency, timings=timings,
-                          threads=nthreads)
+                          threads=nthreads, onnx_nodes=onnx_node_names(data))
     device = backend.report_device(tgt, runs_here)
     if device is not None:
         report["device"] = device

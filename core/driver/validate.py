@@ -1,19 +1,23 @@
-"""Validation against ONNX Runtime: seeded random inputs, both runtimes, max abs/rel error.
+"""Validation against a reference runtime: the inputs (seeded random or the user's npz), both runs, per-output errors.
 
-ONNX Runtime is the reference for every compiled model; a mismatch beyond tolerance is an error.
+ONNX Runtime is the reference for every compiled model (ONNX's reference evaluator where ORT has no kernel);
+each output is judged under core/driver/tolerance.py's policy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Optional
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import ValidationError
+from ..errors import ValidationInputError
 from ..graph.ir import Graph
+from .tolerance import OutputOrigin, Tolerance, tolerance_for
 
-ATOL = 1e-4
-RTOL = 1e-4
+MAX_VALIDATION_INPUT_BYTES = 256 << 20  # uncompressed, all files together
+InputSource = Union[str, Path, bytes]
 
 
 def random_inputs(graph: Graph, seed: int = 0, index_bounds: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
@@ -43,42 +47,210 @@ def index_bounds(graph: Graph) -> dict[str, int]:
     return bounds
 
 
+def load_validation_inputs(sources: "InputSource | Sequence[InputSource]", inputs: Mapping[str, tuple[tuple, str]],
+                           max_bytes: int = MAX_VALIDATION_INPUT_BYTES) -> list[dict[str, np.ndarray]]:
+    """Samples from .npz files (paths or bytes) keyed by input name; `inputs` maps each model input to (shape, dtype).
+    An array of the input's shape is one sample; one more leading axis holds several. Anything else is one
+    ValidationInputError naming the file and the input."""
+    if isinstance(sources, (str, Path, bytes, bytearray)):
+        sources = [sources]
+    if not sources:
+        raise ValidationInputError("no validation inputs were given")
+    samples: list[dict[str, np.ndarray]] = []
+    budget = max_bytes
+    for number, source in enumerate(sources):
+        label = str(source) if isinstance(source, (str, Path)) else f"validation inputs #{number + 1}"
+        arrays = _read_npz(source, label, budget)
+        budget -= sum(a.nbytes for a in arrays.values())
+        samples.extend(_samples_of(arrays, inputs, label))
+    return samples
+
+
+def _read_npz(source: InputSource, label: str, budget: int) -> dict[str, np.ndarray]:
+    import io
+
+    try:
+        if isinstance(source, (str, Path)):
+            if Path(source).stat().st_size > budget:
+                raise ValidationInputError(f"{label}: larger than the {budget >> 20} MiB allowed for validation inputs")
+            handle = open(source, "rb")
+        else:
+            handle = io.BytesIO(bytes(source))
+        with handle, zipfile.ZipFile(handle) as archive:
+            members = archive.infolist()
+            if sum(m.file_size for m in members) > budget:  # a zip bomb stops here, before anything inflates
+                raise ValidationInputError(f"{label}: its arrays take more than the {budget >> 20} MiB allowed "
+                                           f"for validation inputs")
+            names = [m.filename for m in members]
+            bad = [n for n in names if not n.endswith(".npy")]
+            if bad:
+                raise ValidationInputError(f"{label}: not an .npz of arrays (it holds {', '.join(bad[:3])})")
+            handle.seek(0)
+            with np.load(handle, allow_pickle=False) as npz:
+                return {key: npz[key] for key in npz.files}
+    except ValidationInputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
+        raise ValidationInputError(f"{label}: not a readable .npz file ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+
+
+def _samples_of(arrays: Mapping[str, np.ndarray], inputs: Mapping[str, tuple[tuple, str]], label: str) -> list[dict]:
+    missing = [n for n in inputs if n not in arrays]
+    unknown = [n for n in arrays if n not in inputs]
+    if missing or unknown:
+        parts = ([f"missing input(s) {', '.join(map(repr, missing))}"] if missing else []) + (
+            [f"unknown name(s) {', '.join(map(repr, unknown))}"] if unknown else [])
+        raise ValidationInputError(f"{label}: {'; '.join(parts)}; the model takes {', '.join(map(repr, inputs))}")
+    counts = {}
+    for name, (shape, dtype) in inputs.items():
+        arr = arrays[name]
+        if arr.dtype != np.dtype(dtype):
+            raise ValidationInputError(f"{label}: input {name!r} is {arr.dtype}, the model takes {np.dtype(dtype)}")
+        if _fits(arr.shape, shape):
+            counts[name] = None
+        elif arr.ndim == len(shape) + 1 and _fits(arr.shape[1:], shape) and arr.shape[0] > 0:
+            counts[name] = arr.shape[0]
+        else:
+            raise ValidationInputError(f"{label}: input {name!r} has shape {list(arr.shape)}, the model takes "
+                                       f"{list(shape)} (or [N, {', '.join(map(str, shape))}] for N samples)")
+    stacked = {c for c in counts.values() if c is not None}
+    if len(stacked) > 1:
+        raise ValidationInputError(f"{label}: inputs hold different numbers of samples ({sorted(stacked)})")
+    n = stacked.pop() if stacked else None
+    if n is None:
+        return [{name: np.ascontiguousarray(arrays[name]) for name in inputs}]
+    return [{name: np.ascontiguousarray(arrays[name][i] if counts[name] is not None else arrays[name]) for name in inputs}
+            for i in range(n)]
+
+
+def _fits(shape: tuple, wanted: tuple) -> bool:
+    """`shape` is `wanted`, where a dimension that is not a number (a symbolic one, before it is fixed) fits any size."""
+    return len(shape) == len(wanted) and all(not isinstance(w, int) or s == w for s, w in zip(shape, wanted))
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    """One output against its reference, over every sample."""
+
+    name: str
+    dtype: str
+    max_abs_err: float
+    max_rel_err: float
+    cosine: Optional[float]
+    mismatches: int  # elements beyond tolerance
+    size: int
+    passed: bool
+    tolerance: Tolerance
+    top1: Optional[float] = None  # classifier-like outputs: share of rows whose argmax agrees
+    top5: Optional[float] = None  # share of rows whose reference argmax is among Kiln's five largest
+
+    def as_report(self) -> dict:
+        out = {"name": self.name, "dtype": self.dtype, "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
+               "cosine": self.cosine, "mismatches": self.mismatches, "elements": self.size, "passed": self.passed,
+               "tolerance": self.tolerance.as_report(), "rule": self.tolerance.describe()}
+        if self.top1 is not None:
+            out.update(top1=self.top1, top5=self.top5)
+        return out
+
+
 @dataclass(frozen=True)
 class Comparison:
     max_abs_err: float
     max_rel_err: float
     ok: bool
     worst_output: str
+    outputs: tuple[OutputComparison, ...] = field(default=())
+    reference: str = "onnxruntime"
 
     def as_report(self) -> dict:
-        return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "reference": "onnxruntime",
-                "atol": ATOL, "rtol": RTOL, "passed": self.ok}
+        return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "reference": self.reference,
+                "passed": self.ok, "outputs": [o.as_report() for o in self.outputs]}
+
+    def message(self) -> str:
+        """The mismatch in one line: the worst failing output, its errors and its rule."""
+        failing = [o for o in self.outputs if not o.passed] or list(self.outputs)
+        worst = next((o for o in failing if o.name == self.worst_output), failing[0]) if failing else None
+        if worst is None:
+            return "compiled model does not match the reference"
+        against = "ONNX Runtime" if self.reference == "onnxruntime" else self.reference
+        return (f"compiled model does not match {against}: output {worst.name!r} max abs error {worst.max_abs_err:.3g}, "
+                f"max rel error {worst.max_rel_err:.3g}, {worst.mismatches} of {worst.size} elements out of tolerance "
+                f"({worst.tolerance.describe()})")
 
 
-def compare(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> Comparison:
-    max_abs = max_rel = 0.0
-    ok, worst = True, ""
-    for name, ref in expected.items():
-        got = actual[name]
-        if got.shape != ref.shape:
-            return Comparison(float("inf"), float("inf"), False, name)
-        if ref.dtype.kind in "biu":
-            bad = int(np.count_nonzero(got != ref))
-            abs_err = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64)), initial=0.0))
-            rel_err = abs_err / max(1.0, float(np.max(np.abs(ref), initial=0)))
-            passed = bad == 0
-        else:
-            g, r = got.astype(np.float64), ref.astype(np.float64)
-            nan_match = np.isnan(g) == np.isnan(r)
-            diff = np.where(np.isnan(r), 0.0, np.abs(g - r))
-            abs_err = float(np.max(diff, initial=0.0))
-            rel_err = float(np.max(diff / np.maximum(np.abs(r), 1e-6), initial=0.0)) if r.size else 0.0
-            passed = bool(np.all(nan_match)) and bool(np.all(diff <= ATOL + RTOL * np.abs(np.nan_to_num(r))))
-        if abs_err >= max_abs:
-            worst = name
-        max_abs, max_rel = max(max_abs, abs_err), max(max_rel, rel_err)
-        ok = ok and passed
-    return Comparison(max_abs, max_rel, ok, worst)
+def compare_output(name: str, got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> OutputComparison:
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape:
+        return OutputComparison(name, str(ref.dtype), float("inf"), float("inf"), None, int(ref.size), int(ref.size),
+                                False, tol)
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    nan_match = np.isnan(g) == np.isnan(r)
+    diff = np.where(np.isnan(r) | np.isnan(g), 0.0, np.abs(g - r))
+    diff = np.where(np.isinf(r) & (g == r), 0.0, diff)
+    finite = np.abs(np.nan_to_num(r, nan=0.0, posinf=0.0, neginf=0.0))
+    scale = float(np.max(finite, initial=0.0))
+    abs_err = float(np.max(diff, initial=0.0))
+    if ref.dtype.kind in "biu":
+        rel_err = abs_err / max(1.0, scale)
+    else:
+        rel_err = float(np.max(diff / np.maximum(finite, 1e-6), initial=0.0)) if r.size else 0.0
+    if tol.mismatch_fraction is not None:
+        bad = int(np.count_nonzero(got != ref))
+        passed = bad <= tol.mismatch_fraction * ref.size
+    else:
+        bad = int(np.count_nonzero(~nan_match | (diff > tol.atol + tol.rtol * finite + tol.scale * scale)))
+        passed = bad == 0
+    top1 = top5 = None
+    if ref.dtype.kind == "f" and ref.ndim == 2 and ref.shape[1] >= 2 and ref.shape[0] >= 1:
+        ref_top = np.argmax(np.nan_to_num(r), axis=1)
+        top1 = float(np.mean(np.argmax(np.nan_to_num(g), axis=1) == ref_top))
+        k = min(5, ref.shape[1])
+        got_top5 = np.argsort(-np.nan_to_num(g), axis=1, kind="stable")[:, :k]
+        top5 = float(np.mean([ref_top[i] in got_top5[i] for i in range(ref.shape[0])]))
+    return OutputComparison(name, str(ref.dtype), abs_err, rel_err, _cosine(g, r), bad, int(ref.size), passed, tol,
+                            top1, top5)
+
+
+def _cosine(g: np.ndarray, r: np.ndarray) -> Optional[float]:
+    g, r = np.nan_to_num(g.ravel(), posinf=0.0, neginf=0.0), np.nan_to_num(r.ravel(), posinf=0.0, neginf=0.0)
+    norm = float(np.linalg.norm(g) * np.linalg.norm(r))
+    if norm == 0.0:
+        return 1.0 if not g.any() and not r.any() else 0.0
+    return float(np.dot(g, r) / norm)
+
+
+def _merge(parts: Sequence[OutputComparison]) -> OutputComparison:
+    """One output over several samples: worst errors, lowest cosine, mean agreement."""
+    first = parts[0]
+    cosines = [p.cosine for p in parts if p.cosine is not None]
+    tops = [p for p in parts if p.top1 is not None]
+    return OutputComparison(
+        first.name, first.dtype, max(p.max_abs_err for p in parts), max(p.max_rel_err for p in parts),
+        min(cosines) if cosines else None, sum(p.mismatches for p in parts), sum(p.size for p in parts),
+        all(p.passed for p in parts), first.tolerance,
+        float(np.mean([p.top1 for p in tops])) if tops else None, float(np.mean([p.top5 for p in tops])) if tops else None)
+
+
+def compare(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+            tolerances: Optional[Mapping[str, Tolerance]] = None) -> Comparison:
+    """Every expected output against the actual one, each under its tolerance (default: the dtype's policy)."""
+    return _combine([[compare_output(name, actual[name], ref, (tolerances or {}).get(name) or tolerance_for(np.asarray(ref).dtype))
+                      for name, ref in expected.items()]])
+
+
+def _combine(per_sample: Sequence[Sequence[OutputComparison]], reference: str = "onnxruntime") -> Comparison:
+    outputs = [_merge(parts) for parts in zip(*per_sample)]
+    if not outputs:
+        return Comparison(0.0, 0.0, True, "", ())
+    worst = max(outputs, key=lambda o: (not o.passed, o.max_abs_err))
+    return Comparison(max(o.max_abs_err for o in outputs), max(o.max_rel_err for o in outputs),
+                      all(o.passed for o in outputs), worst.name, tuple(outputs), reference)
+
+
+def policy(expected: Mapping[str, np.ndarray], origins: Mapping[str, OutputOrigin],
+           user: Optional[tuple[float, float]] = None) -> dict[str, Tolerance]:
+    return {name: tolerance_for(np.asarray(ref).dtype, origins.get(name, OutputOrigin()), user)
+            for name, ref in expected.items()}
 
 
 def onnxruntime_session(model_bytes: bytes, threads: int):
@@ -104,6 +276,27 @@ def onnxruntime_session(model_bytes: bytes, threads: int):
         return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
+class ReferenceEvaluatorSession:
+    """ONNX's reference evaluator behind the part of ORT's session interface validation uses, for models ONNX
+    Runtime has no kernel for (bfloat16 arithmetic): slow, exact to the spec, a reference all the same."""
+
+    reference_name = "onnx.reference"
+
+    def __init__(self, model_bytes: bytes):
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        self._evaluator = ReferenceEvaluator(onnx.load_from_string(model_bytes))
+
+    def get_outputs(self) -> list:
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name=n) for n in self._evaluator.output_names]
+
+    def run(self, names, feeds):
+        return self._evaluator.run(list(names), dict(feeds))
+
+
 def _flat_reference(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """ONNX Runtime's outputs named as the compiled model's: a sequence `y` as `y::0`, `y::1`, ...
     (core.frontend.structured_values), an empty optional as nothing."""
@@ -113,14 +306,20 @@ def _flat_reference(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
     return flatten_reference(dict(zip(names, session.run(names, feeds))))
 
 
-def validate(module, session, graph: Graph, seed: int = 0) -> Comparison:
-    """Run both on the same seeded inputs; raise ValidationError on a mismatch beyond tolerance."""
-    feeds = random_inputs(graph, seed, index_bounds(graph))
-    expected = _flat_reference(session, feeds)
-    actual = module.run(feeds)
-    result = compare(actual, expected)
-    if not result.ok:
-        raise ValidationError(f"compiled model does not match ONNX Runtime: output {result.worst_output!r} "
-                              f"max abs error {result.max_abs_err:.3g}, max rel error {result.max_rel_err:.3g} "
-                              f"(tolerance {ATOL:g} + {RTOL:g}*|ref|)")
-    return result
+def validate(module, session, graph: Graph, seed: int = 0, *, samples: Optional[Sequence[Mapping[str, np.ndarray]]] = None,
+             origins: Optional[Mapping[str, OutputOrigin]] = None, user_tolerance: Optional[tuple[float, float]] = None
+             ) -> tuple[Comparison, dict[str, np.ndarray]]:
+    """Run both on the same inputs (the user's samples, else seeded random); the comparison under the tolerance
+    policy, and the inputs of the worst sample (for a bisect). Raises nothing: the caller's mode decides."""
+    samples = list(samples) if samples else [random_inputs(graph, seed, index_bounds(graph))]
+    per_sample, worst = [], (None, samples[0])
+    for feeds in samples:
+        expected = _flat_reference(session, feeds)
+        actual = module.run(feeds)
+        tolerances = policy(expected, origins or {}, user_tolerance)
+        outputs = [compare_output(name, actual[name], ref, tolerances[name]) for name, ref in expected.items()]
+        per_sample.append(outputs)
+        badness = (sum(not o.passed for o in outputs), max((o.max_abs_err for o in outputs), default=0.0))
+        if worst[0] is None or badness > worst[0]:
+            worst = (badness, feeds)
+    return _combine(per_sample, getattr(session, "reference_name", "onnxruntime")), worst[1]

@@ -57,12 +57,29 @@ def unsupported_ops(proto: onnx.ModelProto) -> list[tuple[str, str, int]]:
     return sorted(missing)
 
 
+def check_supported(proto: onnx.ModelProto) -> None:
+    """UnsupportedOpError listing every op of the model without a converter (the upload's check, the CLI's too)."""
+    missing = unsupported_ops(proto)
+    if missing:
+        raise UnsupportedOpError(missing)
+
+
 def _nodes(graph: onnx.GraphProto):
     for node in graph.node:
         yield node
         for attribute in node.attribute:
             for sub in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
                 yield from _nodes(sub)
+
+
+def onnx_node_names(model_bytes: bytes) -> dict[str, str]:
+    """The model's named ONNX nodes by their first output, the name the graph nodes converted from them
+    carry (ConvertContext.hint); {} for a model that cannot be parsed here."""
+    try:
+        proto = onnx.load_from_string(model_bytes)
+    except Exception:  # noqa: BLE001 - names only label the report; the compile already read the model
+        return {}
+    return {n.output[0]: n.name for n in proto.graph.node if n.name and n.output and n.output[0]}
 
 
 def check_graph_sizes(graph: Graph, budget: SizeBudget = DEFAULT_BUDGET) -> None:
@@ -85,9 +102,7 @@ def inspect_model(model: ModelSource, *, allow_external_data: bool = True,
     attribute combinations and sizes every value; symbolic dimensions are left for the compile's `input_shapes`.
     """
     proto = load_model(model, allow_external_data=allow_external_data, budget=budget)
-    missing = unsupported_ops(proto)
-    if missing:
-        raise UnsupportedOpError(missing)
+    check_supported(proto)
     initializers = {t.name for t in proto.graph.initializer}
     inputs = _signature(proto.graph.input, initializers)
     symbolic = [i["name"] for i in inputs if i["shape"] is None or any(isinstance(d, str) for d in i["shape"])]
@@ -100,6 +115,8 @@ def inspect_model(model: ModelSource, *, allow_external_data: bool = True,
         "ir_version": int(proto.ir_version),
         "producer": proto.producer_name,
         "nodes": len(proto.graph.node),
+        # default-domain op types, subgraphs included: what a target-aware check (Backend.check_ops) reads
+        "op_types": sorted({n.op_type for n in _nodes(proto.graph) if canonical_domain(n.domain) == ""}),
         "symbolic_inputs": symbolic,
     }
 

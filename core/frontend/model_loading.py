@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from core.errors import InvalidModelError, ModelTooLargeError
+from core.errors import InvalidModelError, ModelTooLargeError, UnsupportedOpsetError
 from core.narrow_dtypes import packed_nbytes
 
 ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto]
@@ -32,12 +32,16 @@ class SizeBudget:
 
 
 DEFAULT_BUDGET = SizeBudget()
+# The newest opset of the default ONNX domain the converters follow: a newer one may change what an op
+# means, so it is refused rather than compiled as if it were this one.
+MAX_OPSET = 28
 
 
 def load_model(model: ModelSource, *, allow_external_data: bool = True,
                budget: SizeBudget = DEFAULT_BUDGET) -> onnx.ModelProto:
     """The checked model. `allow_external_data=False` for a single uploaded file, which has no data beside it."""
     proto, folder = _parse(model)
+    check_opsets(proto)
     tensors = list(_tensors(proto.graph))
     check_declared_sizes(tensors, budget)  # from dims alone: nothing is allocated yet
     external = [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
@@ -51,11 +55,45 @@ def load_model(model: ModelSource, *, allow_external_data: bool = True,
     locations = [_location(folder, t) for t in external]  # rejects escapes before any check opens them
     # The checker reads a path itself (external data included, nothing re-serialized); shape inference
     # does not need the weights, so both run before the (possibly large) external data is read.
-    _check(Path(model) if isinstance(model, (str, os.PathLike)) else proto)
+    moved = adopt_runtime_ops(proto)
+    _check(Path(model) if isinstance(model, (str, os.PathLike)) and not moved else proto)
     check_inferred_sizes(_infer_shapes(proto), budget)
     for tensor, location in zip(external, locations):
         _read_external_data(tensor, location)
     return proto
+
+
+def check_opsets(proto: onnx.ModelProto) -> None:
+    """UnsupportedOpsetError when the model imports a default-domain opset newer than MAX_OPSET."""
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx") and entry.version > MAX_OPSET:
+            raise UnsupportedOpsetError(
+                f"the model uses ONNX opset {entry.version}, newer than the newest Kiln supports ({MAX_OPSET}): "
+                f"export it with opset_version={MAX_OPSET} or lower, or convert it with "
+                f"onnx.version_converter.convert_version(model, {MAX_OPSET})")
+
+
+# Contrib ops ONNX Runtime registers in the ONNX domain itself (its transformer optimizer writes them
+# there): ONNX has no schema for them, so they are read as the com.microsoft ops they are.
+RUNTIME_OPS_IN_ONNX_DOMAIN = frozenset({"SimplifiedLayerNormalization"})
+RUNTIME_DOMAIN = "com.microsoft"
+
+
+def adopt_runtime_ops(proto: onnx.ModelProto) -> bool:
+    """Moves RUNTIME_OPS_IN_ONNX_DOMAIN nodes (subgraphs included) to ONNX Runtime's domain; True if any moved."""
+    moved = False
+    graphs = [proto.graph]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in RUNTIME_OPS_IN_ONNX_DOMAIN:
+                node.domain, moved = RUNTIME_DOMAIN, True
+            for attribute in node.attribute:
+                graphs.extend([attribute.g] if attribute.HasField("g") else [])
+                graphs.extend(attribute.graphs)
+    if moved and not any(o.domain == RUNTIME_DOMAIN for o in proto.opset_import):
+        proto.opset_import.append(onnx.helper.make_opsetid(RUNTIME_DOMAIN, 1))
+    return moved
 
 
 def _itemsize(data_type: int) -> int:

@@ -28,22 +28,6 @@ def _sigmoid(x: Expr) -> Expr:
     return one / (one + call("exp", -x))
 
 
-# erf(x) ~= x * P(x^2) / Q(x^2) on [-4, 4] (|error| < 5e-7; erf is +-1 in float32 beyond): the
-# rational approximation Eigen and XLA use. Plain arithmetic vectorizes, unlike a libm call per lane.
-_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
-          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
-_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
-          -1.42647390514189e-02)
-
-
-def _horner(x2: Expr, coefficients: Sequence[float]) -> Expr:
-    """The polynomial with `coefficients` (highest power first) at x2."""
-    acc = const(coefficients[0], x2.dtype)
-    for c in coefficients[1:]:
-        acc = acc * x2 + const(c, x2.dtype)
-    return acc
-
-
 def _in_float32(fn: Callable[[Expr], Expr], libm: str) -> Callable[[Expr], Expr]:
     # The approximations are float32's: float16/bfloat16 compute through float32 (their own arithmetic
     # would round every step); float64 keeps the libm call, which has its precision.
@@ -55,27 +39,6 @@ def _in_float32(fn: Callable[[Expr], Expr], libm: str) -> Callable[[Expr], Expr]
         return cast(x.dtype, fn(cast("float32", x)))
 
     return body
-
-
-def _erf(x: Expr) -> Expr:
-    x = minimum(maximum(x, const(-4.0, x.dtype)), const(4.0, x.dtype))
-    x2 = x * x
-    return x * _horner(x2, _ERF_P) / _horner(x2, _ERF_Q)
-
-
-# tanh(x) ~= x * P(x^2) / Q(x^2) on [-7.905, 7.905] (relative error < 5e-7; tanh is +-1 in float32
-# beyond), tanh(x) = x below 4e-4: Eigen's and XLA's float tanh, vectorizable like erf above.
-_TANH_CLAMP = 7.90531110763549805
-_TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
-           1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
-_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
-
-
-def _tanh(x: Expr) -> Expr:
-    clamped = minimum(maximum(x, const(-_TANH_CLAMP, x.dtype)), const(_TANH_CLAMP, x.dtype))
-    x2 = clamped * clamped
-    ratio = clamped * _horner(x2, _TANH_P) / _horner(x2, _TANH_Q)
-    return select(call("abs", x) < const(4e-4, x.dtype), x, ratio)
 
 
 def _clip(x: Expr, attrs: Mapping[str, Any], dtype: str) -> Expr:
@@ -130,8 +93,9 @@ def _cosh(x: Expr) -> Expr:
 UNARY: dict[str, UnaryFn] = {
     "Relu": lambda x, a, dt: maximum(x, const(0, x.dtype)),
     "Sigmoid": _float_only("Sigmoid", _sigmoid),
-    "Tanh": _float_only("Tanh", _in_float32(_tanh, "tanh")),
-    "Erf": _float_only("Erf", _in_float32(_erf, "erf")),
+    # Inline polynomials in codegen (codegen/vecmath.py), vector code at every width, within 2 ulp.
+    "Tanh": _float_only("Tanh", lambda x: call("tanh", x)),
+    "Erf": _float_only("Erf", lambda x: call("erf", x)),
     "Sqrt": _float_only("Sqrt", lambda x: call("sqrt", x)),
     "Exp": _float_only("Exp", lambda x: call("exp", x)),
     "Log": _float_only("Log", lambda x: call("log", x)),

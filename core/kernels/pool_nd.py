@@ -1,6 +1,7 @@
-"""PoolND compute: a reduction over the window taps of any number of spatial axes (max, average, Lp),
-bounds checked inline (reads are clamped into the input, padded taps are masked out); the
-average's divisor and the Lp root are an elementwise stage after it."""
+"""PoolND compute: a reduction over the window taps of any number of spatial axes (max, average, Lp)
+of the padded input (its own stage, as for ConvND: dense, strided last axis in phases); the
+average's divisor and the Lp root are an elementwise stage after it. MaxPoolWithIndices reads the
+input itself, bounds checked inline (clamped reads, padded taps masked out)."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
@@ -10,6 +11,7 @@ from ..graph.op_defs.pool_nd import pool_nd_geometry
 from ..te import tensor as te
 from ..tir.expr import Expr, call, cast, const, eq, logical_and, maximum, minimum, select
 from .common import require
+from .conv_nd import padded_source
 from .registry import register_compute
 
 
@@ -33,19 +35,14 @@ def pool_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out
     p = float(attrs.get("p", 2))
     taps = [te.reduce_axis(k, f"rk{a}") for a, k in enumerate(kernel)]
     acc = x.dtype if mode == "max" or x.dtype == "float64" else "float32"
+    # Padded taps read the fill, which leaves a max or a sum unchanged (the average divides by the real count).
+    src = padded_source(x, out, kernel, strides, dilations, pads, te.lowest(x.dtype) if mode == "max" else None,
+                        "pool_nd_pad")
 
     def body(n: Expr, c: Expr, *o: Expr) -> Expr:
-        inside: Expr | None = None
-        at = []
-        for a in range(spatial):
-            coord = o[a] * strides[a] + taps[a].var * dilations[a] - pads[a]
-            size = x.shape[2 + a]
-            ok = logical_and(coord >= 0, coord < size)
-            inside = ok if inside is None else logical_and(inside, ok)
-            at.append(minimum(maximum(coord, _i64(0)), _i64(size - 1)))
-        value = x(n, c, *at)
+        value = src.read(n, c, o, [t.var for t in taps])
         if mode == "max":
-            return te.max(select(inside, value, te.lowest(x.dtype)), taps)
+            return te.max(value, taps)
         value = cast(acc, value)
         if mode == "lp":
             value = call("abs", value)
@@ -53,7 +50,7 @@ def pool_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out
                 value = value * value
             elif p != 1:
                 value = call("exp", call("log", value) * const(p, acc))
-        return te.sum(select(inside, value, const(0, acc)), taps)
+        return te.sum(value, taps)
 
     name = {"max": "max_pool_nd", "avg": "avg_pool_nd", "lp": "lp_pool_nd"}[mode]
     shape = x.shape[:2] + out

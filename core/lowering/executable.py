@@ -37,6 +37,7 @@ class KernelInfo:
     inputs: tuple[str, ...]  # graph value names bound to the kernel's inputs
     outputs: tuple[str, ...]
     func: str = ""  # the compiled function this kernel calls: its own name, or an identical earlier kernel's
+    inplace: str = ""  # the input it reads from its output buffer (the caller fills the output with it first)
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
         if func is not None and info.outputs[0] not in graph_outputs:
             inplace[info.outputs[0]] = value
             funcs[k] = func
-            infos[k] = dataclasses.replace(info, inputs=tuple(v for v in info.inputs if v != value))
+            infos[k] = dataclasses.replace(info, inputs=tuple(v for v in info.inputs if v != value), inplace=value)
     lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
                  for v in first if v not in graph_outputs]
     # Workspaces are per call (named by the kernel, not the possibly shared function).

@@ -10,7 +10,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import matplotlib
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 KILN = "#d35f1f"  # ember orange: everything Kiln produced
 ORT = "#6b7a8f"  # slate: the ONNX Runtime reference
@@ -238,3 +238,33 @@ def timings(times: dict) -> Optional[str]:
         ax.set_xlabel("seconds")
         ax.set_title(title)
         return _svg(fig, "timings", title)
+
+
+def kernel_errors(trace: Sequence[dict]) -> Optional[str]:
+    """The bisect: each compared kernel's max abs error against ONNX Runtime's same tensor, in call order (log
+    scale), within-tolerance kernels in slate, out-of-tolerance ones in Kiln's colour, the first one marked."""
+    points = [(i, e, bool(k.get("passed"))) for i, k in enumerate(trace) if (e := _number(k.get("max_abs_err"))) is not None]
+    if not points:
+        return None
+    floor = min((e for _, e, _ in points if e > 0), default=1e-12) / 10
+    first = next((i for i, _, ok in points if not ok), None)
+    title = ("Error kernel by kernel: " + (f"first out of tolerance at {trace[first].get('kernel', '?')}" if first is not None
+                                           else "every compared kernel within tolerance"))
+    with _style("kernel_errors"):
+        fig, ax = _figure(3.2)
+        xs = [i for i, _, _ in points]
+        ys = [max(e, floor) for _, e, _ in points]
+        ax.plot(xs, ys, color=ORT, linewidth=1, zorder=1)
+        ax.scatter(xs, ys, c=[ORT if ok else KILN for _, _, ok in points], s=14, zorder=2)
+        if first is not None:
+            ax.axvline(first, color=KILN, linestyle="--", linewidth=1)
+        ax.set_yscale("log")
+        # Plain labels: the log formatter's default writes mathtext, which this style shows as raw text.
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0e}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("kernel (call order)")
+        ax.set_ylabel("max abs error vs ONNX Runtime")
+        ax.grid(axis="y")
+        ax.set_title(title)
+        return _svg(fig, "kernel_errors", title)

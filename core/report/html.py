@@ -122,7 +122,28 @@ def _latency(report: dict, charts: Any) -> str:
     threads = report.get("threads")
     text = f"<p>{esc(charts.ratio_sentence(kiln, ort))}, measured in the same run" + (
         f" with {esc(threads)} threads.</p>" if threads else ".</p>")
-    return text + _chart(charts.latency, lat, "")
+    return text + _spread(lat) + _chart(charts.latency, lat, "")
+
+
+def _spread(lat: dict) -> str:
+    """The medians' spread over the rounds (quartiles), the busy-machine warning, and how much of the
+    end-to-end time the kernels explain."""
+    parts = []
+    quartiles = {k: lat.get(f"{k}_quartiles") for k in ("kiln", "onnxruntime", "ratio")}
+    if all(isinstance(q, list) and len(q) == 3 for q in quartiles.values()):
+        k, o, r = (quartiles[key] for key in ("kiln", "onnxruntime", "ratio"))
+        parts.append(f"<p>Over {_fmt(lat.get('rounds'), '.0f')} interleaved rounds (first quartile, median, third "
+                     f"quartile): Kiln {_fmt(k[0], '.4f')} / {_fmt(k[1], '.4f')} / {_fmt(k[2], '.4f')} ms, ONNX Runtime "
+                     f"{_fmt(o[0], '.4f')} / {_fmt(o[1], '.4f')} / {_fmt(o[2], '.4f')} ms; ratio per round "
+                     f"{_fmt(r[0], '.2f')}x to {_fmt(r[2], '.2f')}x.</p>")
+    if lat.get("busy"):
+        parts.append(f"<p class=bad>{esc(lat.get('warning', 'The machine was busy: the ratio is uncertain.'))}</p>")
+    kb = lat.get("kernel_breakdown") or {}
+    if _num(kb.get("kernels_sum_ms")) is not None and _num(kb.get("end_to_end_ms")):
+        parts.append(f"<p>The kernels add up to {_fmt(kb.get('kernels_sum_ms'), '.4f')} ms of the "
+                     f"{_fmt(kb.get('end_to_end_ms'), '.4f')} ms end to end ({_fmt((_num(kb.get('ratio')) or 0) * 100, '.0f')}%), "
+                     f"timed inside runs of the whole model; the rest is the call itself.</p>")
+    return "".join(parts)
 
 
 def _kernels(report: dict, charts: Any) -> str:
@@ -132,9 +153,10 @@ def _kernels(report: dict, charts: Any) -> str:
     chart = _chart(charts.kernel_breakdown, kernels,
                    "Kernel times were not measured (the target cannot run on this host, or benchmarking was off).")
     rows = [[esc(k.get("name", "")), esc(" + ".join(map(str, k.get("ops") or []))), _fmt(k.get("flops"), ",.0f"),
-             _fmt(k.get("time_ms"), ".4f"), _fmt(k.get("gflops"), ".2f"), "yes" if k.get("tuned") else "no"]
+             _fmt(k.get("time_ms"), ".4f"), _fmt(k.get("gflops"), ".2f"), "yes" if k.get("tuned") else "no",
+             esc(", ".join(map(str, k.get("onnx_nodes") or [])))]
              for k in kernels]
-    table = _table(["kernel", "ops", "FLOPs", "time ms", "GFLOP/s", "tuned"], rows, numeric={2, 3, 4})
+    table = _table(["kernel", "ops", "FLOPs", "time ms", "GFLOP/s", "tuned", "ONNX nodes"], rows, numeric={2, 3, 4})
     return f"{chart}<details><summary>All {len(kernels)} kernels</summary>{table}</details>"
 
 
@@ -145,10 +167,13 @@ def _tuning(report: dict, charts: Any) -> str:
         return _note("This compile was not tuned: every kernel used its default schedule.")
     summary = (f"<p>{_fmt(tuning.get('trials'), ',.0f')} trials in {_fmt(tuning.get('time_s'), '.1f')} s over "
                f"{len(tasks)} tasks; {_fmt(tuning.get('cache_hits'), ',.0f')} answered from tuning records.</p>")
+    if tuning.get("trials_from_records"):
+        summary += (f"<p>{_fmt(tuning.get('trials_from_records'), ',.0f')} earlier trials came from the records: a budget "
+                    f"is the total per workload, so only the difference was measured.</p>")
     chart = _chart(charts.tuning_curves, tasks, "The tuning tasks recorded no curves.")
     rows = [[f"<code>{esc(t.get('workload', ''))}</code>", _fmt(t.get("trials"), ",.0f"),
-             _fmt(t.get("best_gflops"), ".2f")] for t in tasks]
-    table = _table(["workload", "trials", "best GFLOP/s"], rows, numeric={1, 2})
+             _fmt(t.get("trials_from_records", 0), ",.0f"), _fmt(t.get("best_gflops"), ".2f")] for t in tasks]
+    table = _table(["workload", "new trials", "from records", "best GFLOP/s"], rows, numeric={1, 2, 3})
     return f"{summary}{chart}<details><summary>All {len(tasks)} tasks</summary>{table}</details>"
 
 
@@ -168,7 +193,7 @@ def _fusion(report: dict) -> str:
     return text + _table(["fused ops", "count", "kernels"], rows, numeric={1})
 
 
-def _validation(report: dict) -> str:
+def _validation(report: dict, charts: Any) -> str:
     val = report.get("validation") or {}
     if "max_abs_err" not in val:
         return _note(f"Validation was skipped: {val.get('skipped', 'no validation in this report')}.")
@@ -176,11 +201,52 @@ def _validation(report: dict) -> str:
     rows = [["max absolute error", _fmt(val.get("max_abs_err"), ".3g")],
             ["max relative error", _fmt(val.get("max_rel_err"), ".3g")],
             ["reference", esc(val.get("reference", "onnxruntime"))]]
+    if val.get("inputs"):
+        rows.append(["inputs", esc(val["inputs"])])
+    if val.get("mode"):  # the target's CPU is not this machine's: its artifact ran under an emulator
+        rows.append(["run", esc(f"{val['mode']}, under {val.get('emulator', 'an emulator')}")])
     if "atol" in val or "rtol" in val:
         rows.append(["tolerance", f"atol {_fmt(val.get('atol'), '.0e')}, rtol {_fmt(val.get('rtol'), '.0e')}"])
     if verdict:
-        rows.append(["result", verdict])
-    return "<p>Outputs on seeded random inputs, compared with the reference.</p>" + _table(["measure", "value"], rows)
+        kept = " (kept: on a mismatch this compile warns)" if val.get("on_mismatch") == "warn" and not val.get("passed") else ""
+        rows.append(["result", verdict + esc(kept)])
+    text = "<p>The compiled model's outputs compared with the reference on the same inputs.</p>" + _table(["measure", "value"], rows)
+    outputs = val.get("outputs") or []
+    if outputs:
+        out_rows = [[esc(o.get("name", "")), esc(o.get("dtype", "")), _fmt(o.get("max_abs_err"), ".3g"),
+                     _fmt(o.get("max_rel_err"), ".3g"), _fmt(o.get("cosine"), ".6f"),
+                     "–" if o.get("top1") is None else f"{_fmt(o.get('top1'), '.0%')} / {_fmt(o.get('top5'), '.0%')}",
+                     f"<code>{esc(o.get('rule', ''))}</code><br>{esc((o.get('tolerance') or {}).get('why', ''))}",
+                     _verdict(o.get("passed"))] for o in outputs]
+        text += _table(["output", "dtype", "max abs", "max rel", "cosine", "top-1 / top-5", "tolerance and why", ""],
+                       out_rows, numeric={2, 3, 4})
+    return text + _bisect(val, charts)
+
+
+def _bisect(val: dict, charts: Any) -> str:
+    trace = val.get("bisect")
+    if not trace:
+        return ""
+    if trace.get("skipped"):
+        return _note(f"No kernel-by-kernel comparison: {trace['skipped']}.")
+    first = val.get("first_divergent_kernel")
+    if first:
+        nodes = ", ".join(f"{n.get('name', '')} ({n.get('op', '')})" for n in first.get("onnx_nodes") or []) or "none"
+        head = (f"<p>First kernel out of tolerance: <b>{esc(first.get('kernel', ''))}</b> "
+                f"({esc(' + '.join(first.get('ops') or []))}), made by <code>{esc(first.get('created_by', ''))}</code> "
+                f"from the ONNX nodes {esc(nodes)}; its output <code>{esc(first.get('value', ''))}</code> is off by "
+                f"{_fmt(first.get('max_abs_err'), '.3g')} while its inputs were off by "
+                f"{_fmt(first.get('input_abs_err'), '.3g', 'nothing compared')}.</p>")
+    else:
+        head = "<p>Every compared kernel output is within tolerance.</p>"
+    kernels = trace.get("kernels") or []
+    rows = [[esc(k.get("kernel", "")), esc(" + ".join(k.get("ops") or [])),
+             esc(", ".join(n.get("name", "") for n in k.get("onnx_nodes") or [])), _fmt(k.get("input_abs_err"), ".3g"),
+             _fmt(k.get("max_abs_err"), ".3g"), _verdict(k.get("passed"))] for k in kernels]
+    table = _table(["kernel", "ops", "ONNX nodes", "input err", "output err", ""], rows, numeric={3, 4})
+    chart = _chart(charts.kernel_errors, kernels, "No kernel output had an ONNX Runtime twin to compare with.")
+    return (head + chart + f"<details><summary>{len(kernels)} of {_fmt(trace.get('total_kernels'), '.0f')} kernels "
+            f"compared</summary>{table}</details>")
 
 
 def _model(report: dict) -> str:
@@ -225,7 +291,7 @@ def render_html(report: dict[str, Any]) -> str:
         _section("tuning", "Tuning", _tuning(report, charts)),
         _section("memory", "Memory plan", _chart(charts.memory, mem, "The report has no memory plan.")),
         _section("fusion", "Operator fusion", _fusion(report)),
-        _section("validation", "Validation", _validation(report)),
+        _section("validation", "Validation", _validation(report, charts)),
         _section("timings", "Compile time", _chart(charts.timings, report.get("timings_s") or {},
                                                    "The report has no compile timings.")),
         _section("model", "Model", _model(report)),

@@ -215,15 +215,23 @@ class Module:
             self.set_num_threads(num_threads)
 
     def _bind(self) -> None:
+        """The ABI's functions, under the runtime's kiln_ names whatever the artifact's prefix (metadata's
+        symbol_prefix: a named artifact exports NAME_load, NAME_run, ...)."""
         lib, P = self._lib, ctypes.c_void_p
+        prefix = self.metadata.get("symbol_prefix", "kiln")
         for name, res, args in (("kiln_load", P, [ctypes.c_char_p]), ("kiln_run", ctypes.c_int, [P, P, P]),
                                 ("kiln_profile", ctypes.c_int, [P, P, P, P]), ("kiln_free", None, [P]),
                                 ("kiln_last_error", ctypes.c_char_p, []), ("kiln_set_num_threads", None, [ctypes.c_int]),
                                 ("kiln_get_num_threads", ctypes.c_int, []), ("kiln_num_inputs", ctypes.c_int, []),
                                 ("kiln_num_outputs", ctypes.c_int, []), ("kiln_num_kernel_calls", ctypes.c_int, []),
                                 ("kiln_kernel_call_name", ctypes.c_char_p, [ctypes.c_int])):
-            fn = getattr(lib, name)
+            try:
+                fn = getattr(lib, prefix + name[len("kiln"):])
+            except AttributeError:
+                raise KilnRuntimeError(f"the model library lacks {prefix + name[len('kiln'):]} "
+                                       f"(metadata.json's symbol_prefix is {prefix!r})") from None
             fn.restype, fn.argtypes = res, args
+            setattr(lib, name, fn)
 
     # ------------------------------------------------------------ information
 
@@ -310,7 +318,7 @@ class Module:
 
     def benchmark(self, repeat: int = 50, warmup: int = 5, number: int = 1, *,
                   feeds: Mapping[str, object] | None = None) -> dict:
-        """Latency of one run in ms: median/mean/min/p90 over `repeat` samples of `number` runs each."""
+        """Latency of one run in ms: median/mean/min/quartiles/p90 over `repeat` samples of `number` runs each."""
         arrays, outs = self._prepare(feeds if feeds is not None else self.random_inputs())
         ins, outp = self._pointer_table(arrays), self._pointer_table(outs)
         run, handle = self._lib.kiln_run, self._handle
@@ -324,7 +332,8 @@ class Module:
             samples.append((time.perf_counter() - t0) * 1e3 / max(1, number))
             self._check(rc, "kiln_run")
         return {"median_ms": statistics.median(samples), "mean_ms": statistics.fmean(samples),
-                "min_ms": min(samples), "p90_ms": float(np.percentile(samples, 90)),
+                "min_ms": min(samples), "p25_ms": float(np.percentile(samples, 25)),
+                "p75_ms": float(np.percentile(samples, 75)), "p90_ms": float(np.percentile(samples, 90)),
                 "runs": len(samples) * max(1, number)}
 
     def profile(self, repeat: int = 10, *, feeds: Mapping[str, object] | None = None) -> list[dict]:

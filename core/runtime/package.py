@@ -10,8 +10,10 @@ from ..backends import get_backend
 from ..errors import ArtifactError
 from ..files.atomic import atomic_path
 from ..target import Target
+from .c_sample import render_main_c, render_makefile
+from .naming import artifact_names
 
-LIBRARY = "libkiln_model.so"
+LIBRARY = "libkiln_model.so"  # an unnamed artifact's; a named one's: libNAME.so and NAME.h (naming.py)
 HEADER = "kiln_model.h"
 WEIGHTS = "weights.bin"
 METADATA = "metadata.json"
@@ -19,7 +21,9 @@ LOADER = "kiln_loader.py"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 README = "README.txt"
-MEMBERS = (LIBRARY, HEADER, WEIGHTS, METADATA, LOADER, REPORT_JSON, REPORT_HTML, README)
+SAMPLE_MAIN = "main.c"
+SAMPLE_MAKEFILE = "Makefile"
+MEMBERS = (LIBRARY, HEADER, WEIGHTS, METADATA, LOADER, REPORT_JSON, REPORT_HTML, README, SAMPLE_MAIN, SAMPLE_MAKEFILE)
 
 _LOADER_SOURCE = Path(__file__).with_name("loader.py")
 
@@ -27,11 +31,11 @@ _README = """\
 Kiln model artifact: a native library with a C ABI, its header, weights, and a numpy-only loader.
 Python (needs only numpy):  import kiln_loader;  m = kiln_loader.load("{archive}")   # or this folder
   out = m.run({{{example_feed}}});  print(m.inputs, m.outputs, m.benchmark())
-C:  #include "kiln_model.h"   kiln_model* m = kiln_load("weights.bin");
-  const void* in[KILN_NUM_INPUTS] = {{...}};  void* out[KILN_NUM_OUTPUTS] = {{...}};
-  if (kiln_run(m, in, out) != 0) puts(kiln_last_error());  kiln_free(m);
-Build: cc main.c -L. -lkiln_model -Wl,-rpath,'$ORIGIN' -o main   (needs only libc and libm)
-Tensors are dense row-major; shapes and dtypes: metadata.json and the KILN_INPUT_*/KILN_OUTPUT_* defines.
+C:  #include "{header}"   {p}_model* m = {p}_load("weights.bin");
+  const void* in[{m}_NUM_INPUTS] = {{...}};  void* out[{m}_NUM_OUTPUTS] = {{...}};
+  if ({p}_run(m, in, out) != 0) puts({p}_last_error());  {p}_free(m);
+Build: make   (the sample main.c; or cc main.c -L. -l{link} -Wl,-rpath,'$ORIGIN' -o main; needs only libc and libm)
+Tensors are dense row-major; shapes and dtypes: metadata.json and the {m}_INPUT_*/{m}_OUTPUT_* defines.
 Threads: KILN_NUM_THREADS (or OMP_NUM_THREADS), or kiln_set_num_threads(n) / m.set_num_threads(n).
 Reports: report.json (machine-readable) and report.html (open in a browser).
 """
@@ -45,7 +49,9 @@ def target_metadata(target: Target) -> dict:
 
 def _readme(metadata: dict, archive_name: str) -> str:
     feed = ", ".join(f'"{t["name"]}": x{i}' for i, t in enumerate(metadata.get("inputs", [])))
-    text = _README.format(archive=archive_name, example_feed=feed)
+    names = artifact_names(metadata.get("symbol_prefix"))
+    text = _README.format(archive=archive_name, example_feed=feed, header=names.header, p=names.prefix,
+                          m=names.macro, link=names.link_name)
     if metadata.get("needs_cuda_driver"):
         text += (f"GPU: runs on an NVIDIA GPU of architecture {metadata.get('cuda_arch')} or newer (KILN_CUDA_DEVICE "
                  f"picks one); needs the NVIDIA driver (libcuda.so.1) at run time, no CUDA toolkit. The library "
@@ -73,19 +79,22 @@ def write_artifact(out_path: "str | Path", *, library: "str | Path", weights: "b
     for key in ("inputs", "outputs"):
         if not isinstance(metadata.get(key), list):
             raise ArtifactError(f"cannot package: metadata needs an {key!r} list of {{name, shape, dtype}}")
-    meta = dict(metadata, library=LIBRARY, weights=WEIGHTS)
+    names = artifact_names(metadata.get("symbol_prefix"))
+    meta = dict(metadata, library=names.library, header=names.header, weights=WEIGHTS)
     members = [
-        (LIBRARY, library.read_bytes(), 0o755),
-        (HEADER, header.encode(), 0o644),
+        (names.library, library.read_bytes(), 0o755),
+        (names.header, header.encode(), 0o644),
         (WEIGHTS, bytes(weights_bytes), 0o644),
         (METADATA, json.dumps(meta, indent=2, sort_keys=True).encode(), 0o644),
         (LOADER, _LOADER_SOURCE.read_bytes(), 0o644),
         (REPORT_JSON, json.dumps(report or {}, indent=2, sort_keys=True).encode(), 0o644),
         (REPORT_HTML, (report_html or "<!doctype html><title>Kiln report</title><p>No report.</p>").encode(), 0o644),
         (README, _readme(meta, out_path.name).encode(), 0o644),
+        (SAMPLE_MAIN, render_main_c(meta).encode(), 0o644),
+        (SAMPLE_MAKEFILE, render_makefile(meta).encode(), 0o644),
     ]
     # name="": gzip would otherwise record the temporary file's (random) name in its header.
-    with atomic_path(out_path, durable=True) as partial, open(partial, "wb") as raw, \
+    with atomic_path(out_path, durable=True, shared=True) as partial, open(partial, "wb") as raw, \
             tarfile.open(name="", fileobj=raw, mode="w:gz", compresslevel=6) as tar:
         for name, data, mode in members:
             _add(tar, name, data, mode)

@@ -2,6 +2,7 @@
 trial and time budget (trials split by weight), save records, and hand the executor the best configs."""
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -13,7 +14,6 @@ from ..backends import get_backend
 from ..graph.ir import Graph, Node
 from ..kernels.registry import ScheduleFn
 from ..target import Target
-from .cost_model import XGBCostModel
 from .features import FEATURE_VERSION, itervar_features
 from .measure import LocalBuilder, LocalRunner, Measurer, default_build_workers
 from .records import Record, RecordsDB
@@ -136,7 +136,29 @@ def _confirm(task: Task, measure, db: RecordsDB) -> int:
     return len(configs)
 
 
+def recorded_trials(db: RecordsDB, task: Task) -> list[Record]:
+    """The task's records that count as trials already spent: one per config measured (re-timings of
+    a config, such as a confirmation, are not new trials)."""
+    seen: dict[str, Record] = {}
+    for rec in db.records(task.key, task.target.name):
+        try:
+            task.space.from_values(rec.config)
+        except ConfigSpaceError:  # recorded for an older space: not a trial of this one
+            continue
+        seen.setdefault(json.dumps(rec.config, sort_keys=True), rec)
+    return list(seen.values())
+
+
+def _warm_start(tuner, task: Task, recorded: Sequence[Record]) -> None:
+    """Continue from the records: their configs are not proposed again, and the cost model learns them."""
+    tuner.warm_start([task.space.from_values(r.config) for r in recorded], [r.gflops if r.ok else 0.0 for r in recorded],
+                     [r.features if r.feature_version == FEATURE_VERSION else None for r in recorded])
+
+
 def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutcome:
+    """A budget is the total trials each workload gets, records included: a workload whose records
+    hold fewer trials than its share is tuned for the difference (warm-started from them); one whose
+    records hold as many or more reuses them without measuring (a cache hit)."""
     start = time.perf_counter()
     notify = opts.progress or (lambda done, planned: None)
     outcome = TuningOutcome(graph, target)
@@ -145,17 +167,24 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
     entries: dict[str, dict] = {}
     cache_hits = 0
     todo: list[Task] = []
-    for task in tasks:
+    shares: list[int] = []
+    from_records: dict[str, list[Record]] = {}
+    # Measuring needs the target's hardware: elsewhere only the records are used.
+    budgets = split_trials(tasks, opts.trials if get_backend(target).can_measure(target) else 0)
+    for task, budget in zip(tasks, budgets):
         config, best = _choose(db, task)
-        if config is not None:
-            cache_hits += 1
+        recorded = recorded_trials(db, task)
+        from_records[task.key] = recorded
+        if config is not None:  # the best so far, kept whatever the tuning below finds or misses
             outcome.chosen[task.key] = (task, dict(config.values))
             entries[task.key] = {"workload": task.name, "key": task.key, "weight": task.weight, "trials": 0,
+                                 "trials_from_records": len(recorded), "trials_new": 0, "budget": budget,
                                  "best_gflops": round(best.gflops, 3), "curve": [], "cached": True}
+        if config is not None and budget <= len(recorded):
+            cache_hits += 1
         else:
             todo.append(task)
-    # Measuring needs the target's hardware: elsewhere only the records are used.
-    shares = split_trials(todo, opts.trials if get_backend(target).can_measure(target) else 0)
+            shares.append(max(0, budget - len(recorded)))
     planned = sum(shares)
     estimate = estimate_seconds(planned, sum(1 for s in shares if s))
     if opts.time_budget_s is not None:
@@ -166,7 +195,8 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
     predict_s: list[float] = []
     if opts.on_plan is not None:
         opts.on_plan({"tasks": len(tasks), "tuned_tasks": sum(1 for s in shares if s), "trials": planned,
-                      "cache_hits": cache_hits, "estimate_s": estimate})
+                      "cache_hits": cache_hits, "estimate_s": estimate,
+                      "trials_from_records": sum(len(v) for v in from_records.values())})
     notify(0, planned)
     runner = LocalRunner(timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
                          threads=opts.threads or target.num_cores, timing_lock=opts.timing_lock)
@@ -185,7 +215,9 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
                 now = time.monotonic()
                 task_deadline = now + (deadline - now) * share / max(1, trials_left)
             trials_left -= share
+            recorded = from_records[task.key]
             tuner = _make_tuner(opts, task, db)
+            _warm_start(tuner, task, recorded)
             measurer = Measurer(task, runner, builder)
             base = done
 
@@ -196,7 +228,7 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
             try:
                 result = tune(task, tuner, measure, share, opts.batch_size, opts.early_stopping, task_deadline, on_batch)
                 confirmed = 0
-                if result.trials >= CONFIRM_AFTER and (deadline is None or time.monotonic() < deadline):
+                if result.trials and result.trials + len(recorded) >= CONFIRM_AFTER and (deadline is None or time.monotonic() < deadline):
                     confirmed = _confirm(task, measure, db)
             finally:
                 measurer.close()
@@ -205,12 +237,18 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
                 fit_s += tuner.model.times.fits
                 predict_s += tuner.model.times.predicts
             config, chosen = _choose(db, task)
-            if result.best is not None:
+            if config is not None or result.best is not None:  # the best so far, records included
                 outcome.chosen[task.key] = (task, dict((config or result.best).values))
+            recorded_best = max([r.gflops for r in recorded], default=0.0)
+            default_gflops = result.default_gflops or next(
+                (r.gflops for r in recorded if task.space.default is not None and r.config == task.space.default.to_json()), 0.0)
+            best_gflops = max(result.best_gflops, recorded_best)
+            curve = [[len(recorded) + n, round(max(g, recorded_best), 3)] for n, g in result.curve]
             entries[task.key] = {"workload": task.name, "key": task.key, "weight": task.weight, "trials": result.trials,
-                                 "best_gflops": round(result.best_gflops, 3),
-                                 "default_gflops": round(result.default_gflops, 3),
-                                 "curve": [list(p) for p in result.curve], "errors": result.errors,
+                                 "trials_from_records": len(recorded), "trials_new": result.trials,
+                                 "budget": len(recorded) + share, "best_gflops": round(best_gflops, 3),
+                                 "default_gflops": round(default_gflops, 3),
+                                 "curve": curve, "errors": result.errors,
                                  "stopped": result.stopped, "cached": False, "confirmed": confirmed,
                                  "transfer_workloads": getattr(tuner, "history_groups", 0),
                                  "best_config": result.best.to_json() if result.best else None,
@@ -222,6 +260,7 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
     notify(min(planned, done), planned)
     outcome.report = {
         "trials": done, "time_s": round(time.perf_counter() - start, 3), "cache_hits": cache_hits,
+        "trials_from_records": sum(len(v) for v in from_records.values()),
         "tasks": [entries[t.key] for t in tasks if t.key in entries], "num_tasks": len(tasks),
         "estimate_s": estimate, "tuner": opts.tuner, "records": db.as_dict(),
         "cost_model": {"fits": len(fit_s), "fit_s_mean": round(float(np.mean(fit_s)), 4) if fit_s else None,
@@ -230,4 +269,4 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
     return outcome
 
 
-__all__ = ["TuningOutcome", "tune_graph", "split_trials", "estimate_seconds", "history_group"]
+__all__ = ["TuningOutcome", "tune_graph", "recorded_trials", "split_trials", "estimate_seconds", "history_group"]

@@ -14,6 +14,7 @@ from ..backends.cpu import CpuBackend
 from ..kernels.schedules.conv2d import schedule_conv2d
 from ..kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, IC_OUTSIDE_WINDOW, schedule_conv2d_nchwc
 from ..kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
+from ..kernels.schedules.conv_nd import schedule_conv_nd
 from ..kernels.schedules.matmul import schedule_matmul
 from ..kernels.schedules.generic import extent, worth_parallel
 from ..kernels.schedules.util import find_ops
@@ -135,6 +136,32 @@ def conv_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
 
 def apply_conv(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
     schedule_conv2d(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
+
+
+# -- ConvND (3-D convs) -------------------------------------------------------------------------
+def define_conv_nd(op: ComputeOp, target: Target, default: Mapping[str, int]) -> ConfigSpace:
+    """Register tile of schedule_conv_nd: ow_tile columns x oc_tile channels x oh_tile rows (oc whole
+    when grouped: the input channel depends on it)."""
+    space = ConfigSpace()
+    _, oc, *rows, ow = op.axis
+    lanes = target.lanes(op.dtype)
+    space.define_knob("ow_tile", [_inner(f) for f in _tiles_upto(ow.extent, min(2, ow.extent), 4 * lanes,
+                                                                   default["ow_tile"])])
+    if op.attrs.get("group", 1) == 1:
+        space.define_knob("oc_tile", [_inner(f) for f in _tiles_upto(oc.extent, 1, 32, default["oc_tile"])])
+    if rows:
+        space.define_knob("oh_tile", [_inner(f) for f in _tiles_upto(rows[-1].extent, 1, 8, default["oh_tile"])])
+    return space
+
+
+def read_conv_nd_default(stage: Stage) -> dict:
+    _, oc, *rows, ow = stage.op.axis
+    return {"ow_tile": split_factor(stage, ow) or ow.extent, "oc_tile": split_factor(stage, oc) or 1,
+            "oh_tile": (split_factor(stage, rows[-1]) or 1) if rows else 1}
+
+
+def apply_conv_nd(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
+    schedule_conv_nd(sch, outs, target, **{k: int(v) for k, v in cfg.items()})
 
 
 # -- Conv2dNCHWc (blocked layout) ----------------------------------------------------------------
@@ -302,6 +329,7 @@ def apply_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Map
 
 
 register_template(Template("Conv", "conv2d", define_conv, apply_conv, read_conv_default, conv_valid))
+register_template(Template("ConvND", "conv_nd", define_conv_nd, apply_conv_nd, read_conv_nd_default, conv_valid))
 register_template(Template("Conv2dNCHWc", "conv2d_nchwc", define_conv_nchwc, apply_conv_nchwc, read_conv_nchwc_default,
                            conv_nchwc_valid))
 register_template(Template("Conv2dWinogradNCHWc", "winograd_gemm", define_winograd, apply_winograd,

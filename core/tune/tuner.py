@@ -48,6 +48,13 @@ class Tuner:
     def _propose(self, n: int) -> list[int]:
         raise NotImplementedError
 
+    def warm_start(self, configs: Sequence[Config], gflops: Sequence[float],
+                   features: Sequence[Optional[np.ndarray]] = ()) -> None:
+        """Continue from earlier trials (records): their configs are not proposed again."""
+        self.visited.update(c.index for c in configs)
+        if self.space.default is not None and self.space.default.index in self.visited:
+            self._pending_default = False
+
     def update(self, inputs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         pass
 
@@ -139,13 +146,27 @@ class XGBTuner(Tuner):
         rest = self.space.sample(self.rng, n - len(picked), self.visited | set(picked))
         return picked + rest
 
+    def warm_start(self, configs: Sequence[Config], gflops: Sequence[float],
+                   features: Sequence[Optional[np.ndarray]] = ()) -> None:
+        """Earlier trials of this task also train the cost model (and seed the annealing chains);
+        their recorded `features` (None where absent) spare recomputing them."""
+        super().warm_start(configs, gflops, features)
+        if self.feature_type == "itervar":
+            for config, feats in zip(configs, features):
+                if feats is not None:
+                    self._features.setdefault(config.index, np.asarray(feats, np.float32))
+        self._learn(configs, gflops)
+
     def update(self, inputs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
-        for config, result in zip(inputs, results):
+        self._learn(inputs, [self.task.flops / r.mean_cost / 1e9 if r.ok else 0.0 for r in results])
+
+    def _learn(self, inputs: Sequence[Config], gflops: Sequence[float]) -> None:
+        for config, g in zip(inputs, gflops):
             feats = self.features(config.index)
             if feats is None:
                 continue
             self.xs.append(feats)
-            self.ys.append(self.task.flops / result.mean_cost / 1e9 if result.ok else 0.0)
+            self.ys.append(g)
             self.indices.append(config.index)
         if len(self.xs) >= 2:
             self.model.fit(np.stack(self.xs), np.asarray(self.ys))

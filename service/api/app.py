@@ -1,4 +1,4 @@
-"""The FastAPI application: `/api/v1` routers, the web UI as static files, OpenAPI at `/docs`."""
+"""The FastAPI application: `/api/v1` routers, the web UI as static files, OpenAPI at `/docs` and `/redoc` (offline)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from fastapi.staticfiles import StaticFiles
 
 from core._version import __version__
@@ -21,6 +22,9 @@ from .sweeper import sweep_forever
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 API_PREFIX = "/api/v1"
+DOCS_PAGES = frozenset({"/docs", "/redoc"})
+DOCS_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'")
 
 
 def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[str], None]] = None) -> FastAPI:
@@ -29,7 +33,7 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
     settings = settings or get_settings()
     settings.ensure_dirs()
     database = Database(settings.database)
-    database.create_tables()
+    database.upgrade_schema()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -39,8 +43,10 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
         sweeper.cancel()
         database.dispose()
 
-    app = FastAPI(title="Kiln", version=__version__, lifespan=lifespan,
-                  description="Compile ONNX models into native deployment artifacts, validated against ONNX Runtime.")
+    # /docs and /redoc from assets of an installed package, not a CDN: a self-hosted server may have no internet.
+    app = FastAPIOffline(title="Kiln", version=__version__, lifespan=lifespan, static_url="/docs-assets",
+                         description="Compile ONNX models into native deployment artifacts, validated against ONNX "
+                                     "Runtime. Errors answer `{\"detail\": {\"code\", \"message\", ...}}`.")
     app.state.settings = settings
     app.state.db = database
     app.state.enqueue = enqueue or celery_enqueue(settings, database)
@@ -49,6 +55,16 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
     app.state.preflight_slots = asyncio.Semaphore(settings.preflight_concurrency)
 
     add_error_handlers(app, database, API_PREFIX, open_paths=frozenset({f"{API_PREFIX}/health"}))
+
+    @app.middleware("http")
+    async def docs_stay_on_this_server(request, call_next):
+        # The docs pages' own scripts are inline; everything else they load must come from here (ReDoc
+        # links a CDN logo otherwise): an air-gapped server's docs then look the same as a connected one's.
+        response = await call_next(request)
+        if request.url.path in DOCS_PAGES:
+            response.headers["Content-Security-Policy"] = DOCS_CSP
+        return response
+
     for module in (health, targets, models, jobs):
         app.include_router(module.router, prefix=API_PREFIX)
     if WEB_DIR.is_dir():

@@ -33,6 +33,7 @@ def create_token(session: Session, user_name: str, admin: bool = False) -> str:
 
 
 def revoke_tokens(session: Session, user_name: str) -> int:
+    """Revokes every active token of `user_name`; how many."""
     user = session.scalar(select(User).where(User.name == user_name))
     if user is None:
         return 0
@@ -41,6 +42,23 @@ def revoke_tokens(session: Session, user_name: str) -> int:
         token.revoked_at = utcnow()
     session.commit()
     return len(tokens)
+
+
+def revoke_token(session: Session, token_id: int) -> Optional[str]:
+    """Revokes one token by its id; the name of its user, or None when no active token has that id."""
+    token = session.scalar(select(Token).where(Token.id == token_id, Token.revoked_at.is_(None)))
+    if token is None:
+        return None
+    token.revoked_at = utcnow()
+    session.commit()
+    return session.get(User, token.user_id).name
+
+
+def list_tokens(session: Session) -> list[dict]:
+    """Every token (never the token itself: its id, user, first characters and dates), oldest first."""
+    rows = session.execute(select(Token, User).join(User, User.id == Token.user_id).order_by(Token.id)).all()
+    return [{"id": t.id, "user": u.name, "admin": u.is_admin, "prefix": t.prefix, "created_at": t.created_at,
+             "revoked_at": t.revoked_at} for t, u in rows]
 
 
 def user_for_token(session: Session, token: str) -> Optional[User]:

@@ -1,9 +1,10 @@
 """FastAPI dependencies: settings, a database session, the authenticated user."""
 from __future__ import annotations
 
-from typing import Annotated, Iterator
+from typing import Annotated, Iterator, Optional
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, Security, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from service.core.settings import Settings
@@ -21,7 +22,14 @@ def db_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def current_user(token: Annotated[str, Depends(bearer_token)], db: Annotated[Session, Depends(db_session)]) -> User:
+# Declares the Bearer scheme in the OpenAPI schema (Swagger UI's "Authorize", generated clients); the token
+# itself is read by bearer_token, whose messages say what is wrong with a header.
+BEARER = HTTPBearer(auto_error=False, scheme_name="bearer",
+                    description="an API token: `kiln token create NAME`, or the admin token `kiln serve` prints once")
+
+
+def current_user(token: Annotated[str, Depends(bearer_token)], db: Annotated[Session, Depends(db_session)],
+                 _declared: Annotated[Optional[HTTPAuthorizationCredentials], Security(BEARER)] = None) -> User:
     user = user_for_token(db, token)
     # End the read transaction: its connection goes back to the pool (the user object stays loaded), so a
     # request that waits long before it next needs the database (an upload streaming, its pre-flight

@@ -28,8 +28,14 @@ def requeue_stale_jobs(database: Database, settings: Settings, enqueue: Callable
         for job_id in stale:
             # Conditional: if the worker finished (or the user cancelled) meanwhile, leave the job alone.
             if transition(db, job_id, ("running",), status="queued", stage="queued", progress=0.0, worker=None):
+                try:
+                    enqueue(job_id)
+                except Exception:
+                    # The broker is down: a queued job without a message would wait forever. Back to running
+                    # with its stale heartbeat, so the next sweep tries again.
+                    transition(db, job_id, ("queued",), status="running")
+                    raise
                 log.warning("job %s lost its worker; queued again", job_id)
-                enqueue(job_id)
                 requeued.append(job_id)
     return requeued
 

@@ -13,10 +13,16 @@ MODEL_FILE = "model.onnx"  # an upload's file in its private folder, kept as the
 ARTIFACT = "artifact.tar.gz"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
+JOB_VALIDATION_INPUTS = "validation_inputs.npz"  # a job's copy of the inputs its compile validates on
 
 
 def model_path(settings: Settings, model_id: str) -> Path:
     return settings.models_dir / model_id / MODEL_FILE
+
+
+def validation_inputs_path(settings: Settings, model_id: str, inputs_id: str) -> Path:
+    """An uploaded .npz of validation inputs, kept with the model it was checked against."""
+    return settings.models_dir / model_id / "validation" / f"{inputs_id}.npz"
 
 
 def job_dir(settings: Settings, job_id: str) -> Path:

@@ -61,7 +61,7 @@ def test_compile_then_run(tmp_path):
     proc = kiln("run", out, "--input", f"x={tmp_path / 'x.npy'}", "--save", tmp_path / "outs")
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "outs" / "y.npy"), np.maximum(x, 0))
-    proc = kiln("run", out, "--bench", "--repeat", "5")
+    proc = kiln("run", out, "--bench", "--repeat", "5", "--json")
     assert proc.returncode == 0 and "median_ms" in proc.stdout
 
 

@@ -51,3 +51,36 @@ def test_submit_to_a_dead_server_is_one_line(tmp_path):
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kiln: error: cannot reach http://127.0.0.1:9")
+
+
+def test_token_revoke_by_id_revokes_that_one_and_by_name_all_of_a_users(tmp_path):
+    data = str(tmp_path / "data")
+    first = _kiln("token", "create", "fay", "--data-dir", data).stdout.strip().splitlines()[-1]
+    second = _kiln("token", "create", "fay", "--data-dir", data).stdout.strip().splitlines()[-1]
+    listed = _kiln("token", "list", "--data-dir", data).stdout.splitlines()
+    assert [line.split()[:3] for line in listed] == [["1", "fay", first[:12] + "..."], ["2", "fay", second[:12] + "..."]]
+    with TestClient(create_app(Settings(data_dir=tmp_path / "data"), enqueue=lambda job_id: None)) as client:
+        def works(token):
+            return client.get("/api/v1/models", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+        one = _kiln("token", "revoke", "--id", "1", "--data-dir", data)
+        assert one.returncode == 0 and "revoked token 1 of 'fay'" in one.stdout
+        assert not works(first) and works(second)
+        again = _kiln("token", "revoke", "--id", "1", "--data-dir", data)
+        assert again.returncode == 2 and again.stderr.strip() == \
+            "kiln: error: no active token with id 1 (see `kiln token list`)"
+        both = _kiln("token", "revoke", "fay", "--id", "2", "--data-dir", data)
+        assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1
+        assert works(second)
+        everyone = _kiln("token", "revoke", "fay", "--data-dir", data)
+        assert "revoked 1 token(s) of 'fay': all of that user's tokens" in everyone.stdout and not works(second)
+    assert "revoked" in _kiln("token", "list", "--data-dir", data).stdout.splitlines()[1]
+
+
+def test_first_token_box_has_the_token_alone_on_its_line_and_how_to_make_another(tmp_path):
+    from cli.service_commands import first_token_box
+
+    box = first_token_box("kiln_abc", "http://127.0.0.1:8000", tmp_path).splitlines()
+    assert box[0] == box[-1] and set(box[0]) == {"+", "-"}
+    assert "kiln_abc" in box and all(len(line) == len(box[0]) for line in box if line != "kiln_abc")
+    assert any("kiln token create NAME [--admin]" in line for line in box)

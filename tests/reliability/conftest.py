@@ -9,6 +9,13 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 @pytest.fixture
+def database_url() -> None:
+    """SQLite only here: these tests break the compile or the input, not the database, and the PostgreSQL run
+    of tests/service and tests/workers already covers every query they make."""
+    return None
+
+
+@pytest.fixture
 def fast_sweep() -> dict:
     """Settings under which a silent worker is noticed within seconds, not the production 45 s."""
     return {"KILN_HEARTBEAT_S": "0.5", "KILN_STALE_AFTER_S": "4", "KILN_SWEEP_INTERVAL_S": "1"}

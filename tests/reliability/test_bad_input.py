@@ -26,8 +26,9 @@ def assert_nothing_left(api, models: int = 0) -> None:
 
 
 def _detail(response) -> dict:
-    detail = response.json()["detail"]
-    return detail if isinstance(detail, dict) else {"message": detail if isinstance(detail, str) else str(detail)}
+    detail = response.json()["detail"]  # one shape on every route: {"code", "message", ...}
+    assert isinstance(detail["code"], str) and isinstance(detail["message"], str), detail
+    return detail
 
 
 FUZZ_FOUND_ELEM_TYPE = (
@@ -221,7 +222,7 @@ def test_malformed_json_is_422(api, uploaded, content):
     headers, _ = uploaded
     response = api.client.post("/api/v1/jobs", headers={**headers, "Content-Type": "application/json"}, content=content)
     assert response.status_code == 422
-    assert response.json()["detail"]
+    assert _detail(response)["message"]
     assert_nothing_left(api, models=1)
 
 
@@ -229,5 +230,5 @@ def test_someone_elses_model_is_404_and_creates_no_job(api, uploaded):
     _, model_id = uploaded
     response = api.client.post("/api/v1/jobs", headers=api.auth("mallory"),
                                json={"model_id": model_id, "input_shapes": {"x": [1, 3, 8, 8]}})
-    assert response.status_code == 404 and model_id in response.json()["detail"]
+    assert response.status_code == 404 and model_id in response.json()["detail"]["message"]
     assert_nothing_left(api, models=1)

@@ -128,6 +128,7 @@ def test_artifact_has_fixed_names_and_regular_files_only(api, job):
         members = tar.getmembers()
         assert all(m.isreg() and "/" not in m.name and not m.name.startswith(".") for m in members)
         assert {m.name for m in members} == {"libkiln_model.so", "kiln_model.h", "weights.bin", "metadata.json",
-                                             "kiln_loader.py", "report.json", "report.html", "README.txt"}
+                                             "kiln_loader.py", "report.json", "report.html", "README.txt", "main.c",
+                                             "Makefile"}
         for member in members:
             tarfile.data_filter(member, "/extract/here")  # raises for links, devices, absolute or escaping names

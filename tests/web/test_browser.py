@@ -120,7 +120,8 @@ def test_compile_follow_report_and_download(page, live_service, models_dir, tmp_
     options = page.get_by_test_id("target-select").locator("option").all_inner_texts()
     for target in targets:
         label = next(o for o in options if o.startswith(target["name"]))
-        assert ("cross-compile, not validated" in label) == (not target["runs_on_host"]), label
+        assert ("cross-compile, not validated" in label) == (not target["runs_on_host"] and not target["emulator"]), label
+        assert (f"validated under {target['emulator']}" in label) == bool(target["emulator"]), label
     page.get_by_test_id("target-select").select_option("native")
     expect(page.get_by_test_id("opt-level-select")).to_have_value("3")
 
@@ -198,16 +199,19 @@ def _check_artifact_matches_onnxruntime(artifact: Path, model_path: Path) -> Non
 
 
 def _unsupported_ops_model(path: Path) -> None:
-    """A valid ONNX model made of two classic-ML ops (ai.onnx.ml) that a deep-learning compiler does not cover."""
+    """A valid ONNX model made of two classic-ML ops (ai.onnx.ml) used in ways Kiln does not compile (a probit
+    post-transform, a one-class SVM)."""
     import onnx
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 1])
     graph = helper.make_graph([helper.make_node("LinearRegressor", ["x"], ["b"], domain="ai.onnx.ml", targets=4,
-                                                coefficients=[0.5] * 16, intercepts=[0.0] * 4),
-                               helper.make_node("Normalizer", ["b"], ["y"], domain="ai.onnx.ml", norm="MAX")],
-                              "ml_ops", [x], [y])
+                                                coefficients=[0.5] * 16, intercepts=[0.0] * 4, post_transform="PROBIT"),
+                               helper.make_node("SVMRegressor", ["x"], ["y"], domain="ai.onnx.ml", one_class=1,
+                                                coefficients=[1.0], n_supports=1, support_vectors=[0.0] * 4)],
+                              "ml_ops", [x], [b, y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
     onnx.checker.check_model(model)
     onnx.save(model, path)
@@ -231,7 +235,7 @@ def test_unsupported_ops_are_listed_one_per_line(page, live_service, tmp_path):
     items = error.locator("li")
     expect(items).to_have_count(2)
     assert items.nth(0).inner_text().startswith("LinearRegressor")
-    assert items.nth(1).inner_text().startswith("Normalizer")
+    assert items.nth(1).inner_text().startswith("SVMRegressor")
     models = httpx.get(live_service.url + "/api/v1/models", headers=live_service.headers).json()
     assert not [m for m in models if m["filename"] == "ml_ops.onnx"]
 

@@ -124,3 +124,25 @@ def test_sweeper_requeues_only_jobs_whose_worker_went_silent(api, make_model):
     assert api.queued == [silent]
     assert (_job(api, silent).status, _job(api, alive).status, _job(api, done).status) == ("queued", "running", "succeeded")
     assert _run(api, silent) == "succeeded" and _job(api, silent).attempts == 2
+
+
+def test_an_attempt_taken_over_by_another_worker_neither_ends_the_job_nor_touches_its_files(api, queued_job,
+                                                                                          monkeypatch):
+    """A worker cut off mid-job is replaced (the sweeper queues the job, another worker claims attempt 2); when the
+    first one comes back, none of its writes lands: not its status, not its outputs, not its staging cleanup."""
+    real = compile_job.run_sandboxed
+
+    def taken_over_meanwhile(*args, **kwargs):
+        with api.app.state.db.session() as db:
+            transition(db, queued_job, ("running",), attempts=2, worker="other", heartbeat_at=utcnow())
+        staging = compile_job.staging_dir(api.settings, queued_job)  # shared by both attempts' workers
+        staging.mkdir(parents=True, exist_ok=True)
+        (staging / "attempt-2-was-here").write_text("")
+        return real(*args, **kwargs)  # its first progress write finds the job taken over: JobCancelled
+
+    monkeypatch.setattr(compile_job, "run_sandboxed", taken_over_meanwhile)
+    assert _run(api, queued_job) == "running"  # the job is attempt 2's now
+    job = _job(api, queued_job)
+    assert (job.status, job.attempts, job.worker, job.finished_at) == ("running", 2, "other", None)
+    assert not (storage.job_dir(api.settings, queued_job) / storage.ARTIFACT).exists()
+    assert (compile_job.staging_dir(api.settings, queued_job) / "attempt-2-was-here").exists()

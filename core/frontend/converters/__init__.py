@@ -1,6 +1,8 @@
 """ONNX -> graph-IR converters, one module per op family; importing this package registers them."""
+from . import contrib  # noqa: F401  (ONNX Runtime's com.microsoft ops)
 from . import (activations, attention, binary, causal_conv, constants, control_flow, conv, conv_transpose,  # noqa: F401
-               data_dependent, einsum, elementwise, linalg, linear_attention, loss, normalization, pool,
+               data_dependent, einsum, elementwise, linalg, linear_attention, loss, ml_features,
+               ml_linear, ml_svm, ml_trees, normalization, pool,
                quantize, quantized_linalg, recurrent, reduce, resize, rotary, sampling, scatter, selection, sequence,
                shape, spectral)
 from .registry import ConvertContext, UnsupportedFeature, converter, find_converter, supported_ops

@@ -141,8 +141,12 @@ def elu(ctx: ConvertContext) -> str:
 
 @converter("Gelu", since_version=20)
 def gelu(ctx: ConvertContext) -> str:
-    x = ctx.input(0)
-    if ctx.attr("approximate", "none") == "tanh":
+    return gelu_of(ctx, ctx.input(0), tanh=ctx.attr("approximate", "none") == "tanh")
+
+
+def gelu_of(ctx: ConvertContext, x: str, tanh: bool) -> str:
+    """GELU of `x`: exact (erf) or the tanh approximation."""
+    if tanh:
         cube = ctx.emit1("Mul", [ctx.emit1("Mul", [x, x]), x])
         inner = ctx.emit1("Add", [x, ctx.emit1("Mul", [cube, ctx.scalar_like(0.044715, x)])])
         core = ctx.emit1("Tanh", [ctx.emit1("Mul", [inner, ctx.scalar_like(math.sqrt(2 / math.pi), x)])])

@@ -97,13 +97,19 @@ def layer_norm(ctx: ConvertContext) -> list[str]:
 
 @converter("RMSNormalization", since_version=23)
 def rms_norm(ctx: ConvertContext) -> str:
+    return rms_norm_of(ctx, ctx.input(0), ctx.input(1))
+
+
+def rms_norm_of(ctx: ConvertContext, value: str, scale: str) -> str:
+    """`value` (input 0's type) over its axes from attribute `axis` on, divided by their root mean
+    square (computed in stash_type, with attribute `epsilon`), times `scale`."""
     axis = ctx.axis(ctx.attr("axis", -1), ctx.type_of(0).rank)
-    x = _stashed(ctx, ctx.input(0))
+    x = _stashed(ctx, value)
     axes = tuple(range(axis, ctx.type_of(0).rank))
     mean_square = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [x, x])], axes=axes, keepdims=1)
     epsilon = ctx.scalar_like(float(ctx.attr("epsilon", 1e-5)), mean_square)
     rms = ctx.emit1("Sqrt", [ctx.emit1("Add", [mean_square, epsilon])])
-    return ctx.emit1("Mul", [_cast_back(ctx, ctx.emit1("Div", [x, rms])), ctx.input(1)])
+    return ctx.emit1("Mul", [_cast_back(ctx, ctx.emit1("Div", [x, rms])), scale])
 
 
 @converter("GroupNormalization", since_version=21)

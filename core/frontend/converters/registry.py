@@ -21,7 +21,7 @@ _CONVERTERS: dict[tuple[str, str], list[tuple[int, ConverterFn]]] = {}
 
 
 class UnsupportedFeature(Exception):
-    """A supported op used in a way Kiln cannot compile (3-D conv, MaxPool indices, ...)."""
+    """A supported op used in a way Kiln cannot compile (3-D quantized conv, packed attention, ...)."""
 
 
 def canonical_domain(domain: str) -> str:

@@ -2,7 +2,7 @@
 rotary_embedding_dim channels of each head rotate pairwise by the cached cos/sin of the token position."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from .registry import ConvertContext, converter
 
@@ -14,12 +14,11 @@ def _last_axis_slice(ctx: ConvertContext, x: str, start: int, size: int, step: i
                      sizes=tuple(shape[:-1]) + (size,))
 
 
-def _position_cache(ctx: ConvertContext, index: int, head_axis_shape: Sequence[int]) -> str:
-    """cos or sin per (batch, position) [B, S, half], gathered by position_ids when given, then shaped
+def _position_cache(ctx: ConvertContext, cache: str, positions: Optional[str], head_axis_shape: Sequence[int]) -> str:
+    """cos or sin per (batch, position) [B, S, half], gathered by `positions` when given, then shaped
     to broadcast over the heads of the working layout."""
-    cache = ctx.input(index)
-    if ctx.has_input(3):
-        cache = ctx.emit1("Gather", [cache, ctx.input(3)], axis=0)
+    if positions is not None:
+        cache = ctx.emit1("Gather", [cache, positions], axis=0)
     return ctx.reshape(cache, head_axis_shape)
 
 
@@ -33,6 +32,12 @@ def _interleave(ctx: ConvertContext, real: str, imaginary: str) -> str:
 
 @converter("RotaryEmbedding", since_version=23)
 def rotary_embedding(ctx: ConvertContext) -> str:
+    return rotate_halves(ctx, ctx.input(3) if ctx.has_input(3) else None, ctx.input(1), ctx.input(2))
+
+
+def rotate_halves(ctx: ConvertContext, positions: Optional[str], cos_cache: str, sin_cache: str) -> str:
+    """Input 0 rotated as the node's attributes (num_heads, rotary_embedding_dim, interleaved) say,
+    by the caches' rows at `positions` [B, S] (or by caches already [B, S, half] when None)."""
     shape = ctx.shape(0)
     if len(shape) == 4:  # [B, heads, S, head_size]: caches broadcast as [B, 1, S, half]
         x = ctx.input(0)
@@ -51,9 +56,9 @@ def rotary_embedding(ctx: ConvertContext) -> str:
     if rotary % 2 or rotary > head_size:
         ctx.fail(f"rotary_embedding_dim={rotary} must be even and at most the head size {head_size}")
     half = rotary // 2
-    if ctx.shape(1)[-1] != half or ctx.shape(2)[-1] != half:
+    if any(ctx.builder.type_of(c).shape[-1] != half for c in (cos_cache, sin_cache)):
         ctx.fail(f"the caches' last dimension must be rotary_embedding_dim / 2 = {half}")
-    cos, sin = (_position_cache(ctx, i, cache_lead + (half,)) for i in (1, 2))
+    cos, sin = (_position_cache(ctx, c, positions, cache_lead + (half,)) for c in (cos_cache, sin_cache))
 
     if ctx.attr("interleaved", 0):
         x1, x2 = _last_axis_slice(ctx, x, 0, half, 2), _last_axis_slice(ctx, x, 1, half, 2)

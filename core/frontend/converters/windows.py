@@ -16,12 +16,14 @@ class Window:
     pads: tuple[int, ...]  # ONNX layout: begins of every spatial axis, then ends
 
 
-def spatial_rank(ctx: ConvertContext, kind: str) -> int:
+def spatial_rank(ctx: ConvertContext, kind: str, most: int = 2) -> int:
+    """The number of spatial axes of input 0 (1 to `most`)."""
     rank = ctx.type_of(0).rank
-    if rank == 5:
+    if rank == 5 and most < 3:
         ctx.unsupported(f"3-D {kind}")
-    if rank not in (3, 4):
-        ctx.fail(f"expects a 3-D (N, C, L) or 4-D (N, C, H, W) input, got {ctx.type_of(0)}")
+    if not 3 <= rank <= most + 2:
+        shapes = ["(N, C, L)", "(N, C, H, W)", "(N, C, D, H, W)"][:most]
+        ctx.fail(f"{kind} expects a {' or '.join(shapes)} input, got {ctx.type_of(0)}")
     return rank - 2
 
 

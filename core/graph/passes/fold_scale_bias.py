@@ -87,6 +87,7 @@ def _new_constant(base: str, value: np.ndarray, taken: set[str], out: dict) -> s
 
 
 @folder("Conv")
+@folder("ConvND")
 def _fold_into_conv(conv: Node, affine: Affine, graph: Graph, constants: Mapping[str, np.ndarray]) -> Optional[Folded]:
     if conv.inputs[1] not in constants or (len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in constants):
         return None
@@ -100,7 +101,7 @@ def _fold_into_conv(conv: Node, affine: Affine, graph: Graph, constants: Mapping
     has_bias = len(conv.inputs) > 2 and bool(conv.inputs[2])
     bias = constants[conv.inputs[2]].astype(np.float64) if has_bias else np.zeros(channels)
     if affine.kind == "scale":
-        weights = weights * vec.reshape(-1, 1, 1, 1)
+        weights = weights * vec.reshape((-1,) + (1,) * (weights.ndim - 1))
         bias = bias * vec
     else:
         bias = bias + vec

@@ -1,6 +1,6 @@
 """Algebraic simplification by per-op rules: Identity and no-op nodes removed, Reshape chains merged,
-Transpose pairs composed (and cancelled when they undo each other), Pow by a constant 1 or 2 made
-an alias or a Mul."""
+Transpose pairs composed (and cancelled when they undo each other), Pow by a small integer constant
+made an alias, Muls and a Reciprocal."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,10 +9,10 @@ from typing import Callable, Mapping, Union
 
 import numpy as np
 
-from core.graph.ir import Graph, Node
+from core.graph.ir import Graph, Node, TensorType
 
 from .registry import register_pass
-from .rewrite import rename_inputs
+from .rewrite import fresh_name, rename_inputs
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,15 @@ class Alias:
     value: str
 
 
-Rewrite = Union[Alias, Node, None]  # None: keep the node as it is
+@dataclass(frozen=True)
+class Expansion:
+    """Several nodes in place of one: the last produces the node's outputs; `types` types the new values."""
+
+    nodes: tuple[Node, ...]
+    types: Mapping[str, TensorType]
+
+
+Rewrite = Union[Alias, Node, Expansion, None]  # None: keep the node as it is
 RuleFn = Callable[[Node, Graph, Mapping[str, Node]], Rewrite]
 
 _RULES: dict[str, list[RuleFn]] = {}
@@ -83,33 +91,52 @@ def _transpose(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewri
     return Node("Transpose", (source,), node.outputs, {"perm": perm}, node.name)
 
 
-_EXACT_SQUARE_DTYPES = {"float16", "bfloat16", "float32", "float64"}  # x * x rounds once, as pow(x, 2) does
+_FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
+_MAX_POWER = 4  # |n| up to 4: at most two multiplies, each rounding once (x*x alone is exactly pow(x, 2))
 
 
 @rule("Pow")
 def _small_power(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
-    """x ** 1 is x and x ** 2 is x * x (bit-exact, and a multiply instead of a libm pow per element:
-    T5's RMS norm squares every activation). Only a scalar-like float constant exponent that leaves
-    x's type unchanged."""
+    """x ** n for a constant integer 1 <= |n| <= 4 as multiplies (and a Reciprocal for n < 0) instead of
+    a libm pow per element: x ** 1 is x, x ** 2 is x * x (bit-exact), x ** 3 is (x * x) * x as ONNX
+    Runtime computes it (GPT-2's GELU), x ** 4 is (x * x) * (x * x), x ** -n is 1 / x ** n. Only a
+    scalar-like float constant exponent, on a float x whose type the node keeps."""
     base, exponent = node.inputs
     value = graph.constants.get(exponent)
-    if value is None or np.size(value) != 1 or graph.type_of(base) != graph.type_of(node.outputs[0]):
-        return None
-    if graph.type_of(base).dtype not in _EXACT_SQUARE_DTYPES:
+    x_type = graph.type_of(base)
+    if value is None or np.size(value) != 1 or x_type != graph.type_of(node.outputs[0]):
         return None
     power = float(np.asarray(value).reshape(()))
-    if power == 1.0:
+    if x_type.dtype not in _FLOAT_DTYPES or power != int(power) or not 1 <= abs(power) <= _MAX_POWER:
+        return None
+    n = int(power)
+    if n == 1:
         return Alias(base)
-    if power == 2.0:
-        return Node("Mul", (base, base), node.outputs, {}, node.name)
-    return None
+    nodes: list[Node] = []
+    types: dict[str, TensorType] = {}
+
+    def emit(op: str, inputs: tuple[str, ...], suffix: str) -> str:
+        out = fresh_name(f"{node.outputs[0]}.{suffix}", graph.types)
+        nodes.append(Node(op, inputs, (out,), {}, f"{node.name}.{suffix}" if node.name else ""))
+        types[out] = x_type
+        return out
+
+    positive = square = emit("Mul", (base, base), "square") if abs(n) >= 2 else base
+    if abs(n) > 2:
+        positive = emit("Mul", (square, base if abs(n) == 3 else square), "pow")
+    if n < 0:
+        emit("Reciprocal", (positive,), "reciprocal")
+    last = nodes[-1]  # renamed to produce the Pow's output
+    nodes[-1] = Node(last.op, last.inputs, node.outputs, {}, node.name)
+    del types[last.outputs[0]]
+    return Expansion(tuple(nodes), types)
 
 
 def _rewrite(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
     result: Rewrite = None
     for fn in _RULES.get(node.op, ()):
         result = fn(node, graph, producers)
-        if isinstance(result, Alias):
+        if isinstance(result, (Alias, Expansion)):
             return result
         if isinstance(result, Node):
             node = result
@@ -124,13 +151,18 @@ def simplify(graph: Graph) -> Graph:
     renames: dict[str, str] = {}
     producers: dict[str, Node] = {}
     nodes: list[Node] = []
+    new_types: dict[str, TensorType] = {}
     for node in graph.nodes:
         node = rename_inputs(node, renames)
         result = _rewrite(node, graph, producers)
         if isinstance(result, Alias) and len(node.outputs) == 1 and node.outputs[0] not in outputs:
             renames[node.outputs[0]] = result.value
             continue
-        kept: Node = result if isinstance(result, Node) else node
-        nodes.append(kept)
-        producers.update((o, kept) for o in kept.outputs)
-    return graph.replace(nodes=tuple(nodes))
+        kept = result.nodes if isinstance(result, Expansion) else (result if isinstance(result, Node) else node,)
+        if isinstance(result, Expansion):
+            new_types.update(result.types)
+        nodes.extend(kept)
+        producers.update((o, n) for n in kept for o in n.outputs)
+    if not new_types:
+        return graph.replace(nodes=tuple(nodes))
+    return graph.replace(nodes=tuple(nodes), types={**graph.types, **new_types})

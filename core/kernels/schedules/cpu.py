@@ -7,6 +7,7 @@ from ..registry import register_schedule
 from .conv2d import schedule_conv2d
 from .conv2d_winograd import schedule_conv2d_winograd
 from .conv2d_nchwc import schedule_conv2d_nchwc, schedule_global_pool_nchwc, schedule_pool_nchwc
+from .conv_nd import schedule_conv_nd, schedule_pool_nd
 from .generic import schedule_injective
 from .matmul import schedule_matmul
 from .norm import schedule_row_ops
@@ -19,6 +20,8 @@ _SCHEDULES = {
     schedule_injective: _INJECTIVE_OPS,
     schedule_conv2d: ("Conv",),
     schedule_conv2d_nchwc: ("Conv2dNCHWc",),
+    schedule_conv_nd: ("ConvND",),
+    schedule_pool_nd: ("PoolND",),
     schedule_conv2d_winograd: ("Conv2dWinogradNCHWc",),
     schedule_pool_nchwc: ("MaxPoolNCHWc", "AveragePoolNCHWc"),
     schedule_global_pool_nchwc: ("GlobalAveragePoolNCHWc", "GlobalMaxPoolNCHWc"),

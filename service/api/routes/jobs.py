@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from typing import Annotated, Literal, Optional
 
 import numpy as np
@@ -9,6 +10,8 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from sqlalchemy import select
 
+from core.backends import get_backend
+from core.errors import UnsupportedOnTargetError
 from service.core import storage
 from service.core.job_state import ACTIVE, cancel, finish
 from service.core.queues import device_kind, host_device_kinds
@@ -77,6 +80,30 @@ def _check_input_shapes(input_shapes: dict[str, list[int]], summary: dict, setti
         raise _refuse(f"inputs {unfixed} have symbolic dimensions: give their shapes in input_shapes")
 
 
+def _check_target_ops(body: JobCreate, summary: dict) -> None:
+    """Every op of the model the target cannot compile, before anything is queued (models uploaded before
+    the check existed have no `op_types`: their compile refuses them the same way)."""
+    target = body.resolved_target
+    try:
+        get_backend(target).check_ops(summary.get("op_types", ()), target)
+    except UnsupportedOnTargetError as err:
+        opset = summary.get("opsets", {}).get("ai.onnx")
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {
+            "code": err.code, "message": str(err), "target": body.target,
+            "unsupported_ops": [{"domain": "ai.onnx", "op": op, "opset": opset} for op in err.ops]}) from None
+
+
+def _copy_validation_inputs(inputs_id: str, model_id: str, job_id: str, settings: Settings):
+    """The job's own copy of inputs uploaded for its model (POST /models/{id}/validation-inputs)."""
+    source = storage.validation_inputs_path(settings, model_id, inputs_id)
+    if not inputs_id.isalnum() or not source.is_file():
+        raise _refuse(f"validation.inputs_id {inputs_id!r}: no such validation inputs were uploaded for model {model_id!r}")
+    destination = storage.job_dir(settings, job_id) / storage.JOB_VALIDATION_INPUTS
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, destination)
+    return destination
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut,
              responses={429: {"description": "too many jobs: see Retry-After"}})
 def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAllowed, db: DbDep,
@@ -85,8 +112,12 @@ def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAl
     model = owned_model(db, user, body.model_id)
     _check_server_limits(body, settings)
     _check_input_shapes(body.input_shapes, model.summary, settings)
-    job = Job(id=new_id(), user_id=user.id, model_id=model.id, target=body.target, opt_level=body.opt_level,
-              tuning=body.tuning.model_dump(), input_shapes=body.input_shapes)
+    _check_target_ops(body, model.summary)
+    job_id, options = new_id(), body.compile_options()
+    if body.validation.inputs_id:
+        options["validation_inputs"] = str(_copy_validation_inputs(body.validation.inputs_id, model.id, job_id, settings))
+    job = Job(id=job_id, user_id=user.id, model_id=model.id, target=body.target, opt_level=body.opt_level,
+              tuning=body.tuning.model_dump(), input_shapes=body.input_shapes, options=options)
     db.add(job)
     db.commit()
     try:
@@ -111,12 +142,17 @@ def get_job(job_id: str, user: UserDep, db: DbDep) -> JobOut:
     return JobOut.of(owned_job(db, user, job_id))
 
 
-@router.delete("/{job_id}", response_model=JobOut)
-def cancel_job(job_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> JobOut:
-    """Cancel a queued or running job (a running compile stops at its next stage). Ended jobs stay as they are."""
+@router.delete("/{job_id}", response_model=JobOut,
+               responses={204: {"description": "the ended job was removed, with its artifact and report"}})
+def cancel_job(job_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> JobOut | Response:
+    """Cancel a queued or running job (a running compile stops at its next stage; answers the job), or remove
+    an ended one (succeeded, failed or cancelled) with its artifact and report (answers 204)."""
     job = owned_job(db, user, job_id)
     if job.status not in ACTIVE:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id!r} has already {job.status}")
+        db.delete(job)
+        db.commit()
+        storage.remove_job_outputs(settings, job_id)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
     cancel(db, job_id)
     db.refresh(job)
     if job.status == "cancelled":

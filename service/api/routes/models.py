@@ -1,7 +1,11 @@
 """Uploaded models: POST streams the file to disk and pre-flight checks it before it is kept."""
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request, Response, status
+import json
+import os
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
@@ -13,7 +17,7 @@ from service.core.tables import Job, Model, new_id
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..preflight import run_preflight
 from ..rate_limits import UploadAllowed
-from ..schemas.models import ModelOut
+from ..schemas.models import ModelBuildOut, ModelOut, ValidationInputsOut
 from ..uploads import receive_upload
 
 router = APIRouter(prefix="/models", tags=["models"])
@@ -57,6 +61,49 @@ async def upload_model(request: Request, response: Response, user: UserDep, _all
         upload.discard()
 
 
+@router.post("/{model_id}/validation-inputs", status_code=status.HTTP_201_CREATED, response_model=ValidationInputsOut,
+             responses={413: {"description": "over the upload limit"}, 415: {"description": "not multipart"},
+                        422: {"description": "not an .npz of the model's inputs (names, shapes, dtypes)"}})
+async def upload_validation_inputs(model_id: str, request: Request, user: UserDep, _allowed: UploadAllowed, db: DbDep,
+                                   settings: SettingsDep) -> ValidationInputsOut:
+    """Upload real inputs to validate a job on (multipart field `file`): an .npz with one array per model input,
+    named as the input, of its shape and dtype (a leading axis holds several samples). Checked before it is kept."""
+    from core.driver.validate import MAX_VALIDATION_INPUT_BYTES
+
+    model = await run_in_threadpool(_owned_and_released, db, user, model_id)
+    limit = min(settings.max_upload_bytes, MAX_VALIDATION_INPUT_BYTES)
+    upload = await receive_upload(request, settings.tmp_dir, limit)
+    try:
+        samples = await run_in_threadpool(_check_validation_inputs, upload.path, model.summary, limit)
+        row = ValidationInputsOut(id=new_id(), model_id=model.id, samples=samples, size_bytes=upload.size,
+                                  sha256=upload.sha256)
+        destination = storage.validation_inputs_path(settings, model.id, row.id)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(upload.path, destination)
+        return row
+    finally:
+        upload.discard()
+
+
+def _owned_and_released(db, user, model_id: str) -> Model:
+    row = owned_model(db, user, model_id)
+    db.commit()  # release the connection before the upload streams in
+    return row
+
+
+def _check_validation_inputs(path, summary: dict, limit: int) -> int:
+    """The number of samples in the upload; 422 with core's one-line message for anything unusable."""
+    from core.driver.validate import load_validation_inputs
+    from core.errors import ValidationInputError
+
+    wanted = {i["name"]: (tuple(i["shape"] or ()), i["dtype"]) for i in summary["inputs"]}
+    try:
+        return len(load_validation_inputs(path, wanted, max_bytes=limit))
+    except ValidationInputError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            {"message": str(err).replace(str(path), "the upload"), "code": err.code}) from None
+
+
 def _existing(db, user_id: int, sha256: str) -> Model | None:
     row = db.scalar(select(Model).where(Model.user_id == user_id, Model.sha256 == sha256))
     db.commit()  # release the connection; the row stays loaded (expire_on_commit=False)
@@ -84,6 +131,25 @@ def list_models(user: UserDep, db: DbDep) -> list[ModelOut]:
 @router.get("/{model_id}", response_model=ModelOut)
 def get_model(model_id: str, user: UserDep, db: DbDep) -> ModelOut:
     return ModelOut.of(owned_model(db, user, model_id))
+
+
+@router.get("/{model_id}/jobs", response_model=list[ModelBuildOut])
+def model_history(model_id: str, user: UserDep, db: DbDep, settings: SettingsDep,
+                  limit: Annotated[int, Query(ge=1, le=500)] = 100) -> list[ModelBuildOut]:
+    """The model's builds over time, oldest first (the newest `limit`): target, options, status, and the latency
+    and validation error each succeeded build's report measured."""
+    owned_model(db, user, model_id)
+    newest = db.scalars(select(Job).where(Job.model_id == model_id, Job.user_id == user.id)
+                        .order_by(Job.created_at.desc()).limit(limit)).all()
+    return [ModelBuildOut.of(job, _report(settings, job) if job.status == "succeeded" else None)
+            for job in reversed(newest)]
+
+
+def _report(settings, job: Job) -> dict | None:
+    try:
+        return json.loads((storage.job_dir(settings, job.id) / storage.REPORT_JSON).read_text())
+    except (OSError, ValueError):  # outputs removed by hand, or a report from before the schema: no figures
+        return None
 
 
 @router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT)

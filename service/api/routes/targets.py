@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from core.backends import get_backend
 from core.target import all_targets
 
 from ..deps import UserDep
@@ -13,4 +14,5 @@ router = APIRouter(tags=["targets"])
 
 @router.get("/targets", response_model=list[TargetOut])
 def list_targets(_user: UserDep) -> list[TargetOut]:
-    return [TargetOut(**t.describe()) for t in all_targets()]  # runs_on_host: a GPU target where the GPU is
+    # runs_on_host: a GPU target where the GPU is
+    return [TargetOut(**t.describe(), unsupported_ops=sorted(get_backend(t).unsupported_ops)) for t in all_targets()]

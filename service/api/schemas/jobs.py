@@ -1,6 +1,7 @@
 """Schemas of the jobs resource (compiles of an uploaded model for a target)."""
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any, Literal, Optional
 
@@ -21,6 +22,38 @@ class TuningRequest(BaseModel):
     time_budget_s: Optional[float] = Field(default=None, gt=0, description="stop tuning after this many seconds")
 
 
+class ValidationRequest(BaseModel):
+    """How the compiled model is checked against ONNX Runtime (README: validation policy)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["error", "warn", "off"] = Field(
+        default="error", description="on a mismatch: fail the job (error), keep the artifact and report it (warn); "
+                                     "or do not validate (off)")
+    tolerance: Optional[list[float]] = Field(default=None, min_length=1, max_length=2,
+                                             description="[atol] or [atol, rtol] for float outputs; default: the policy")
+    inputs_id: Optional[str] = Field(default=None, min_length=1, max_length=64,
+                                     description="validation inputs uploaded with POST /models/{model_id}/validation-inputs")
+    bisect: bool = Field(default=False, description="compare every kernel's output (a mismatch always does)")
+
+    @field_validator("tolerance")
+    @classmethod
+    def _usable_tolerance(cls, tolerance: Optional[list[float]]) -> Optional[list[float]]:
+        if tolerance is not None and any(not math.isfinite(v) or v < 0 for v in tolerance):
+            raise refused("validation.tolerance: atol and rtol must be finite and >= 0")
+        return tolerance
+
+    def compile_options(self) -> dict[str, Any]:
+        """core.compile's keywords for this request (the inputs' stored path is added by the route)."""
+        out: dict[str, Any] = {}
+        if self.mode != "error":
+            out["validate"] = self.mode
+        if self.tolerance is not None:
+            out["tolerance"] = list(self.tolerance)
+        if self.bisect:
+            out["bisect"] = True
+        return out
+
+
 class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_id: str = Field(min_length=1, max_length=64)
@@ -29,7 +62,26 @@ class JobCreate(BaseModel):
     tuning: TuningRequest = Field(default_factory=TuningRequest)
     input_shapes: dict[str, list[int]] = Field(default_factory=dict,
                                                description="fix symbolic input dimensions: {name: [d0, d1, ...]}")
+    name: Optional[str] = Field(default=None, max_length=32,
+                                description="artifact name: libNAME.so, NAME.h and C symbols NAME_load, NAME_run, ... "
+                                            "(several models link into one program); default libkiln_model.so, kiln_load")
+    validation: ValidationRequest = Field(default_factory=ValidationRequest)
     _target: Target = PrivateAttr()
+
+    @field_validator("name")
+    @classmethod
+    def _usable_name(cls, name: Optional[str]) -> Optional[str]:
+        from core.runtime.naming import artifact_names
+
+        try:
+            artifact_names(name)
+        except KilnError as err:
+            raise refused(str(err)) from None
+        return name
+
+    def compile_options(self) -> dict[str, Any]:
+        """The job's compile options beyond target, level, tuning and shapes (stored in Job.options)."""
+        return {**({"name": self.name} if self.name else {}), **self.validation.compile_options()}
 
     @field_validator("input_shapes")
     @classmethod

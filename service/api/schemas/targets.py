@@ -1,6 +1,8 @@
 """Schemas of the targets resource."""
 from __future__ import annotations
 
+from typing import Optional
+
 from pydantic import BaseModel
 
 
@@ -13,3 +15,5 @@ class TargetOut(BaseModel):
     vector_bits: int
     description: str
     runs_on_host: bool
+    unsupported_ops: list[str] = []  # ops this target cannot compile (a job with them is refused)
+    emulator: Optional[str] = None  # what validates its artifacts here when the hardware cannot (qemu-aarch64)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from core.errors import UnsupportedOpError
+from core.errors import KilnError
 from core.frontend import import_onnx
 
 F32 = "float32"
@@ -49,8 +49,15 @@ def test_conv1d_is_lifted_to_2d(attrs, onnx_model, check_ort):
     assert graph.constants[graph.nodes[1].inputs[1]].shape == (4, 3, 1, 3)
 
 
-def test_conv3d_is_unsupported(onnx_model):
-    model = onnx_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": (F32, [1, 2, 4, 4, 4])}, {"y": F32},
-                       initializers={"w": _weights([2, 2, 3, 3, 3])})
-    with pytest.raises(UnsupportedOpError, match=r"Conv \(opset 17\).*3-D convolution"):
+def test_conv3d_becomes_conv_nd(onnx_model, check_ort):
+    model = onnx_model([helper.make_node("Conv", ["x", "w"], ["y"], strides=[1, 2, 1], dilations=[2, 1, 1])],
+                       {"x": (F32, [1, 2, 6, 5, 4])}, {"y": F32}, initializers={"w": _weights([2, 2, 3, 3, 3])})
+    graph = check_ort(model)
+    assert [(n.op, n.attrs["strides"], n.attrs["dilations"]) for n in graph.nodes] == [("ConvND", (1, 2, 1), (2, 1, 1))]
+
+
+def test_conv_of_a_6d_input_is_refused(onnx_model):
+    model = onnx_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": (F32, [1, 2, 4, 4, 4, 4])}, {"y": F32},
+                       initializers={"w": _weights([2, 2, 3, 3, 3, 3])})
+    with pytest.raises(KilnError, match=r"convolution expects a \(N, C, L\) or .* input"):
         import_onnx(model)

@@ -1,7 +1,8 @@
-"""simplify (Identity/no-op removal, Reshape chains, Transpose pairs) and CSE on small graphs."""
+"""simplify (Identity/no-op removal, Reshape chains, Transpose pairs, small integer powers) and CSE on small graphs."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, Node, TensorType
@@ -106,5 +107,56 @@ def test_pow_by_a_constant_two_becomes_a_multiply_and_by_one_vanishes():
     assert_same_meaning(square, after)
     after = eliminate_dead_code(simplify(graph_with(np.ones((1, 1), np.float32))))
     assert ops(after) == ["Neg"] and after.nodes[0].inputs == ("x",)
-    for kept in (np.float32(3.0), np.float32(0.5), np.float32([2.0, 2.0, 2.0, 2.0, 2.0])):
+    for kept in (np.float32(5.0), np.float32(0.5), np.float32(-0.5), np.float32(0.0),
+                 np.float32([2.0, 2.0, 2.0, 2.0, 2.0])):
         assert ops(simplify(graph_with(kept))) == ["Pow", "Neg"]
+    assert ops(simplify(graph_with(np.int32(3), "int32"))) == ["Pow", "Neg"]  # integer pow stays exact
+
+
+def _pow_graph(exponent: float, dtype: str = F32, output_is_pow: bool = False) -> Graph:
+    types = {"x": TensorType((3, 7), dtype), "p": TensorType((3, 7), dtype), "y": TensorType((3, 7), dtype),
+             "e": TensorType((), F32)}
+    nodes = [Node("Pow", ("x", "e"), ("p",), name="gelu/pow")]
+    nodes += [] if output_is_pow else [Node("Neg", ("p",), ("y",))]
+    return Graph(("x",), ("p",) if output_is_pow else ("y",), nodes, types, {"e": np.float32(exponent)}, "hand")
+
+
+@pytest.mark.parametrize("exponent,shape", [
+    (3.0, [("Mul", ("x", "x")), ("Mul", ("p.square", "x"))]),  # ONNX Runtime's x*x*x
+    (4.0, [("Mul", ("x", "x")), ("Mul", ("p.square", "p.square"))]),
+    (-1.0, [("Reciprocal", ("x",))]),
+    (-2.0, [("Mul", ("x", "x")), ("Reciprocal", ("p.square",))]),
+    (-3.0, [("Mul", ("x", "x")), ("Mul", ("p.square", "x")), ("Reciprocal", ("p.pow",))]),
+])
+def test_pow_by_a_small_integer_becomes_multiplies(exponent, shape):
+    graph = _pow_graph(exponent)
+    after = eliminate_dead_code(simplify(graph))
+    assert [(n.op, n.inputs) for n in after.nodes[:-1]] == shape
+    assert after.nodes[-2].outputs == ("p",) and after.nodes[-2].name == "gelu/pow"
+    for node in after.nodes:
+        for value in node.outputs:
+            assert after.type_of(value) == TensorType((3, 7), F32)
+    assert_same_meaning(graph, after, rtol=1e-6, atol=0)
+    # Each multiply rounds once: within 2 ulp of the exact power, over a wide range of magnitudes.
+    x = np.geomspace(1e-6, 1e6, 7, dtype=np.float32) * np.float32([[1], [-1], [0.7]])
+    from core.graph.interpret import evaluate
+    got = evaluate(after, {"x": x})["y"]
+    exact = -(x.astype(np.float64) ** exponent)
+    finite = np.isfinite(exact.astype(np.float32)) & (np.abs(exact) > 1.2e-38)
+    ulps = np.abs(got[finite] - exact[finite]) / np.spacing(np.abs(exact[finite]).astype(np.float32))
+    assert ulps.max() <= 2.0
+
+
+def test_pow_rewrite_keeps_a_graph_output_produced_and_special_values():
+    graph = _pow_graph(3.0, output_is_pow=True)
+    after = eliminate_dead_code(simplify(graph))
+    assert ops(after) == ["Mul", "Mul"] and after.nodes[-1].outputs == ("p",)
+    from core.graph.interpret import evaluate
+    x = np.array([[0.0, -0.0, np.inf, -np.inf, np.nan, 2.0, -3.0]] * 3, np.float32)
+    for exponent in (3.0, -1.0, -2.0, 4.0):
+        g = _pow_graph(exponent, output_is_pow=True)
+        with np.errstate(all="ignore"):
+            want = np.power(x, np.float32(exponent))
+            got = evaluate(eliminate_dead_code(simplify(g)), {"x": x})["p"]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -11,9 +11,9 @@ def test_cli_tunes_then_reuses_records(tmp_path, tiny_model, capsys, monkeypatch
     monkeypatch.setenv("KILN_RECORDS", str(tmp_path / "default.jsonl"))
     assert main(["compile", str(model), "--tune-trials", "4", "--records", str(records), "-o", str(tmp_path / "a.tar.gz")]) == 0
     out = capsys.readouterr().out
-    assert "tuning: 4 trials" in out and records.read_text().count("\n") == 4
+    assert "tuning: 4 new trials" in out and records.read_text().count("\n") == 4
     assert main(["compile", str(model), "--records", str(records), "-o", str(tmp_path / "b.tar.gz")]) == 0
-    assert "2 of 2 tasks from records" in capsys.readouterr().out
+    assert "4 from records; 2 of 2 tasks reused their records without measuring" in capsys.readouterr().out
     assert records.read_text().count("\n") == 4
     assert main(["compile", str(model), "--tune-trials", "-1", "-o", str(tmp_path / "c.tar.gz")]) == 2
     assert not (tmp_path / "default.jsonl").exists()

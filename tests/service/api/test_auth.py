@@ -17,7 +17,8 @@ ROUTES = [("GET", "/api/v1/models"), ("POST", "/api/v1/models"), ("GET", "/api/v
 def test_no_token_is_401(api, method, path):
     response = api.client.request(method, path)
     assert response.status_code == 401
-    assert "Authorization" in response.json()["detail"]
+    assert response.json()["detail"]["code"] == "unauthorized"
+    assert "Authorization" in response.json()["detail"]["message"]
     assert response.headers["www-authenticate"] == "Bearer"
 
 

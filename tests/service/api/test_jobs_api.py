@@ -63,11 +63,11 @@ def test_symbolic_inputs_need_shapes(api, make_model):
     model = api.upload(headers, make_model(symbolic=True)).json()
     assert model["symbolic_inputs"] == ["x"] and model["inputs"][0]["shape"][0] == "batch"
     response = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"]})
-    assert response.status_code == 422 and "symbolic" in response.json()["detail"]
+    assert response.status_code == 422 and "symbolic" in response.json()["detail"]["message"]
     for shapes, message in (({"x": [8]}, "does not fit"), ({"x": [2, 3, 9, 8]}, "does not fit"),
                             ({"x": [0, 3, 8, 8]}, "positive")):
         bad = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"], "input_shapes": shapes})
-        assert bad.status_code == 422 and message in bad.json()["detail"], shapes
+        assert bad.status_code == 422 and message in bad.json()["detail"]["message"], shapes
     ok = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"], "input_shapes": {"x": [2, 3, 8, 8]}})
     assert ok.status_code == 201
     assert _run(api, ok.json()["id"]) == "succeeded"
@@ -119,8 +119,19 @@ def test_cancel_a_queued_job(api, make_model):
     cancelled = api.client.delete(f"/api/v1/jobs/{job['id']}", headers=headers).json()
     assert cancelled["status"] == "cancelled" and cancelled["error"] == "cancelled by the user"
     assert _run(api, job["id"]) == "cancelled"  # the worker picks it up later and leaves it alone
-    assert api.client.delete(f"/api/v1/jobs/{job['id']}", headers=headers).status_code == 409
     assert api.client.get(f"/api/v1/jobs/{job['id']}/artifact", headers=headers).status_code == 409
+
+
+def test_deleting_an_ended_job_removes_it_and_its_outputs(api, make_model):
+    headers = api.auth()
+    _, job = _model_and_job(api, make_model, headers)
+    assert _run(api, job["id"]) == "succeeded"
+    outputs = api.settings.jobs_dir / job["id"]
+    assert outputs.is_dir()
+    removed = api.client.delete(f"/api/v1/jobs/{job['id']}", headers=headers)
+    assert removed.status_code == 204 and not outputs.exists()
+    assert api.client.get(f"/api/v1/jobs/{job['id']}", headers=headers).status_code == 404
+    assert api.client.get("/api/v1/jobs", headers=headers).json() == []
 
 
 def test_broker_down_fails_the_job_clearly(api, make_model):
@@ -132,5 +143,5 @@ def test_broker_down_fails_the_job_clearly(api, make_model):
 
     api.app.state.enqueue = broken
     response = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"]})
-    assert response.status_code == 503 and "queue is unavailable" in response.json()["detail"]
+    assert response.status_code == 503 and "queue is unavailable" in response.json()["detail"]["message"]
     assert api.client.get("/api/v1/jobs", headers=headers).json()[0]["status"] == "failed"

@@ -63,7 +63,7 @@ def test_truncated_model_is_422(api, make_model):
 def test_too_large_with_content_length_is_413(api):
     response = api.upload(api.auth(), b"\x00" * (api.settings.max_upload_bytes + 100_000))
     assert response.status_code == 413
-    assert "limit" in response.json()["detail"]
+    assert "limit" in response.json()["detail"]["message"]
     assert _leftovers(api) == []
 
 
@@ -88,19 +88,19 @@ def test_wrong_content_type_is_415(api, make_model):
     response = api.client.post("/api/v1/models", headers={**api.auth(), "Content-Type": "application/octet-stream"},
                                content=make_model())
     assert response.status_code == 415
-    assert "multipart/form-data" in response.json()["detail"]
+    assert "multipart/form-data" in response.json()["detail"]["message"]
 
 
 def test_missing_file_field_is_422(api):
     response = api.client.post("/api/v1/models", headers=api.auth(), files={"model": ("m.onnx", b"abc")})
     assert response.status_code == 422
-    assert "'file'" in response.json()["detail"]
+    assert "'file'" in response.json()["detail"]["message"]
 
 
 def test_empty_file_is_422(api):
     response = api.upload(api.auth(), b"")
     assert response.status_code == 422
-    assert "empty" in response.json()["detail"]
+    assert "empty" in response.json()["detail"]["message"]
 
 
 def test_delete_model(api, make_model):

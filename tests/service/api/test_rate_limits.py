@@ -41,7 +41,7 @@ def test_uploads_per_minute_is_429_with_retry_after(api, make_model, monkeypatch
     assert [api.upload(headers, make_model(seed=i)).status_code for i in range(2)] == [201, 201]
     refused = api.upload(headers, make_model(seed=3))
     assert refused.status_code == 429
-    assert "at most 2 a minute" in refused.json()["detail"]
+    assert "at most 2 a minute" in refused.json()["detail"]["message"]
     assert 1 <= int(refused.headers["Retry-After"]) <= 60
     assert api.upload(api.auth("bob"), make_model(seed=3)).status_code == 201  # limits are per user
     assert len(list(api.settings.models_dir.iterdir())) == 3 and list(api.settings.tmp_dir.iterdir()) == []
@@ -70,7 +70,7 @@ def test_active_jobs_per_user_is_429_until_one_ends(api, make_model, monkeypatch
     post = lambda: api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"]})  # noqa: E731
     first, _ = post().json(), post()
     refused = post()
-    assert refused.status_code == 429 and "2 queued or running jobs" in refused.json()["detail"]
+    assert refused.status_code == 429 and "2 queued or running jobs" in refused.json()["detail"]["message"]
     assert refused.headers["Retry-After"] == "30"
     assert api.client.delete(f"/api/v1/jobs/{first['id']}", headers=headers).status_code == 200
     assert post().status_code == 201

@@ -36,15 +36,18 @@ def test_refusals_are_a_message_unless_pydantic_refused_too():
     assert refusal_detail([]) is None
 
 
-def test_the_api_answers_a_refusal_as_a_string_and_pydantic_errors_as_a_list(api, make_model):
+def test_the_api_answers_a_refusal_as_its_message_and_pydantic_errors_with_their_list(api, make_model):
     headers = api.auth()
     model = api.upload(headers, make_model()).json()
     refused = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"], "target": "sparc"})
-    assert refused.status_code == 422 and refused.json()["detail"].startswith("unknown target 'sparc'")
+    assert refused.status_code == 422 and refused.json()["detail"]["message"].startswith("unknown target 'sparc'")
+    assert refused.json()["detail"]["code"] == "invalid_request"
     both = api.client.post("/api/v1/jobs", headers=headers,
                            json={"model_id": model["id"], "opt_level": 7, "input_shapes": {"x": [0, 3, 8, 8]}})
     assert both.status_code == 422
-    assert sorted(e["loc"][-1] for e in both.json()["detail"]) == ["input_shapes", "opt_level"]
+    detail = both.json()["detail"]
+    assert sorted(e["loc"][-1] for e in detail["errors"]) == ["input_shapes", "opt_level"]
+    assert detail["code"] == "invalid_request" and "opt_level" in detail["message"] and "input_shapes" in detail["message"]
     anonymous = api.client.post("/api/v1/jobs", json={"model_id": model["id"], "target": "sparc"})
     assert anonymous.status_code == 401  # no token: nothing about the request is checked first
     assert api.queued == []

@@ -1,0 +1,101 @@
+"""ai.onnx.ml support vector machines: SVMRegressor and SVMClassifier (one-vs-one, several classes, no
+probabilities) as a kernel matrix against the support vectors (MatMul and elementwise ops), then matrices that
+combine it into the pairwise decisions and count their votes, as ONNX Runtime does."""
+from __future__ import annotations
+
+import numpy as np
+
+from .ml_linear import float_rows
+from .ml_trees import ML, post_transform, transformed
+from .registry import ConvertContext, converter
+
+
+def _kernel(ctx: ConvertContext, x: str, vectors: np.ndarray) -> str:
+    """K[n, v] = kernel(x[n], vectors[v]) for the node's kernel_type and kernel_params (gamma, coef0, degree)."""
+    kind = str(ctx.attr("kernel_type", "LINEAR"))
+    gamma, coef0, degree = (list(ctx.attr("kernel_params", [])) + [0.0, 0.0, 0.0])[:3]
+    dot = ctx.emit1("MatMul", [x, ctx.const(vectors.T.copy())])
+    f32 = np.float32
+    if kind == "LINEAR":
+        return dot
+    if kind == "RBF":  # |x - v|^2 = |x|^2 - 2 x.v + |v|^2, clamped at 0 against rounding
+        norms = ctx.emit1("ReduceSum", [ctx.emit1("Mul", [x, x])], axes=(1,), keepdims=1)
+        squared = ctx.emit1("Add", [ctx.emit1("Sub", [norms, ctx.emit1("Mul", [dot, ctx.const(f32(2))])]),
+                                    ctx.const((vectors * vectors).sum(axis=1).astype(f32).reshape(1, -1))])
+        squared = ctx.emit1("Max", [squared, ctx.const(f32(0))])
+        return ctx.emit1("Exp", [ctx.emit1("Mul", [squared, ctx.const(f32(-gamma))])])
+    scaled = ctx.emit1("Add", [ctx.emit1("Mul", [dot, ctx.const(f32(gamma))]), ctx.const(f32(coef0))])
+    if kind == "POLY":
+        return ctx.emit1("Pow", [scaled, ctx.const(f32(degree))])
+    if kind == "SIGMOID":
+        return ctx.emit1("Tanh", [scaled])
+    ctx.fail(f"kernel_type {kind!r} must be LINEAR, POLY, RBF or SIGMOID")
+
+
+def _support_vectors(ctx: ConvertContext, count: int, features: int) -> np.ndarray:
+    vectors = np.asarray(ctx.attr("support_vectors", []), np.float32)
+    if vectors.size != count * features:
+        ctx.fail(f"{vectors.size} support vector values for {count} vectors of {features} features")
+    return vectors.reshape(count, features)
+
+
+@converter("SVMRegressor", since_version=1, domain=ML)
+def svm_regressor(ctx: ConvertContext) -> str:
+    if int(ctx.attr("one_class", 0)):
+        ctx.unsupported("one_class SVMs")
+    transform = post_transform(ctx)
+    x = float_rows(ctx)
+    features = ctx.builder.type_of(x).shape[1]
+    count = int(ctx.attr("n_supports", 0))
+    coefficients = np.asarray(ctx.attr("coefficients", []), np.float32)
+    rho = np.float32((ctx.attr("rho") or [0.0])[0])
+    if count == 0:  # linear: the coefficients weigh the features themselves
+        kernel, count = x, features
+    else:
+        kernel = _kernel(ctx, x, _support_vectors(ctx, count, features))
+    if coefficients.size != count:
+        ctx.fail(f"{coefficients.size} coefficients for {count} support vectors")
+    score = ctx.emit1("Add", [ctx.emit1("MatMul", [kernel, ctx.const(coefficients.reshape(count, 1))]),
+                              ctx.const(rho)])
+    return transformed(ctx, score, transform)
+
+
+@converter("SVMClassifier", since_version=1, domain=ML)
+def svm_classifier(ctx: ConvertContext) -> list[str]:
+    if ctx.attr("classlabels_strings"):
+        ctx.unsupported("string class labels (Kiln's outputs are numeric tensors: export with integer labels)")
+    if ctx.attr("prob_a"):
+        ctx.unsupported("probability estimates (prob_a/prob_b): export the SVC without probability=True")
+    per_class = [int(v) for v in ctx.attr("vectors_per_class", [])]
+    labels = np.asarray(ctx.attr("classlabels_ints", []), np.int64)
+    classes = labels.size
+    if not per_class or classes <= 2:
+        ctx.unsupported("linear or two-class SVMClassifier (Kiln compiles one-vs-one SVMs of three or more classes)")
+    if len(per_class) != classes:
+        ctx.fail(f"vectors_per_class has {len(per_class)} entries for {classes} classes")
+    transform = post_transform(ctx)
+    x = float_rows(ctx)
+    count = sum(per_class)
+    kernel = _kernel(ctx, x, _support_vectors(ctx, count, ctx.builder.type_of(x).shape[1]))
+    coefficients = np.asarray(ctx.attr("coefficients", []), np.float32)
+    if coefficients.size != (classes - 1) * count:
+        ctx.fail(f"{coefficients.size} coefficients for {classes - 1} x {count}")
+    coefficients = coefficients.reshape(classes - 1, count)
+    starts = np.concatenate([[0], np.cumsum(per_class)])
+    pairs = [(i, j) for i in range(classes - 1) for j in range(i + 1, classes)]
+    rho = np.asarray(ctx.attr("rho", []), np.float32)
+    if rho.size != len(pairs):
+        ctx.fail(f"{rho.size} rho values for {len(pairs)} class pairs")
+    combine = np.zeros((count, len(pairs)), np.float32)  # decision k = K . combine[:, k] + rho[k]
+    wins, losses = np.zeros((len(pairs), classes), np.float32), np.zeros((len(pairs), classes), np.float32)
+    for k, (i, j) in enumerate(pairs):
+        combine[starts[i]:starts[i + 1], k] = coefficients[j - 1, starts[i]:starts[i + 1]]
+        combine[starts[j]:starts[j + 1], k] = coefficients[i, starts[j]:starts[j + 1]]
+        wins[k, i], losses[k, j] = 1.0, 1.0
+    decisions = ctx.emit1("Add", [ctx.emit1("MatMul", [kernel, ctx.const(combine)]), ctx.const(rho.reshape(1, -1))])
+    positive = ctx.emit1("Cast", [ctx.emit1("Greater", [decisions, ctx.const(np.float32(0))])], to="float32")
+    # votes[c] = pairs won by c: a positive decision votes i, any other j
+    votes = ctx.emit1("Add", [ctx.emit1("MatMul", [positive, ctx.const(wins - losses)]),
+                              ctx.const(losses.sum(axis=0, keepdims=True))])
+    best = ctx.emit1("ArgMax", [votes], axis=1, keepdims=0, select_last_index=0)
+    return [ctx.emit1("Gather", [ctx.const(labels), best], axis=0), transformed(ctx, decisions, transform)]
