@@ -36,7 +36,7 @@ def _database(settings):
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from service.api.auth import create_token, list_tokens, revoke_token, revoke_tokens
+    from service.core.security import create_token, list_tokens, revoke_token, revoke_tokens
 
     settings = _use_data_dir(args.data_dir)
     with _database(settings).session() as db:
@@ -94,7 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
-    from service.api.auth import create_token, has_users
+    from service.core.security import create_token, has_users
 
     settings = _use_data_dir(args.data_dir)
     with _database(settings).session() as db:

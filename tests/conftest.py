@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from onnx import TensorProto, helper, numpy_helper
 
 from service.api.app import create_app
-from service.api.auth import create_token
+from service.core.security import create_token
 from service.core.db import Database
 from service.core.settings import Settings
 from tests.postgres_server import PostgresServer

@@ -129,3 +129,10 @@ def test_the_walk_sees_relative_and_lazy_imports():
     assert any("imports service.core.tables." in where for where in edges[("service.api", "service.core")])
     assert any(where.startswith("cli.service_commands:") for where in edges[("cli", "workers")])  # inside a function
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"] and cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_shared_service_core_needs_no_web_framework():
+    """Workers and `kiln token` load service.core without FastAPI or Starlette."""
+    web = [f"{name}:{line} imports {imported}" for name, path in modules().items() if name.startswith("service.core")
+           for imported, line in imported_names(path) if imported.split(".")[0] in ("fastapi", "starlette")]
+    assert not web, "\n".join(web)

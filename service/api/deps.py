@@ -9,8 +9,9 @@ from sqlalchemy.orm import Session
 
 from service.core.settings import Settings
 from service.core.tables import User
+from service.core.security import user_for_token
 
-from .auth import bearer_token, user_for_token
+from .auth import bearer_token
 
 
 def app_settings(request: Request) -> Settings:

@@ -14,8 +14,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.errors import KilnError
 from service.core.db import Database
+from service.core.security import user_for_token
 
-from .auth import bearer_token, user_for_token
+from .auth import bearer_token
 from .schemas.refusal import refusal_detail
 
 # The code of an error raised with a message only: what its status means, as a stable word.

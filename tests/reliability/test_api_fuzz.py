@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
 from service.api.app import create_app  # noqa: E402
-from service.api.auth import create_token  # noqa: E402
+from service.core.security import create_token  # noqa: E402
 from service.core.settings import Settings  # noqa: E402
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.api.auth import revoke_tokens
+from service.core.security import revoke_tokens
 from service.api.deps import current_user
 from service.core.tables import User
 
