@@ -130,6 +130,7 @@ export const api = {
   job: (id) => getJson(`/jobs/${encodeURIComponent(id)}`),
   createJob: (body) => getJson("/jobs", { method: "POST", json: body }),
   cancelJob: (id) => getJson(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" }),
+  finishTuning: (id) => getJson(`/jobs/${encodeURIComponent(id)}/finish-tuning`, { method: "POST" }),
   // DELETE on an ended job removes it with its artifact and report (204, no body).
   removeJob: (id) => request(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" }),
   deleteModel: (id) => request(`/models/${encodeURIComponent(id)}`, { method: "DELETE" }),

@@ -8,6 +8,7 @@ import {
   elapsedText, formatBytes, formatMs, formatNumber, formatSci, formatTime, h, isActive, percent, progressBar,
   setProgress, showMessage, statusBadge,
 } from "./ui.js";
+import { canFinishTuning, tuningText } from "./tuning.js";
 
 function tile(label, value, testid, note = "") {
   return h("div", { class: "tile" },
@@ -62,6 +63,10 @@ export function mountJobPage(container, jobId) {
     "Download artifact");
   const cancelButton = h("button", { type: "button", class: "button button-quiet", testid: "job-page-cancel",
     hidden: true }, "Cancel job");
+  const finishButton = h("button", { type: "button", class: "button button-quiet", testid: "job-page-finish-tuning",
+    hidden: true, title: "Stop measuring and build with the best configurations found so far" },
+    "Finish now with the best so far");
+  const tuningLine = h("p", { class: "job-page-tuning", testid: "job-page-tuning", hidden: true });
   const downloadNote = h("span", { class: "hint", "aria-live": "polite" });
   const reportSection = h("section", { class: "report", hidden: true, "aria-labelledby": "report-title" });
 
@@ -70,8 +75,8 @@ export function mountJobPage(container, jobId) {
     h("div", { class: "card" },
       h("div", { class: "job-page-head" }, title, badge),
       h("div", { class: "job-bar" }, bar, pctText),
-      statusText, errorBox, facts,
-      h("div", { class: "actions" }, downloadButton, cancelButton, downloadNote), actionError),
+      statusText, tuningLine, errorBox, facts,
+      h("div", { class: "actions" }, downloadButton, finishButton, cancelButton, downloadNote), actionError),
     reportSection));
 
   let job = store.jobs.get(jobId) || null;
@@ -98,6 +103,10 @@ export function mountJobPage(container, jobId) {
     facts.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))]));
     downloadButton.hidden = job.status !== "succeeded";
     cancelButton.hidden = !isActive(job);
+    finishButton.hidden = !canFinishTuning(job);
+    const tuning = tuningText(job);
+    tuningLine.hidden = !tuning;
+    tuningLine.textContent = tuning || "";
     if (job.status === "succeeded" && !reportLoaded) loadReport();
   }
 
@@ -150,6 +159,19 @@ export function mountJobPage(container, jobId) {
       api.job(jobId).then(putJob).catch(() => {});
     } finally {
       cancelButton.disabled = false;
+    }
+  });
+
+  finishButton.addEventListener("click", async () => {
+    finishButton.disabled = true;
+    showMessage(actionError, null);
+    try {
+      putJob(await api.finishTuning(jobId));
+    } catch (err) {
+      showMessage(actionError, err); // 409: it ended or stopped tuning meanwhile
+      api.job(jobId).then(putJob).catch(() => {});
+    } finally {
+      finishButton.disabled = false;
     }
   });
 

@@ -1,5 +1,6 @@
 // The jobs list: one row per job with its status, stage, a live progress bar, elapsed time, a cancel
-// button while it is active, and once it ended a delete button (and, if it succeeded, its latency ratio).
+// button while it is active, and once it ended a delete button (and, if it succeeded, its latency ratio); a
+// tuning job's stage shows its best GFLOP/s so far and time left. A search box, a status filter and pages of 20.
 // Rows are updated in place (not redrawn) so bars animate and keyboard focus stays where it was.
 
 import { api } from "./api.js";
@@ -7,8 +8,11 @@ import { forgetJob, jobsNewestFirst, modelName, putJob, store, subscribe } from 
 import {
   elapsedText, h, isActive, percent, progressBar, setProgress, shortId, showMessage, statusBadge,
 } from "./ui.js";
+import { tuningText } from "./tuning.js";
 
 const OPT_NAMES = ["O0", "O1", "O2", "O3"];
+const PAGE_SIZE = 20;
+const STATUSES = ["queued", "running", "succeeded", "failed", "cancelled"];
 
 export function announce(text) {
   const region = document.getElementById("announcer");
@@ -47,7 +51,7 @@ function updateRow(row, job) {
   const pct = percent(job);
   setProgress(row.querySelector(".bar"), pct, job.status);
   row.querySelector(".job-percent").textContent = `${pct}%`;
-  row.querySelector(".job-stage").textContent = isActive(job) ? `stage: ${job.stage}` : job.stage;
+  row.querySelector(".job-stage").textContent = tuningText(job) || (isActive(job) ? `stage: ${job.stage}` : job.stage);
   row.querySelector(".job-elapsed").textContent = elapsedText(job);
   row.querySelector("[data-testid=job-cancel]").hidden = !isActive(job);
   row.querySelector("[data-testid=job-delete]").hidden = isActive(job);
@@ -117,18 +121,50 @@ async function removeJob(id, button) {
   }
 }
 
+// Whether the job matches the search text (part of its model's file name or its target, any case) and status;
+// the same rules as GET /jobs?q=&status=.
+function matches(job, text, status) {
+  const needle = text.trim().toLowerCase();
+  return (!status || job.status === status)
+    && (!needle || modelName(job.model_id).toLowerCase().includes(needle) || job.target.toLowerCase().includes(needle));
+}
+
 // Mount the list into `container`; returns a function that unmounts it.
 export function mountJobsList(container) {
   const list = h("ul", { class: "jobs", testid: "jobs-list", "aria-label": "Compile jobs" });
   const empty = h("p", { class: "empty", testid: "jobs-empty" }, "No jobs yet: upload a model and start a compile.");
   const errorBox = h("div", { testid: "jobs-error", hidden: true, role: "alert" });
-  container.replaceChildren(errorBox, empty, list);
+  const search = h("input", { type: "search", class: "jobs-search", testid: "jobs-search",
+    placeholder: "Search model file or target", "aria-label": "Search jobs by model file name or target" });
+  const statusFilter = h("select", { class: "jobs-status-filter", testid: "jobs-status-filter",
+    "aria-label": "Show jobs with status" }, h("option", { value: "" }, "all statuses"),
+  ...STATUSES.map((s) => h("option", { value: s }, s)));
+  const newer = h("button", { type: "button", class: "button button-small button-quiet", testid: "jobs-newer" }, "← Newer");
+  const older = h("button", { type: "button", class: "button button-small button-quiet", testid: "jobs-older" }, "Older →");
+  const pageText = h("span", { class: "jobs-page", testid: "jobs-page", "aria-live": "polite" });
+  const pager = h("nav", { class: "jobs-pager", "aria-label": "Pages of jobs", hidden: true }, newer, pageText, older);
+  container.replaceChildren(h("div", { class: "jobs-toolbar", role: "search" }, search, statusFilter),
+    errorBox, empty, list, pager);
   const rows = new Map();
   const lastStatus = new Map();
+  let page = 0;
+  search.addEventListener("input", () => { page = 0; redrawAll(); });
+  statusFilter.addEventListener("change", () => { page = 0; redrawAll(); });
+  newer.addEventListener("click", () => { page -= 1; redrawAll(); });
+  older.addEventListener("click", () => { page += 1; redrawAll(); });
 
   function redrawAll() {
-    const jobs = jobsNewestFirst();
+    const all = jobsNewestFirst();
+    const found = all.filter((job) => matches(job, search.value, statusFilter.value));
+    const pages = Math.max(1, Math.ceil(found.length / PAGE_SIZE));
+    page = Math.min(Math.max(page, 0), pages - 1);
+    const jobs = found.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE);
     empty.hidden = jobs.length > 0;
+    empty.textContent = all.length ? "No job matches the search." : "No jobs yet: upload a model and start a compile.";
+    pager.hidden = found.length <= PAGE_SIZE;
+    pageText.textContent = `${page * PAGE_SIZE + 1}–${page * PAGE_SIZE + jobs.length} of ${found.length}`;
+    newer.disabled = page === 0;
+    older.disabled = page >= pages - 1;
     const keep = new Set(jobs.map((j) => j.id));
     for (const [id, row] of rows) {
       if (!keep.has(id)) {
@@ -158,6 +194,7 @@ export function mountJobsList(container) {
     if (lastStatus.get(job.id) !== job.status) {
       announce(`Job ${modelName(job.model_id)} on ${job.target}: ${job.status}`);
       lastStatus.set(job.id, job.status);
+      if (statusFilter.value) redrawAll(); // it may have left the status shown
     }
   });
   // Elapsed time of active jobs moves even when no event comes.

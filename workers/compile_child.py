@@ -33,6 +33,12 @@ def staging_dir(settings: Settings, job_id: str) -> Path:
     return settings.tmp_dir / f"job-{job_id}"
 
 
+def finish_tuning_flag(staging: Path) -> Path:
+    """The file whose presence tells a tuning child to stop measuring and build with the best so far
+    (written by the worker when the user asks to finish now; the child cannot read the database)."""
+    return staging / "finish-tuning"
+
+
 def remove_staging(settings: Settings, job_id: str) -> None:
     shutil.rmtree(staging_dir(settings, job_id), ignore_errors=True)
 
@@ -44,11 +50,18 @@ def compile_limits(settings: Settings) -> Limits:
                   file_bytes=settings.job_file_limit_bytes, open_files=4096)
 
 
-def tuning_options(tuning: Optional[dict], records: str, timing_lock: Optional[str] = None) -> TuningOptions:
-    """A job's tuning: every job reads the shared records (cache hits cost no trials); a job with a budget tunes."""
+def tuning_options(tuning: Optional[dict], records: str, timing_lock: Optional[str] = None,
+                   report: Optional[Callable] = None, finish_flag: Optional[Path] = None) -> TuningOptions:
+    """A job's tuning: every job reads the shared records (cache hits cost no trials); a job with a budget tunes,
+    tells `report` its plan ("tuning_plan") and every batch ("tuning"), and stops early once `finish_flag` exists."""
     tuning = tuning or {}
-    return TuningOptions(trials=int(tuning.get("trials") or 0), time_budget_s=tuning.get("time_budget_s") or None,
-                         records=records, timing_lock=timing_lock)
+    trials = int(tuning.get("trials") or 0)
+    tells = report is not None and trials > 0  # a job without a budget only reads the records: nothing to show live
+    plan = (lambda status: report("tuning_plan", status)) if tells else None
+    batch = (lambda status: report("tuning", status)) if tells else None
+    return TuningOptions(trials=trials, time_budget_s=tuning.get("time_budget_s") or None,
+                         records=records, timing_lock=timing_lock, on_plan=plan, on_batch=batch,
+                         should_stop=finish_flag.exists if finish_flag is not None else None)
 
 
 def compile_into(report: Callable, model_path: str, staging: str, *, target: str, opt_level: int,
@@ -72,7 +85,8 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
         if input_shapes:  # the pre-flight could not size a symbolic model; with the job's shapes it can
             check_graph_sizes(import_onnx(model_path, input_shapes=input_shapes), budget)
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
-                                tuning=tuning_options(tuning, records, timing_lock) if records else None,
+                                tuning=tuning_options(tuning, records, timing_lock, report, finish_tuning_flag(folder))
+                                if records else None,
                                 progress=lambda stage, done, detail: report("progress", stage, done, detail),
                                 threads=threads, name=options.get("name"), validate=options.get("validate", True),
                                 tolerance=options.get("tolerance"), bisect=options.get("bisect", False),

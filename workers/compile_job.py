@@ -13,7 +13,8 @@ import socket
 import threading
 import time
 from datetime import timedelta
-from typing import Optional
+from pathlib import Path
+from typing import Callable, Optional
 
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.orm import Session
@@ -27,7 +28,7 @@ from service.core.job_state import ACTIVE, TERMINAL, finish, transition
 from service.core.settings import Settings
 from service.core.tables import Job, utcnow
 
-from .compile_child import compile_into, compile_limits, publish, remove_staging, staging_dir
+from .compile_child import compile_into, compile_limits, finish_tuning_flag, publish, remove_staging, staging_dir
 
 log = logging.getLogger("kiln.worker")
 
@@ -52,14 +53,43 @@ def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2, atte
     return report
 
 
+def _tuning_writer(db: Session, job: Job, attempt: int, staging: Path) -> Callable[[str, dict], None]:
+    """Writes a tuning job's live state into Job.options["tuning_progress"] (trials, best GFLOP/s so far, seconds
+    left, the estimate before it starts) and, once the user asked to finish now (Job.tuning["finish_now"], set by
+    the API), tells the child to stop measuring through its flag file."""
+    live: dict = {}
+
+    def report(kind: str, status: dict) -> None:
+        if kind == "tuning_plan":
+            live.clear()
+            live.update(trials=0, planned=status["trials"], estimate_s=status["estimate_s"],
+                        left_s=status["estimate_s"], cache_hits=status["cache_hits"], best_gflops=None)
+        else:
+            live.update(status)
+        db.expire_all()
+        current = db.get(Job, job.id)
+        if current is not None and (current.tuning or {}).get("finish_now"):
+            finish_tuning_flag(staging).touch()
+            live["finishing"] = True
+        if not transition(db, job.id, ("running",), attempt=attempt,
+                          options={**(job.options or {}), "tuning_progress": dict(live)}):
+            raise JobCancelled(job.id)
+    return report
+
+
 def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
     """core.compile in a sandboxed child that writes into a staging folder; published here only on success."""
     remove_staging(settings, job.id)  # what an earlier, killed attempt left behind
     staging = staging_dir(settings, job.id)
     progress = _progress_writer(db, job.id, attempt=attempt)
+    tuning = _tuning_writer(db, job, attempt, staging)
     stage = {"name": "importing"}
 
-    def on_message(kind: str, step: Stage, fraction: float, detail: str) -> None:
+    def on_message(kind: str, *message) -> None:
+        if kind != "progress":  # "tuning_plan", "tuning"
+            tuning(kind, *message)  # raises JobCancelled too
+            return
+        step, fraction, detail = message
         stage["name"] = detail or step.label
         progress(step, fraction, detail)  # raises JobCancelled: the child is killed at once
 

@@ -21,6 +21,8 @@ class TuningOptions:
     records: Optional[str] = None
     progress: Optional[Callable[[int, int], None]] = None  # (trials measured, trials planned), from 0 to the plan
     on_plan: Optional[Callable[[dict], None]] = None  # told tasks, trials and the estimate before measuring
+    on_batch: Optional[Callable[[dict], None]] = None  # told trials done, best GFLOP/s so far, seconds left per batch
+    should_stop: Optional[Callable[[], bool]] = None  # true: stop measuring, build with the best so far (finish now)
     tuner: str = "xgb"
     batch_size: int = 8
     early_stopping: Optional[int] = None

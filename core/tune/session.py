@@ -155,12 +155,23 @@ def _warm_start(tuner, task: Task, recorded: Sequence[Record]) -> None:
                      [r.features if r.feature_version == FEATURE_VERSION else None for r in recorded])
 
 
+def seconds_left(elapsed_s: float, done: int, planned: int, estimate_s: float,
+                 deadline_left_s: Optional[float] = None) -> float:
+    """What a running tuning has left: the measured pace once trials are done (the up-front estimate
+    before), never past the time budget."""
+    left = elapsed_s / done * (planned - done) if done else max(0.0, estimate_s - elapsed_s)
+    if deadline_left_s is not None:
+        left = min(left, max(0.0, deadline_left_s))
+    return round(left, 1)
+
+
 def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutcome:
     """A budget is the total trials each workload gets, records included: a workload whose records
     hold fewer trials than its share is tuned for the difference (warm-started from them); one whose
     records hold as many or more reuses them without measuring (a cache hit)."""
     start = time.perf_counter()
     notify = opts.progress or (lambda done, planned: None)
+    asked_to_stop = opts.should_stop or (lambda: False)
     outcome = TuningOutcome(graph, target)
     tasks = extract_tasks(graph, target)
     db = RecordsDB(opts.records)
@@ -191,6 +202,8 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
         estimate = min(estimate, opts.time_budget_s)
     deadline = time.monotonic() + opts.time_budget_s if opts.time_budget_s else None
     done = 0
+    finished_early = False
+    measuring_since = time.monotonic()
     fit_s: list[float] = []
     predict_s: list[float] = []
     if opts.on_plan is not None:
@@ -208,6 +221,9 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 break
+            if asked_to_stop():
+                finished_early = True
+                break
             # Each task gets the share of the time left that its trials have of the trials left, so a
             # budget shorter than the trials spreads over every task instead of starving the last ones.
             task_deadline = None
@@ -221,14 +237,26 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
             measurer = Measurer(task, runner, builder)
             base = done
 
-            def on_batch(res: TuneResult, base=base) -> None:
-                notify(min(planned, base + res.trials), planned)
+            def on_batch(res: TuneResult, base=base, task=task,
+                         recorded_best=max([r.gflops for r in recorded], default=0.0)) -> None:
+                trials = min(planned, base + res.trials)
+                if opts.on_batch is not None:
+                    now = time.monotonic()
+                    opts.on_batch({"trials": trials, "planned": planned, "workload": task.name,
+                                   "best_gflops": round(max(res.best_gflops, recorded_best), 3),
+                                   "elapsed_s": round(now - measuring_since, 1), "estimate_s": estimate,
+                                   "left_s": seconds_left(now - measuring_since, trials, planned, estimate,
+                                                          deadline - now if deadline is not None else None)})
+                notify(trials, planned)
 
             measure = _measure_and_record(task, measurer, db)
             try:
-                result = tune(task, tuner, measure, share, opts.batch_size, opts.early_stopping, task_deadline, on_batch)
+                result = tune(task, tuner, measure, share, opts.batch_size, opts.early_stopping, task_deadline, on_batch,
+                              should_stop=asked_to_stop)
+                finished_early = finished_early or result.stopped == "finished_early"
                 confirmed = 0
-                if result.trials and result.trials + len(recorded) >= CONFIRM_AFTER and (deadline is None or time.monotonic() < deadline):
+                if (result.trials and result.trials + len(recorded) >= CONFIRM_AFTER and not finished_early
+                        and (deadline is None or time.monotonic() < deadline)):
                     confirmed = _confirm(task, measure, db)
             finally:
                 measurer.close()
@@ -262,11 +290,12 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
         "trials": done, "time_s": round(time.perf_counter() - start, 3), "cache_hits": cache_hits,
         "trials_from_records": sum(len(v) for v in from_records.values()),
         "tasks": [entries[t.key] for t in tasks if t.key in entries], "num_tasks": len(tasks),
-        "estimate_s": estimate, "tuner": opts.tuner, "records": db.as_dict(),
+        "estimate_s": estimate, "finished_early": finished_early, "tuner": opts.tuner, "records": db.as_dict(),
         "cost_model": {"fits": len(fit_s), "fit_s_mean": round(float(np.mean(fit_s)), 4) if fit_s else None,
                        "predict_s_per_batch": round(float(np.sum(predict_s)) / max(1, len(fit_s)), 4) if predict_s else None},
     }
     return outcome
 
 
-__all__ = ["TuningOutcome", "tune_graph", "recorded_trials", "split_trials", "estimate_seconds", "history_group"]
+__all__ = ["TuningOutcome", "tune_graph", "recorded_trials", "split_trials", "estimate_seconds", "seconds_left",
+           "history_group"]

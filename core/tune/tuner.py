@@ -187,14 +187,16 @@ class TuneResult:
     measured: list[tuple[Config, MeasureResult]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     time_s: float = 0.0
-    stopped: str = ""  # why tuning ended: trials, budget, early_stopping, exhausted
+    stopped: str = ""  # why tuning ended: trials, budget, early_stopping, exhausted, finished_early
 
 
 def tune(task: Task, tuner: Tuner, measure: Callable[[Sequence[Config]], list[MeasureResult]], trials: int,
          batch_size: int = 8, early_stopping: Optional[int] = None, deadline: Optional[float] = None,
-         on_batch: Optional[Callable[[TuneResult], None]] = None) -> TuneResult:
+         on_batch: Optional[Callable[[TuneResult], None]] = None,
+         should_stop: Optional[Callable[[], bool]] = None) -> TuneResult:
     """Measure up to `trials` configs in batches. Anytime: whatever stops it (trials, the monotonic
-    `deadline`, no progress in `early_stopping` trials) leaves the best found so far in the result."""
+    `deadline`, no progress in `early_stopping` trials, `should_stop()` turning true between batches)
+    leaves the best found so far in the result."""
     result = TuneResult(task)
     start = time.perf_counter()
     best_at = 0
@@ -205,6 +207,9 @@ def tune(task: Task, tuner: Tuner, measure: Callable[[Sequence[Config]], list[Me
             break
         if deadline is not None and time.monotonic() >= deadline:
             result.stopped = "budget"
+            break
+        if should_stop is not None and should_stop():
+            result.stopped = "finished_early"
             break
         configs = tuner.next_batch(min(batch_size, trials - result.trials))
         if not configs:

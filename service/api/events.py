@@ -37,7 +37,7 @@ async def job_events(database: Database, job_id: str, request: Request, poll_s: 
         if job is None:
             yield _event("end", '{"status": "deleted"}')
             return
-        state = (job.status, job.stage, job.progress, job.error)
+        state = (job.status, job.stage, job.progress, job.error, job.tuning, job.tuning_progress)
         if state != last:
             last, quiet_since = state, time.monotonic()
             yield _event("progress", job.model_dump_json())

@@ -2,7 +2,7 @@
 from . import contrib  # noqa: F401  (ONNX Runtime's com.microsoft ops)
 from . import (activations, attention, binary, causal_conv, constants, control_flow, conv, conv_transpose,  # noqa: F401
                data_dependent, einsum, elementwise, linalg, linear_attention, loss, ml_features,
-               ml_linear, ml_svm, ml_trees, normalization, pool,
+               ml_linear, ml_svm, ml_tree_ensemble, ml_trees, normalization, pool,
                quantize, quantized_linalg, recurrent, reduce, resize, rotary, sampling, scatter, selection, sequence,
                shape, spectral)
 from .registry import ConvertContext, UnsupportedFeature, converter, find_converter, supported_ops

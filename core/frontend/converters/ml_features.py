@@ -119,3 +119,9 @@ def label_encoder(ctx: ConvertContext) -> str:
     found = ctx.emit1("ReduceMax", [ctx.emit1("Cast", [hits], to="int32")], axes=(len(ctx.shape(0)),), keepdims=0)
     mapped = ctx.emit1("Gather", [ctx.const(values), which], axis=0)
     return ctx.emit1("Where", [ctx.emit1("Cast", [found], to="bool"), mapped, ctx.const(default)])
+
+
+@converter("CategoryMapper", since_version=1, domain=ML)
+def category_mapper(ctx: ConvertContext) -> str:
+    ctx.unsupported("CategoryMapper maps strings to integers or integers to strings, and Kiln's tensors are "
+                    "numeric: map the categories to integers before export (or use LabelEncoder with int64 keys)")

@@ -1,4 +1,4 @@
-"""ai.onnx.ml support vector machines: SVMRegressor and SVMClassifier (one-vs-one, several classes, no
+"""ai.onnx.ml support vector machines: SVMRegressor and SVMClassifier (one-vs-one or liblinear's linear mode, no
 probabilities) as a kernel matrix against the support vectors (MatMul and elementwise ops), then matrices that
 combine it into the pairwise decisions and count their votes, as ONNX Runtime does."""
 from __future__ import annotations
@@ -69,12 +69,14 @@ def svm_classifier(ctx: ConvertContext) -> list[str]:
     per_class = [int(v) for v in ctx.attr("vectors_per_class", [])]
     labels = np.asarray(ctx.attr("classlabels_ints", []), np.int64)
     classes = labels.size
-    if not per_class or classes <= 2:
-        ctx.unsupported("linear or two-class SVMClassifier (Kiln compiles one-vs-one SVMs of three or more classes)")
-    if len(per_class) != classes:
-        ctx.fail(f"vectors_per_class has {len(per_class)} entries for {classes} classes")
+    if classes < 2:
+        ctx.fail("needs at least two classlabels_ints")
     transform = post_transform(ctx)
     x = float_rows(ctx)
+    if not per_class:
+        return _linear_classifier(ctx, x, labels, transform)
+    if len(per_class) != classes:
+        ctx.fail(f"vectors_per_class has {len(per_class)} entries for {classes} classes")
     count = sum(per_class)
     kernel = _kernel(ctx, x, _support_vectors(ctx, count, ctx.builder.type_of(x).shape[1]))
     coefficients = np.asarray(ctx.attr("coefficients", []), np.float32)
@@ -93,9 +95,45 @@ def svm_classifier(ctx: ConvertContext) -> list[str]:
         combine[starts[j]:starts[j + 1], k] = coefficients[i, starts[j]:starts[j + 1]]
         wins[k, i], losses[k, j] = 1.0, 1.0
     decisions = ctx.emit1("Add", [ctx.emit1("MatMul", [kernel, ctx.const(combine)]), ctx.const(rho.reshape(1, -1))])
+    if classes == 2:
+        return _two_classes(ctx, decisions, labels, transform)
     positive = ctx.emit1("Cast", [ctx.emit1("Greater", [decisions, ctx.const(np.float32(0))])], to="float32")
     # votes[c] = pairs won by c: a positive decision votes i, any other j
     votes = ctx.emit1("Add", [ctx.emit1("MatMul", [positive, ctx.const(wins - losses)]),
                               ctx.const(losses.sum(axis=0, keepdims=True))])
     best = ctx.emit1("ArgMax", [votes], axis=1, keepdims=0, select_last_index=0)
     return [ctx.emit1("Gather", [ctx.const(labels), best], axis=0), transformed(ctx, decisions, transform)]
+
+
+def _two_classes(ctx: ConvertContext, decision: str, labels: np.ndarray, transform: str) -> list[str]:
+    """One decision d per row: the first class wins when d > 0; the scores are ONNX Runtime's [-d, d], the
+    LOGISTIC of those, or [1 - d, d] untransformed for SOFTMAX (what ONNX Runtime writes)."""
+    wins = ctx.emit1("Greater", [decision, ctx.const(np.float32(0))])
+    label = ctx.emit1("Where", [wins, ctx.const(labels[:1]), ctx.const(labels[1:])])
+    label = ctx.reshape(label, (ctx.builder.type_of(decision).shape[0],))
+    first = ctx.emit1("Sub", [ctx.const(np.ones((1, 1), np.float32)), decision]) if transform == "SOFTMAX" \
+        else ctx.emit1("Neg", [decision])
+    scores = ctx.emit1("Concat", [first, decision], axis=1)
+    return [label, ctx.emit1("Sigmoid", [scores]) if transform == "LOGISTIC" else scores]
+
+
+def _linear_classifier(ctx: ConvertContext, x: str, labels: np.ndarray, transform: str) -> list[str]:
+    """liblinear's mode (no vectors_per_class): score[c] = x . coefficients[c] + rho[0]; two classes take the
+    second label when the top score passes 0.5 (all coefficients >= 0) or 0 (otherwise), as ONNX Runtime does."""
+    classes, features = labels.size, ctx.builder.type_of(x).shape[1]
+    coefficients = np.asarray(ctx.attr("coefficients", []), np.float32)
+    if coefficients.size != classes * features:
+        ctx.fail(f"{coefficients.size} coefficients for {classes} classes x {features} features")
+    rho = np.asarray(ctx.attr("rho", []), np.float32)
+    if rho.size < 1:
+        ctx.fail("rho must hold one value")
+    scores = ctx.emit1("Add", [ctx.emit1("MatMul", [x, ctx.const(coefficients.reshape(classes, features).T.copy())]),
+                               ctx.const(rho[:1].reshape(1, 1))])
+    best = ctx.emit1("ArgMax", [scores], axis=1, keepdims=0, select_last_index=0)
+    label = ctx.emit1("Gather", [ctx.const(labels), best], axis=0)
+    if classes == 2:
+        top = ctx.emit1("ReduceMax", [scores], axes=(1,), keepdims=0)
+        cut = 0.5 if bool((coefficients >= 0).all()) else 0.0
+        passes = ctx.emit1("GreaterOrEqual" if cut else "Greater", [top, ctx.const(np.float32(cut))])
+        label = ctx.emit1("Where", [passes, ctx.const(labels[1:]), label])
+    return [label, transformed(ctx, scores, transform)]

@@ -1,6 +1,7 @@
 """ai.onnx.ml tree ensembles: TreeEnsembleRegressor and TreeEnsembleClassifier (ml opsets 1-3) as one compiled
-TreeEnsemble op over flat node tables, followed by ONNX Runtime's own post-processing (base values, the
-binary-classifier rules, post_transform, labels) as graph ops; ZipMap is refused with the export fix."""
+TreeEnsemble op over flat node tables (branch modes mixed in one ensemble rewritten to BRANCH_LEQ), followed by
+ONNX Runtime's own post-processing (base values, the binary-classifier rules, post_transform, labels) as graph
+ops; ZipMap is refused with the export fix."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -41,29 +42,112 @@ def _floats(ctx: ConvertContext, name: str, dtype: str) -> np.ndarray | None:
     return None if value is None else np.asarray(value, np.float32).astype(dtype)
 
 
-def _ints(ctx: ConvertContext, name: str) -> np.ndarray:
+def int_attr(ctx: ConvertContext, name: str) -> np.ndarray:
     return np.asarray(ctx.attr(name, []), np.int64).reshape(-1)
 
 
-def pack_trees(ctx: ConvertContext, prefix: str, targets: int, dtype: str) -> TreeTables:
-    """The node attributes and the leaf weights (`prefix`: "class" or "target") as flat tables."""
-    tree_ids, node_ids = _ints(ctx, "nodes_treeids"), _ints(ctx, "nodes_nodeids")
-    features, trues, falses = _ints(ctx, "nodes_featureids"), _ints(ctx, "nodes_truenodeids"), \
-        _ints(ctx, "nodes_falsenodeids")
-    modes = list(ctx.attr("nodes_modes", []))
+@dataclass
+class TreeNodes:
+    """An ensemble's nodes and leaf weights as ONNX's opset 1-3 attributes lay them out: parallel arrays, one
+    entry per node (modes are "LEAF" or "BRANCH_*") and one per (leaf, target) weight."""
+
+    tree_ids: np.ndarray
+    node_ids: np.ndarray
+    features: np.ndarray
+    trues: np.ndarray
+    falses: np.ndarray
+    modes: list[str]
+    values: np.ndarray
+    missing: np.ndarray
+    weight_trees: np.ndarray
+    weight_nodes: np.ndarray
+    weight_targets: np.ndarray
+    weights: np.ndarray
+
+
+def node_attributes(ctx: ConvertContext, prefix: str, dtype: str) -> TreeNodes:
+    """The nodes_* attributes and the leaf weights (`prefix`: "class" or "target") of ml opsets 1-3."""
     values = _floats(ctx, "nodes_values", dtype)
-    count = len(node_ids)
-    values = np.zeros(count, dtype) if values is None else values
-    missing = _ints(ctx, "nodes_missing_value_tracks_true")
-    missing = np.zeros(count, np.int64) if missing.size == 0 else missing
-    if count == 0 or any(len(a) != count for a in (tree_ids, features, trues, falses, modes, values, missing)):
+    node_ids = int_attr(ctx, "nodes_nodeids")
+    missing = int_attr(ctx, "nodes_missing_value_tracks_true")
+    weights = _floats(ctx, f"{prefix}_weights", dtype)
+    return TreeNodes(int_attr(ctx, "nodes_treeids"), node_ids, int_attr(ctx, "nodes_featureids"),
+                     int_attr(ctx, "nodes_truenodeids"), int_attr(ctx, "nodes_falsenodeids"),
+                     list(ctx.attr("nodes_modes", [])), np.zeros(len(node_ids), dtype) if values is None else values,
+                     np.zeros(len(node_ids), np.int64) if missing.size == 0 else missing,
+                     int_attr(ctx, f"{prefix}_treeids"), int_attr(ctx, f"{prefix}_nodeids"), int_attr(ctx, f"{prefix}_ids"),
+                     np.zeros(0, dtype) if weights is None else weights)
+
+
+def _just_below(threshold: float, dtype: str) -> float:
+    """The largest normal value below `threshold`, so that x < t is x <= it; NaN below -inf (x <= NaN never
+    holds). Subnormal steps round down to the next normal one: compiled code flushes subnormals to zero."""
+    t = np.asarray(threshold, dtype)
+    if t == -np.inf:
+        return float("nan")
+    below, tiny = float(np.nextafter(t, np.asarray(-np.inf, dtype))), float(np.finfo(dtype).tiny)
+    return below if below == 0 or abs(below) >= tiny else (-tiny if below < 0 else 0.0)
+
+
+def as_less_equal(trees: TreeNodes, dtype: str) -> TreeNodes:
+    """The same ensemble with BRANCH_LEQ nodes only, for ensembles that mix branch modes (the kernel compiles one
+    comparison): > and >= swap the children of <= and < (a missing value keeps its branch), x < t is
+    x <= the float just below t, and x == t becomes two nodes, x <= t then not x <= the float just below t."""
+    trees = TreeNodes(**{k: (list(v) if isinstance(v, list) else v.copy()) for k, v in vars(trees).items()})
+    trees.values = trees.values.astype(dtype)
+    next_id: dict[int, int] = {}
+    for tree, node in zip(trees.tree_ids, trees.node_ids):
+        next_id[int(tree)] = max(next_id.get(int(tree), 0), int(node) + 1)
+    added: list[tuple] = []  # (tree, node id, feature, true, false, threshold)
+    for i, mode in enumerate(list(trees.modes)):
+        if mode == "LEAF" or mode == "BRANCH_LEQ":
+            continue
+        if mode in ("BRANCH_GT", "BRANCH_GTE", "BRANCH_NEQ"):  # the negation of LEQ, LT, EQ
+            trees.trues[i], trees.falses[i] = trees.falses[i], trees.trues[i]
+            # A missing value fails > and >= (its branch is the flag's) but passes != (always the true branch)
+            trees.missing[i] = 0 if mode == "BRANCH_NEQ" else 1 - (trees.missing[i] != 0)
+            mode = {"BRANCH_GT": "BRANCH_LEQ", "BRANCH_GTE": "BRANCH_LT", "BRANCH_NEQ": "BRANCH_EQ"}[mode]
+        threshold = float(trees.values[i])
+        if mode == "BRANCH_LT":
+            trees.values[i] = _just_below(threshold, dtype)
+        elif mode == "BRANCH_EQ":  # x <= t ? (x <= below(t) ? false : true) : false
+            tree = int(trees.tree_ids[i])
+            below = next_id[tree]
+            next_id[tree] += 1
+            added.append((tree, below, int(trees.features[i]), int(trees.falses[i]), int(trees.trues[i]),
+                          _just_below(threshold, dtype)))
+            trees.trues[i] = below
+        trees.modes[i] = "BRANCH_LEQ"
+    if added:
+        tree, node, feature, true, false, threshold = (np.asarray(c) for c in zip(*added))
+        trees.tree_ids, trees.node_ids = np.concatenate([trees.tree_ids, tree]), np.concatenate([trees.node_ids, node])
+        trees.features = np.concatenate([trees.features, feature])
+        trees.trues, trees.falses = np.concatenate([trees.trues, true]), np.concatenate([trees.falses, false])
+        trees.values = np.concatenate([trees.values, threshold.astype(dtype)])
+        trees.missing = np.concatenate([trees.missing, np.zeros(len(added), np.int64)])
+        trees.modes += ["BRANCH_LEQ"] * len(added)
+    return trees
+
+
+def pack_trees(ctx: ConvertContext, trees: TreeNodes, targets: int, dtype: str, prefix: str = "target",
+               partial_targets: bool = False) -> TreeTables:
+    """An ensemble's nodes as flat tables; `partial_targets`: a target may get a weight from some leaves of a
+    tree only (the others add nothing, as with SUM and AVERAGE), otherwise that is refused."""
+    count = len(trees.node_ids)
+    if count == 0 or any(len(a) != count for a in (trees.tree_ids, trees.features, trees.trues, trees.falses,
+                                                   trees.modes, trees.values, trees.missing)):
         ctx.fail("the nodes_* attributes must be non-empty and of one length")
-    unknown = sorted({m for m in modes if m != "LEAF" and m not in _MODES})
+    unknown = sorted({m for m in trees.modes if m != "LEAF" and m not in _MODES})
     if unknown:
         ctx.fail(f"unknown nodes_modes {unknown}")
+    if len({m for m in trees.modes if m != "LEAF"}) > 1:
+        trees = as_less_equal(trees, dtype)
+    tree_ids, node_ids, features, trues, falses = trees.tree_ids, trees.node_ids, trees.features, trees.trues, \
+        trees.falses
+    modes, values, missing = trees.modes, trees.values, trees.missing
+    count = len(node_ids)
     branch_modes = sorted({m for m in modes if m != "LEAF"})
-    if len(branch_modes) > 1:
-        ctx.unsupported(f"mixed branch modes {branch_modes} in one ensemble")
+    w_trees, w_nodes, w_ids, weights = trees.weight_trees, trees.weight_nodes, trees.weight_targets, trees.weights
 
     tree_rank = {int(t): r for r, t in enumerate(dict.fromkeys(tree_ids.tolist()))}
     order = sorted(range(count), key=lambda i: (tree_rank[int(tree_ids[i])], node_ids[i]))
@@ -113,10 +197,6 @@ def pack_trees(ctx: ConvertContext, prefix: str, targets: int, dtype: str) -> Tr
         depths.append(depth)
         leaves_of[tree] = set(leaves)
 
-    w_trees, w_nodes, w_ids = _ints(ctx, f"{prefix}_treeids"), _ints(ctx, f"{prefix}_nodeids"), \
-        _ints(ctx, f"{prefix}_ids")
-    weights = _floats(ctx, f"{prefix}_weights", dtype)
-    weights = np.zeros(0, dtype) if weights is None else weights
     if not len(w_trees) == len(w_nodes) == len(w_ids) == len(weights):
         ctx.fail(f"the {prefix}_* attributes must be of one length")
     if len(w_ids) and not (0 <= w_ids.min() and w_ids.max() < targets):
@@ -141,7 +221,7 @@ def pack_trees(ctx: ConvertContext, prefix: str, targets: int, dtype: str) -> Tr
     for target in range(targets):
         always = any(leaves_of[t] <= holders[target] for t in trees)
         sometimes = bool(holders[target] & all_leaves)
-        if sometimes and not always:
+        if sometimes and not always and not partial_targets:
             ctx.unsupported(f"{prefix} {target} gets a weight from some leaves of a tree only")
         scored[target] = always
     return TreeTables(node_table(feature, threshold, left, right), leaf_weights, np.asarray(roots, np.int32),
@@ -162,7 +242,7 @@ def _rows(ctx: ConvertContext) -> tuple[str, str]:
     return (x if t.dtype == dtype else ctx.emit1("Cast", [x], to=dtype)), dtype
 
 
-def _ensemble(ctx: ConvertContext, x: str, tables: TreeTables, targets: int, aggregate: str) -> str:
+def ensemble_scores(ctx: ConvertContext, x: str, tables: TreeTables, targets: int, aggregate: str) -> str:
     inputs = [x] + [ctx.const(getattr(tables, name)) for name in TREE_TABLES]
     if tables.nan_goes_true is not None:
         inputs.append(ctx.const(tables.nan_goes_true))
@@ -200,10 +280,10 @@ def tree_ensemble_regressor(ctx: ConvertContext) -> str:
     targets = int(ctx.attr("n_targets", 1))
     aggregate = str(ctx.attr("aggregate_function", "SUM")).lower()
     transform = post_transform(ctx)
-    tables = pack_trees(ctx, "target", targets, dtype)
+    tables = pack_trees(ctx, node_attributes(ctx, "target", dtype), targets, dtype)
     if aggregate in ("min", "max") and not tables.scored.all():
         ctx.unsupported(f"aggregate_function {aggregate.upper()} with targets that some trees do not score")
-    scores = _ensemble(ctx, x, tables, targets, aggregate)
+    scores = ensemble_scores(ctx, x, tables, targets, aggregate)
     base = _floats(ctx, "base_values", dtype)
     if base is not None and base.size:
         if base.size != targets:
@@ -216,14 +296,14 @@ def tree_ensemble_regressor(ctx: ConvertContext) -> str:
 def tree_ensemble_classifier(ctx: ConvertContext) -> list[str]:
     if ctx.attr("classlabels_strings"):
         ctx.unsupported("string class labels (Kiln's outputs are numeric tensors: export with integer labels)")
-    labels = _ints(ctx, "classlabels_int64s")
+    labels = int_attr(ctx, "classlabels_int64s")
     classes = labels.size
     if classes < 2:
         ctx.fail("needs at least two classlabels_int64s")
     x, dtype = _rows(ctx)
     transform = post_transform(ctx)
-    tables = pack_trees(ctx, "class", classes, dtype)
-    raw = _ensemble(ctx, x, tables, classes, "sum")
+    tables = pack_trees(ctx, node_attributes(ctx, "class", dtype), classes, dtype, "class")
+    raw = ensemble_scores(ctx, x, tables, classes, "sum")
     base = _floats(ctx, "base_values", dtype)
     base = np.zeros(0, dtype) if base is None else base
     if classes > 2:

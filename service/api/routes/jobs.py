@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Optional
 import numpy as np
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 
 from core.backends import get_backend
 from core.errors import UnsupportedOnTargetError
@@ -16,7 +16,7 @@ from service.core import storage
 from service.core.job_state import ACTIVE, cancel, finish
 from service.core.queues import device_kind, host_device_kinds
 from service.core.settings import Settings
-from service.core.tables import Job, new_id
+from service.core.tables import Job, Model, new_id
 
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..events import job_events
@@ -128,13 +128,27 @@ def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAl
     return JobOut.of(job)
 
 
-@router.get("", response_model=list[JobOut])
-def list_jobs(user: UserDep, db: DbDep, status_: Annotated[Optional[JobStatus], Query(alias="status")] = None,
-              limit: Annotated[int, Query(ge=1, le=500)] = 100) -> list[JobOut]:
+@router.get("", response_model=list[JobOut],
+            responses={200: {"headers": {"X-Total-Count": {"description": "jobs that match, over all pages",
+                                                           "schema": {"type": "integer"}}}}})
+def list_jobs(user: UserDep, db: DbDep, response: Response,
+              status_: Annotated[Optional[JobStatus], Query(alias="status")] = None,
+              target: Annotated[Optional[str], Query(max_length=128, description="this target only")] = None,
+              q: Annotated[Optional[str], Query(max_length=255, description="part of the model's file name or of "
+                                                                            "the target, any case")] = None,
+              limit: Annotated[int, Query(ge=1, le=500)] = 100, offset: Annotated[int, Query(ge=0)] = 0) -> list[JobOut]:
+    """The user's jobs, newest first: filtered by status, target and a search text, one page at a time."""
     query = select(Job).where(Job.user_id == user.id)
     if status_:
         query = query.where(Job.status == status_)
-    return [JobOut.of(r) for r in db.scalars(query.order_by(Job.created_at.desc()).limit(limit)).all()]
+    if target:
+        query = query.where(Job.target == target)
+    if q:
+        query = query.join(Model, Model.id == Job.model_id).where(
+            or_(Model.filename.icontains(q, autoescape=True), Job.target.icontains(q, autoescape=True)))
+    response.headers["X-Total-Count"] = str(db.scalar(select(func.count()).select_from(query.subquery())))
+    page = query.order_by(Job.created_at.desc(), Job.id).offset(offset).limit(limit)
+    return [JobOut.of(r) for r in db.scalars(page).all()]
 
 
 @router.get("/{job_id}", response_model=JobOut)
@@ -157,6 +171,21 @@ def cancel_job(job_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> 
     db.refresh(job)
     if job.status == "cancelled":
         storage.remove_job_outputs(settings, job_id)
+    return JobOut.of(job)
+
+
+@router.post("/{job_id}/finish-tuning", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
+def finish_tuning(job_id: str, user: UserDep, db: DbDep) -> JobOut:
+    """Stop tuning now and build with the best configs so far: the worker stops measuring after its current batch
+    (the report says `finished_early`). Allowed while a job with a tuning budget is queued or running."""
+    job = owned_job(db, user, job_id)
+    if job.status not in ACTIVE:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id!r} is {job.status}: there is no tuning to finish")
+    if not (job.tuning or {}).get("trials"):
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id!r} has no tuning budget: there is no tuning to finish")
+    job.tuning = {**job.tuning, "finish_now": True}
+    db.commit()
+    db.refresh(job)
     return JobOut.of(job)
 
 

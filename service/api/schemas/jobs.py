@@ -122,6 +122,8 @@ class JobOut(BaseModel):
     created_at: datetime
     started_at: Optional[datetime]
     finished_at: Optional[datetime]
+    tuning_progress: Optional[dict[str, Any]] = Field(
+        default=None, description="while it tunes: trials, planned, best_gflops so far, left_s, estimate_s, finishing")
     links: dict[str, str]
 
     @classmethod
@@ -134,4 +136,5 @@ class JobOut(BaseModel):
                    input_shapes=row.input_shapes, status=row.status, stage=row.stage, progress=row.progress,
                    error=row.error, error_code=row.error_code, attempts=row.attempts, worker=row.worker,
                    created_at=as_utc(row.created_at), started_at=as_utc(row.started_at),
-                   finished_at=as_utc(row.finished_at), links=links)
+                   finished_at=as_utc(row.finished_at), links=links,
+                   tuning_progress=(row.options or {}).get("tuning_progress"))

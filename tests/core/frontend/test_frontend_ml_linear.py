@@ -8,6 +8,9 @@ import onnx
 import pytest
 from onnx import helper
 
+from core.errors import KilnError, UnsupportedOpError
+from core.frontend import import_onnx
+
 from .test_frontend_ml_trees import ML, compare_with_onnxruntime
 
 sklearn = pytest.importorskip("sklearn")
@@ -101,3 +104,15 @@ def test_label_encoder_and_array_feature_extractor():
     model = _node_model("ArrayFeatureExtractor", {"x": (F, [None, 3]), "i": (I64, [2])}, {"y": (F, [None, 2])})
     model.graph.initializer.append(indices)
     compare_with_onnxruntime(model, ROWS)
+
+
+def test_category_mapper_is_refused_as_strings():
+    """Kiln's tensors are numeric, so neither side of a CategoryMapper can be represented."""
+    attrs = dict(cats_strings=["a", "b"], cats_int64s=[1, 2])
+    to_strings = _node_model("CategoryMapper", {"x": (I64, [None])}, {"y": (onnx.TensorProto.STRING, [None])},
+                             **attrs)
+    with pytest.raises(UnsupportedOpError, match=r"CategoryMapper.*strings.*LabelEncoder"):
+        import_onnx(to_strings, {"x": (4,)})
+    to_ints = _node_model("CategoryMapper", {"x": (onnx.TensorProto.STRING, [None])}, {"y": (I64, [None])}, **attrs)
+    with pytest.raises(KilnError, match="input 'x': element type STRING is not supported"):
+        import_onnx(to_ints, {"x": (4,)})

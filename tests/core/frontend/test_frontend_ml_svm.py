@@ -1,11 +1,14 @@
-"""ai.onnx.ml support vector machines from skl2onnx (SVC one-vs-one with three classes, SVR) for every kernel
-type, imported and evaluated against ONNX Runtime: labels exactly, decision values within 1e-4."""
+"""ai.onnx.ml support vector machines from skl2onnx (SVC one-vs-one with two and three classes, SVR) for every
+kernel type, and hand-built two-class and liblinear-mode SVMClassifiers, imported and evaluated against ONNX
+Runtime: labels exactly, decision values within 1e-4 (three classes, SVR) or 1e-5."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from onnx import helper
 
-from .test_frontend_ml_trees import compare_with_onnxruntime
+from .test_frontend_ml_trees import ML, compare_with_onnxruntime
 
 sklearn = pytest.importorskip("sklearn")
 skl2onnx = pytest.importorskip("skl2onnx")
@@ -29,3 +32,48 @@ def test_svr(kernel):
     x = x.astype(np.float32)
     compare_with_onnxruntime(skl2onnx.to_onnx(SVR(kernel=kernel, degree=2).fit(x, y / 50), x[:1]), x,
                              rtol=1e-4, atol=1e-4)
+
+
+def _svm_model(labels: list[int], transform: str, **attrs):
+    """One SVMClassifier node over 3 float features, both outputs."""
+    node = helper.make_node("SVMClassifier", ["x"], ["label", "scores"], domain=ML, classlabels_ints=labels,
+                            post_transform=transform, **attrs)
+    graph = helper.make_graph([node], "svm", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None, 3])],
+                              [helper.make_tensor_value_info("label", onnx.TensorProto.INT64, [None]),
+                               helper.make_tensor_value_info("scores", onnx.TensorProto.FLOAT, [None, None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_svc_two_classes(kernel):
+    x, y = make_classification(80, 4, n_informative=3, n_redundant=0, random_state=1)
+    x = x.astype(np.float32)
+    model = skl2onnx.to_onnx(SVC(kernel=kernel, degree=2).fit(x, y), x[:1], options={"zipmap": False})
+    compare_with_onnxruntime(model, x, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("transform", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_two_class_svm_post_transforms(transform):
+    """ONNX Runtime's two-class scores: [-d, d], their LOGISTIC, and [1 - d, d] for SOFTMAX."""
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((5, 3)).astype(np.float32)
+    model = _svm_model([4, 9], transform, vectors_per_class=[2, 3], support_vectors=vectors.ravel().tolist(),
+                       coefficients=[0.7, -0.4, 0.9, -0.3, -0.9], rho=[0.1], kernel_type="RBF",
+                       kernel_params=[0.5, 0.0, 3.0])
+    compare_with_onnxruntime(model, rng.standard_normal((40, 3)).astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("labels,coefficients", [
+    ([3, 5], [0.5, -1.0, 0.25, -0.5, 1.0, 0.75]),        # mixed signs: the second label when the top score > 0
+    ([3, 5], [0.5, 0.1, 0.25, 0.2, 0.3, 0.05]),          # all positive: when the top score >= 0.5
+    ([1, 2, 7], [0.5, -1.0, 0.25, -0.5, 1.0, 0.75, 0.2, 0.1, -0.3]),
+], ids=["two_mixed", "two_positive", "three"])
+@pytest.mark.parametrize("transform", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_linear_mode_svm(labels, coefficients, transform):
+    """liblinear's mode (no support vectors): one linear score per class."""
+    model = _svm_model(labels, transform, coefficients=coefficients, rho=[-0.2], kernel_type="LINEAR",
+                       kernel_params=[0.0, 0.0, 0.0])
+    x = np.random.default_rng(3).standard_normal((40, 3)).astype(np.float32)
+    compare_with_onnxruntime(model, x, rtol=1e-5, atol=1e-5)

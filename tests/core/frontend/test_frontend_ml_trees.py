@@ -159,9 +159,13 @@ def test_zipmap_is_refused_with_the_export_fix():
         import_onnx(model, {"X": x.shape})
 
 
-def test_mixed_branch_modes_are_refused_by_name():
-    model = _stump_model("TreeEnsembleRegressor", target_treeids=[0], target_nodeids=[2], target_ids=[0],
-                         target_weights=[1.0], nodes_modes=["BRANCH_LEQ", "BRANCH_LT", "LEAF", "LEAF", "LEAF",
-                                                            "BRANCH_LEQ", "LEAF", "LEAF"])
-    with pytest.raises(UnsupportedOpError, match=r"TreeEnsembleRegressor \(opset 3, domain ai.onnx.ml\).*mixed"):
-        import_onnx(model, {"x": (4, 3)})
+@pytest.mark.parametrize("modes", [("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GT"), ("BRANCH_EQ", "BRANCH_GTE", "BRANCH_NEQ"),
+                                   ("BRANCH_NEQ", "BRANCH_EQ", "BRANCH_LT")], ids=["orders", "equality", "neq_first"])
+def test_mixed_branch_modes_match_onnxruntime(modes):
+    """Modes mixed in one ensemble are rewritten to BRANCH_LEQ nodes (x == t as two of them)."""
+    model = _stump_model("TreeEnsembleClassifier", classlabels_int64s=[3, 7, 9], post_transform="SOFTMAX",
+                         class_treeids=[0, 0, 0, 0, 0, 0, 1, 1], class_nodeids=[2, 3, 4, 2, 3, 4, 1, 2],
+                         class_ids=[0, 0, 0, 2, 2, 2, 1, 1],
+                         class_weights=[0.2, 0.9, 0.6, 0.1, 0.7, -0.4, 0.3, 0.5],
+                         nodes_modes=[modes[0], modes[1], "LEAF", "LEAF", "LEAF", modes[2], "LEAF", "LEAF"])
+    compare_with_onnxruntime(model, _probe_rows())

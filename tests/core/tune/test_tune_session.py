@@ -16,7 +16,7 @@ def test_budget_is_spread_over_tasks_by_trial_share(tiny_graph, tiny_tasks, monk
     clock = {"now": 1000.0}
     deadlines = []
 
-    def fake_tune(task, tuner, measure, trials, batch_size, early_stopping, deadline, on_batch):
+    def fake_tune(task, tuner, measure, trials, batch_size, early_stopping, deadline, on_batch, should_stop=None):
         deadlines.append((task.key, trials, deadline - clock["now"]))
         clock["now"] += 1.0  # each task uses one second of the budget
         return TuneResult(task, trials=trials)
@@ -80,3 +80,24 @@ def test_confirmation_times_the_top_configs_and_the_default_again(conv_task):
     assert config.index in again  # only configs timed twice compete; the real timings decide which
     default = [r.gflops for r in db.records(conv_task.key, "native") if r.index == space.default.index]
     assert config.index == space.default.index or record.gflops >= np.median(default) * (1 + session.MIN_GAIN)
+
+
+def test_asked_to_stop_ends_tuning_after_the_batch_and_keeps_the_best(tiny_graph, tiny_tasks):
+    batches: list[dict] = []
+    plans: list[dict] = []
+    opts = TuningOptions(trials=64, tuner="random", batch_size=4, build_workers=1, min_repeat_ms=1.0,
+                         on_plan=plans.append, on_batch=batches.append, should_stop=lambda: len(batches) >= 1)
+    outcome = session.tune_graph(tiny_graph, get_target("native"), opts)
+    assert plans[0]["trials"] == 64 and plans[0]["estimate_s"] > 0
+    assert len(batches) == 1 and batches[0]["trials"] == 4 and batches[0]["planned"] == 64
+    assert batches[0]["best_gflops"] > 0 and batches[0]["left_s"] >= 0
+    report = outcome.report
+    assert report["finished_early"] is True and report["trials"] == 4  # no other task started, nothing confirmed
+    assert [t["stopped"] for t in report["tasks"]] == ["finished_early"] and outcome.chosen
+
+
+def test_seconds_left_follows_the_measured_pace_within_the_budget():
+    assert session.seconds_left(0.0, 0, 100, estimate_s=45.0) == 45.0  # before any trial: the estimate
+    assert session.seconds_left(10.0, 20, 100, estimate_s=45.0) == 40.0  # 0.5 s a trial, 80 to go
+    assert session.seconds_left(10.0, 20, 100, estimate_s=45.0, deadline_left_s=12.5) == 12.5
+    assert session.seconds_left(60.0, 0, 100, estimate_s=45.0) == 0.0
