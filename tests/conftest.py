@@ -195,6 +195,26 @@ def make_model():
     return tiny_model
 
 
+def assert_artifact_matches_onnxruntime(artifact, model, seed: int = 0) -> None:
+    """The artifact (.tar.gz or extracted folder) run on seeded random inputs matches ONNX Runtime running
+    `model` (a path or serialized bytes) on the same inputs, every output."""
+    import onnxruntime
+
+    from core.runtime import load
+
+    rng = np.random.default_rng(seed)
+    with load(artifact) as module:
+        feeds = {t["name"]: rng.standard_normal(t["shape"]).astype(t["dtype"]) for t in module.inputs}
+        ours = module.run(feeds)
+    session = onnxruntime.InferenceSession(model if isinstance(model, bytes) else str(model),
+                                           providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    theirs = dict(zip(names, session.run(names, feeds)))
+    assert set(ours) == set(theirs)
+    for name in names:
+        np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-4, atol=1e-4, err_msg=name)
+
+
 @dataclass
 class Api:
     client: TestClient

@@ -15,8 +15,10 @@ import tarfile
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
+
+from tests.conftest import assert_artifact_matches_onnxruntime
+
 
 pytestmark = pytest.mark.slow
 
@@ -178,24 +180,7 @@ def test_compile_follow_report_and_download(page, live_service, models_dir, tmp_
     artifact = tmp_path / download.suggested_filename
     download.save_as(artifact)
     assert tarfile.is_tarfile(artifact)
-    _check_artifact_matches_onnxruntime(artifact, model_path)
-
-
-def _check_artifact_matches_onnxruntime(artifact: Path, model_path: Path) -> None:
-    import onnxruntime
-
-    from core.runtime import load
-
-    rng = np.random.default_rng(0)
-    with load(artifact) as module:
-        feeds = {t["name"]: rng.standard_normal(t["shape"]).astype(t["dtype"]) for t in module.inputs}
-        ours = module.run(feeds)
-    session = onnxruntime.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    theirs = dict(zip(names, session.run(names, feeds)))
-    assert set(ours) == set(theirs)
-    for name in names:
-        np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    assert_artifact_matches_onnxruntime(artifact, model_path)
 
 
 def _unsupported_ops_model(path: Path) -> None:

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tarfile
 import time
 
 import httpx
-import numpy as np
-import onnxruntime as ort
 import pytest
 
-from core.runtime import load
+from tests.conftest import assert_artifact_matches_onnxruntime
+
 
 pytestmark = pytest.mark.slow
 
@@ -35,19 +33,6 @@ def _follow_events(client: httpx.Client, job_id: str) -> list[dict]:
             elif event == "end":
                 break
     return states
-
-
-def _assert_matches_onnxruntime(artifact, model_path, folder):
-    with tarfile.open(artifact) as tar:
-        tar.extractall(folder, filter="data")
-    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    module = load(folder)
-    try:
-        ours = module.run({"input": x})["output"]
-    finally:
-        module.close()
-    expected = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
-    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
 
 
 def _compile_over_http(service, model_path, tmp_path) -> dict:
@@ -72,7 +57,7 @@ def _compile_over_http(service, model_path, tmp_path) -> dict:
         report = client.get(final["links"]["report"]).json()
     elapsed = time.perf_counter() - started
     print(f"\nupload -> artifact: {elapsed:.1f} s (compile {report['timings_s']['total']:.1f} s)")
-    _assert_matches_onnxruntime(artifact, model_path, tmp_path / "extracted")
+    assert_artifact_matches_onnxruntime(artifact, model_path)
     assert report["validation"]["max_abs_err"] < 1e-4
     return report
 
@@ -94,7 +79,7 @@ def test_kiln_submit_waits_and_downloads(live_service, models_dir, tmp_path):
                              "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert out.is_file() and not list(tmp_path.glob(".submitted*"))
-    _assert_matches_onnxruntime(out, models_dir / "squeezenet1_1.onnx", tmp_path / "extracted")
+    assert_artifact_matches_onnxruntime(out, models_dir / "squeezenet1_1.onnx")
 
 
 def test_kiln_submit_reports_a_refused_model(live_service, tmp_path):

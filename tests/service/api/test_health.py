@@ -1,7 +1,7 @@
 """GET /health: no token; database and broker reachability, queued jobs and the workers whose beat is fresh."""
 from __future__ import annotations
 
-import time
+import json
 
 from fastapi.testclient import TestClient
 
@@ -30,9 +30,10 @@ def test_health_reports_database_broker_queue_and_workers(api, make_model):
 
 
 def test_a_stale_beat_is_not_a_worker(tmp_path):
-    write_beat(tmp_path, "gone@box", ["compile"])
-    assert [w["name"] for w in workers_seen(tmp_path)] == ["gone@box"]
-    assert workers_seen(tmp_path, now=time.time() + FRESH_FOR_S + BEAT_INTERVAL_S) == []
+    # Judged at instants set from the beat's own time, never from how long this test took.
+    seen_at = json.loads(write_beat(tmp_path, "gone@box", ["compile"]).read_text())["seen_at"]
+    assert [w["name"] for w in workers_seen(tmp_path, now=seen_at + FRESH_FOR_S)] == ["gone@box"]
+    assert workers_seen(tmp_path, now=seen_at + FRESH_FOR_S + BEAT_INTERVAL_S) == []
 
 
 def test_an_unreachable_broker_is_a_503_that_says_so(tmp_path):

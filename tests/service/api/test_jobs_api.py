@@ -1,15 +1,11 @@
 """Jobs: creation checks, the compile run by the worker's job function, status, events, outputs, cancel."""
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 
-from core.runtime import load
+from tests.conftest import assert_artifact_matches_onnxruntime
 from workers.compile_job import run_compile_job
 
 
@@ -86,16 +82,8 @@ def test_job_runs_and_its_artifact_matches_onnxruntime(api, make_model, tmp_path
 
     response = api.client.get(done["links"]["artifact"], headers=headers)
     assert response.headers["content-type"] == "application/gzip"
-    with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
-        tar.extractall(tmp_path, filter="data")
-    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    module = load(tmp_path)
-    try:
-        ours = module.run({"x": x})["y"]
-    finally:
-        module.close()
-    expected = ort.InferenceSession(make_model(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
+    (tmp_path / "artifact.tar.gz").write_bytes(response.content)
+    assert_artifact_matches_onnxruntime(tmp_path / "artifact.tar.gz", make_model(), seed=1)
 
     report = api.client.get(done["links"]["report"], headers=headers).json()
     assert report["schema"] == 1 and report["validation"]["max_abs_err"] < 1e-4

@@ -5,10 +5,7 @@ from __future__ import annotations
 import io
 import tarfile
 
-import numpy as np
-import onnxruntime as ort
-
-from core.runtime import load
+from tests.conftest import assert_artifact_matches_onnxruntime
 from service.core.tables import Job
 from workers.compile_job import run_compile_job
 
@@ -28,14 +25,7 @@ def test_a_named_job_ships_a_named_artifact(api, make_model, tmp_path):
         tar.extractall(tmp_path, filter="data")
     assert {"libedge_net.so", "edge_net.h", "main.c", "Makefile"} <= set(names) and "libkiln_model.so" not in names
     assert "edge_net_run(" in (tmp_path / "edge_net.h").read_text()
-    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    module = load(tmp_path)
-    try:
-        ours = module.run({"x": x})["y"]
-    finally:
-        module.close()
-    expected = ort.InferenceSession(make_model(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
+    assert_artifact_matches_onnxruntime(tmp_path, make_model(), seed=2)
 
 
 def test_an_unusable_name_is_422_and_nothing_is_queued(api, make_model):

@@ -2,13 +2,7 @@
 makes it stop measuring and build with the best configs so far; the artifact still matches ONNX Runtime."""
 from __future__ import annotations
 
-import io
-import tarfile
-
-import numpy as np
-import onnxruntime as ort
-
-from core.runtime import load
+from tests.conftest import assert_artifact_matches_onnxruntime
 from workers import compile_job
 from workers.compile_job import run_compile_job
 
@@ -18,20 +12,6 @@ def _tuning_job(api, headers, model_id, trials):
                                json={"model_id": model_id, "tuning": {"trials": trials, "time_budget_s": 300}})
     assert response.status_code == 201, response.text
     return response.json()["id"]
-
-
-def _artifact_matches_onnxruntime(api, headers, job_id, model: bytes, folder) -> None:
-    response = api.client.get(f"/api/v1/jobs/{job_id}/artifact", headers=headers)
-    with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
-        tar.extractall(folder, filter="data")
-    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    module = load(folder)
-    try:
-        ours = module.run({"x": x})["y"]
-    finally:
-        module.close()
-    expected = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_finish_tuning_builds_with_the_best_so_far_and_shows_it_live(api, make_model, monkeypatch, tmp_path):
@@ -66,7 +46,9 @@ def test_finish_tuning_builds_with_the_best_so_far_and_shows_it_live(api, make_m
     assert tuning["trials"] <= first_batch["trials"] + 2 * 8
     assert [t["stopped"] for t in tuning["tasks"] if not t["cached"]][0] == "finished_early"
     assert report["validation"]["max_abs_err"] < 1e-4
-    _artifact_matches_onnxruntime(api, headers, job_id, model, tmp_path)
+    artifact = tmp_path / "artifact.tar.gz"
+    artifact.write_bytes(api.client.get(f"/api/v1/jobs/{job_id}/artifact", headers=headers).content)
+    assert_artifact_matches_onnxruntime(artifact, model)
 
 
 def test_finish_tuning_needs_an_active_tuning_job(api, make_model):
