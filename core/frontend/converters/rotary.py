@@ -53,23 +53,32 @@ def rotate_halves(ctx: ConvertContext, positions: Optional[str], cos_cache: str,
     else:
         ctx.fail(f"expects a 3-D or 4-D input, got {list(shape)}")
     rotary = int(ctx.attr("rotary_embedding_dim", 0)) or head_size
+    rotated = rotate(ctx, x, positions, cos_cache, sin_cache, cache_lead, rotary, bool(ctx.attr("interleaved", 0)))
+    return ctx.reshape(rotated, shape)
+
+
+def rotate(ctx: ConvertContext, x: str, positions: Optional[str], cos_cache: str, sin_cache: str,
+           cache_lead: Sequence[int], rotary: int, interleaved: bool) -> str:
+    """The first `rotary` channels of 4-D `x` rotated pairwise (adjacent pairs when `interleaved`, else the
+    two halves) by the caches' rows at `positions`, shaped `cache_lead + (rotary / 2,)` to broadcast over x."""
+    head_size = ctx.builder.type_of(x).shape[3]
     if rotary % 2 or rotary > head_size:
         ctx.fail(f"rotary_embedding_dim={rotary} must be even and at most the head size {head_size}")
     half = rotary // 2
     if any(ctx.builder.type_of(c).shape[-1] != half for c in (cos_cache, sin_cache)):
         ctx.fail(f"the caches' last dimension must be rotary_embedding_dim / 2 = {half}")
-    cos, sin = (_position_cache(ctx, c, positions, cache_lead + (half,)) for c in (cos_cache, sin_cache))
+    cos, sin = (_position_cache(ctx, c, positions, tuple(cache_lead) + (half,)) for c in (cos_cache, sin_cache))
 
-    if ctx.attr("interleaved", 0):
+    if interleaved:
         x1, x2 = _last_axis_slice(ctx, x, 0, half, 2), _last_axis_slice(ctx, x, 1, half, 2)
     else:
         x1, x2 = _last_axis_slice(ctx, x, 0, half), _last_axis_slice(ctx, x, half, half)
     real = ctx.emit1("Sub", [ctx.emit1("Mul", [cos, x1]), ctx.emit1("Mul", [sin, x2])])
     imaginary = ctx.emit1("Add", [ctx.emit1("Mul", [sin, x1]), ctx.emit1("Mul", [cos, x2])])
-    if ctx.attr("interleaved", 0):
+    if interleaved:
         rotated = _interleave(ctx, real, imaginary)
     else:
         rotated = ctx.emit1("Concat", [real, imaginary], axis=3)
     if rotary < head_size:
         rotated = ctx.emit1("Concat", [rotated, _last_axis_slice(ctx, x, rotary, head_size - rotary)], axis=3)
-    return ctx.reshape(rotated, shape)
+    return rotated
