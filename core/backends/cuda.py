@@ -22,7 +22,7 @@ class CudaBackend(Backend):
     # Kernels written as one sequential loop program (te.extern: scans, compaction, TopK, NMS, scatters) that
     # the cuda schedules refuse (UnsupportedOnGPUError), and Unique, whose tiles cannot be placed on a GPU.
     unsupported_ops = frozenset({"TopK", "CumSum", "CumProd", "NonZero", "Compress", "Unique",
-                                 "NonMaxSuppression", "ScatterElements", "ScatterND"})
+                                 "NonMaxSuppression", "ScatterElements", "ScatterND", "PairwiseCoupling"})
 
     def fallback_schedules(self):
         from ..kernels.schedules.gpu.injective import schedule_injective

@@ -3,3 +3,4 @@ from . import (broadcast, conv2d, conv2d_nchwc, conv2d_winograd, conv_nd, cumula
                elementwise, grid_sample, indexing, layer_norm, layout_transform, matmul, nms, pool, pool_nchwc,
                pool_nd, reduce, resize, roi_align, scatter, softmax, topk, transform, tree_ensemble, unpool)
 from .schedules import cpu, gpu  # noqa: F401
+from . import ml_coupling  # noqa: F401,E402 (SVM probability estimates)

@@ -1,6 +1,7 @@
-"""ai.onnx.ml support vector machines: SVMRegressor and SVMClassifier (one-vs-one or liblinear's linear mode, no
-probabilities) as a kernel matrix against the support vectors (MatMul and elementwise ops), then matrices that
-combine it into the pairwise decisions and count their votes, as ONNX Runtime does."""
+"""ai.onnx.ml support vector machines: SVMRegressor and SVMClassifier (one-vs-one or liblinear's linear mode) as a
+kernel matrix against the support vectors (MatMul and elementwise ops), then matrices that combine it into the
+pairwise decisions and count their votes, as ONNX Runtime does; with prob_a/prob_b, Platt's sigmoid of each decision
+coupled into class probabilities (the PairwiseCoupling op)."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,8 +65,6 @@ def svm_regressor(ctx: ConvertContext) -> str:
 def svm_classifier(ctx: ConvertContext) -> list[str]:
     if ctx.attr("classlabels_strings"):
         ctx.unsupported("string class labels (Kiln's outputs are numeric tensors: export with integer labels)")
-    if ctx.attr("prob_a"):
-        ctx.unsupported("probability estimates (prob_a/prob_b): export the SVC without probability=True")
     per_class = [int(v) for v in ctx.attr("vectors_per_class", [])]
     labels = np.asarray(ctx.attr("classlabels_ints", []), np.int64)
     classes = labels.size
@@ -74,6 +73,8 @@ def svm_classifier(ctx: ConvertContext) -> list[str]:
     transform = post_transform(ctx)
     x = float_rows(ctx)
     if not per_class:
+        if ctx.attr("prob_a"):
+            ctx.unsupported("probability estimates (prob_a/prob_b) in liblinear's mode (no vectors_per_class)")
         return _linear_classifier(ctx, x, labels, transform)
     if len(per_class) != classes:
         ctx.fail(f"vectors_per_class has {len(per_class)} entries for {classes} classes")
@@ -95,26 +96,60 @@ def svm_classifier(ctx: ConvertContext) -> list[str]:
         combine[starts[j]:starts[j + 1], k] = coefficients[i, starts[j]:starts[j + 1]]
         wins[k, i], losses[k, j] = 1.0, 1.0
     decisions = ctx.emit1("Add", [ctx.emit1("MatMul", [kernel, ctx.const(combine)]), ctx.const(rho.reshape(1, -1))])
+    if ctx.attr("prob_a"):  # the label still comes from the votes, as in ONNX Runtime
+        label = _binary_label(ctx, decisions, labels) if classes == 2 else _voted_label(ctx, decisions, wins, losses, labels)
+        return [label, transformed(ctx, _probabilities(ctx, decisions, pairs, classes), transform)]
     if classes == 2:
         return _two_classes(ctx, decisions, labels, transform)
+    return [_voted_label(ctx, decisions, wins, losses, labels), transformed(ctx, decisions, transform)]
+
+
+def _voted_label(ctx: ConvertContext, decisions: str, wins: np.ndarray, losses: np.ndarray, labels: np.ndarray) -> str:
     positive = ctx.emit1("Cast", [ctx.emit1("Greater", [decisions, ctx.const(np.float32(0))])], to="float32")
     # votes[c] = pairs won by c: a positive decision votes i, any other j
     votes = ctx.emit1("Add", [ctx.emit1("MatMul", [positive, ctx.const(wins - losses)]),
                               ctx.const(losses.sum(axis=0, keepdims=True))])
     best = ctx.emit1("ArgMax", [votes], axis=1, keepdims=0, select_last_index=0)
-    return [ctx.emit1("Gather", [ctx.const(labels), best], axis=0), transformed(ctx, decisions, transform)]
+    return ctx.emit1("Gather", [ctx.const(labels), best], axis=0)
+
+
+def _probabilities(ctx: ConvertContext, decisions: str, pairs: list[tuple[int, int]], classes: int) -> str:
+    """Class probabilities [N, classes]: each pair's decision d through Platt's sigmoid, 1 - logistic(d * A + B)
+    clipped to [1e-7, 1 - 1e-7] (ONNX Runtime's arithmetic), placed in r[i, j] and 1 - it in r[j, i], coupled."""
+    prob_a, prob_b = (np.asarray(ctx.attr(name, []), np.float32) for name in ("prob_a", "prob_b"))
+    if prob_a.size != len(pairs) or prob_b.size != len(pairs):
+        ctx.fail(f"prob_a and prob_b need one value per class pair ({len(pairs)}), got {prob_a.size} and {prob_b.size}")
+    f32 = np.float32
+    value = ctx.emit1("Add", [ctx.emit1("Mul", [decisions, ctx.const(prob_a.reshape(1, -1))]),
+                              ctx.const(prob_b.reshape(1, -1))])
+    one = ctx.const(f32(1))
+    magnitude = ctx.emit1("Div", [one, ctx.emit1("Add", [one, ctx.emit1("Exp", [ctx.emit1("Neg", [ctx.emit1("Abs", [value])])])])])
+    logistic = ctx.emit1("Where", [ctx.emit1("Less", [value, ctx.const(f32(0))]), ctx.emit1("Sub", [one, magnitude]), magnitude])
+    beats = ctx.emit1("Clip", [ctx.emit1("Sub", [one, logistic])], min=1e-7, max=float(f32(1) - f32(1e-7)))
+    forward, backward = np.zeros((len(pairs), classes * classes), f32), np.zeros((len(pairs), classes * classes), f32)
+    for k, (i, j) in enumerate(pairs):
+        forward[k, i * classes + j] = backward[k, j * classes + i] = 1.0
+    # one-hot placements: every product is x * 1 or x * 0, so the sums are exact
+    pairwise = ctx.emit1("Add", [ctx.emit1("MatMul", [beats, ctx.const(forward)]),
+                                 ctx.emit1("MatMul", [ctx.emit1("Sub", [one, beats]), ctx.const(backward)])])
+    rows = ctx.builder.type_of(decisions).shape[0]
+    return ctx.emit1("PairwiseCoupling", [ctx.reshape(pairwise, (rows, classes, classes))])
 
 
 def _two_classes(ctx: ConvertContext, decision: str, labels: np.ndarray, transform: str) -> list[str]:
     """One decision d per row: the first class wins when d > 0; the scores are ONNX Runtime's [-d, d], the
     LOGISTIC of those, or [1 - d, d] untransformed for SOFTMAX (what ONNX Runtime writes)."""
-    wins = ctx.emit1("Greater", [decision, ctx.const(np.float32(0))])
-    label = ctx.emit1("Where", [wins, ctx.const(labels[:1]), ctx.const(labels[1:])])
-    label = ctx.reshape(label, (ctx.builder.type_of(decision).shape[0],))
+    label = _binary_label(ctx, decision, labels)
     first = ctx.emit1("Sub", [ctx.const(np.ones((1, 1), np.float32)), decision]) if transform == "SOFTMAX" \
         else ctx.emit1("Neg", [decision])
     scores = ctx.emit1("Concat", [first, decision], axis=1)
     return [label, ctx.emit1("Sigmoid", [scores]) if transform == "LOGISTIC" else scores]
+
+
+def _binary_label(ctx: ConvertContext, decision: str, labels: np.ndarray) -> str:
+    wins = ctx.emit1("Greater", [decision, ctx.const(np.float32(0))])
+    label = ctx.emit1("Where", [wins, ctx.const(labels[:1]), ctx.const(labels[1:])])
+    return ctx.reshape(label, (ctx.builder.type_of(decision).shape[0],))
 
 
 def _linear_classifier(ctx: ConvertContext, x: str, labels: np.ndarray, transform: str) -> list[str]:

@@ -93,3 +93,57 @@ def _tree_ensemble(types: Sequence[TensorType], attrs: Mapping) -> list[TensorTy
     if targets < leaf.shape[1]:
         raise ShapeError(f"TreeEnsemble: leaves hold {leaf.shape[1]} targets but n_targets is {targets}")
     return [TensorType((x.shape[0], targets), x.dtype)]
+
+
+# -- SVM probability estimates ------------------------------------------------------------------
+COUPLING_ITERATIONS = 100  # libsvm's (and ONNX Runtime's) cap on the fixed-point iterations
+
+
+def pairwise_coupling(r: np.ndarray) -> np.ndarray:
+    """Class probabilities [k] from pairwise ones r[i, j] = P(i beats j) (libsvm's multiclass_probability,
+    Wu, Lin and Weng's second method), in float32 and in ONNX Runtime's order of operations."""
+    f32 = np.float32
+    k = r.shape[0]
+    q = np.zeros((k, k), f32)
+    for i in range(k):
+        for j in range(k):
+            if j != i:
+                q[i, i] = f32(q[i, i] + r[j, i] * r[j, i])
+                q[i, j] = q[j, i] if j < i else f32(-r[j, i] * r[i, j])
+    p, qp, eps = np.full(k, f32(1) / f32(k), f32), np.zeros(k, f32), f32(0.005) / f32(k)
+    for _ in range(COUPLING_ITERATIONS):
+        pqp = f32(0)
+        for i in range(k):
+            qp[i] = f32(0)
+            for j in range(k):
+                qp[i] = f32(qp[i] + q[i, j] * p[j])
+            pqp = f32(pqp + p[i] * qp[i])
+        if max(abs(f32(qp[i] - pqp)) for i in range(k)) < eps:
+            break
+        for i in range(k):
+            diff = f32(f32(-qp[i] + pqp) / q[i, i])
+            p[i] = f32(p[i] + diff)
+            pqp = f32(f32(f32(pqp + diff * f32(diff * q[i, i] + f32(2) * qp[i])) / f32(1 + diff)) / f32(1 + diff))
+            for j in range(k):
+                qp[j] = f32(f32(qp[j] + diff * q[i, j]) / f32(1 + diff))
+                p[j] = f32(p[j] / f32(1 + diff))
+    return p
+
+
+def _coupling_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    return [np.stack([pairwise_coupling(row) for row in inputs[0]]).astype(np.float32)]
+
+
+def _coupling_flops(inputs: Sequence[TensorType], outputs: Sequence[TensorType], attrs: Mapping) -> int:
+    rows, k = outputs[0].shape
+    return rows * COUPLING_ITERATIONS * 4 * k * k  # an upper bound: most rows stop after a few iterations
+
+
+@register_op("PairwiseCoupling", Pattern.OPAQUE, fold=_coupling_fold, flops=_coupling_flops)
+def _pairwise_coupling(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    expect_arity("PairwiseCoupling", types, 1)
+    (r,) = types
+    expect_dtype("PairwiseCoupling", r, ("float32",))
+    if r.rank != 3 or r.shape[1] != r.shape[2] or r.shape[1] < 2:
+        raise ShapeError(f"PairwiseCoupling: expects pairwise probabilities (rows, k, k) with k >= 2, got {r}")
+    return [TensorType(r.shape[:2], "float32")]

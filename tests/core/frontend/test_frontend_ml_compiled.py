@@ -51,6 +51,14 @@ def _svc():
     return skl2onnx.to_onnx(SVC().fit(x, y), x[:1], options={"zipmap": False}), x
 
 
+def _svc_probabilities():
+    from sklearn.svm import SVC
+
+    x, y = make_classification(120, 5, n_informative=4, n_redundant=0, n_classes=4, random_state=5)
+    x = x.astype(np.float32)
+    return skl2onnx.to_onnx(SVC(probability=True, random_state=0).fit(x, y), x[:1], options={"zipmap": False}), x
+
+
 def _xgboost_regressor():
     import xgboost
 
@@ -61,9 +69,9 @@ def _xgboost_regressor():
 
 
 @pytest.mark.parametrize("build", [_random_forest, _gradient_boosting, _lightgbm, _xgboost_regressor,
-                                   scaler_one_hot_pipeline, _svc],
+                                   scaler_one_hot_pipeline, _svc, _svc_probabilities],
                          ids=["sklearn_random_forest", "sklearn_gradient_boosting", "lightgbm", "xgboost_regressor",
-                              "scaler_one_hot_logistic_pipeline", "svc_rbf"])
+                              "scaler_one_hot_logistic_pipeline", "svc_rbf", "svc_probabilities"])
 def test_compiled_model_matches_onnxruntime(build, tmp_path):
     model, x = build()
     name = model.graph.input[0].name

@@ -1,6 +1,7 @@
-"""ai.onnx.ml support vector machines from skl2onnx (SVC one-vs-one with two and three classes, SVR) for every
-kernel type, and hand-built two-class and liblinear-mode SVMClassifiers, imported and evaluated against ONNX
-Runtime: labels exactly, decision values within 1e-4 (three classes, SVR) or 1e-5."""
+"""ai.onnx.ml support vector machines from skl2onnx (SVC one-vs-one with two and three classes, with and without
+probability estimates, SVR) for every kernel type, and hand-built two-class and liblinear-mode SVMClassifiers,
+imported and evaluated against ONNX Runtime: labels exactly, decision values within 1e-4 (three classes, SVR) or
+1e-5, probabilities within 1e-5."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,6 +25,20 @@ def test_svc_three_classes(kernel):
     x = x.astype(np.float32)
     model = skl2onnx.to_onnx(SVC(kernel=kernel, degree=2).fit(x, y), x[:1], options={"zipmap": False})
     compare_with_onnxruntime(model, x, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("classes", [2, 3, 5])
+@pytest.mark.parametrize("kernel", ["rbf", "linear"])
+def test_svc_probabilities(kernel, classes):
+    """SVC(probability=True): Platt's sigmoid per class pair, coupled into class probabilities by libsvm's
+    iteration (ONNX Runtime's arithmetic; rows stop after different iteration counts)."""
+    x, y = make_classification(150, 5, n_informative=4, n_redundant=0, n_classes=classes, random_state=classes)
+    x = x.astype(np.float32)
+    model = skl2onnx.to_onnx(SVC(kernel=kernel, probability=True, random_state=0).fit(x, y), x[:1],
+                             options={"zipmap": False})
+    assert any(a.name == "prob_a" for a in model.graph.node[-1].attribute) or \
+        any(a.name == "prob_a" for n in model.graph.node for a in n.attribute)
+    compare_with_onnxruntime(model, x, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -29,6 +29,7 @@ EXPECTED_OPS = {
     "Interpolate", "PoolND", "ConvND", "MaxUnpool",  # spatial: Resize's tap tables, N-d pools and convs
     "GridSample", "DeformColumns", "RoiAlign", "MaxPoolWithIndices",
     "TreeEnsemble",  # ai.onnx.ml tree ensembles: leaf weights aggregated over flat node tables
+    "PairwiseCoupling",  # ai.onnx.ml SVM probabilities: libsvm's coupling of pairwise probabilities
     "Fused",  # made only by the fusion pass: a group of the ops above as one kernel
     # made only by the layout pass (alter_layout, -O3): the blocked layout NCHW[x]c
     "LayoutTransform", "Conv2dNCHWc", "Conv2dWinogradNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",
