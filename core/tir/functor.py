@@ -79,17 +79,34 @@ def substitute_stmt(stmt: Stmt, mapping: Mapping[Var, Expr]) -> Stmt:
     return rewrite_stmt(stmt, lambda e: mapping.get(e) if isinstance(e, Var) else None)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else ()
+        _FIELD_NAMES[cls] = names
+    return names
+
+
 def walk_expr(expr: Expr) -> Iterator[Expr]:
-    """Pre-order iteration over an expression tree."""
-    yield expr
-    for f in dataclasses.fields(expr) if dataclasses.is_dataclass(expr) else ():
-        child = getattr(expr, f.name)
-        if isinstance(child, Expr):
-            yield from walk_expr(child)
-        elif isinstance(child, tuple):
-            for c in child:
-                if isinstance(c, Expr):
-                    yield from walk_expr(c)
+    """Pre-order iteration over an expression tree. An explicit stack and per-class field names, not nested
+    generators and dataclasses.fields per node: codegen's analyses walk millions of nodes per model."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        children = []
+        for name in _field_names(type(node)):
+            child = getattr(node, name)
+            if isinstance(child, Expr):
+                children.append(child)
+            elif isinstance(child, tuple):
+                children.extend(c for c in child if isinstance(c, Expr))
+        if children:
+            children.reverse()
+            stack.extend(children)
 
 
 def walk_stmt(stmt: Stmt) -> Iterator[Stmt]:
