@@ -1,10 +1,15 @@
 """Tree ensembles (ai.onnx.ml) compiled by Kiln against ONNX Runtime: a 500-tree depth-8 random forest and a
 1000-round gradient boosting model (scikit-learn, converted by skl2onnx), batch 1 and 1024, same threads,
-warm-up, interleaved rounds, medians; prints the ratios. `--layout R,G,C` adds a TreeEnsemble layout other
-than the policy's to the same rounds (rows per block, trees per step, tree chunks: 1,1,1 is the plain per-row
-walk on one thread; 8,1,1 interleaves 8 rows; 1,16,1 interleaves 16 trees of one row).
+warm-up, interleaved rounds, medians; prints the ratios. `--layout R,G,C[,WALK]` adds a TreeEnsemble layout
+other than the policy's to the same rounds (rows per block, trees per step, tree chunks, and the walk:
+branch_free (the default) or branchy; 1,1,1 is the plain per-row walk on one thread; 8,1,1 interleaves 8 rows;
+1,16,1 interleaves 16 trees of one row; 1,1,1,branchy walks one tree at a time, skipping levels past a leaf).
 
-    .venv/bin/python bench/bench_ml.py [--threads 2] [--rounds 15] [--batches 1 1024] [--layout 1,1,1 ...]
+Each call takes the next of `--distinct` different batches (the same sequence for every runtime), so that the
+branch predictor cannot learn one batch's paths through the trees (`--distinct 1` repeats one batch).
+
+    .venv/bin/python bench/bench_ml.py [--threads 2] [--rounds 15] [--batches 1 1024] [--distinct 64]
+                                       [--layout 1,1,1,branchy ...]
 """
 from __future__ import annotations
 
@@ -59,10 +64,31 @@ def variants(batch: int, trees: int, extra: list[str]) -> dict:
 
     out = {f"kiln {tree_layout(batch, trees)}": None}
     for text in extra:
-        layout = TreeLayout(*(int(v) for v in text.split(",")))
+        rows, trees_per_step, chunks, *walk = text.split(",")
+        layout = TreeLayout(int(rows), int(trees_per_step), int(chunks), *walk)
         if batch >= layout.rows_per_block:
             out[f"layout {layout}"] = layout
     return out
+
+
+def cycling(run, feeds: list):
+    """A runner that calls `run` on the next of `feeds` each time."""
+    state = {"next": 0}
+
+    def call():
+        k = state["next"]
+        state["next"] = (k + 1) % len(feeds)
+        return run(feeds[k])
+
+    return call
+
+
+def batches(data, batch: int, distinct: int) -> list:
+    """`distinct` batches of `batch` rows each, starting at spread-out rows of `data` (wrapping around)."""
+    import numpy as np
+
+    starts = np.linspace(0, len(data), distinct, endpoint=False).astype(int)
+    return [np.take(data, np.arange(start, start + batch), axis=0, mode="wrap") for start in starts]
 
 
 def main() -> int:
@@ -71,9 +97,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 1024])
     parser.add_argument("--features", type=int, default=20)
-    parser.add_argument("--layout", action="append", default=[], metavar="R,G,C",
-                        help="also time this TreeEnsemble layout: rows per block, trees per step, tree chunks "
-                             "(repeatable; e.g. 1,1,1 is the plain per-row walk on one thread)")
+    parser.add_argument("--distinct", type=int, default=64, help="different batches cycled through (1: one batch)")
+    parser.add_argument("--layout", action="append", default=[], metavar="R,G,C[,WALK]",
+                        help="also time this TreeEnsemble layout: rows per block, trees per step, tree chunks, "
+                             "branch_free or branchy (repeatable; e.g. 1,1,1,branchy walks one tree at a time)")
     args = parser.parse_args()
 
     import core
@@ -85,8 +112,8 @@ def main() -> int:
         session = onnxruntime_session(payload, args.threads)
         input_name, outputs = session.get_inputs()[0].name, [o.name for o in session.get_outputs()]
         for batch in args.batches:
-            feeds = {input_name: data[:batch].copy()}
-            runners = {"ort": lambda s=session, f=feeds: s.run(outputs, f)}
+            feeds = [{input_name: rows} for rows in batches(data, batch, args.distinct)]
+            runners = {"ort": cycling(lambda f, s=session: s.run(outputs, f), feeds)}
             modules, compile_s = [], {}
             trees = sum(len(set(a.ints)) for n in model.graph.node for a in n.attribute if a.name == "nodes_treeids")
             for label, layout in variants(batch, trees, args.layout).items():
@@ -98,7 +125,7 @@ def main() -> int:
                 module = artifact.load()
                 module.set_num_threads(args.threads)
                 modules.append(module)
-                runners[label] = (lambda m, f: lambda: m.run(f))(module, feeds)
+                runners[label] = cycling(module.run, feeds)
             times = interleaved(runners, args.rounds)
             for module in modules:
                 module.close()
@@ -107,7 +134,8 @@ def main() -> int:
                 print(f"  {name} batch {batch} {label}: {times[label]:.4f} ms, ort {times['ort']:.4f} ms",
                       file=sys.stderr)
 
-    print(f"\n{args.threads} threads, median of {args.rounds} interleaved rounds (ONNX Runtime in the same rounds)\n")
+    print(f"\n{args.threads} threads, median of {args.rounds} interleaved rounds (ONNX Runtime in the same rounds), "
+          f"{args.distinct} distinct batches cycled\n")
     print("| model | batch | variant | Kiln ms | ONNX Runtime ms | ratio (Kiln/ORT) | compile s |")
     print("|---|---:|---|---:|---:|---:|---:|")
     for name, batch, label, kiln, ort, seconds in rows:

@@ -10,25 +10,25 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from . import gate
+
 EXIT_USER_ERROR = 2
 EXIT_FAILURE = 1
 USER_ERROR_CODES = ("invalid_model", "unsupported_op", "shape_error", "unknown_target", "bad_tuning_options",
                     "bad_validation_inputs", "too_large", "unsupported_opset", "unsupported_on_target",
-                    "bad_artifact_name", "submit_refused")
+                    "bad_artifact_name", "submit_refused", "bad_manifest",
+                    "bad_calibration", "already_quantized", "bad_quantize_options", "bad_precision")
 
 
-def _parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
-    name, sep, dims = spec.rpartition("=")
+def _parse_shape(spec: str) -> tuple[str, tuple]:
+    """NAME=d0,d1,...; each d a size (224), a range (1..8, 224..512:32) or a list of sizes (8|128|384)."""
+    from core.driver.shape_ranges import parse_input_shape
+    from core.errors import ShapeError
+
     try:
-        if not sep or not name:
-            raise ValueError
-        shape = tuple(int(d) for d in dims.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad --input-shape {spec!r}: expected NAME=d0,d1,... (e.g. input=1,3,224,224)")
-    if any(d < 1 for d in shape):
-        raise argparse.ArgumentTypeError(f"bad --input-shape {spec!r}: every dimension of input {name!r} must be "
-                                         f"a positive integer")
-    return name, shape
+        return parse_input_shape(spec)
+    except ShapeError as err:
+        raise argparse.ArgumentTypeError(f"bad --input-shape: {err}") from None
 
 
 def _parse_input(spec: str) -> tuple[str, Path]:
@@ -47,20 +47,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
         from core.errors import InvalidModelError
 
         raise InvalidModelError(f"no such model file: {model}")
+    gate.check_local_baseline(args)
     _preflight(model)
     with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TimeElapsedColumn(),
                   transient=True, disable=not sys.stderr.isatty(), console=None) as bar:
         task = bar.add_task("compile", total=1.0)
         artifact = core.compile(model, target=args.target, opt_level=args.opt_level,
                                 input_shapes=dict(args.input_shape or []), tuning=_tuning_options(args, bar),
-                                validate=args.validate, tolerance=args.tolerance, bisect=args.bisect,
+                                validate=args.validate, tolerance=args.tolerance, bisect=args.bisect, precision=args.precision,
                                 validation_inputs=args.validation_inputs or None, name=args.name,
                                 progress=lambda stage, done, detail: bar.update(task, description=detail or stage.value,
                                                                                 completed=done))
+        gate.add_local_baseline(artifact, args, model)
         out = artifact.save(args.output)
     report = artifact.report
     lat, val = report["latency_ms"], report["validation"]
     print(f"wrote {out} ({report['graph']['kernels']} kernels, {report['timings_s']['total']:.1f} s)")
+    precision = report.get("precision") or {}
+    if precision.get("requested") or precision.get("precision", "fp32") != "fp32":
+        stored = ", ".join(f"{b / 1e6:.2f} MB {d}" for d, b in precision["weights_bytes_by_dtype"].items() if b)
+        print(f"precision: {precision['precision']} (weights {stored or 'none'}; float32 arithmetic)")
     tuned = report["tuning"]
     if tuned["trials"] or tuned["cache_hits"] or tuned.get("trials_from_records"):
         print(f"tuning: {tuned['trials']} new trials in {tuned['time_s']:.1f} s, "
@@ -81,7 +87,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"latency: {lat['kiln']:.3f} ms (ONNX Runtime {lat['onnxruntime']:.3f} ms, {lat['ratio']:.2f}x{spread})")
         if lat.get("busy"):
             print(f"latency: warning: {lat['warning']}")
-    return 0
+    return gate.verdict_exit(report["baseline"]) if args.baseline else 0
 
 
 def _preflight(model: Path) -> None:
@@ -124,9 +130,9 @@ def _tuning_options(args: argparse.Namespace, bar):
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from core.runtime import load
+    from .run_emulated import load_for_run
 
-    module = load(args.artifact)
+    module = load_for_run(args.artifact)  # an artifact for another CPU runs under qemu-user where it can
     try:
         if args.threads:
             module.set_num_threads(args.threads)
@@ -168,6 +174,7 @@ def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads
     """`kiln run --compare`: the artifact and ONNX Runtime on the same inputs, one line per output, under the policy."""
     import os
 
+    from core.driver.precision import judged_as
     from core.driver.tolerance import origins_or_empty, parse_tolerance
     from core.driver.validate import onnxruntime_session, validate
 
@@ -175,7 +182,10 @@ def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads
         raise ValueError(f"no such model file: {model}")
     data = model.read_bytes()
     session = onnxruntime_session(data, threads or os.cpu_count() or 1)
-    result, _ = validate(module, session, None, samples=[feeds], origins=origins_or_empty(data),
+    # An artifact compiled at a half precision is judged at that format's tolerance, as its compile was.
+    judged = judged_as(getattr(module, "metadata", {}).get("precision", "fp32"), True,
+                       {o["name"]: o["dtype"] for o in module.outputs})
+    result, _ = validate(module, session, None, samples=[feeds], origins={**origins_or_empty(data), **judged},
                          user_tolerance=parse_tolerance(tolerance) if tolerance else None)
     for out in result.outputs:
         extra = f", top-1 {out.top1:.0%}, top-5 {out.top5:.0%}" if out.top1 is not None else ""
@@ -249,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", help="tuning records database (JSON lines); default with --tune-trials: "
                                      "$KILN_RECORDS or ~/.cache/kiln/records.jsonl")
     p.add_argument("--input-shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
-                   help="fix an input's shape (repeatable), for models with symbolic dimensions")
+                   help="an input's shape (repeatable), for models with symbolic dimensions; a dim may be a range "
+                        "(1..8, 224..512:32) or a list (8|128|384): one artifact then serves every shape in range")
     p.add_argument("-o", "--output", required=True, help="where to write the artifact (.tar.gz)")
     p.add_argument("--name", help="artifact name: libNAME.so, NAME.h and C symbols NAME_load, NAME_run, ... so that "
                                   "several models link into one program (default: libkiln_model.so, kiln_load, ...)")
@@ -264,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "several samples; repeatable) instead of seeded random ones")
     p.add_argument("--bisect", action="store_true",
                    help="compare every kernel's output with ONNX Runtime's (a mismatch always does)")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"),
+                   help="weights stored as float32, float16 or bfloat16 (half the weights file; arithmetic stays float32) "
+                        "and validated at that format's tolerance; default: the model's own (a float16 model stays float16)")
+    gate.add_arguments(p, "ARTIFACT", "CI gate: time the new build against this artifact (same model) here, "
+                                      "interleaved; exit 3 with one line why when it is slower or less accurate than "
+                                      "--max-slowdown/--max-error-growth allow")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run an artifact: print its outputs, or time it with --bench")
@@ -284,9 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_targets)
 
-    from . import service_commands, submit
+    from . import rebuild, service_commands, submit
 
     service_commands.add_parsers(sub)
+    rebuild.add_parser(sub)
+    from . import quantize
+
+    quantize.add_parser(sub)
     submit.add_parser(sub, _parse_shape)
     return parser
 

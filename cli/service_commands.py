@@ -130,11 +130,27 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from service.core.queues import default_queues
 
     queues = args.queues.split(",") if args.queues else default_queues()
+    if args.measure:
+        queues = measuring_queues(args.measure) + (args.queues.split(",") if args.queues else [])
     print(f"Kiln worker: queues {', '.join(queues)}; broker {settings.broker.split('://')[0]}", flush=True)
     app.worker_main(["worker", "--queues", ",".join(queues), "--concurrency", str(args.concurrency),
                      "--prefetch-multiplier", "1", "--loglevel", args.log_level.upper(), "--without-gossip",
                      "--without-mingle", "--hostname", f"kiln-{os.getpid()}@%h"])
     return 0
+
+
+def measuring_queues(kinds: list[str]) -> list[str]:
+    """`kiln worker --measure KIND`: the measure.<kind> queue of each kind, once this machine is known to measure it
+    (natively, or under qemu-user: then its timings are not meaningful, and the reports say so)."""
+    from core.tune.measuring_device import measuring_device
+    from service.core.queues import measure_queue
+
+    queues = []
+    for kind in dict.fromkeys(k.strip() for spec in kinds for k in spec.split(",") if k.strip()):
+        device = measuring_device(kind)  # an unknown kind, or one this machine cannot run: one clear line
+        print(f"Kiln worker: measures {device.describe()}", flush=True)
+        queues.append(measure_queue(kind))
+    return queues
 
 
 def add_parsers(sub) -> None:
@@ -151,6 +167,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--queues", help="comma-separated queues (default: compile + measure queues of this machine, "
                                     "and gpu where an NVIDIA GPU is)")
     p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--measure", action="append", metavar="KIND",
+                   help="serve tuning measurements for device kind KIND (a target name: rpi5, graviton3, ...) "
+                        "only, on the queue measure.KIND; repeatable. Compile workers send candidates there")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_worker)

@@ -12,6 +12,8 @@ from typing import Optional
 from core.errors import KilnError
 from core.files.atomic import atomic_path
 
+from . import gate
+
 
 class SubmitError(KilnError):
     """The service refused the request or the job failed; the message is the service's. `code` is the
@@ -29,7 +31,9 @@ class SubmitError(KilnError):
 REFUSED = "submit_refused"  # the request itself was wrong (a 4xx): a user error, like compile's
 # The API's field names, as this command's options (the service's messages name the fields).
 _OPTION_OF_FIELD = {"input_shapes": "--input-shape", "time_budget_s": "--tune-time", "trials": "--tune-trials",
-                    "opt_level": "--opt-level", "model_id": "MODEL", "name": "--name", "target": "--target"}
+                    "opt_level": "--opt-level", "model_id": "MODEL", "name": "--name", "target": "--target",
+                    "keep_float": "--keep-float", "max_error": "--max-error", "calibration_id": "--calibration",
+                    "op_types": "--op-types", "sensitivity_layers": "--sensitivity-layers"}
 
 
 def _as_options(text: str) -> str:
@@ -90,6 +94,33 @@ def _download(client, url: str, out: Path) -> None:
             f.write(chunk)
 
 
+def _quantization(client, model_id: str, args: argparse.Namespace) -> dict:
+    """Uploads the calibration samples for the model; the job's `quantization` request."""
+    if not args.calibration:
+        raise SubmitError("--precision int8 needs --calibration DATA.npz (samples of the model's inputs)", REFUSED)
+    path = Path(args.calibration)
+    if not path.is_file():
+        raise SubmitError(f"no such calibration file: {path}", REFUSED)
+    with path.open("rb") as f:
+        calibration = _check(client.post(f"/api/v1/models/{model_id}/calibration", files={"file": (path.name, f)}),
+                             "uploading the calibration samples").json()
+    request = {"calibration_id": calibration["id"], "per_channel": args.per_channel, "method": args.method,
+               "keep_float": list(args.keep_float or []), "op_types": list(args.op_types or []),
+               "sensitivity_layers": args.sensitivity_layers}
+    if args.max_error is not None:
+        request["max_error"] = args.max_error
+    return request
+
+
+def _print_quantization(client, job: dict) -> None:
+    """The job's accuracy cost of int8, as `kiln quantize` prints it (on stderr: stdout keeps the job id)."""
+    from .quantize import summary_lines
+
+    section = _check(client.get(job["links"]["report"]), "reading the report").json().get("quantization")
+    for line in summary_lines(section) if section else []:
+        print(line, file=sys.stderr)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     import httpx
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -109,9 +140,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 uploaded = _check(client.post("/api/v1/models", files={"file": (model.name, f)}), "upload").json()
             body = {"model_id": uploaded["id"], "target": args.target, "opt_level": args.opt_level,
                     "tuning": {"trials": args.tune_trials, "time_budget_s": args.tune_time},
-                    "input_shapes": {k: list(v) for k, v in (args.input_shape or [])}}
+                    "input_shapes": {k: [d if isinstance(d, int) else str(d) for d in v]  # ranges as text
+                                     for k, v in (args.input_shape or [])}}
             if args.name:
                 body["name"] = args.name
+            if args.precision in ("fp16", "bf16"):
+                body["precision"] = args.precision
+            if args.precision == "int8":
+                body.update(precision="int8", quantization=_quantization(client, uploaded["id"], args))
+            body.update(gate.submit_request(args))
             job = _check(client.post("/api/v1/jobs", json=body), "creating the job").json()
             print(f"job {job['id']} queued (model {uploaded['id']}, target {args.target})", file=sys.stderr)
             if not args.wait:
@@ -127,13 +164,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
             if args.output:
                 _download(client, job["links"]["artifact"], Path(args.output))
                 print(f"wrote {args.output}", file=sys.stderr)
+            if args.precision == "int8":
+                _print_quantization(client, job)
+            verdict = gate.verdict_exit(_check(client.get(job["links"]["report"]), "reading the report").json()
+                                        .get("baseline")) if args.baseline else 0
             print(job["id"])
     except httpx.HTTPError as err:
         raise SubmitError(f"cannot reach {args.server}: {err}") from None
-    return 0
+    return verdict
 
 
 def add_parser(sub, parse_shape) -> None:
+    from core.quantize import METHOD_NAMES
+
     p = sub.add_parser("submit", help="compile a model on a Kiln server (the CI client)",
                        description="Upload MODEL to a Kiln server, start a compile job and (with --wait) follow it "
                                    "and download the artifact. Exits 2 when the request is refused (as `kiln compile` "
@@ -151,6 +194,23 @@ def add_parser(sub, parse_shape) -> None:
     p.add_argument("--input-shape", type=parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="fix an input's shape (repeatable), for models with symbolic dimensions")
     p.add_argument("--name", help="artifact name: libNAME.so, NAME.h, C symbols NAME_load, ... (see kiln compile)")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16", "int8"), default="fp32",
+                   help="fp16/bf16: weights stored at half size, float32 arithmetic (see kiln compile); "
+                        "int8: the server quantizes the float32 model on --calibration samples, then compiles it "
+                        "(options as `kiln quantize`'s)")
+    p.add_argument("--calibration", metavar="DATA.npz", help="with --precision int8: calibration samples")
+    p.add_argument("--per-channel", action="store_true", help="with --precision int8: per-channel weight scales")
+    p.add_argument("--method", choices=METHOD_NAMES, default="minmax",
+                   help="with --precision int8: calibration method")
+    p.add_argument("--keep-float", nargs="+", metavar="LAYER", help="with --precision int8: nodes left in float32")
+    p.add_argument("--max-error", type=float, metavar="E", help="with --precision int8: the error budget "
+                                                                 "(see kiln quantize --help)")
+    p.add_argument("--op-types", nargs="+", metavar="OP", help="with --precision int8: quantize only these op types")
+    p.add_argument("--sensitivity-layers", type=int, default=16, metavar="N",
+                   help="with --precision int8: measure the sensitivity of at most N layers (default 16)")
+    gate.add_arguments(p, "JOB_ID", "CI gate: time the new build against this job's build of the same model on the "
+                                    "same worker, interleaved; exit 3 with one line why when it is slower or less "
+                                    "accurate than --max-slowdown/--max-error-growth allow (needs --wait)")
     p.add_argument("--wait", action="store_true", help="follow the job until it ends; exit non-zero if it fails")
     p.add_argument("-o", "--output", help="with --wait: download the artifact here")
     p.set_defaults(func=cmd_submit)

@@ -135,17 +135,19 @@ export const api = {
   removeJob: (id) => request(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" }),
   deleteModel: (id) => request(`/models/${encodeURIComponent(id)}`, { method: "DELETE" }),
   report: (id) => getJson(`/jobs/${encodeURIComponent(id)}/report`),
+  compareJobs: (a, b) => getJson(`/jobs/${encodeURIComponent(a)}/compare/${encodeURIComponent(b)}`),
   reportHtml: async (id) => (await request(`/jobs/${encodeURIComponent(id)}/report?format=html`)).text(),
 };
 
 // POST /models/{id}/validation-inputs: an .npz of real inputs (one array per model input) for a job to
 // validate on; resolves to {id, samples, ...}; the server checks names, shapes and dtypes first.
-export async function uploadValidationInputs(modelId, file) {
+// An .npz for a model (POST /models/{id}/validation-inputs or /calibration): the server checks it against the inputs.
+async function uploadModelNpz(modelId, resource, file) {
   const form = new FormData();
   form.append("file", file, file.name);
   let response;
   try {
-    response = await fetch(`${BASE}/models/${encodeURIComponent(modelId)}/validation-inputs`,
+    response = await fetch(`${BASE}/models/${encodeURIComponent(modelId)}/${resource}`,
       { method: "POST", headers: authHeaders(), body: form });
   } catch {
     throw new ApiError(0, "Cannot reach the Kiln server. Is it running?");
@@ -153,6 +155,9 @@ export async function uploadValidationInputs(modelId, file) {
   if (!response.ok) throw failed(await readError(response));
   return response.json();
 }
+
+export const uploadValidationInputs = (modelId, file) => uploadModelNpz(modelId, "validation-inputs", file);
+export const uploadCalibration = (modelId, file) => uploadModelNpz(modelId, "calibration", file);
 
 // POST /models with upload progress. onProgress(fraction) runs while bytes go out; resolves to
 // {model, created} (created is false when the server already had the same file).

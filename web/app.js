@@ -1,7 +1,8 @@
 // Entry point of Kiln's web UI: sign-in with an API token (kept in localStorage), loading targets,
-// models and jobs, and the hash router (#/ for upload + jobs, #/jobs/ID for one job).
+// models and jobs, and the hash router (#/ for upload + jobs, #/jobs/ID for one job, #/compare/A/B for two).
 
 import { api, getToken, onUnauthorized, setToken } from "./api.js";
+import { mountComparePage } from "./compare_page.js";
 import { mountCompose } from "./compose.js";
 import { mountJobPage } from "./job_page.js";
 import { mountJobsList } from "./jobs_list.js";
@@ -67,10 +68,11 @@ function route() {
   const match = /^#\/jobs\/([\w-]+)/.exec(location.hash);
   unmountPage?.();
   unmountPage = null;
-  if (match) {
+  const compare = /^#\/compare\/([\w-]+)(?:\/([\w-]+))?/.exec(location.hash);
+  if (match || compare) {
     show("home", false);
     show("job-view", true);
-    unmountPage = mountJobPage($("#job-view"), match[1]);
+    unmountPage = match ? mountJobPage($("#job-view"), match[1]) : mountComparePage($("#job-view"), compare[1], compare[2]);
   } else {
     show("job-view", false);
     $("#job-view").replaceChildren();

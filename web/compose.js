@@ -4,6 +4,7 @@
 
 import { api, ApiError, uploadModel, uploadValidationInputs } from "./api.js";
 import { announce } from "./jobs_list.js";
+import { precisionFields } from "./precision.js";
 import { putJob, refreshJobs, refreshModels, store } from "./store.js";
 import { formatBytes, formatShape, h, progressBar, setProgress, showMessage } from "./ui.js";
 
@@ -51,7 +52,8 @@ function renderShapeFields(fieldset, model) {
   fieldset.hidden = symbolic.length === 0;
   if (!symbolic.length) return;
   fieldset.append(h("legend", {}, "Input shapes"),
-    h("p", { class: "hint" }, "These inputs have symbolic dimensions: give each one a size."));
+    h("p", { class: "hint" }, "These inputs have symbolic dimensions: give each one a size, or a range " +
+      "(1..8, 224..512:32) or list of sizes (8|128|384) for one artifact that serves every shape in range."));
   symbolic.forEach((name, n) => {
     const info = model.inputs.find((t) => t.name === name);
     const dims = info && Array.isArray(info.shape) ? info.shape : null;
@@ -59,7 +61,7 @@ function renderShapeFields(fieldset, model) {
     if (!dims) {
       const id = `shape-${n}`;
       row.append(h("label", { for: id, class: "visually-hidden" }, `Shape of ${name}, comma-separated`),
-        h("input", { id, type: "text", class: "shape-free", placeholder: "e.g. 1,3,224,224", testid: `shape-input-${name}` }));
+        h("input", { id, type: "text", class: "shape-free", placeholder: "e.g. 1,3,224,224 or 1..8,3,224,224", testid: `shape-input-${name}` }));
     } else {
       row.append("[");
       dims.forEach((d, i) => {
@@ -68,7 +70,7 @@ function renderShapeFields(fieldset, model) {
           row.append(h("span", { class: "shape-fixed", dataset: { dim: i, value: d } }, String(d)));
         } else {
           row.append(h("input", {
-            type: "number", min: 1, step: 1, required: true, class: "shape-dim", placeholder: d || "?",
+            type: "text", inputmode: "numeric", size: 9, required: true, class: "shape-dim", placeholder: d || "?",
             "aria-label": `${name}: dimension ${i}${d ? ` (${d})` : ""}`, dataset: { dim: i },
             testid: `shape-dim-${name}-${i}`,
           }));
@@ -82,7 +84,17 @@ function renderShapeFields(fieldset, model) {
 
 function shapeError(name, input) {
   input.focus();
-  return new ApiError(0, `Give the shape of input "${name}" as positive whole numbers.`);
+  return new ApiError(0, `Give the shape of input "${name}" as positive whole numbers or ranges (1..8, 224..512:32, 8|128|384).`);
+}
+
+// A dimension: a size (a number) or a range kept as its text ("1..8", "224..512:32", "8|128|384"), which the
+// server parses and checks (its 422 says what is wrong with a range); NaN when it is neither.
+const RANGE = /^\d+\.\.\d+(:\d+)?$|^\d+(\|\d+)+$/;
+function readDim(text) {
+  const t = text.trim();
+  if (RANGE.test(t)) return t;
+  const d = t === "" ? NaN : Number(t);
+  return Number.isInteger(d) && d >= 1 ? d : NaN;
 }
 
 function readShapes(fieldset) {
@@ -91,8 +103,8 @@ function readShapes(fieldset) {
     const name = row.dataset.input;
     const free = row.querySelector(".shape-free");
     if (free) {
-      const dims = free.value.split(",").map((p) => p.trim()).map((p) => (p === "" ? NaN : Number(p)));
-      if (!dims.length || dims.some((d) => !Number.isInteger(d) || d < 1)) throw shapeError(name, free);
+      const dims = free.value.split(",").map(readDim);
+      if (!dims.length || dims.some((d) => Number.isNaN(d))) throw shapeError(name, free);
       shapes[name] = dims;
       continue;
     }
@@ -102,8 +114,8 @@ function readShapes(fieldset) {
         dims.push(Number(part.dataset.value));
         continue;
       }
-      const d = part.value === "" ? NaN : Number(part.value);
-      if (!Number.isInteger(d) || d < 1) throw shapeError(name, part);
+      const d = readDim(part.value);
+      if (Number.isNaN(d)) throw shapeError(name, part);
       dims.push(d);
     }
     shapes[name] = dims;
@@ -160,6 +172,7 @@ export function mountCompose(container) {
     h("div", { class: "field" }, h("label", { for: "tolerance-input" }, "Tolerance ATOL[,RTOL]"), toleranceInput,
       h("p", { class: "hint", id: "tolerance-hint" }, "Empty: each output's own rule (float16 at its epsilon, quantized outputs in steps, integers exact).")),
     h("div", { class: "field" }, h("label", { for: "validation-inputs" }, "Real inputs (.npz, optional)"), inputsFile));
+  const precision = precisionFields();
   const jobError = h("div", { testid: "job-form-error", hidden: true, role: "alert" });
   const jobNotice = h("div", { testid: "job-form-notice", hidden: true, "aria-live": "polite" });
   const submit = h("button", { type: "submit", class: "button", testid: "create-job", disabled: true }, "Compile");
@@ -171,7 +184,7 @@ export function mountCompose(container) {
         h("p", { class: "hint", id: "trials-hint" }, "The total trials each kernel gets, earlier tuning records included: records already holding the budget are reused without measuring; a larger budget measures only the difference. 0 uses records if any, else default schedules.")),
       h("div", { class: "field" }, h("label", { for: "budget-input" }, "Tuning time budget (seconds)"), budgetInput,
         h("p", { class: "hint", id: "budget-hint" }, "Tuning stops after this long, keeping the best schedules found so far; empty: the trials decide."))),
-    targetWarning, shapes, validation, jobError, jobNotice, h("div", { class: "actions" }, submit));
+    targetWarning, shapes, precision.element, validation, jobError, jobNotice, h("div", { class: "actions" }, submit));
 
   container.replaceChildren(
     h("h2", { id: "compose-title" }, "New compile"),
@@ -354,6 +367,7 @@ export function mountCompose(container) {
       const job = await api.createJob({
         model_id: selectedModelId, target: targetSelect.value, opt_level: Number(optSelect.value),
         tuning: { trials, time_budget_s: budget }, input_shapes: readShapes(shapes), validation: await readValidation(),
+        ...(await precision.read(selectedModelId)),
       });
       putJob(job);
       const text = `Compile of ${store.models.get(job.model_id)?.filename ?? "the model"} for ${job.target} queued.`;

@@ -68,6 +68,8 @@ export function mountJobPage(container, jobId) {
     "Finish now with the best so far");
   const tuningLine = h("p", { class: "job-page-tuning", testid: "job-page-tuning", hidden: true });
   const downloadNote = h("span", { class: "hint", "aria-live": "polite" });
+  const compareLink = h("a", { href: `#/compare/${jobId}`, class: "button button-quiet", testid: "compare-link",
+    hidden: true }, "Compare with another build");
   const reportSection = h("section", { class: "report", hidden: true, "aria-labelledby": "report-title" });
 
   container.replaceChildren(h("div", { class: "job-page", testid: "job-page", dataset: { jobId } },
@@ -76,7 +78,7 @@ export function mountJobPage(container, jobId) {
       h("div", { class: "job-page-head" }, title, badge),
       h("div", { class: "job-bar" }, bar, pctText),
       statusText, tuningLine, errorBox, facts,
-      h("div", { class: "actions" }, downloadButton, finishButton, cancelButton, downloadNote), actionError),
+      h("div", { class: "actions" }, downloadButton, compareLink, finishButton, cancelButton, downloadNote), actionError),
     reportSection));
 
   let job = store.jobs.get(jobId) || null;
@@ -102,6 +104,7 @@ export function mountJobPage(container, jobId) {
     ];
     facts.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))]));
     downloadButton.hidden = job.status !== "succeeded";
+    compareLink.hidden = job.status !== "succeeded";
     cancelButton.hidden = !isActive(job);
     finishButton.hidden = !canFinishTuning(job);
     const tuning = tuningText(job);

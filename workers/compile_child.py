@@ -15,9 +15,12 @@ from typing import Callable, Optional
 
 from core.errors import KilnError
 from core.tune.options import TuningOptions
+from core.tune.remote import RemoteMeasurement
 from core.process.limits import Limits
 from service.core import storage
 from service.core.settings import Settings
+
+from .production import add_production_sections
 
 OUTPUTS = (storage.REPORT_JSON, storage.REPORT_HTML, storage.ARTIFACT)  # the artifact last: it marks completion
 _DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -51,7 +54,8 @@ def compile_limits(settings: Settings) -> Limits:
 
 
 def tuning_options(tuning: Optional[dict], records: str, timing_lock: Optional[str] = None,
-                   report: Optional[Callable] = None, finish_flag: Optional[Path] = None) -> TuningOptions:
+                   report: Optional[Callable] = None, finish_flag: Optional[Path] = None,
+                   remote: Optional[RemoteMeasurement] = None) -> TuningOptions:
     """A job's tuning: every job reads the shared records (cache hits cost no trials); a job with a budget tunes,
     tells `report` its plan ("tuning_plan") and every batch ("tuning"), and stops early once `finish_flag` exists."""
     tuning = tuning or {}
@@ -61,19 +65,22 @@ def tuning_options(tuning: Optional[dict], records: str, timing_lock: Optional[s
     batch = (lambda status: report("tuning", status)) if tells else None
     return TuningOptions(trials=trials, time_budget_s=tuning.get("time_budget_s") or None,
                          records=records, timing_lock=timing_lock, on_plan=plan, on_batch=batch,
-                         should_stop=finish_flag.exists if finish_flag is not None else None)
+                         should_stop=finish_flag.exists if finish_flag is not None else None, remote=remote)
 
 
 def compile_into(report: Callable, model_path: str, staging: str, *, target: str, opt_level: int,
                  input_shapes: Optional[dict], threads: Optional[int], max_tensor_bytes: int,
                  tuning: Optional[dict] = None, records: Optional[str] = None,
-                 timing_lock: Optional[str] = None, options: Optional[dict] = None) -> dict:
+                 timing_lock: Optional[str] = None, options: Optional[dict] = None,
+                 remote: Optional[RemoteMeasurement] = None) -> dict:
     """In the child: compile, then write the artifact and both reports into `staging`. `options`: the
-    job's compile options beyond the arguments (Job.options: the artifact `name`, ...)."""
+    job's compile options beyond the arguments (Job.options: the artifact `name`, ...). `remote`: where the
+    tuning's measurements go when they cannot run here (workers.measure_dispatch)."""
     options = options or {}
     import core
     from core.frontend import import_onnx
     from core.frontend.inspect import check_graph_sizes
+    from core.driver.shape_ranges import largest_shapes
     from core.frontend.model_loading import SizeBudget
 
     folder = Path(staging)
@@ -82,15 +89,24 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
     tempfile.tempdir = None
     budget = SizeBudget(max_tensor_bytes=max_tensor_bytes, max_weights_bytes=max(max_tensor_bytes, 8 << 30))
     try:
+        quantization = None
+        if options.get("precision") == "int8":  # quantize first; the QDQ model is what gets compiled
+            model_path, quantization = quantize_into(report, model_path, folder, options["quantization"], threads)
+            report = _after_quantizing(report)
         if input_shapes:  # the pre-flight could not size a symbolic model; with the job's shapes it can
-            check_graph_sizes(import_onnx(model_path, input_shapes=input_shapes), budget)
+            check_graph_sizes(import_onnx(model_path, input_shapes=largest_shapes(input_shapes)), budget)
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
-                                tuning=tuning_options(tuning, records, timing_lock, report, finish_tuning_flag(folder))
-                                if records else None,
+                                tuning=tuning_options(tuning, records, timing_lock, report, finish_tuning_flag(folder),
+                                                      remote) if records else None,
                                 progress=lambda stage, done, detail: report("progress", stage, done, detail),
                                 threads=threads, name=options.get("name"), validate=options.get("validate", True),
                                 tolerance=options.get("tolerance"), bisect=options.get("bisect", False),
-                                validation_inputs=options.get("validation_inputs"))
+                                validation_inputs=options.get("validation_inputs"),
+                                precision=options.get("precision") if options.get("precision") in ("fp16", "bf16") else None,
+                                pinned_records=(options.get("rebuild") or {}).get("records_applied"))
+        add_production_sections(artifact, report, model_path, options, input_shapes, threads)
+        if quantization is not None:
+            artifact.report["quantization"] = quantization  # before the HTML is rendered (on first use)
         try:
             out = folder / "out"
             artifact.save(out / storage.ARTIFACT)
@@ -104,6 +120,36 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
                                    "(the server's disk is full or the job's file size limit was reached)") from None
         raise
     return {"outputs": [str(out / name) for name in OUTPUTS]}
+
+
+QUANTIZE_SHARE = 0.3  # of an int8 job's progress bar; the compile of the QDQ model takes the rest
+
+
+def quantize_into(report: Callable, model_path: str, folder: Path, quantization: dict,
+                  threads: Optional[int]) -> tuple[str, dict]:
+    """An int8 job's first step: the QDQ model (written into the staging folder) and the report's section."""
+    from core.driver.stages import Stage
+    from core.quantize import QuantizeOptions, quantize_model
+
+    keywords = {k: v for k, v in quantization.items() if k != "calibration"}
+    options = QuantizeOptions(**{**keywords, "keep_float": tuple(keywords.get("keep_float") or ()),
+                                 "op_types": tuple(keywords.get("op_types") or ())}, threads=threads or 0)
+    result = quantize_model(model_path, quantization["calibration"], options,
+                            progress=lambda done, detail: report("progress", Stage.IMPORT, QUANTIZE_SHARE * done,
+                                                                 f"quantizing: {detail}"))
+    path = folder / "model_int8.onnx"
+    path.write_bytes(result.model)
+    return str(path), result.report
+
+
+def _after_quantizing(report: Callable) -> Callable:
+    """The compile's progress messages, placed after the quantize step's share of the bar."""
+    def scaled(kind: str, *message):
+        if kind == "progress":
+            stage, done, detail = message
+            message = (stage, QUANTIZE_SHARE + (1 - QUANTIZE_SHARE) * done, detail)
+        report(kind, *message)
+    return scaled
 
 
 def publish(staging: Path, job_folder: Path) -> None:

@@ -22,13 +22,16 @@ from sqlalchemy.orm import Session
 from core.driver.stages import ProgressFn, Stage
 from core.errors import KilnError, message_for_users
 from core.process.sandbox import SandboxError, SandboxTimeout, run_sandboxed
+from core.tune.remote import RemoteMeasurement
 from service.core import storage
 from service.core.db import Database
 from service.core.job_state import ACTIVE, TERMINAL, finish, transition
+from service.core.queues import measured_remotely
 from service.core.settings import Settings
 from service.core.tables import Job, utcnow
 
 from .compile_child import compile_into, compile_limits, finish_tuning_flag, publish, remove_staging, staging_dir
+from .measure_dispatch import remote_measurement
 
 log = logging.getLogger("kiln.worker")
 
@@ -101,6 +104,7 @@ def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
                           threads=settings.compile_threads, max_tensor_bytes=settings.max_tensor_bytes,
                           tuning=job.tuning, records=str(settings.records), options=job.options or None,
                           timing_lock=str(settings.timing_lock_file) if settings.timing_lock_file else None,
+                          remote=_remote_measurement(settings, job, attempt),
                           limits=compile_limits(settings), on_message=on_message, what="the compile")
         except SandboxError as err:
             if isinstance(err, SandboxTimeout):
@@ -115,6 +119,15 @@ def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
     finally:
         if _still_owned(db, job.id, attempt):  # else a later attempt (this worker was cut off) owns the staging
             remove_staging(settings, job.id)
+
+
+def _remote_measurement(settings: Settings, job: Job, attempt: int) -> Optional[RemoteMeasurement]:
+    """A tuning job for another CPU family measures on measure.<kind>; its batches are named by job and attempt, so
+    a redelivered batch of this attempt is answered once and a later attempt's never mixes with it. Made here, used
+    in the compile child (the Celery client connects there, after the fork)."""
+    if not measured_remotely(job.target, int((job.tuning or {}).get("trials") or 0)):
+        return None
+    return remote_measurement(settings, job.target, f"{job.id}-{attempt}")
 
 
 def _still_owned(db: Session, job_id: str, attempt: int) -> bool:

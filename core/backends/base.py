@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 # and B panels (sized to a 6 x 16 FMA tile). A backend without `blocked_layouts` skips them: on a GPU
 # they only make the shared-memory tiles gather strided data; its schedules tile the plain NCHW conv
 # and the plain MatMul themselves (fusion stays: epilogues fuse into the conv/matmul kernels there too).
-BLOCKED_LAYOUT_PASSES = frozenset({"alter_layout", "pack_matmul_weights"})
+BLOCKED_LAYOUT_PASSES = frozenset({"alter_layout", "alter_layout_3d", "pack_matmul_weights", "pack_int8_weights"})
 
 
 class Backend:
@@ -54,6 +54,11 @@ class Backend:
     def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
         """Keyword arguments of the passes that depend on `target`, by pass name."""
         return {}
+
+    def weight_storage_dtypes(self, target: Target) -> tuple[str, ...]:
+        """Narrow float types this target's kernels widen cheaply when loading weights, preferred first
+        (core/graph/passes/narrow_weight_storage.py); none: weights stay float32."""
+        return ()
 
     def graph_passes(self, opt_level: int, target: Target) -> list[tuple[str, "GraphPass"]]:
         """The passes to run on a graph compiled for `target` at -O`opt_level`, their options bound."""
@@ -108,6 +113,11 @@ class Backend:
     def can_measure(self, target: Target) -> bool:
         """Whether tuning candidates for `target` can be measured on this machine."""
         return self.has_device(target)
+
+    def measures_remotely(self, target: Target) -> bool:
+        """Whether tuning for `target` measures on devices of its kind elsewhere (remote measuring workers, its
+        candidates built here) rather than on the machine that compiles."""
+        return False
 
     def runner_options(self, target: Target) -> dict[str, Any]:
         """Keyword arguments of the tuner's LocalRunner for `target`'s candidates."""

@@ -14,7 +14,19 @@ class CpuBackend(Backend):
     kind = "cpu"
 
     def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
-        return {"alter_layout": {"lanes": target.lanes("float32")}}  # blocks of one vector of floats
+        from ..te.tensorize import intrinsics_for
+
+        # 8-bit weights packed for the best s8-weight dot-product instruction the target's features have
+        dots = intrinsics_for(target, lambda i: i.inputs[1].dtype == "int8")
+        return {"alter_layout": {"lanes": target.lanes("float32")},  # blocks of one vector of floats
+                "alter_layout_3d": {"lanes": target.lanes("float32")},
+                "pack_int8_weights": {"intrinsics": tuple(i.name for i in dots)}}
+
+    def weight_storage_dtypes(self, target: Target) -> tuple[str, ...]:
+        # float16 -> float32 is one instruction with x86's F16C (vcvtph2ps) and on every AArch64 (fcvtl); without
+        # F16C it would be a library call per element. bfloat16 widens by a shift everywhere.
+        half = target.arch == "aarch64" or "+f16c" in target.features.split(",")
+        return ("float16", "bfloat16") if half else ("bfloat16",)
 
     def fallback_schedules(self):
         from ..kernels.schedules.generic import schedule_injective, schedule_reduce
@@ -62,6 +74,11 @@ class CpuBackend(Backend):
         except BuildError:
             return None
         return QemuUser.find(target.arch, compiler)
+
+    def measures_remotely(self, target: Target) -> bool:
+        """Another CPU family (an Arm board for an x86 compile host): candidates are cross-compiled here and timed
+        there. The same family with other features measures where the job runs (its measure.<kind> queue)."""
+        return target.arch != host_target().arch
 
     def runner_options(self, target: Target) -> dict[str, Any]:
         return {"threads": target.num_cores}

@@ -19,6 +19,7 @@ from . import vecmath
 from .codegen_llvm import ModuleContext, emit_kernel
 from .llvm_env import LLVM_LOCK, initialize_llvm, print_ir
 from .llvm_types import I8
+from .bucket_entry import BucketedPlan, emit_bucketed_entry
 from .model_entry import ModelPlan, emit_model_entry
 from .runtime_objects import prefixed_exports, runtime_objects
 from .toolchain import find_compiler, link_shared
@@ -51,7 +52,8 @@ def lower_module(funcs: Sequence[PrimFunc], target: Target, plan: ModelPlan | No
     kernels = {f.name: emit_kernel(ctx, f) for f in funcs}
     _embed_string(module, "kiln_kernels_json", json.dumps(kernel_signatures(funcs)))
     if plan is not None:
-        emit_model_entry(module, plan, {f.name: f for f in funcs}, kernels)
+        emit = emit_bucketed_entry if isinstance(plan, BucketedPlan) else emit_model_entry
+        emit(module, plan, {f.name: f for f in funcs}, kernels)
     return module
 
 
@@ -127,8 +129,9 @@ def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
         objects = [Path(tmp) / "kernels.o"]
         objects[0].write_bytes(obj_bytes)
         # The thread pool goes into every library (its PARALLEL loops call it); the model runtime with a plan.
-        objects += runtime_objects(cc, Path(tmp), with_model=plan is not None)
-        shim, script = prefixed_exports(cc, Path(tmp), plan.export_prefix if plan is not None else None)
+        shaped = isinstance(plan, BucketedPlan)  # input-shape ranges: kiln_run_shaped and its queries too
+        objects += runtime_objects(cc, Path(tmp), with_model=plan is not None, with_shapes=shaped)
+        shim, script = prefixed_exports(cc, Path(tmp), plan.export_prefix if plan is not None else None, shaped)
         objects += shim
         with atomic_path(out_path) as partial:
             link_shared(cc, objects, partial, libs, script)

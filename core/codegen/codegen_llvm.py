@@ -13,9 +13,11 @@ from ..target import Target
 from ..tir.expr import BinOp, Buffer, Call, Cast, Expr, FloatImm, IntImm, Load, Not, Select, Var
 from ..tir.functor import walk_expr, walk_stmt
 from ..tir.simplify import specialize
-from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
+from ..tir.stmt import (Allocate, Barrier, For, ForKind, IfThenElse, IntrinsicCall, LetStmt, PrimFunc, Seq, Stmt,
+                        Store)
 from . import arith, narrow, vecmath
 from .analysis import check_store_dtype, const_int, may_trap
+from .intrinsics import emit_intrinsic_call
 from .llvm_types import I1, I64, PTR, VOID, const, is_bool, is_signed, itemsize, lanes_of, mem_type, reg_type
 from .parallel import emit_parallel
 from .vectorize import emit_vectorized
@@ -199,6 +201,8 @@ class FunctionEmitter:
             self._allocate(s)
         elif isinstance(s, Barrier):
             self._barrier()
+        elif isinstance(s, IntrinsicCall):
+            emit_intrinsic_call(self, s)
         else:
             raise CodegenError(f"kernel {self.kernel_name}: cannot generate code for {type(s).__name__}")
 

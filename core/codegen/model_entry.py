@@ -117,15 +117,17 @@ def emit_model_entry(module: ir.Module, plan: ModelPlan, funcs: Mapping[str, Pri
     _emit_runner(module, plan, kernels, profile=True)
 
 
-def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Function], profile: bool) -> None:
+def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Function], profile: bool,
+                 name: str = "") -> ir.Function:
     params = [PTR, PTR, PTR, PTR] + ([PTR] if profile else [])
-    fn = ir.Function(module, ir.FunctionType(I32, params), "kiln_graph_profile" if profile else "kiln_graph_run")
+    fn = ir.Function(module, ir.FunctionType(I32, params), name or ("kiln_graph_profile" if profile else "kiln_graph_run"))
     fn.attributes.add("nounwind")
     arena, weights, inputs, outputs = fn.args[:4]
     for arg, name in zip(fn.args, ("arena", "weights", "inputs", "outputs", "call_ms")):
         arg.name = name
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    now = ir.Function(module, ir.FunctionType(F64, []), "kiln_runtime_now_ms") if profile else None
+    now = (module.globals.get("kiln_runtime_now_ms") or
+           ir.Function(module, ir.FunctionType(F64, []), "kiln_runtime_now_ms")) if profile else None
 
     def pointer(ref: BufferRef) -> ir.Value:
         if ref.kind in ("input", "output"):
@@ -142,6 +144,7 @@ def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Fu
             slot = b.gep(fn.args[4], [ir.Constant(I64, pos)], inbounds=True, source_etype=F64)
             b.store(b.fsub(b.call(now, []), start), slot)
     b.ret(ir.Constant(I32, 0))
+    return fn
 
 
 def _global(module: ir.Module, name: str, value: ir.Constant) -> None:

@@ -17,7 +17,8 @@ from ..backends import get_backend
 from ..target import Target
 from ..tir.expr import Var
 from ..tir.functor import walk_expr, walk_stmt
-from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
+from ..tir.stmt import (Allocate, Barrier, For, ForKind, IfThenElse, IntrinsicCall, LetStmt, PrimFunc, Seq, Stmt,
+                        Store)
 from .analysis import const_int
 from .codegen_llvm import FunctionEmitter, ModuleContext, declare_kernel
 from .llvm_env import LLVM_LOCK, initialize_llvm, print_ir
@@ -99,9 +100,10 @@ def _check_stmt(s: Stmt, where: str, launch: LaunchConfig, bound: bool, divergen
     """`bound`: inside a thread-bound loop; `divergent`: some threads of a block may not get here."""
     rec = lambda x, **kw: _check_stmt(x, where, launch, **{"bound": bound, "divergent": divergent,  # noqa: E731
                                                              "thread_vars": thread_vars, **kw})
-    if isinstance(s, Store):
+    if isinstance(s, (Store, IntrinsicCall)):  # a tensor intrinsic writes its first operand's region
         if not bound:
-            raise GPUScheduleError(f"{where}: {s.buffer.name} is written outside every loop bound to blockIdx/"
+            written = s.buffer if isinstance(s, Store) else s.operands[0].buffer
+            raise GPUScheduleError(f"{where}: {written.name} is written outside every loop bound to blockIdx/"
                                    f"threadIdx (every thread would write it); bind the stage's loops")
     elif isinstance(s, Barrier):
         if divergent:

@@ -16,6 +16,7 @@ RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 POOL_SOURCE = "kiln_threadpool.c"
 MODEL_SOURCE = "kiln_runtime.c"
 CUDA_SOURCE = "kiln_cuda.c"
+SHAPED_SOURCE = "kiln_shaped.c"
 
 _objects: dict[tuple[str, str], bytes] = {}
 _lock = threading.Lock()
@@ -40,9 +41,11 @@ def _object_bytes(cc: str, source: Path) -> bytes:
         return _objects[key]
 
 
-def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = False) -> list[Path]:
+def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = False,
+                    with_shapes: bool = False) -> list[Path]:
     """Write the runtime's object files into `out_dir` and return their paths (to pass to the linker)."""
     names = [POOL_SOURCE] + ([MODEL_SOURCE] if with_model else []) + ([CUDA_SOURCE] if with_cuda else [])
+    names += [SHAPED_SOURCE] if with_shapes else []
     paths = []
     for name in names:
         path = out_dir / (Path(name).stem + ".o")
@@ -51,14 +54,15 @@ def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = 
     return paths
 
 
-def prefixed_exports(cc: str, out_dir: Path, prefix: Optional[str]) -> tuple[list[Path], Optional[Path]]:
+def prefixed_exports(cc: str, out_dir: Path, prefix: Optional[str],
+                     shaped: bool = False) -> tuple[list[Path], Optional[Path]]:
     """For a named artifact (`prefix`): the object exporting the model ABI as PREFIX_load, PREFIX_run, ...
     and the linker version script that exports only those, so the runtime's kiln_ names and the kernels
     stay internal and libraries of several models link into one program. None: nothing ([], None)."""
     if prefix is None:
         return [], None
     source = out_dir / f"{prefix}_api.c"
-    source.write_text(render_api_shim(prefix))
+    source.write_text(render_api_shim(prefix, shaped))
     obj = source.with_suffix(".o")
     compile_c(cc, source, obj)
     script = out_dir / f"{prefix}.map"

@@ -76,7 +76,7 @@ class VectorBody:
         self.vec_vars: dict[Var, ir.Value] = {}
         self.lane_defs: dict[Var, Expr] = {}  # lane-dependent let variables, expanded to the loop variable
         self.mask: ir.Value | None = None  # lanes whose select arm is being evaluated
-        self._ramp: ir.Value | None = None
+        self._ramp = self._make_ramp()  # here, where it dominates every use (not inside a guarded select arm)
 
     # ------------------------------------------------------------ helpers
 
@@ -88,14 +88,16 @@ class VectorBody:
 
     def ramp(self) -> ir.Value:
         """The loop variable as a vector: base + <0, 1, ..., lanes-1>."""
-        if self._ramp is None:
-            t = reg_type(self.var.dtype, self.lanes)
-            steps = ir.Constant(t, [ir.Constant(t.element, i) for i in range(self.lanes)])
-            if isinstance(self.base, ir.Constant) and self.base.constant == 0:
-                self._ramp = steps
-            else:
-                self._ramp = self.b.add(arith.splat(self.b, self.base, self.lanes), steps)
         return self._ramp
+
+    def _make_ramp(self) -> ir.Value:
+        if self.lanes == 1:  # a one-lane body is scalar code: the loop variable is its base
+            return self.base
+        t = reg_type(self.var.dtype, self.lanes)
+        steps = ir.Constant(t, [ir.Constant(t.element, i) for i in range(self.lanes)])
+        if isinstance(self.base, ir.Constant) and self.base.constant == 0:
+            return steps
+        return self.b.add(arith.splat(self.b, self.base, self.lanes), steps)
 
     def full(self, v: ir.Value) -> ir.Value:
         return arith.splat(self.b, v, self.lanes)

@@ -113,27 +113,33 @@ def _time_ms(fn: Callable[[], object], number: int) -> float:
 
 def compare_latency(module, session, feeds: Mapping[str, np.ndarray], rounds: int = 15, warmup: int = 3,
                     min_round_ms: float = 20.0, settle_s: float = 0.1) -> LatencyComparison:
-    """Alternate Kiln and ONNX Runtime rounds so that drift (turbo, neighbours) hits both alike.
+    """Kiln's module and ONNX Runtime's session on the same feeds, in interleaved rounds."""
+    outputs = [o.name for o in session.get_outputs()]
+    kiln, ort = interleaved_rounds(lambda: module.run(feeds), lambda: session.run(outputs, dict(feeds)), rounds=rounds,
+                                   warmup=warmup, min_round_ms=min_round_ms, settle_s=settle_s)
+    return LatencyComparison(kiln, ort)
+
+
+def interleaved_rounds(run_a: Callable[[], object], run_b: Callable[[], object], rounds: int = 15, warmup: int = 3,
+                       min_round_ms: float = 20.0, settle_s: float = 0.1) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-round latencies (ms) of two runners, alternating rounds so that drift (turbo, neighbours) hits both alike.
     Each round starts with one untimed call: both runtimes park their idle threads, and the call
     that wakes them measures the wake-up (a scheduler tick on small VMs), not the steady state."""
-    outputs = [o.name for o in session.get_outputs()]
-    run_kiln = lambda: module.run(feeds)  # noqa: E731
-    run_ort = lambda: session.run(outputs, dict(feeds))  # noqa: E731
     for _ in range(warmup):
-        run_kiln()
-        run_ort()
+        run_a()
+        run_b()
     # Repeat each call enough times per round that a round lasts about min_round_ms.
-    single = max(_time_ms(run_kiln, 1), _time_ms(run_ort, 1), 1e-3)
+    single = max(_time_ms(run_a, 1), _time_ms(run_b, 1), 1e-3)
     number = max(1, int(min_round_ms / single))
-    kiln, ort = [], []
+    a_ms, b_ms = [], []
     for _ in range(rounds):
         # ONNX Runtime's workers spin for ~40 ms after its last call (Kiln's park within ~2 ms of
         # kiln_run returning); without a pause they take a core from Kiln's round (measured: mobilenet
         # 9.5 -> 14 ms). So let the other runtime's pool go idle before each round.
         time.sleep(settle_s)
-        run_kiln()
-        kiln.append(_time_ms(run_kiln, number))
+        run_a()
+        a_ms.append(_time_ms(run_a, number))
         time.sleep(settle_s)
-        run_ort()
-        ort.append(_time_ms(run_ort, number))
-    return LatencyComparison(tuple(kiln), tuple(ort))
+        run_b()
+        b_ms.append(_time_ms(run_b, number))
+    return tuple(a_ms), tuple(b_ms)

@@ -120,8 +120,10 @@ def run_kernels(exe: Executable, graph: Graph, library: Path, feeds: Mapping[str
 
 
 def bisect(exe: Executable, graph: Graph, library: Path, model_bytes: bytes, feeds: Mapping[str, np.ndarray], *,
-           threads: int, user_tolerance: Optional[tuple[float, float]] = None) -> dict:
-    """The error kernel by kernel and the first kernel whose output leaves tolerance (None if every one holds)."""
+           threads: int, user_tolerance: Optional[tuple[float, float]] = None,
+           default_origin: OutputOrigin = OutputOrigin()) -> dict:
+    """The error kernel by kernel and the first kernel whose output leaves tolerance (None if every one holds).
+    `default_origin` judges values whose producer does not decide (a half-precision compile: core/driver/precision.py)."""
     import onnx
 
     model = onnx.load_from_string(model_bytes)
@@ -148,7 +150,7 @@ def bisect(exe: Executable, graph: Graph, library: Path, model_bytes: bytes, fee
             view = to_reference_layout(array, ref.shape) if ref is not None else None
             if view is None:
                 continue
-            tol = tolerance_for(ref.dtype, origins.get(name, OutputOrigin()), user=user_tolerance)
+            tol = tolerance_for(ref.dtype, origins.get(name, default_origin), user=user_tolerance)
             result = compare_output(name, view, ref, tol)
             errors[value] = result.max_abs_err
             if worst is None or (not result.passed, result.max_abs_err) > (not worst[0].passed, worst[0].max_abs_err):

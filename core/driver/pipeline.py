@@ -35,7 +35,11 @@ from ..target import Target, get_target
 from ..tune.options import TuningOptions
 from .stages import ProgressFn, Stage
 from .bisect import bisect as bisect_kernels
+from .bucketed import compile_ranges
+from .shape_ranges import has_ranges
+from .manifest import build_manifest, inputs_digest, pinned_outcome, tuning_manifest
 from .numerics import ValidationOptions
+from .precision import check_precision, judged_as, judged_origin, model_precision, report_section, store_weights
 from .tolerance import origins_or_empty
 from .validate import (ReferenceEvaluatorSession, index_bounds, onnxruntime_session, random_inputs,
                        validate as validate_against_ort)
@@ -70,16 +74,20 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             input_shapes: Optional[Mapping[str, tuple[int, ...]]] = None, *, validate: "bool | str" = True,
             benchmark: bool = True, progress: Optional[ProgressFn] = None, threads: Optional[int] = None,
             name: Optional[str] = None, tolerance: "float | str | tuple[float, float] | None" = None,
-            validation_inputs: Any = None, bisect: bool = False) -> Artifact:
+            validation_inputs: Any = None, bisect: bool = False,
+            pinned_records: Optional[list] = None, precision: Optional[str] = None) -> Artifact:
     """Compile an ONNX model into an Artifact (native library, weights, metadata, report). `tuning` is a
     TuningOptions (a plain mapping of its fields is accepted too); None: no tuning and no records.
     `name` prefixes the library (libNAME.so), header (NAME.h) and exported C symbols (NAME_load, ...).
     Validation (core/driver/numerics.py): `validate` "error" (True), "warn" or "off" (False); `tolerance` ATOL or
     (ATOL, RTOL) for float outputs; `validation_inputs` .npz path(s) or bytes of real inputs; `bisect` always
-    compares kernel by kernel (a mismatch always does)."""
+    compares kernel by kernel (a mismatch always does). `pinned_records`: a manifest's `records_applied`, applied
+    instead of tuning, which then does not run (kiln rebuild: the same configs without a records database).
+    `precision` (core/driver/precision.py): fp32, fp16 or bf16 weights (float32 arithmetic); None: the model's own."""
     tgt = get_target(target)
     names = artifact_names(name)
     checks = ValidationOptions.of(validate, tolerance, validation_inputs, bisect)
+    check_precision(precision, shape_ranges=has_ranges(input_shapes))
     backend = get_backend(tgt)
     if opt_level not in (0, 1, 2, 3):
         raise KilnError(f"opt level must be 0, 1, 2 or 3, not {opt_level}")
@@ -97,17 +105,27 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
 
     total_start = time.perf_counter()
     data = _model_bytes(model)
+    if has_ranges(input_shapes):  # declared ranges: one library over several shape buckets
+        return compile_ranges(model, data, input_shapes, tgt, backend, names, opt_level=opt_level, tuning=tuning,
+                              checks=checks, benchmark=benchmark, notify=notify, threads=threads,
+                              unsupported={"precision": precision, "pinned records": pinned_records})
     with stage(Stage.IMPORT):
         graph = import_onnx(model if isinstance(model, (str, Path)) else data, input_shapes=input_shapes)
         check_graph_sizes(graph)  # an absurd input shape fails here, not after a whole build
         backend.check_ops((node.op for node in graph.nodes), tgt)  # what the target cannot compile, all at once
         samples = checks.samples(graph) if checks.enabled else None  # bad inputs fail before minutes of building
     nodes_in = len(graph.nodes)
+    weights_precision = precision or model_precision(graph)
+    storage_dtypes = backend.weight_storage_dtypes(tgt)
     with stage(Stage.OPTIMIZE):
         graph = optimize(graph, opt_level, tgt)
+        graph = store_weights(graph, weights_precision, precision is not None, storage_dtypes, tgt)
     tuning_report: dict[str, Any] = {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}
-    schedule_for, tuned_kernels = None, set()
-    if tuning is not None:
+    schedule_for, tuned_kernels, outcome = None, set(), None
+    if pinned_records is not None:
+        outcome = pinned_outcome(graph, tgt, pinned_records)
+        tuning_report, schedule_for, tuned_kernels = outcome.report, outcome.schedule_for, outcome.tuned_kernels
+    elif tuning is not None:
         from ..tune import tune_graph
 
         def tune_progress(done: int, planned: int, user_progress=tuning.progress) -> None:
@@ -131,9 +149,16 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         "target_triple": tgt.triple, "target_features": tgt.features, "opt_level": opt_level,
         "model_sha256": hashlib.sha256(data).hexdigest(), "inputs": _io_info(graph, graph.inputs),
         "outputs": _io_info(graph, graph.outputs), "library": names.library, "weights": WEIGHTS, "header": names.header, "symbol_prefix": names.prefix,
-        "weights_bytes": len(exe.weights), "arena_bytes": exe.memory.arena_bytes,
+        "weights_bytes": len(exe.weights), "arena_bytes": exe.memory.arena_bytes, "precision": weights_precision,
     }
     metadata.update(backend.runtime_metadata(tgt))
+    metadata["manifest"] = build_manifest(
+        model_sha256=metadata["model_sha256"], target=tgt, target_spec=target if isinstance(target, str) else tgt.name,
+        outcome=outcome, validation_inputs=inputs_digest(samples, graph) if checks.enabled else None,
+        options={"opt_level": opt_level, "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
+                 "tuning": tuning_manifest(tuning), "threads": threads,
+                 "name": name, "validate": checks.mode, "tolerance": list(checks.tolerance) if checks.tolerance else None,
+                 "bisect": checks.bisect, "precision": precision})
     write_metadata(workdir, metadata)
     (workdir / names.header).write_text(render_header(metadata))
 
@@ -171,7 +196,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                 if checks.enabled:
                     with stage(Stage.VALIDATE):
                         comparison, worst_feeds = validate_against_ort(
-                            module, session, graph, samples=samples, origins=origins_or_empty(data),
+                            module, session, graph, samples=samples,
+                            origins={**origins_or_empty(data), **judged_as(weights_precision, precision is not None, {
+                                n: graph.type_of(n).dtype for n in graph.outputs})},
                             user_tolerance=checks.tolerance)
                         # Kernels run one by one from the library itself: only a host CPU library exports them.
                         no_bisect = ("the target does not run here" if emulator is not None else
@@ -179,7 +206,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                                      else "a named library keeps its kernels internal" if not names.is_default else "")
                         validation = checks.verdict(comparison, samples, no_bisect or (
                             lambda: bisect_kernels(exe, graph, workdir / names.library, data, worst_feeds,
-                                                   threads=nthreads, user_tolerance=checks.tolerance)))
+                                                   threads=nthreads, user_tolerance=checks.tolerance,
+                                                   default_origin=judged_origin(weights_precision, precision is not None))))
                 if benchmark:
                     with stage(Stage.BENCHMARK):
                         feeds = random_inputs(graph, 1, index_bounds(graph))
@@ -199,6 +227,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                           passes=list(backend.pass_names(opt_level)), kernel_times=kernel_times, tuned_kernels=tuned_kernels,
                           tuning=tuning_report, validation=validation, latency=latency, timings=timings,
                           threads=nthreads, onnx_nodes=onnx_node_names(data))
+    report["manifest"] = metadata["manifest"]
+    report["precision"] = report_section(weights_precision, precision is not None, storage_dtypes, graph,
+                                         (v for kernel in exe.kernels for v in kernel.inputs if v in graph.constants))
     device = backend.report_device(tgt, runs_here)
     if device is not None:
         report["device"] = device

@@ -12,6 +12,7 @@ from typing import Mapping, MutableMapping, Sequence
 import onnx
 
 from core.errors import KilnError, ShapeError, UnsupportedOpError
+from core.graph.bounded import bound_pair
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
 
@@ -205,8 +206,7 @@ def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[st
     for output in graph.output:
         if output.name not in values:
             raise ShapeError(f"graph output {output.name!r} is never produced")
-    _check_bounded_values(builder)
-    bounded = [(bound_name(o.name), builder.bounds[values[o.name]]) for o in graph.output
+    bounded = [(bound_name(o.name), bound_pair(builder, builder.bounds[values[o.name]])) for o in graph.output
                if isinstance(values[o.name], str) and values[o.name] in builder.bounds]
     builder.reserve_names(name for o in graph.output for name, _ in flatten(o.name, values[o.name]))
     builder.reserve_names(name for name, _ in bounded)
@@ -228,14 +228,6 @@ def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[st
 def bound_name(name: str) -> str:
     """The output that says how much of the data-dependent output `name` is valid (the runtime trims)."""
     return f"{name}::bound"
-
-
-def _check_bounded_values(builder: GraphBuilder) -> None:
-    # Only the runtime knows a data-dependent length: ops after it would compute on the padding.
-    for value in builder.bounds:
-        if builder.is_read(value):
-            raise ShapeError(f"{builder.producer_op(value)} output {value!r} has a data-dependent shape and feeds "
-                             f"other ops; Kiln compiles static shapes, so such a value can only be a graph output")
 
 
 def _bind_output(builder: GraphBuilder, values: dict[str, Value], bound: list[str], name: str, value: str) -> str:

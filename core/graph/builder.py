@@ -8,6 +8,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from core.errors import ShapeError
+from core.graph.bound_rules import add_bounded_node
+from core.graph.bounded import Bound, static_part, track_runtime_ints
 from core.graph.fold import fold_node, worth_folding
 from core.graph.ir import Graph, Node, TensorType, topological_sort
 from core.graph.ops import get_op
@@ -34,9 +36,12 @@ class GraphBuilder:
         self._produced: set[str] = set()
         self._reserved: set[str] = set()
         self._outputs: list[str] | None = None
-        # value -> its bound: an int64 [axis, length] value saying how much of this upper-bound-sized
-        # value is valid (data-dependent shapes: NonZero, Compress, Unique, NonMaxSuppression)
-        self.bounds: dict[str, str] = {}
+        # value -> its Bound (core/graph/bounded.py): how much of this upper-bound-sized value is valid
+        # along which axis (data-dependent shapes: NonZero, Compress, Unique, NonMaxSuppression, TopK)
+        self.bounds: dict[str, Bound] = {}
+        self.runtime_ints: dict[str, np.ndarray] = {}  # int values computed from run-time lengths -> largest
+        self.bound_pairs: dict[tuple[str, int], str] = {}  # (length, axis) -> its [axis, length] value
+        self.shape_bounds: dict[str, Bound] = {}  # run-time shape -> which entry (axis) is which length
 
     # -- naming ------------------------------------------------------------------------------
     def reserve_names(self, names: Iterable[str]) -> None:
@@ -85,7 +90,18 @@ class GraphBuilder:
         return name in self._produced
 
     # -- nodes -------------------------------------------------------------------------------
-    def add_node(self, op: str, inputs: Sequence[str], num_outputs: int = 1, name_hint: str = "", **attrs) -> list[str]:
+    def add_node(self, op: str, inputs: Sequence[str], num_outputs: int = 1, name_hint: str = "",
+                 foldable: bool = True, **attrs) -> list[str]:
+        """Adds `op` (folded when its inputs are constants, unless not `foldable`: a DequantizeLinear of
+        int8 weights stays a node so that the integer rewrite still sees the integers). An input with a
+        data-dependent length takes the op through its bound rule (core/graph/bound_rules.py)."""
+        if any(i in self.bounds for i in inputs if i):
+            return add_bounded_node(self, op, list(inputs), num_outputs, name_hint, attrs)
+        return self.add_unbounded_node(op, inputs, num_outputs, name_hint, foldable, **attrs)
+
+    def add_unbounded_node(self, op: str, inputs: Sequence[str], num_outputs: int = 1, name_hint: str = "",
+                           foldable: bool = True, **attrs) -> list[str]:
+        """add_node without the bound rules: the inputs' bounds, if any, are the caller's business."""
         definition = get_op(op)
         inputs = list(inputs)
         while inputs and not inputs[-1]:
@@ -98,10 +114,13 @@ class GraphBuilder:
         hint = name_hint or op.lower()
         arrays = [self._constants.get(i) if i else None for i in inputs]
         present = [a for i, a in zip(inputs, arrays) if i]
-        if present and all(a is not None for a in present) and definition.fold is not None \
+        if foldable and present and all(a is not None for a in present) and definition.fold is not None \
                 and worth_folding(arrays, out_types):
             values = fold_node(op, arrays, draft.attrs, out_types)
             return [self.add_constant(v, hint) for v in values]
+        static = static_part(self, op, inputs, draft.attrs, out_types) if self.shape_bounds else None
+        if static is not None:  # the static entries of a run-time shape
+            return [self.add_constant(v, hint) for v in static]
         outputs = []
         for ttype in out_types:
             name = self.fresh_name(hint)
@@ -109,6 +128,8 @@ class GraphBuilder:
             self._produced.add(name)
             outputs.append(name)
         self._nodes.append(dataclasses.replace(draft, outputs=tuple(outputs), name=name_hint))
+        if self.runtime_ints:
+            track_runtime_ints(self, op, inputs, draft.attrs, outputs)
         return outputs
 
     def add_identity(self, value: str, output_name: str) -> str:
@@ -140,12 +161,12 @@ class GraphBuilder:
         return new
 
     # -- result ------------------------------------------------------------------------------
-    def bound_value(self, value: str, bound: str) -> None:
-        """Marks `value` as data-dependent in size along one axis: `bound` holds [axis, valid length]."""
-        self.bounds[value] = bound
-
-    def is_read(self, value: str) -> bool:
-        return any(value in node.inputs for node in self._nodes)
+    def bound_value(self, value: str, bound: str, axis: int) -> None:
+        """Marks `value` as data-dependent in size along `axis`: `bound` holds [axis, valid length]."""
+        length = self.add_unbounded_node("Slice", [bound], 1, "length", starts=(1,), steps=(1,), sizes=(1,))[0]
+        self.runtime_ints[length] = np.array([self.type_of(value).shape[axis]], np.int64)
+        self.bounds[value] = Bound(length, axis)
+        self.bound_pairs.setdefault((length, axis), bound)
 
     def producer_op(self, value: str) -> str:
         return next((node.op for node in self._nodes if value in node.outputs), "")

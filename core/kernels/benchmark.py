@@ -48,6 +48,8 @@ WORKLOADS = [
     _conv("mobilenet_dw_3x3_144x56", 144, 56, 144, 3, 1, 1, group=144),
     _conv("mobilenet_dw_3x3s2_96x112", 96, 112, 96, 3, 2, 1, group=96),
     _conv("mobilenet_dw_3x3_960x7", 960, 7, 960, 3, 1, 1, group=960),
+    _conv("regnet_grouped_3x3_104x28", 104, 28, 104, 3, 1, 1, group=13),  # 8 channels per group
+    _conv("resnext_grouped_3x3_128x56", 128, 56, 128, 3, 1, 1, group=32),  # 4 per group: block-diagonal
     _conv("mobilenet_1x1_96to24x56", 96, 56, 24, 1, 1, 0),
     _conv("mobilenet_1x1_16to96x112", 16, 112, 96, 1, 1, 0),
     _conv("mobilenet_1x1_320to1280x7", 320, 7, 1280, 1, 1, 0),
@@ -90,7 +92,7 @@ def _ort_ms(w: Workload, arrays: list[np.ndarray], threads: int) -> Optional[flo
 
 def _blocked_kernel(w: Workload, arrays: list[np.ndarray]):
     """The conv as -O3 compiles it: Conv2dNCHWc on blocked data with packed weights (None if it stays NCHW)."""
-    from ..packing.blocked import block_for, pack_weights, to_blocked
+    from ..packing.blocked import block_for, expand_groups, grouped_blocking, pack_weights, to_blocked
     from ..graph.passes.alter_layout import MIN_BLOCK_SHARE
     from ..target import host_target
     from .testing import OpKernel
@@ -100,11 +102,18 @@ def _blocked_kernel(w: Workload, arrays: list[np.ndarray]):
     x, weights, bias = arrays
     lanes, group = host_target().lanes("float32"), w.attrs["group"]  # OpKernel builds for the host
     depthwise = group > 1 and group == x.shape[1] == weights.shape[0]
-    ob = block_for(weights.shape[0], lanes)
-    if (group > 1 and not depthwise) or ob * MIN_BLOCK_SHARE < lanes:
-        return None
-    ib = ob if depthwise else block_for(x.shape[1], lanes)
     attrs = {k: w.attrs[k] for k in ("strides", "pads", "dilations")}
+    if group > 1 and not depthwise:
+        blocking = grouped_blocking(x.shape[1], weights.shape[0], group, lanes, -(-lanes // MIN_BLOCK_SHARE))
+        if blocking is None:
+            return None
+        (ib, blocked_groups), ob = blocking, blocking[0]
+        weights, attrs["group"] = expand_groups(weights, group, blocked_groups), blocked_groups
+    else:
+        ob = block_for(weights.shape[0], lanes)
+        if ob * MIN_BLOCK_SHARE < lanes:
+            return None
+        ib = ob if depthwise else block_for(x.shape[1], lanes)
     return OpKernel(f"bench_{w.name}_nchwc", "Conv2dNCHWc",
                     [to_blocked(x, ib), pack_weights(weights, ib, ob, depthwise), bias.reshape(-1, ob)],
                     dict(attrs, depthwise=depthwise))

@@ -1,5 +1,5 @@
-"""Conv2dNCHWc: 2-D conv on NCHW[x]c data with OIHW[x]i[y]o weights packed at compile time (TVM's
-conv2d_NCHWc); stages: pad (only when padded), the reduction (tag conv2d_nchwc), bias."""
+"""Conv2dNCHWc: 2-D conv (dense, grouped or depthwise) on NCHW[x]c data with OIHW[x]i[y]o weights
+packed at compile time (TVM's conv2d_NCHWc); stages: pad (only when padded), the reduction (tag conv2d_nchwc), bias."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
@@ -42,13 +42,16 @@ def widened_columns(ow: int) -> int:
 
 
 def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides: Sequence[int], pads: Sequence[int],
-                 dilations: Sequence[int], depthwise: bool) -> te.Tensor:
-    """out[n, oc, y, x, ob] = sum over (ic, kh, kw, ib) of in[n, ic, y*s+kh*d, x*s+kw*d, ib] *
-    w[oc, ic, kh, kw, ib, ob]; depthwise: over (kh, kw) of in[n, oc, ..., ob] * w[oc, 0, kh, kw, 0, ob]."""
+                 dilations: Sequence[int], depthwise: bool, group: int = 1) -> te.Tensor:
+    """out[n, oc, y, x, ob] = sum over (ic, kh, kw, ib) of in[n, g(oc) + ic, y*s+kh*d, x*s+kw*d, ib] *
+    w[oc, ic, kh, kw, ib, ob], g(oc) the first input block of oc's group (0 when group = 1);
+    depthwise: over (kh, kw) of in[n, oc, ..., ob] * w[oc, 0, kh, kw, 0, ob]."""
     n, icb, h, wd, ib = x.shape
     ocb, wicb, kh, kw, wib, ob = w.shape
-    if (depthwise and (icb != ocb or ib != ob)) or (not depthwise and (icb != wicb or ib != wib)):
-        raise ShapeError(f"Conv2dNCHWc: input {list(x.shape)} and weights {list(w.shape)} do not agree")
+    grouped_ok = icb == wicb * group and ocb % group == 0
+    if (depthwise and (icb != ocb or ib != ob)) or (not depthwise and (not grouped_ok or ib != wib)):
+        raise ShapeError(f"Conv2dNCHWc: input {list(x.shape)} and weights {list(w.shape)} do not agree"
+                         + (f" with group={group}" if group > 1 else ""))
     (sh, sw), (dh, dw) = strides, dilations
     oh = conv_out_size(h, kh, sh, pads[0], pads[2], dh)
     ow = conv_out_size(wd, kw, sw, pads[1], pads[3], dw)
@@ -59,15 +62,19 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides: Sequence[int], pads: Seque
     rkh, rkw = te.reduce_axis(kh, "rkh"), te.reduce_axis(kw, "rkw")
     attrs = {"strides": (sh, sw), "kernel": (kh, kw), "depthwise": depthwise, "width": ow,
              "pointwise": kh == kw == 1 and not depthwise}
+    if group > 1:
+        attrs["group"] = group  # only then: dense convs keep their workload keys (tuning records)
     if depthwise:
         def body(b: Expr, o: Expr, y: Expr, xx: Expr, c: Expr) -> Expr:
             return te.sum(src(b, o, y * sh + rkh.var * dh, xx * sw + rkw.var * dw, c) * w(o, 0, rkh.var, rkw.var, 0, c),
                           [rkh, rkw])
     else:
-        ric, rib = te.reduce_axis(icb, "ric"), te.reduce_axis(ib, "rib")
+        ric, rib = te.reduce_axis(wicb, "ric"), te.reduce_axis(ib, "rib")
+        out_blocks_per_group = ocb // group
 
         def body(b: Expr, o: Expr, y: Expr, xx: Expr, c: Expr) -> Expr:
-            return te.sum(src(b, ric.var, y * sh + rkh.var * dh, xx * sw + rkw.var * dw, rib.var)
+            ic = ric.var if group == 1 else (o // out_blocks_per_group) * wicb + ric.var
+            return te.sum(src(b, ic, y * sh + rkh.var * dh, xx * sw + rkw.var * dw, rib.var)
                           * w(o, ric.var, rkh.var, rkw.var, rib.var, c), [ric, rkh, rkw, rib])
     return te.compute((n, ocb, oh, ow_c, ob), body, name="conv2d_nchwc", tag="conv2d_nchwc", attrs=attrs)
 
@@ -80,7 +87,8 @@ def conv_nchwc(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], 
         raise ShapeError(f"Conv2dNCHWc: expects 5-D data and 6-D packed weights, got {list(x.shape)}, {list(w.shape)}")
     out = conv2d_nchwc(x, w, tuple(attr(attrs, "strides", "Conv2dNCHWc", (1, 1))),
                        tuple(attr(attrs, "pads", "Conv2dNCHWc", (0, 0, 0, 0))),
-                       tuple(attr(attrs, "dilations", "Conv2dNCHWc", (1, 1))), bool(attrs.get("depthwise")))
+                       tuple(attr(attrs, "dilations", "Conv2dNCHWc", (1, 1))), bool(attrs.get("depthwise")),
+                       int(attrs.get("group", 1)))
     shape = out.shape[:3] + (out.op.attrs["width"],) + out.shape[4:]
     if out_types and tuple(out_types[0].shape) != shape:
         raise ShapeError(f"Conv2dNCHWc: computed {list(shape)}, the graph says {list(out_types[0].shape)}")

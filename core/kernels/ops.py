@@ -3,4 +3,8 @@ from . import (broadcast, conv2d, conv2d_nchwc, conv2d_winograd, conv_nd, cumula
                elementwise, grid_sample, indexing, layer_norm, layout_transform, matmul, nms, pool, pool_nchwc,
                pool_nd, reduce, resize, roi_align, scatter, softmax, topk, transform, tree_ensemble, unpool)
 from .schedules import cpu, gpu  # noqa: F401
+from . import integer  # noqa: F401,E402 (MatMulInteger, ConvInteger and their packed forms)
+from .schedules import integer as integer_schedules  # noqa: F401,E402
+from . import quantize  # noqa: F401,E402 (DequantizeLinear, QuantizeLinear, Requantize)
 from . import ml_coupling  # noqa: F401,E402 (SVM probability estimates)
+from . import conv_nd_nchwc, pool_nd_nchwc  # noqa: F401,E402 (3-D convs and pools in NCDHW[x]c)

@@ -19,8 +19,11 @@ def _i64(value: int) -> Expr:
     return const(value, "int64")
 
 
-def _tap_count(start: Expr, kernel: int, dilation: int, lo: int, hi: int) -> Expr:
-    """How many taps start + k*dilation (0 <= k < kernel) land in [lo, hi): closed form."""
+def tap_count(start: Expr, kernel: int, dilation: int, lo: int, hi: int) -> Expr:
+    """How many taps start + k*dilation (0 <= k < kernel) land in [lo, hi): closed form. Undilated windows
+    need no floor division: AveragePool3d's divisor stage took longer than its sums with one per axis."""
+    if dilation == 1:
+        return minimum(_i64(kernel) + start, _i64(hi)) - maximum(start, _i64(lo))
     first = maximum(_i64(0), -((start - lo) // dilation))  # ceil((lo - start) / d)
     last = minimum(_i64(kernel - 1), (_i64(hi - 1) - start) // dilation)
     return maximum(last - first + 1, _i64(0))
@@ -74,7 +77,7 @@ def pool_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out
         for a in range(spatial):
             lo = -pads[a] if include_pad else 0
             hi = x.shape[2 + a] + (pads[spatial + a] if include_pad else 0)
-            axis_count = _tap_count(o[a] * strides[a] - pads[a], kernel[a], dilations[a], lo, hi)
+            axis_count = tap_count(o[a] * strides[a] - pads[a], kernel[a], dilations[a], lo, hi)
             count = axis_count if count is None else count * axis_count
         return cast(x.dtype, total(n, c, *o) / cast(acc, count))
 

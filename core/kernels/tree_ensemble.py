@@ -6,12 +6,20 @@ node's row, one of the row's feature and a compare-and-select of the next node, 
 block of `rows_per_block` rows is walked together so that the block's independent walks overlap their memory
 latency (the interleaved layout; one row per block is the plain per-row walk). With few rows, a few trees are
 walked together instead (for the deepest one's depth), and the trees are split into chunks that run on
-different threads (ONNX Runtime does the same)."""
+different threads (ONNX Runtime does the same).
+
+The branchy layout walks one tree for one row at a time and branches on the node being a leaf: the levels past
+a leaf load nothing, so a shallow leaf costs only a predicted branch per remaining level (TIR has no while loop;
+the walk is bounded by the tree's own depth). It reaches the same leaves and adds them in the same order as the
+branch-free walk, so both give the same bits. core/tune/templates_trees.py declares the choice as knobs (not
+registered yet: tuning measurements still feed empty tree tables); the compute sizes the partials for `chunk_slots` chunks and a layout using fewer fills the rest with the
+aggregate's identity, so any chunk count up to that is a point of the same kernel."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from ..errors import ScheduleError
 from ..graph.ir import TensorType
 from ..graph.op_defs.ml import NODE_FIELDS
 from ..te import tensor as te
@@ -27,16 +35,26 @@ ROW_LANES, TREE_LANES = 8, 16
 PARALLEL_ITEMS = 16  # tree chunks x row blocks to spread over the thread pool; more only adds partials
 PARALLEL_MIN_WALKS = 64 * 1024  # rows x trees below which a fork/join of the pool costs more than it saves
 MAX_UNROLLED_WIDTH = 16
+# The heuristic always walks branch-free: with inputs that vary from call to call (bench/bench_ml.py --distinct),
+# it beat the branchy walk at 1 to 1024 rows on both benchmark ensembles (4x at one row of the random forest).
+# The branchy walk wins only when the same rows come again and the branch predictor has learnt their paths.
+BRANCH_FREE, BRANCHY = "branch_free", "branchy"
+WALKS = (BRANCH_FREE, BRANCHY)
+LAYOUT_ATTR = "tree_layout"  # the partial stage's attrs entry its loop program is built from
+PROGRAM_TAG = "tree_ensemble"  # the partial stage's tag (the tuning template's anchor)
 
 
 @dataclass(frozen=True)
 class TreeLayout:
     """How the walks are laid out: `rows_per_block` rows and `trees_per_step` trees walked together (their
-    product is the interleaved lanes), trees split into `chunks` that run on different threads."""
+    product is the interleaved lanes), trees split into `chunks` that run on different threads; `walk` is
+    BRANCH_FREE (every lane for the group's full depth) or BRANCHY (one tree at a time, branching on leaves;
+    trees_per_step is 1)."""
 
     rows_per_block: int
     trees_per_step: int
     chunks: int
+    walk: str = BRANCH_FREE
 
 
 def tree_layout(rows: int, trees: int) -> TreeLayout:
@@ -48,6 +66,14 @@ def tree_layout(rows: int, trees: int) -> TreeLayout:
     if rows * trees >= PARALLEL_MIN_WALKS:
         chunks = max(1, min(-(-trees // TREE_LANES), -(-PARALLEL_ITEMS // rows)))
     return TreeLayout(1, TREE_LANES, chunks)
+
+
+def chunk_slots(rows: int, trees: int) -> int:
+    """The most tree chunks a layout of this ensemble may use: enough for every parallel item when rows are few,
+    none past the trees; one when rows alone fill the threads (at least the heuristic's count either way)."""
+    if rows >= ROW_LANES * PARALLEL_ITEMS:
+        return 1
+    return max(1, min(-(-trees // TREE_LANES), -(-PARALLEL_ITEMS // rows)))
 
 
 def _i64(value: int) -> Expr:
@@ -66,6 +92,8 @@ class _WalkProgram:
     """The loop program writing partial[chunk, row, target] for one ensemble."""
 
     def __init__(self, ins: Sequence[Buffer], out: Buffer, attrs: Mapping[str, Any], layout: TreeLayout):
+        if layout.walk == BRANCHY:
+            layout = TreeLayout(layout.rows_per_block, 1, layout.chunks, BRANCHY)
         self.x, self.nodes, self.leaf, self.roots, self.depths, self.offsets = ins[:6]
         self.nan_true = ins[6] if len(ins) > 6 else None
         self.out = out
@@ -75,6 +103,9 @@ class _WalkProgram:
         self.targets = int(attrs["n_targets"])
         self.mode, self.aggregate = attrs["mode"], attrs["aggregate"]
         self.per_block, self.per_step, self.chunks = layout.rows_per_block, layout.trees_per_step, layout.chunks
+        self.walk, self.slots = layout.walk, out.shape[0]
+        if self.chunks > self.slots or self.walk not in WALKS:
+            raise ScheduleError(f"TreeEnsemble: layout {layout} does not fit {self.slots} chunk slots")
         self.blocks = -(-self.rows // self.per_block)
         self.steps = -(-(-(-self.trees // self.chunks)) // self.per_step)  # tree groups per chunk
         lanes = self.per_block * self.per_step
@@ -133,12 +164,26 @@ class _WalkProgram:
             add = self.unrolled("tree_w", self.width, one)
             return add if self.per_step == 1 else IfThenElse(first + g < _i64(self.trees), add)
 
+        if self.walk == BRANCHY:
+            return seq(*(self.walk_branchy(block, r, trees[0]) for r in range(self.per_block)),
+                       *(gather(r, 0) for r in range(self.per_block)))
         depth = _as_index(self.depths.load(trees[0]))
         for tree in trees[1:]:
             depth = maximum(depth, _as_index(self.depths.load(tree)))
         starts = [Store(self.node, lane(r, g), _as_index(self.roots.load(trees[g]))) for r, g in lanes]
         walk = For(Var("tree_level"), depth, ForKind.SERIAL, seq(*(step(r, g) for r, g in lanes)))
         return seq(*starts, walk, *(gather(r, g) for r, g in lanes))
+
+    def walk_branchy(self, block: Expr, r: int, tree: Expr) -> Stmt:
+        """Row `r` of `block` down `tree`, each level skipped once the node is a leaf (it points to itself)."""
+        lane = _i64(r)
+        node = self.node.load(lane)
+        value = self.x.load(self.row(block, r) * self.features + self.field(node, "feature"))
+        step = Store(self.node, lane, select(self.go_left(value, node), self.field(node, "left"),
+                                             self.field(node, "right")))
+        walk = For(Var("tree_level"), _as_index(self.depths.load(tree)), ForKind.SERIAL,
+                   IfThenElse(ne(self.field(node, "left"), node), step))
+        return seq(Store(self.node, lane, _as_index(self.roots.load(tree))), walk)
 
     def item(self, index: Var) -> Stmt:
         chunk, block = index // self.blocks, index % self.blocks
@@ -163,7 +208,32 @@ class _WalkProgram:
     def build(self) -> Stmt:
         items = self.chunks * self.blocks
         index = Var("tree_item")
-        return For(index, _i64(items), ForKind.PARALLEL if items > 1 else ForKind.SERIAL, self.item(index))
+        walks = For(index, _i64(items), ForKind.PARALLEL if items > 1 else ForKind.SERIAL, self.item(index))
+        unused = (self.slots - self.chunks) * self.rows * self.targets
+        if unused <= 0:
+            return walks
+        i = Var("tree_unused")
+        start = _i64(self.chunks * self.rows * self.targets)
+        return seq(walks, For(i, _i64(unused), ForKind.SERIAL, Store(self.out, start + i, self.init_value())))
+
+
+class _StageProgram:
+    """The partial stage's `build`, a module-level object so that tuning tasks pickle: the layout is read from the
+    stage's attrs when the stage is lowered, after a tuning config has set it there."""
+
+    def __init__(self, attrs: Mapping[str, Any]):
+        self.attrs, self.stage_attrs = attrs, {}
+
+    def __call__(self, ins: Sequence[Buffer], out: Buffer) -> Stmt:
+        return _WalkProgram(ins, out, self.attrs, self.stage_attrs[LAYOUT_ATTR]).build()
+
+
+def fixed_layout(attrs: Mapping[str, Any]) -> Optional[TreeLayout]:
+    """The layout the node's attrs fix (tests, benchmarks), if any."""
+    if "rows_per_block" not in attrs:
+        return None
+    return TreeLayout(int(attrs["rows_per_block"]), int(attrs["trees_per_step"]), int(attrs["tree_chunks"]),
+                      str(attrs.get("tree_walk", BRANCH_FREE)))
 
 
 @register_compute("TreeEnsemble")
@@ -171,11 +241,14 @@ def tree_ensemble(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any
     tensors = [t for t in inputs if t is not None]
     x, roots = tensors[0], tensors[3]
     rows, targets, trees = x.shape[0], int(attrs["n_targets"]), roots.shape[0]
-    layout = TreeLayout(int(attrs["rows_per_block"]), int(attrs["trees_per_step"]), int(attrs["tree_chunks"])) \
-        if "rows_per_block" in attrs else tree_layout(rows, trees)
-    chunks = layout.chunks
-    partial = te.extern((chunks, rows, targets), tensors,
-                        lambda ins, out: _WalkProgram(ins, out, attrs, layout).build(), x.dtype, name="tree_partial")
+    layout = fixed_layout(attrs)
+    chosen = layout or tree_layout(rows, trees)
+    chunks = layout.chunks if layout is not None else max(chunk_slots(rows, trees), chosen.chunks)
+
+    program = _StageProgram(attrs)
+    partial = te.extern((chunks, rows, targets), tensors, program, x.dtype, name="tree_partial", tag=PROGRAM_TAG)
+    program.stage_attrs = partial.op.attrs
+    partial.op.attrs[LAYOUT_ATTR] = chosen
     aggregate = attrs["aggregate"]
     if chunks == 1 and aggregate != "average":
         return [te.compute((rows, targets), lambda n, k: partial(_i64(0), n, k), name="tree_scores", tag="injective")]

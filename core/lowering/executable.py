@@ -16,6 +16,7 @@ from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from ..graph.ir import Graph, Node
 from .inplace import inplace_input
 from .memory import Lifetime, MemoryPlan, align, plan_memory
+from .narrow_reads import scalar_reads, weight_widenings
 from ..graph.ops import Pattern, get_op, node_flops
 from .kernel_dedup import share_identical
 from ..kernels.registry import ScheduleFn, epilogue_schedule, get_compute, get_schedule
@@ -58,14 +59,16 @@ def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
 
 
 def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
-                anchor_schedule: Optional[ScheduleFn] = None):
+                anchor_schedule: Optional[ScheduleFn] = None, widen_once: frozenset = frozenset()):
     """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op
     (by `anchor_schedule` instead of the registry's when given: a tuned config, core/tune).
 
     A complex or reduction anchor schedules its own stages with the kernel outputs as `outs`, so
     its final elementwise stage is inlined into the fused epilogue; the epilogue (what the group
     computes after the anchor) is then placed by `schedule_epilogue`. A group of injective ops is
-    computed inline into its output stages, each scheduled by its own op."""
+    computed inline into its output stages, each scheduled by its own op. A half-size weight is widened inside
+    its loads unless the kernel reads it as scalars: then once per call into a workspace (`widen_once`,
+    core/lowering/narrow_reads.py)."""
     produced = {o for n in nodes for o in n.outputs}
     inputs = list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
     tensors: dict[str, Tensor] = {}
@@ -88,7 +91,7 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
         if node is anchor and complex_anchor:
             continue
         for o in node.outputs:
-            if o not in outputs and id(tensors[o].op) in staged:
+            if o not in outputs and o not in widen_once and id(tensors[o].op) in staged:
                 sch[tensors[o]].compute_inline()
 
     def schedule_of(node: Node) -> ScheduleFn:
@@ -104,7 +107,16 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
             outs = [tensors[o] for o in node.outputs if o in outputs]
             if outs:
                 schedule_of(node)(sch, outs, target)
-    return lower(sch, params + out_tensors, name, num_outputs=len(out_tensors)), inputs
+    for value in widen_once:
+        get_schedule("Cast", target)(sch, [tensors[value]], target)
+    func = lower(sch, params + out_tensors, name, num_outputs=len(out_tensors))
+    widenings = weight_widenings(nodes, graph, inputs)
+    if widenings:
+        scalar = scalar_reads(func, [func.params[inputs.index(v)] for v in widenings.values()])
+        more = {cast for cast, value in widenings.items() if func.params[inputs.index(value)] in scalar} - widen_once
+        if more:
+            return lower_group(nodes, graph, target, name, outputs, anchor_schedule, widen_once | more)
+    return func, inputs
 
 
 def _group_of(node: Node, graph: Graph) -> tuple[list[Node], Graph]:

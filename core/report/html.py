@@ -1,12 +1,12 @@
 """`report.html`: one self-contained page with charts (charts.py) and the report's JSON embedded for scripts."""
 from __future__ import annotations
 
-import html
 import json
 import logging
 import math
 from typing import Any, Callable, Optional
 
+from .markup import esc, fmt as _fmt, note as _note, num as _num, section as _section, table as _table
 from .schema import SCHEMA_VERSION
 
 
@@ -40,29 +40,8 @@ footer{color:var(--muted);font-size:.8rem;text-align:center}
 """
 
 
-def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _num(value: Any) -> Optional[float]:
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        return None
-    return result if math.isfinite(result) else None
-
-
-def _fmt(value: Any, spec: str, missing: str = "–") -> str:
-    number = _num(value)
-    return missing if number is None else format(number, spec)
-
-
 def _ms(value: float) -> str:
     return f"{value:.{1 if value >= 100 else 2 if value >= 1 else 3}f} ms"
-
-
-def _note(text: str) -> str:
-    return f"<p class=note>{esc(text)}</p>"
 
 
 def _chart(draw: Callable[[Any], Optional[str]], data: Any, absent: str) -> str:
@@ -74,18 +53,6 @@ def _chart(draw: Callable[[Any], Optional[str]], data: Any, absent: str) -> str:
         log.exception("report chart %s failed", getattr(draw, "__name__", draw))
         return _note(f"This chart could not be drawn ({type(exc).__name__}: {exc}).")
     return svg if svg else _note(absent)
-
-
-def _table(headers: list[str], rows: list[list[str]], numeric: "set[int] | frozenset[int]" = frozenset()) -> str:
-    """Cells arrive escaped; `numeric` column indices are right-aligned."""
-    head = "".join(f"<th{' class=n' if i in numeric else ''}>{h}</th>" for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(row))
-                   + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _section(anchor: str, title: str, body: str) -> str:
-    return f'<section id="{anchor}"><h2>{esc(title)}</h2>{body}</section>'
 
 
 def _tiles(report: dict, charts: Any) -> str:
@@ -170,6 +137,12 @@ def _tuning(report: dict, charts: Any) -> str:
     if tuning.get("trials_from_records"):
         summary += (f"<p>{_fmt(tuning.get('trials_from_records'), ',.0f')} earlier trials came from the records: a budget "
                     f"is the total per workload, so only the difference was measured.</p>")
+    remote = tuning.get("measurement")
+    if remote:  # measured by workers of the target's kind elsewhere (core.tune.remote)
+        summary += (f"<p>Measured remotely on {esc(', '.join(remote.get('devices') or ['?']))} "
+                    f"({esc(remote.get('remote', ''))}): {_fmt(remote.get('batches'), ',.0f')} batches, "
+                    f"{_fmt(remote.get('resent'), ',.0f')} sent again, {_fmt(remote.get('lost'), ',.0f')} lost."
+                    f"{' ' + esc(remote['note']) + '.' if remote.get('note') else ''}</p>")
     chart = _chart(charts.tuning_curves, tasks, "The tuning tasks recorded no curves.")
     rows = [[f"<code>{esc(t.get('workload', ''))}</code>", _fmt(t.get("trials"), ",.0f"),
              _fmt(t.get("trials_from_records", 0), ",.0f"), _fmt(t.get("best_gflops"), ".2f")] for t in tasks]
@@ -278,6 +251,9 @@ def embedded_json(report: dict) -> str:
 def render_html(report: dict[str, Any]) -> str:
     """A self-contained page: summary tiles, then latency, kernels, tuning, memory, fusion, validation, timings."""
     from . import charts  # imported here: matplotlib takes about a second, `import core` should not
+    from .production_html import baseline_section, manifest_section, rebuild_section
+    from .quantization_html import quantization_section
+    from .shapes_html import shapes_section
 
     model = report.get("model") or {}
     name = model.get("name") or report.get("model_name")
@@ -286,15 +262,19 @@ def render_html(report: dict[str, Any]) -> str:
             f"Kiln {esc(report.get('compiler_version', '?'))} · model <code>{esc(str(model.get('sha256', ''))[:12])}</code>")
     mem = report.get("memory") or {}
     sections = [
+        baseline_section(report), rebuild_section(report),
         _section("latency", "End-to-end latency", _latency(report, charts)),
         _section("kernels", "Time per kernel", _kernels(report, charts)),
         _section("tuning", "Tuning", _tuning(report, charts)),
         _section("memory", "Memory plan", _chart(charts.memory, mem, "The report has no memory plan.")),
         _section("fusion", "Operator fusion", _fusion(report)),
         _section("validation", "Validation", _validation(report, charts)),
+        quantization_section(report),
         _section("timings", "Compile time", _chart(charts.timings, report.get("timings_s") or {},
                                                    "The report has no compile timings.")),
         _section("model", "Model", _model(report)),
+        shapes_section(report),
+        manifest_section(report),
     ]
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">

@@ -26,17 +26,18 @@ _harnesses: dict[tuple[str, str], bytes] = {}
 _harness_lock = threading.Lock()
 
 
-def _harness_bytes(compiler: str) -> bytes:
-    """The harness executable for `compiler`'s architecture, built once per process."""
+def harness_bytes(compiler: str, source: Path = HARNESS_SOURCE) -> bytes:
+    """The executable built from the C program `source` (the model harness, or the tuner's kernel timer) for
+    `compiler`'s architecture, built once per process."""
     from ..codegen.toolchain import run_tool
 
-    key = (compiler, hashlib.sha256(HARNESS_SOURCE.read_bytes()).hexdigest())
+    key = (compiler, hashlib.sha256(source.read_bytes()).hexdigest())
     with _harness_lock:
         if key not in _harnesses:
             with tempfile.TemporaryDirectory(prefix="kiln-harness-") as tmp:
                 exe = Path(tmp) / "harness"
                 run_tool([compiler, "-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-o", str(exe),
-                          str(HARNESS_SOURCE), "-ldl"], "building the emulation harness")
+                          str(source), "-ldl"], f"building {source.stem}")
                 _harnesses[key] = exe.read_bytes()
         return _harnesses[key]
 
@@ -70,18 +71,20 @@ class QemuUser:
     def command(self, program: "str | Path", *args: str) -> list[str]:
         return [self.qemu, "-L", self.sysroot, str(program), *args]
 
-    def load(self, directory: "str | Path", num_threads: Optional[int] = None) -> "EmulatedModule":
-        return EmulatedModule(directory, self, num_threads)
+    def load(self, directory: "str | Path", num_threads: Optional[int] = None, owned_dir: bool = False) -> "EmulatedModule":
+        """`owned_dir`: `directory` is removed on close (an archive extracted for this module)."""
+        return EmulatedModule(directory, self, num_threads, owned_dir)
 
 
 class EmulatedModule(Module):
     """An artifact's model run under an emulator: the same `run(feeds) -> outputs` (and the same input
     checks) as the native Module; each run is one harness process. No benchmark or profile."""
 
-    def __init__(self, directory: "str | Path", emulator: QemuUser, num_threads: Optional[int] = None):
+    def __init__(self, directory: "str | Path", emulator: QemuUser, num_threads: Optional[int] = None,
+                 owned_dir: bool = False):
         # Not Module.__init__: nothing is loaded into this process; only the tensor bookkeeping is shared.
         self._handle = None
-        self._owned_dir = None
+        self._owned_dir = str(directory) if owned_dir else None
         self._scratch = None
         self._emulator = emulator
         self._directory = Path(directory)
@@ -97,9 +100,10 @@ class EmulatedModule(Module):
         self._outputs = [dict(t, shape=tuple(int(d) for d in t["shape"])) for t in self.metadata.get("outputs", [])]
         self._scratch = Path(tempfile.mkdtemp(prefix="kiln-emulated-"))
         self._harness = self._scratch / "harness"
-        self._harness.write_bytes(_harness_bytes(emulator.compiler))
+        self._harness.write_bytes(harness_bytes(emulator.compiler))
         self._harness.chmod(self._harness.stat().st_mode | stat.S_IXUSR)
         self._threads = min(num_threads or os.cpu_count() or 1, os.cpu_count() or 1)
+        self._ranges = None  # the harness runs the model entry (kiln_run) at the declared shapes only
         self._handle = True  # open: Module._prepare refuses a closed module
 
     def set_num_threads(self, n: int) -> None:
@@ -155,9 +159,12 @@ class EmulatedModule(Module):
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+        if self._owned_dir is not None:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+            self._owned_dir = None
 
     def __repr__(self) -> str:
         return super().__repr__().replace("<kiln Module", f"<kiln EmulatedModule ({self._emulator.name})", 1)
 
 
-__all__ = ["EMULATED", "QemuUser", "EmulatedModule"]
+__all__ = ["EMULATED", "QemuUser", "EmulatedModule", "harness_bytes"]

@@ -3,14 +3,17 @@ Only numpy, ctypes and the standard library: this file ships in every artifact a
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import json
 import os
 import platform
 import shutil
 import statistics
+import sys
 import tarfile
 import tempfile
+import threading
 import time
 from typing import Mapping
 
@@ -183,6 +186,42 @@ def trim_bounded(results: dict) -> dict:
     return results
 
 
+_addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
+
+# Outputs this large are reused across runs once their caller drops them (Module._fresh_outputs); that needs
+# exact reference counts, which CPython with its GIL keeps (not PyPy, nor free-threaded builds).
+RECYCLE_BYTES = 1 << 20
+
+
+def _refcount_at(items: list, k: int) -> int:
+    """sys.getrefcount(items[k]), always through this one function, so that what the interpreter adds or
+    leaves out (3.14 borrows some references) is the same here as in _unreferenced_count's probe."""
+    return sys.getrefcount(items[k])
+
+
+def _unreferenced_count() -> int | None:
+    """What _refcount_at says of an object only a list refers to; None where counts are not exact."""
+    if platform.python_implementation() != "CPython" or not getattr(sys, "_is_gil_enabled", lambda: True)():
+        return None
+    probe = [object()]
+    alone = _refcount_at(probe, 0)
+    held = probe[0]  # one more reference must show as one more
+    return alone if _refcount_at(probe, 0) == alone + 1 and held is probe[0] else None
+
+
+_UNREFERENCED = _unreferenced_count()
+
+
+def _data_pointer(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's first byte. Through the buffer protocol where numpy exports one
+    (writable, non-empty, a buffer-protocol dtype): a seventh of `array.ctypes.data`'s cost, which builds a
+    helper object per call and was most of a small model's run time."""
+    try:
+        return _addressof(_char_at(array))
+    except (TypeError, ValueError, BufferError):  # read-only, empty, or an ml_dtypes dtype
+        return array.ctypes.data
+
+
 class Module:
     """A loaded model. `run({name: array}) -> {name: array}`; also a context manager."""
 
@@ -198,12 +237,22 @@ class Module:
         _check_machine(self.metadata)
         self._inputs = [dict(t, shape=tuple(int(d) for d in t["shape"])) for t in self.metadata.get("inputs", [])]
         self._outputs = [dict(t, shape=tuple(int(d) for d in t["shape"])) for t in self.metadata.get("outputs", [])]
+        # run() refills these tables instead of building new ones; the lock keeps another thread's run from
+        # rewriting them while the library reads them (the library runs one model's calls in turn anyway).
+        self._run_lock = threading.Lock()
+        self._in_table = (ctypes.c_void_p * max(1, len(self._inputs)))()
+        self._out_table = (ctypes.c_void_p * max(1, len(self._outputs)))()
+        self._spare: list = [None] * len(self._outputs)  # large outputs run() may refill (see _fresh_outputs)
         lib_path = os.path.join(directory, self.metadata.get("library", "libkiln_model.so"))
         try:
             self._lib = ctypes.CDLL(os.path.abspath(lib_path))
         except OSError as e:
             raise KilnRuntimeError(f"cannot load the model library {lib_path}: {e}") from None
         self._bind()
+        self._ranges = self.metadata.get("dynamic_shapes")  # input-shape ranges: runs go through kiln_run_shaped
+        self._shape_calls: dict = {}
+        if self._ranges:
+            self._bind_shaped()
         if self._lib.kiln_num_inputs() != len(self._inputs) or self._lib.kiln_num_outputs() != len(self._outputs):
             raise KilnRuntimeError("metadata.json and the library disagree on the number of inputs/outputs")
         weights = os.path.join(directory, self.metadata.get("weights", "weights.bin"))
@@ -211,6 +260,7 @@ class Module:
         if not handle:
             raise KilnRuntimeError(self._lib.kiln_last_error().decode(errors="replace"))
         self._handle = handle
+        self._handle_arg = ctypes.c_void_p(handle)
         if num_threads:
             self.set_num_threads(num_threads)
 
@@ -232,6 +282,23 @@ class Module:
                                        f"(metadata.json's symbol_prefix is {prefix!r})") from None
             fn.restype, fn.argtypes = res, args
             setattr(lib, name, fn)
+        # run()'s own handle on kiln_run, without argtypes: it passes a c_void_p and two c_void_p arrays, which
+        # ctypes then hands over as they are instead of converting each argument (half the call's cost).
+        self._run_entry = lib._FuncPtr((prefix + "_run", lib))
+        self._run_entry.restype = ctypes.c_int
+
+    def _bind_shaped(self) -> None:
+        prefix = self.metadata.get("symbol_prefix", "kiln")
+        try:
+            fn = getattr(self._lib, prefix + "_run_shaped")
+        except AttributeError:
+            raise KilnRuntimeError(f"metadata.json declares input-shape ranges, but the model library lacks "
+                                   f"{prefix}_run_shaped") from None
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5
+        self._lib.kiln_run_shaped = fn
+        shapes = getattr(self._lib, prefix + "_output_shapes")
+        shapes.restype, shapes.argtypes = ctypes.c_int, [ctypes.c_void_p] * 2
+        self._lib.kiln_output_shapes = shapes
 
     # ------------------------------------------------------------ information
 
@@ -255,7 +322,66 @@ class Module:
 
     # ------------------------------------------------------------ running
 
-    def _prepare(self, feeds: Mapping[str, object]):
+    @functools.cached_property
+    def _io_plan(self) -> tuple:
+        """What run() looks up per call, resolved once: inputs [(name, dtype, shape)], output names, dtypes and
+        shapes, and whether an output has a data-dependent length (then results are trimmed)."""
+        return ([(t["name"], _np_dtype(t["dtype"]), t["shape"]) for t in self._inputs],
+                [t["name"] for t in self._outputs], [_np_dtype(t["dtype"]) for t in self._outputs],
+                [t["shape"] for t in self._outputs], any(t["name"].endswith(BOUND_SUFFIX) for t in self._outputs))
+
+    def _exact_inputs(self, feeds) -> list[np.ndarray] | None:
+        """The feeds in input order when each already is what the library takes (a C-contiguous ndarray of the
+        input's dtype and largest shape, under its name, nothing else given); else None: then _prepare checks,
+        converts and explains."""
+        specs = self._io_plan[0]
+        if type(feeds) is not dict or len(feeds) != len(specs) or self._handle is None:
+            return None
+        arrays = []
+        for name, dtype, shape in specs:
+            a = feeds.get(name)
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                return None
+            arrays.append(a)
+        return arrays
+
+    def _output_arrays(self, shapes, out: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Fresh arrays for the outputs, except those `out` gives (checked: kernels write them in place)."""
+        _, names, dtypes, _, _ = self._io_plan
+        if type(out) is not dict and not isinstance(out, Mapping):
+            raise TypeError(f"out must be a dict of output name -> array, got {type(out).__name__}")
+        unknown = [n for n in out if n not in names]
+        if unknown:
+            raise ValueError(f"out names unknown output(s) {', '.join(map(repr, unknown))}; the model's outputs are "
+                             f"{', '.join(map(repr, names))}")
+        outs = []
+        for name, shape, dtype in zip(names, shapes, dtypes):
+            given = out.get(name)
+            if given is None:
+                outs.append(np.empty(shape, dtype))
+                continue
+            if not isinstance(given, np.ndarray) or given.dtype != dtype or given.shape != shape or \
+                    not (flags := given.flags).c_contiguous or not flags.writeable:
+                what = (f"{given.dtype}{list(given.shape)}" if isinstance(given, np.ndarray) else type(given).__name__)
+                raise ValueError(f"out[{name!r}] must be a writable C-contiguous {dtype}{list(shape)} array, "
+                                 f"got {what}")
+            outs.append(given)
+        return outs
+
+    def _refuse_overlaps(self, arrays, outs, in_ptrs, out_ptrs, out: Mapping[str, np.ndarray]) -> None:
+        """An `out` buffer may overlap no input (the kernels read the inputs while they write the outputs) and
+        no other `out` buffer (fresh outputs overlap nothing); all are C-contiguous: their byte spans say."""
+        spans = [(in_ptrs[i] or 0, a.nbytes) for i, a in enumerate(arrays)]
+        for k, (name, o) in enumerate(zip(self._io_plan[1], outs)):
+            if name in out:
+                start, size = out_ptrs[k] or 0, o.nbytes
+                for other, other_size in spans:
+                    if start < other + other_size and other < start + size:
+                        raise ValueError(f"out[{name!r}] shares memory with an input or another output (the model "
+                                         f"reads its inputs while it writes its outputs)")
+                spans.append((start, size))
+
+    def _prepare(self, feeds: Mapping[str, object], out: Mapping[str, np.ndarray] | None = None):
         if self._handle is None:
             raise ValueError("this module is closed")
         if not isinstance(feeds, Mapping):
@@ -279,26 +405,114 @@ class Module:
                         if t["dtype"] in _RAW_BITS else f"np.{want.name}")
                 raise ValueError(f"input {t['name']!r} has dtype {arr.dtype}, expected {t['dtype']} "
                                  f"(convert it with .astype({hint}))")
-            if tuple(arr.shape) != t["shape"]:
+            if self._ranges and arr.ndim != len(t["shape"]):
+                raise ValueError(f"input {t['name']!r} has rank {arr.ndim} (shape {tuple(arr.shape)}), expected rank "
+                                 f"{len(t['shape'])}")
+            if tuple(arr.shape) != t["shape"] and not self._ranges:
                 raise ValueError(f"input {t['name']!r} has shape {tuple(arr.shape)}, expected {t['shape']}")
             arrays.append(np.ascontiguousarray(arr))
-        outs = [np.empty(t["shape"], dtype=_np_dtype(t["dtype"])) for t in self._outputs]
-        return arrays, outs
+        shapes = self._shaped_call(arrays)[1] if self._ranges else [t["shape"] for t in self._outputs]
+        if out is None:
+            return arrays, [np.empty(s, d) for s, d in zip(shapes, self._io_plan[2])]
+        return arrays, self._output_arrays(shapes, out)
+
+    @staticmethod
+    def _shape_table(shapes) -> ctypes.Array:
+        """int64_t* const* over int64 arrays holding `shapes` (kept alive by the table's _keep)."""
+        dims = [(ctypes.c_int64 * max(1, len(s)))(*s) for s in shapes]
+        table = (ctypes.c_void_p * max(1, len(dims)))(*[ctypes.addressof(d) for d in dims])
+        table._keep = dims
+        return table
+
+    def _shaped_call(self, arrays) -> tuple[ctypes.Array, list[tuple[int, ...]]]:
+        """For these input shapes: the input-shape table kiln_run_shaped takes and the outputs' actual shapes
+        (checked against the ranges by the library), remembered per shape (a server sees few distinct ones)."""
+        key = tuple(a.shape for a in arrays)
+        known = self._shape_calls.get(key)
+        if known is None:
+            table, out_shapes = self._shape_table(key), self._shape_table([t["shape"] for t in self._outputs])
+            self._check(self._lib.kiln_output_shapes(table, out_shapes), "kiln_run_shaped")
+            known = (table, [tuple(dims[:len(t["shape"])]) for dims, t in zip(out_shapes._keep, self._outputs)])
+            if len(self._shape_calls) >= 256:
+                self._shape_calls.clear()
+            self._shape_calls[key] = known
+        return known
 
     @staticmethod
     def _pointer_table(arrays) -> ctypes.Array:
-        return (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+        return (ctypes.c_void_p * max(1, len(arrays)))(*[_data_pointer(a) for a in arrays])
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
             raise KilnRuntimeError(f"{what} failed: {self._lib.kiln_last_error().decode(errors='replace')}")
 
-    def run(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
-        """Run once; returns fresh arrays {output name: array}."""
-        arrays, outs = self._prepare(feeds)
-        rc = self._lib.kiln_run(self._handle, self._pointer_table(arrays), self._pointer_table(outs))
+    @functools.cached_property
+    def _recycles(self) -> bool:
+        """Whether an output is large enough for _fresh_outputs to reuse."""
+        return _UNREFERENCED is not None and any(int(np.prod(t["shape"])) * _np_dtype(t["dtype"]).itemsize >= RECYCLE_BYTES
+                                        for t in self._outputs)
+
+    def _fresh_outputs(self, shapes, dtypes) -> list[np.ndarray]:
+        """Output arrays for a run (under the run lock). A large one is the array the previous run returned for
+        that output when nothing refers to it any more (its caller dropped it): a fresh large block is fresh
+        pages each time (glibc maps blocks over 32 MiB anew, musl over 128 KiB), which the kernel zeroes at a
+        cost near a fast model's (a 64 MB output: 3 ms more a run). ONNX Runtime's arena reuses outputs too."""
+        if not self._recycles:
+            return [np.empty(s, d) for s, d in zip(shapes, dtypes)]
+        outs, spare = [], self._spare
+        for k, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+            last = spare[k]
+            # Only the spare list refers to it: no caller, no view (a view's base is the array).
+            if last is not None and _refcount_at(spare, k) == _UNREFERENCED + 1 and last.shape == shape and \
+                    last.dtype == dtype and (flags := last.flags).writeable and flags.c_contiguous:
+                outs.append(last)
+                continue
+            fresh = np.empty(shape, dtype)
+            spare[k] = fresh if fresh.nbytes >= RECYCLE_BYTES else None
+            outs.append(fresh)
+        return outs
+
+    def run(self, feeds: Mapping[str, object], out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Run once; returns {output name: array}: fresh arrays, except the outputs `out` names ({name: array of
+        the output's dtype and shape, C-contiguous, writable}), which are written in place and returned (a
+        serving loop then allocates nothing per call; a data-dependent output still comes back trimmed, a copy
+        of its buffer's valid part). Feeds that already are C-contiguous arrays of the input's dtype and shape
+        skip the checks and conversions of the general path."""
+        arrays = self._exact_inputs(feeds)
+        _, names, dtypes, shapes, bounded = self._io_plan
+        outs = None
+        if arrays is None:  # something to check or convert, or a shape below the ranges' upper bounds
+            arrays, outs = self._prepare(feeds, out)
+            if self._ranges and self._off_max(arrays):  # the upper bounds are kiln_run's own shapes
+                if out is not None:
+                    self._refuse_overlaps(arrays, outs, [*map(_data_pointer, arrays)], [*map(_data_pointer, outs)], out)
+                return trim_bounded(self._run_shaped(arrays, outs))
+        elif out is not None:
+            outs = self._output_arrays(shapes, out)
+        with self._run_lock:
+            if outs is None:
+                outs = self._fresh_outputs(shapes, dtypes)
+            ins, outp = self._in_table, self._out_table
+            for i, a in enumerate(arrays):
+                ins[i] = _data_pointer(a)
+            for i, o in enumerate(outs):
+                outp[i] = _data_pointer(o)
+            if out is not None:
+                self._refuse_overlaps(arrays, outs, ins, outp, out)
+            rc = self._run_entry(self._handle_arg, ins, outp)
         self._check(rc, "kiln_run")
-        return trim_bounded({t["name"]: o for t, o in zip(self._outputs, outs)})
+        results = dict(zip(names, outs))
+        return trim_bounded(results) if bounded else results
+
+    def _off_max(self, arrays) -> bool:
+        return any(tuple(a.shape) != t["shape"] for a, t in zip(arrays, self._inputs))
+
+    def _run_shaped(self, arrays, outs) -> dict[str, np.ndarray]:
+        """Any input shapes within the declared ranges; `outs` already have the actual output shapes."""
+        rc = self._lib.kiln_run_shaped(self._handle, self._pointer_table(arrays), self._shaped_call(arrays)[0],
+                                       self._pointer_table(outs), None)
+        self._check(rc, "kiln_run_shaped")
+        return {t["name"]: o for t, o in zip(self._outputs, outs)}
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Seeded random feeds of the right shapes and dtypes (for benchmarks and smoke tests)."""
@@ -322,6 +536,9 @@ class Module:
         arrays, outs = self._prepare(feeds if feeds is not None else self.random_inputs())
         ins, outp = self._pointer_table(arrays), self._pointer_table(outs)
         run, handle = self._lib.kiln_run, self._handle
+        if self._ranges and self._off_max(arrays):  # a shape below the upper bounds: the shaped entry point
+            table, shaped = self._shaped_call(arrays)[0], self._lib.kiln_run_shaped
+            run = lambda h, i, o: shaped(h, i, table, o, None)  # noqa: E731
         for _ in range(max(0, warmup)):
             self._check(run(handle, ins, outp), "kiln_run")
         samples = []
@@ -339,6 +556,8 @@ class Module:
     def profile(self, repeat: int = 10, *, feeds: Mapping[str, object] | None = None) -> list[dict]:
         """Per kernel call: [{"index", "name", "time_ms"}], the median over `repeat` profiled runs."""
         arrays, outs = self._prepare(feeds if feeds is not None else self.random_inputs())
+        if self._ranges and self._off_max(arrays):
+            raise ValueError("profile runs the largest input shapes only (this model takes ranges)")
         ins, outp = self._pointer_table(arrays), self._pointer_table(outs)
         n = self._lib.kiln_num_kernel_calls()
         times = np.zeros((max(1, repeat), max(1, n)), dtype=np.float64)
@@ -355,6 +574,7 @@ class Module:
         if self._handle is not None:
             self._lib.kiln_free(self._handle)
             self._handle = None
+            self._spare = [None] * len(self._spare)
         if self._owned_dir:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
             self._owned_dir = None

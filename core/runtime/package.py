@@ -1,6 +1,7 @@
 """Artifact packaging: one `.tar.gz` with fixed member names, written atomically (never half-written)."""
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import tarfile
@@ -93,9 +94,11 @@ def write_artifact(out_path: "str | Path", *, library: "str | Path", weights: "b
         (SAMPLE_MAIN, render_main_c(meta).encode(), 0o644),
         (SAMPLE_MAKEFILE, render_makefile(meta).encode(), 0o644),
     ]
-    # name="": gzip would otherwise record the temporary file's (random) name in its header.
+    # filename="" and mtime=0: gzip would otherwise record the temporary file's (random) name and the time in its
+    # header, and two builds of the same inputs would differ there.
     with atomic_path(out_path, durable=True, shared=True) as partial, open(partial, "wb") as raw, \
-            tarfile.open(name="", fileobj=raw, mode="w:gz", compresslevel=6) as tar:
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) as compressed, \
+            tarfile.open(fileobj=compressed, mode="w") as tar:
         for name, data, mode in members:
             _add(tar, name, data, mode)
     return out_path

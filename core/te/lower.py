@@ -17,6 +17,7 @@ from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, St
 from .bound import infer_region
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
+from .tensorize import tensorize_nest
 
 
 def flat_index(shape: Sequence[int], indices: Sequence[Expr]) -> Expr:
@@ -254,6 +255,8 @@ class _Lowering:
                 if iv in stage.bindings:
                     pragmas += (("thread_tag", stage.bindings[iv]),)
                 stmt = For(iv.var, IntImm(ext[iv]), stage.annotations.get(iv, ForKind.SERIAL), stmt, pragmas)
+                if iv in stage.tensorized and not init:
+                    stmt = tensorize_nest(stmt, [v.kind for v in ivs[d:]], stage.tensorized[iv])
             return guarded(stmt, [c for c in conds if depth[id(c)] == -1])
 
         def finished(stmt: Stmt) -> Stmt:

@@ -3,7 +3,8 @@
 Each compute op gets a Stage whose leaf iteration variables start as its axes and are reshaped by
 primitives (split, fuse, reorder, tile) and annotated (vectorize, parallel, unroll, pragma); stages
 can be inlined into their consumers (compute_inline) or nested inside them (compute_at), padded
-(storage_align), and given a scratch copy (Schedule.cache_read / cache_write, in cache.py).
+(storage_align), and given a scratch copy (Schedule.cache_read / cache_write, in cache.py); a loop
+nest that computes a hardware instruction's declaration becomes that instruction (tensorize, tensorize.py).
 On a GPU, loops are bound to the launch grid (bind) and copies live in "shared" or "local" memory.
 """
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Stage:
     pragmas: dict = field(default_factory=dict)  # IterVar -> {key: value}: codegen hints on that loop
     aligns: dict = field(default_factory=dict)  # axis position -> (factor, offset) of that axis' stride
     body_override: Optional[Expr] = None  # what cache_read/cache_write made this stage compute instead
+    tensorized: dict = field(default_factory=dict)  # IterVar -> TensorIntrinsic replacing its loop nest
 
     @property
     def body(self) -> Expr:
@@ -161,6 +163,17 @@ class Stage:
         if self.inlined:
             raise ScheduleError(f"storage_align: {self.op.name} is inlined and has no buffer")
         self.aligns[positions[0]] = (int(factor), int(offset))
+
+    def tensorize(self, iv: IterVar, intrinsic) -> None:
+        """Replace the loop nest from leaf `iv` down with one call of `intrinsic` (a TensorIntrinsic,
+        core/te/tensorize.py); lowering checks that the nest computes what the intrinsic declares."""
+        self._check_leaf(iv)
+        if self.annotations.get(iv, ForKind.SERIAL) is not ForKind.SERIAL or iv in self.pragmas:
+            raise ScheduleError(f"tensorize: {iv.name} is annotated; the tensorized loop must be a plain serial loop")
+        inner = self.leaf_iter_vars[self.leaf_iter_vars.index(iv):]
+        if any(self.annotations.get(v, ForKind.SERIAL) is not ForKind.SERIAL for v in inner):
+            raise ScheduleError(f"tensorize: a loop inside {iv.name} is vectorized, unrolled or parallel")
+        self.tensorized[iv] = intrinsic
 
     def vectorize(self, iv: IterVar) -> None:
         self._annotate(iv, ForKind.VECTORIZED)

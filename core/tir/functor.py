@@ -5,7 +5,7 @@ import dataclasses
 from typing import Callable, Iterator, Mapping, Optional
 
 from .expr import BinOp, Call, Cast, Expr, Load, Not, Select, Var
-from .stmt import Allocate, Barrier, For, IfThenElse, LetStmt, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, For, IfThenElse, IntrinsicCall, LetStmt, Seq, Stmt, Store
 
 ExprFn = Callable[[Expr], Optional[Expr]]
 
@@ -60,6 +60,8 @@ def rewrite_stmt(stmt: Stmt, expr_fn: ExprFn, stmt_fn: Optional[Callable[[Stmt],
         new = Allocate(stmt.buffer, rs(stmt.body))
     elif isinstance(stmt, Barrier):
         new = stmt
+    elif isinstance(stmt, IntrinsicCall):
+        new = IntrinsicCall(stmt.name, tuple(rx(o) for o in stmt.operands))
     else:
         raise TypeError(f"unknown statement {type(stmt).__name__}")
     if stmt_fn is not None:
@@ -133,3 +135,5 @@ def stmt_exprs(stmt: Stmt) -> Iterator[Expr]:
         yield stmt.cond
     elif isinstance(stmt, LetStmt):
         yield stmt.value
+    elif isinstance(stmt, IntrinsicCall):
+        yield from stmt.operands

@@ -1,7 +1,7 @@
 """Human-readable text of a loop program, for DEBUG output and test failure messages."""
 from __future__ import annotations
 
-from .stmt import Allocate, Barrier, For, ForKind, IfThenElse, LetStmt, PrimFunc, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, For, ForKind, IfThenElse, IntrinsicCall, LetStmt, PrimFunc, Seq, Stmt, Store
 
 
 def format_stmt(stmt: Stmt, indent: int = 0) -> str:
@@ -26,6 +26,8 @@ def format_stmt(stmt: Stmt, indent: int = 0) -> str:
         return f"{pad}allocate {b.name}: {b.dtype}[{b.numel}] ({b.scope})\n" + format_stmt(stmt.body, indent)
     if isinstance(stmt, Barrier):
         return f"{pad}barrier"
+    if isinstance(stmt, IntrinsicCall):
+        return f"{pad}{stmt.name}({', '.join(f'&{o}' for o in stmt.operands)})"
     return f"{pad}<{type(stmt).__name__}>"
 
 

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .expr import Buffer, Expr, Var
+from .expr import Buffer, Expr, Load, Var
 
 
 class ForKind(enum.Enum):
@@ -72,6 +72,16 @@ class LetStmt(Stmt):
 class Barrier(Stmt):
     """Every thread of a GPU block waits here (`__syncthreads`): what the block wrote to shared
     memory before is visible to all after. Nothing on a CPU, where a block's threads run in turn."""
+
+
+@dataclass(frozen=True)
+class IntrinsicCall(Stmt):
+    """A tensor intrinsic (core/te/tensorize.py) in place of the loop nest tensorize matched to its
+    declaration: `name` finds its lowering, `operands` are Loads of the first element of each
+    operand's region (the output first), so analyses see its buffers and variables."""
+
+    name: str
+    operands: tuple[Load, ...]
 
 
 @dataclass(frozen=True)

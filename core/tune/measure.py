@@ -18,6 +18,7 @@ from ..errors import KilnError, ScheduleError
 from ..process.child import ChildProcess
 from ..process.limits import Limits
 from ..tir.stmt import PrimFunc
+from .records import NATIVE
 from .space import Config
 from .task import Task
 
@@ -50,6 +51,7 @@ class MeasureResult:
     error_msg: str = ""
     all_cost: float = 0.0  # build + run seconds spent on this candidate
     timestamp: float = 0.0
+    measured: str = NATIVE  # where it ran (records.NATIVE or EMULATED): its record's kind
 
     @property
     def ok(self) -> bool:
@@ -204,6 +206,8 @@ class LocalRunner:
     1.57 ms, but 1.97 ms cold and in the model; one with sequential weight reads, 1.52 and 1.63 ms.
 
     `timing_lock`: a file that runners sharing the machine lock while timing, one at a time."""
+
+    measured = NATIVE  # the kind of its results (a runner's `measured`: the records its job may use)
 
     def __init__(self, timeout_s: float = 10.0, min_repeat_ms: float = 20.0, repeat: int = 3, threads: int = 0,
                  memory_bytes: int = 8 << 30, seed: int = 0, cold_bytes: Optional[int] = None,

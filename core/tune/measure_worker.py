@@ -18,8 +18,12 @@ from core.process.channel import messages, send, stdio_channel
 
 
 def _arrays(lib, name: str, seed: int) -> list[np.ndarray]:
-    """Inputs drawn from `seed` (the same for every candidate of a task), zero outputs, poisoned workspaces."""
-    sig = lib.signatures[name]
+    return seeded_arrays(lib.signatures[name], seed)
+
+
+def seeded_arrays(sig: dict, seed: int) -> list[np.ndarray]:
+    """A kernel's arguments (its signature: `kiln_kernels_json`): inputs drawn from `seed` (the same for every
+    candidate of a task), zero outputs, poisoned workspaces."""
     rng = np.random.default_rng(seed)
     out = []
     for k, p in enumerate(sig["params"]):
@@ -38,6 +42,16 @@ def _outputs(lib, name: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
     sig = lib.signatures[name]
     lo = sig["num_inputs"]
     return [a.copy() for a in arrays[lo:lo + sig["num_outputs"]]]
+
+
+def mismatch(got: list[np.ndarray], reference: list[np.ndarray], rtol: float = 1e-3, atol: float = 1e-3) -> str:
+    """Why a candidate's outputs are not the reference kernel's (atol scales with the reference's magnitude), or ""."""
+    bad = [k for k, (g, r) in enumerate(zip(got, reference))
+           if g.shape != r.shape or not np.allclose(g, r, rtol=rtol, atol=atol * (1 + float(np.abs(r).max(initial=0))))]
+    if not bad:
+        return ""
+    errors = [float(np.abs(g - r).max()) for g, r in zip(got, reference) if g.shape == r.shape and g.size]
+    return f"max abs error {max(errors, default=float('inf')):.3g}"
 
 
 def cold_sets(arrays: list[np.ndarray], cold_inputs, cold_bytes: int) -> list[list[np.ndarray]]:
@@ -122,12 +136,9 @@ def main() -> None:
             if req.get("reference"):
                 reference = got
             elif reference is not None:
-                bad = [k for k, (g, r) in enumerate(zip(got, reference))
-                       if g.shape != r.shape or not np.allclose(g, r, rtol=req.get("rtol", 1e-3),
-                                                                 atol=req.get("atol", 1e-3) * (1 + float(np.abs(r).max(initial=0))))]
-                if bad:
-                    err = max(float(np.abs(g - r).max()) for g, r in zip(got, reference))
-                    send(answers, {"id": req["id"], "error": "wrong_answer", "msg": f"max abs error {err:.3g}"})
+                wrong = mismatch(got, reference, req.get("rtol", 1e-3), req.get("atol", 1e-3))
+                if wrong:
+                    send(answers, {"id": req["id"], "error": "wrong_answer", "msg": wrong})
                     continue
             sets = cold_sets(arrays, req.get("cold_inputs", ()), int(req.get("cold_bytes", 0)))
             with _timing_lock(req.get("timing_lock")):

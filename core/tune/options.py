@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..errors import KilnError
 from .tuner import TUNERS
+
+if TYPE_CHECKING:
+    from .remote import RemoteMeasurement
 
 
 class TuningOptionsError(KilnError):
@@ -32,6 +35,7 @@ class TuningOptions:
     threads: Optional[int] = None
     build_workers: Optional[int] = None  # processes building candidates (None: this machine's cores, at most 8)
     timing_lock: Optional[str] = None  # a file that tuning runs sharing this machine lock while timing
+    remote: Optional[RemoteMeasurement] = None  # measure on devices elsewhere (cross-compiled candidates), not here
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:

@@ -1,6 +1,12 @@
-"""Tuning records: versioned JSON lines, one measurement each, in a database keyed by (workload key,
-target, compiler version). Appends are whole lines under an exclusive lock, so concurrent tuners and
-a crash mid-write never leave a half record that a reader would take."""
+"""Tuning records: versioned JSON lines, one measurement each, in a database keyed by (workload key, target,
+compiler version, where it was measured). Appends are whole lines under an exclusive lock, so concurrent tuners and
+a crash mid-write never leave a half record that a reader would take.
+
+Where: `native` (the target's own hardware: this machine or a remote device of its kind) or `emulated` (qemu-user:
+its timings say nothing about the hardware). Every query takes the kind of the job asking (its runner's
+`measured`) and sees only records of that kind: a job timed on a real Raspberry Pi never counts, warm-starts from or
+builds with qemu timings recorded under the same target name, while a job measured under emulation still builds
+from its own kind's records (see remote.RemoteRunner.measured for a job's kind)."""
 from __future__ import annotations
 
 import fcntl
@@ -15,7 +21,13 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 from .._version import __version__
 
 # 2: CPU costs are timed with cold weights (measure.LocalRunner), not comparable with 1's warm ones.
-RECORD_VERSION = 2
+# 3: records say where they were measured (`measured`); a 2 is native. Readers of 2 skip 3s, so no older Kiln takes
+# an emulated timing for a native one.
+RECORD_VERSION = 3
+READABLE_VERSIONS = (2, 3)
+
+NATIVE = "native"  # timed on the target's hardware
+EMULATED = "emulated"  # run under qemu-user: correct or not, but its timings are not meaningful
 
 
 def _config_key(config: Mapping[str, Any]) -> str:
@@ -38,6 +50,7 @@ class Record:
     compiler_version: str = __version__
     timestamp: float = field(default_factory=time.time)
     version: int = RECORD_VERSION
+    measured: str = NATIVE  # where: NATIVE or EMULATED (records of one kind never stand in for the other's)
 
     @property
     def ok(self) -> bool:
@@ -46,7 +59,8 @@ class Record:
     def to_json(self) -> str:
         data = {"v": self.version, "workload": self.workload, "target": self.target, "compiler": self.compiler_version,
                 "op": self.op, "config": self.config, "index": self.index, "costs": [round(c, 9) for c in self.costs],
-                "error": self.error_no, "gflops": round(self.gflops, 3), "t": round(self.timestamp, 3)}
+                "error": self.error_no, "gflops": round(self.gflops, 3), "t": round(self.timestamp, 3),
+                "measured": self.measured}
         if self.features is not None:
             data["features"] = [round(float(x), 4) for x in self.features]
             data["fv"] = self.feature_version
@@ -57,13 +71,13 @@ class Record:
         """The record on `line`, or None for a line of another format version or a torn one."""
         try:
             d = json.loads(line)
-            if not isinstance(d, dict) or d.get("v") != RECORD_VERSION:
+            if not isinstance(d, dict) or d.get("v") not in READABLE_VERSIONS:
                 return None
             feats = d.get("features")
             return cls(d["workload"], d["target"], dict(d["config"]), int(d["index"]), tuple(d["costs"]),
                        int(d["error"]), float(d.get("gflops", 0.0)), d.get("op", ""),
                        tuple(feats) if feats is not None else None, int(d.get("fv", 0)), d["compiler"],
-                       float(d.get("t", 0.0)), d["v"])
+                       float(d.get("t", 0.0)), RECORD_VERSION, str(d.get("measured", NATIVE)))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -107,12 +121,13 @@ def append_records(path: "str | Path", records: Iterable[Record]) -> None:
 
 
 class RecordsDB:
-    """Records by (workload, target, compiler version), from an optional JSON-lines file."""
+    """Records by (workload, target, measurement kind) of one compiler version, from an optional JSON-lines file.
+    Its queries take `measured`, the asking job's kind (NATIVE unless said), and see only records of that kind."""
 
     def __init__(self, path: "str | Path | None" = None, compiler_version: str = __version__):
         self.path = Path(path).expanduser() if path else None
         self.compiler_version = compiler_version
-        self._by_key: dict[tuple[str, str, str], list[Record]] = {}
+        self._by_key: dict[tuple[str, str, str], list[Record]] = {}  # (workload, target, measured)
         self.skipped = 0  # records of another compiler version
         if self.path is not None:
             for rec in load_records(self.path):
@@ -122,7 +137,7 @@ class RecordsDB:
         if rec.compiler_version != self.compiler_version:
             self.skipped += 1
             return
-        self._by_key.setdefault((rec.workload, rec.target, rec.compiler_version), []).append(rec)
+        self._by_key.setdefault((rec.workload, rec.target, rec.measured), []).append(rec)
 
     def add(self, records: Iterable[Record]) -> None:
         """Keep `records` in memory and append them to the file (if any)."""
@@ -132,17 +147,17 @@ class RecordsDB:
         if self.path is not None:
             append_records(self.path, records)
 
-    def records(self, workload: str, target: str) -> list[Record]:
-        return list(self._by_key.get((workload, target, self.compiler_version), []))
+    def records(self, workload: str, target: str, measured: str = NATIVE) -> list[Record]:
+        return list(self._by_key.get((workload, target, measured), []))
 
     def best(self, workload: str, target: str, default: Optional[Mapping[str, Any]] = None,
-             min_gain: float = 0.0) -> Optional[Record]:
+             min_gain: float = 0.0, measured: str = NATIVE) -> Optional[Record]:
         """The config to apply, as a record whose gflops is the median over that config's records:
         the fastest median, unless the `default` config (its knob values) has records and the
         fastest beats it by less than `min_gain` (a fraction): within the noise, the heuristic's
         schedule stays (a near-tie won by one lucky timing ran 1.6x slower than it in resnet18)."""
         by_config: dict[str, list[Record]] = {}
-        for r in self.records(workload, target):
+        for r in self.records(workload, target, measured):
             if r.ok:
                 by_config.setdefault(_config_key(r.config), []).append(r)
         if not by_config:
@@ -157,10 +172,10 @@ class RecordsDB:
             return fallback
         return best
 
-    def top(self, workload: str, target: str, k: int) -> list[Record]:
+    def top(self, workload: str, target: str, k: int, measured: str = NATIVE) -> list[Record]:
         """The k configs with the fastest single records (one record each): the candidates to confirm."""
         seen, out = set(), []
-        for r in sorted((r for r in self.records(workload, target) if r.ok), key=lambda r: -r.gflops):
+        for r in sorted((r for r in self.records(workload, target, measured) if r.ok), key=lambda r: -r.gflops):
             key = _config_key(r.config)
             if key not in seen:
                 seen.add(key)
@@ -169,11 +184,12 @@ class RecordsDB:
                 break
         return out
 
-    def others(self, workload: str, target: str, op: str, feature_version: int) -> dict[str, list[Record]]:
+    def others(self, workload: str, target: str, op: str, feature_version: int,
+               measured: str = NATIVE) -> dict[str, list[Record]]:
         """Records of other workloads of the same op on the same target that carry features."""
         out: dict[str, list[Record]] = {}
-        for (w, t, _), recs in self._by_key.items():
-            if w != workload and t == target:
+        for (w, t, m), recs in self._by_key.items():
+            if w != workload and t == target and m == measured:
                 usable = [r for r in recs if r.op == op and r.features is not None and r.feature_version == feature_version]
                 if usable:
                     out[w] = usable
@@ -183,4 +199,8 @@ class RecordsDB:
         return sum(len(v) for v in self._by_key.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path) if self.path else None, "records": len(self), "skipped": self.skipped}
+        by_kind: dict[str, int] = {}
+        for (_, _, measured), recs in self._by_key.items():
+            by_kind[measured] = by_kind.get(measured, 0) + len(recs)
+        return {"path": str(self.path) if self.path else None, "records": len(self), "skipped": self.skipped,
+                "measured": dict(sorted(by_kind.items()))}

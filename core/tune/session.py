@@ -1,5 +1,6 @@
 """The tuning stage of a compile: extract tasks, reuse records (cache hits), tune the rest within the
-trial and time budget (trials split by weight), save records, and hand the executor the best configs."""
+trial and time budget (trials split by weight), save records, and hand the executor the best configs.
+Records are used only where they were measured as the job's runner measures (records.NATIVE or EMULATED)."""
 from __future__ import annotations
 
 import json
@@ -15,8 +16,8 @@ from ..graph.ir import Graph, Node
 from ..kernels.registry import ScheduleFn
 from ..target import Target
 from .features import FEATURE_VERSION, itervar_features
-from .measure import LocalBuilder, LocalRunner, Measurer, default_build_workers
-from .records import Record, RecordsDB
+from .measure import LocalBuilder, LocalRunner, MeasureErrorNo, MeasureResult, Measurer, default_build_workers
+from .records import NATIVE, Record, RecordsDB
 from .space import Config, ConfigSpaceError
 from .task import Task, extract_tasks, group_task
 from .options import TuningOptions
@@ -84,21 +85,23 @@ def history_group(features: Sequence[Sequence[float]], gflops: Sequence[float]) 
     return np.asarray([features[k] for k in order], np.float32), np.asarray([gflops[k] for k in order], np.float64)
 
 
-def _history(db: RecordsDB, task: Task) -> list[tuple[np.ndarray, np.ndarray]]:
+def _history(db: RecordsDB, task: Task, measured: str = NATIVE) -> list[tuple[np.ndarray, np.ndarray]]:
     """Transfer learning: measurements of other workloads of the same op and target (another model's
     records, or this compile's tasks tuned before this one), one query group each."""
     return [history_group([r.features for r in recs], [r.gflops for r in recs])
-            for recs in db.others(task.key, task.target.name, task.template.op, FEATURE_VERSION).values()]
+            for recs in db.others(task.key, task.target.name, task.template.op, FEATURE_VERSION, measured).values()]
 
 
-def _make_tuner(opts: TuningOptions, task: Task, db: RecordsDB):
+def _make_tuner(opts: TuningOptions, task: Task, db: RecordsDB, measured: str = NATIVE):
     if opts.tuner == "xgb":
-        return XGBTuner(task, seed=opts.seed, history=_history(db, task))
+        return XGBTuner(task, seed=opts.seed, history=_history(db, task, measured))
     return TUNERS[opts.tuner](task, seed=opts.seed)
 
 
-def _measure_and_record(task: Task, measurer: Measurer, db: RecordsDB):
-    """The measure function tune() calls: results also become records, appended batch by batch."""
+def _measure_and_record(task: Task, measurer: Measurer, db: RecordsDB, searched_kinds: Optional[set[str]] = None):
+    """The measure function tune() calls: results also become records (of the kind each was measured as), appended
+    batch by batch. The search sees a result of another kind than its job's as a failed one (a qemu timing in a job
+    that real devices answer); `searched_kinds` collects the kinds it did see."""
 
     def measure(configs: Sequence[Config]):
         builds, results = measurer.measure(configs)
@@ -107,16 +110,23 @@ def _measure_and_record(task: Task, measurer: Measurer, db: RecordsDB):
             gflops = task.flops / res.mean_cost / 1e9 if res.ok else 0.0
             feats = tuple(itervar_features(build.func).tolist()) if res.ok and build.func is not None else None
             records.append(Record(task.key, task.target.name, config.to_json(), config.index, res.costs,
-                                  int(res.error_no), gflops, task.template.op, feats, FEATURE_VERSION))
+                                  int(res.error_no), gflops, task.template.op, feats, FEATURE_VERSION,
+                                  measured=res.measured))
         db.add(records)
-        return results
+        job_kind = measurer.runner.measured
+        if searched_kinds is not None:
+            searched_kinds.update(res.measured for res in results if res.measured == job_kind)
+        return [res if res.measured == job_kind else
+                MeasureResult((), MeasureErrorNo.RUNTIME_DEVICE, f"measured {res.measured}, in a {job_kind} job",
+                              res.all_cost, res.timestamp, job_kind)
+                for res in results]
 
     return measure
 
 
-def _choose(db: RecordsDB, task: Task) -> tuple[Optional[Config], Optional[Record]]:
-    """The config to apply from the records (and the record that stands for it), if any."""
-    best = db.best(task.key, task.target.name, task.space.default.values, MIN_GAIN)
+def _choose(db: RecordsDB, task: Task, measured: str = NATIVE) -> tuple[Optional[Config], Optional[Record]]:
+    """The config to apply from the records of kind `measured` (and the record that stands for it), if any."""
+    best = db.best(task.key, task.target.name, task.space.default.values, MIN_GAIN, measured)
     if best is None:
         return None, None
     try:
@@ -125,22 +135,22 @@ def _choose(db: RecordsDB, task: Task) -> tuple[Optional[Config], Optional[Recor
         return None, None
 
 
-def _confirm(task: Task, measure, db: RecordsDB) -> int:
+def _confirm(task: Task, measure, db: RecordsDB, measured: str = NATIVE) -> int:
     """Measure the task's fastest few configs and its default once more (records, like any trial);
     returns how many were measured."""
     configs = {task.space.default.index: task.space.default}
-    for rec in db.top(task.key, task.target.name, CONFIRM_TOP):
+    for rec in db.top(task.key, task.target.name, CONFIRM_TOP, measured):
         config = task.space.from_values(rec.config)
         configs.setdefault(config.index, config)
     measure(list(configs.values()))
     return len(configs)
 
 
-def recorded_trials(db: RecordsDB, task: Task) -> list[Record]:
-    """The task's records that count as trials already spent: one per config measured (re-timings of
-    a config, such as a confirmation, are not new trials)."""
+def recorded_trials(db: RecordsDB, task: Task, measured: str = NATIVE) -> list[Record]:
+    """The task's records of kind `measured` that count as trials already spent: one per config measured
+    (re-timings of a config, such as a confirmation, are not new trials)."""
     seen: dict[str, Record] = {}
-    for rec in db.records(task.key, task.target.name):
+    for rec in db.records(task.key, task.target.name, measured):
         try:
             task.space.from_values(rec.config)
         except ConfigSpaceError:  # recorded for an older space: not a trial of this one
@@ -180,11 +190,19 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
     todo: list[Task] = []
     shares: list[int] = []
     from_records: dict[str, list[Record]] = {}
-    # Measuring needs the target's hardware: elsewhere only the records are used.
-    budgets = split_trials(tasks, opts.trials if get_backend(target).can_measure(target) else 0)
+    # Measuring needs the target's hardware, here or remote: elsewhere only the records are used.
+    measurable = opts.remote is not None or get_backend(target).can_measure(target)
+    budgets = split_trials(tasks, opts.trials if measurable else 0)
+    from .remote import RemoteRunner  # here: most compiles measure locally, and it loads the emulation runtime
+
+    runner = (RemoteRunner(opts.remote, timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
+                           threads=opts.threads or target.num_cores) if opts.remote is not None else
+              LocalRunner(timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
+                          threads=opts.threads or target.num_cores, timing_lock=opts.timing_lock))
+    planned_kind = runner.measured  # a remote runner's until its devices answer: native
     for task, budget in zip(tasks, budgets):
-        config, best = _choose(db, task)
-        recorded = recorded_trials(db, task)
+        config, best = _choose(db, task, planned_kind)
+        recorded = recorded_trials(db, task, planned_kind)
         from_records[task.key] = recorded
         if config is not None:  # the best so far, kept whatever the tuning below finds or misses
             outcome.chosen[task.key] = (task, dict(config.values))
@@ -211,8 +229,6 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
                       "cache_hits": cache_hits, "estimate_s": estimate,
                       "trials_from_records": sum(len(v) for v in from_records.values())})
     notify(0, planned)
-    runner = LocalRunner(timeout_s=opts.timeout_s, min_repeat_ms=opts.min_repeat_ms,
-                         threads=opts.threads or target.num_cores, timing_lock=opts.timing_lock)
     builder = LocalBuilder(n_parallel=opts.build_workers or default_build_workers())  # its processes serve every task
     try:
         trials_left = planned
@@ -232,7 +248,7 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
                 task_deadline = now + (deadline - now) * share / max(1, trials_left)
             trials_left -= share
             recorded = from_records[task.key]
-            tuner = _make_tuner(opts, task, db)
+            tuner = _make_tuner(opts, task, db, planned_kind)
             _warm_start(tuner, task, recorded)
             measurer = Measurer(task, runner, builder)
             base = done
@@ -249,7 +265,8 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
                                                           deadline - now if deadline is not None else None)})
                 notify(trials, planned)
 
-            measure = _measure_and_record(task, measurer, db)
+            searched_kinds: set[str] = set()
+            measure = _measure_and_record(task, measurer, db, searched_kinds)
             try:
                 result = tune(task, tuner, measure, share, opts.batch_size, opts.early_stopping, task_deadline, on_batch,
                               should_stop=asked_to_stop)
@@ -257,16 +274,18 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
                 confirmed = 0
                 if (result.trials and result.trials + len(recorded) >= CONFIRM_AFTER and not finished_early
                         and (deadline is None or time.monotonic() < deadline)):
-                    confirmed = _confirm(task, measure, db)
+                    confirmed = _confirm(task, measure, db, runner.measured)
             finally:
                 measurer.close()
             done += result.trials
             if isinstance(tuner, XGBTuner):
                 fit_s += tuner.model.times.fits
                 predict_s += tuner.model.times.predicts
-            config, chosen = _choose(db, task)
-            if config is not None or result.best is not None:  # the best so far, records included
-                outcome.chosen[task.key] = (task, dict((config or result.best).values))
+            # Built from the job's kind of records, which its devices' answers decided (an all-emulated job's own).
+            config, chosen = _choose(db, task, runner.measured)
+            searched_best = result.best if searched_kinds <= {runner.measured} else None
+            if config is not None or searched_best is not None:  # the best so far, records included
+                outcome.chosen[task.key] = (task, dict((config or searched_best).values))
             recorded_best = max([r.gflops for r in recorded], default=0.0)
             default_gflops = result.default_gflops or next(
                 (r.gflops for r in recorded if task.space.default is not None and r.config == task.space.default.to_json()), 0.0)
@@ -294,6 +313,8 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
         "cost_model": {"fits": len(fit_s), "fit_s_mean": round(float(np.mean(fit_s)), 4) if fit_s else None,
                        "predict_s_per_batch": round(float(np.sum(predict_s)) / max(1, len(fit_s)), 4) if predict_s else None},
     }
+    if isinstance(runner, RemoteRunner):
+        outcome.report["measurement"] = runner.summary()
     return outcome
 
 

@@ -335,6 +335,10 @@ register_template(Template("Conv2dNCHWc", "conv2d_nchwc", define_conv_nchwc, app
 register_template(Template("Conv2dWinogradNCHWc", "winograd_gemm", define_winograd, apply_winograd,
                            read_winograd_default, winograd_valid))
 register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid))
+from . import templates_int8  # noqa: E402,F401 (registers the tensorized 8-bit kernels' templates)
+# TreeEnsemble's walk/layout template (templates_trees) is not registered yet: the measuring process feeds
+# integer inputs as zeros and repeats one input, so tree tables are empty and branches always predicted.
+from . import templates_3d  # noqa: E402,F401 (registers the blocked 3-D conv's template)
 
 
 def anchor_stage(sch: Schedule, outs: Sequence[Tensor], template: Template) -> Optional[Stage]:

@@ -17,7 +17,7 @@ from service.core.settings import Settings, get_settings
 from .enqueue import celery_enqueue
 from .errors import add_error_handlers
 from .rate_limits import Limiter
-from .routes import health, jobs, models, targets
+from .routes import builds, health, jobs, models, targets
 from .sweeper import sweep_forever
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
@@ -65,7 +65,7 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
             response.headers["Content-Security-Policy"] = DOCS_CSP
         return response
 
-    for module in (health, targets, models, jobs):
+    for module in (health, targets, models, jobs, builds):
         app.include_router(module.router, prefix=API_PREFIX)
     if WEB_DIR.is_dir():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")

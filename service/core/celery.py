@@ -22,7 +22,8 @@ def _transport_options(settings: Settings) -> dict:
 def create_celery(settings: Settings) -> Celery:
     """On the settings' broker and result store: SQLite files by default, Redis at scale."""
     settings.ensure_dirs()
-    app = Celery("kiln", broker=settings.broker, backend=settings.results, include=["workers.tasks"])
+    app = Celery("kiln", broker=settings.broker, backend=settings.results,
+                 include=["workers.tasks", "workers.measure_tasks"])
     app.conf.update(
         task_default_queue=COMPILE_QUEUE,
         task_routes={"kiln.compile": {"queue": COMPILE_QUEUE}},

@@ -1,7 +1,11 @@
 """Queue names: compiles go to one queue; tuning measurements to one queue per device kind, so a worker
 only measures on hardware it has (TVM's device pool, on Celery); jobs of a backend with a device queue
-(cuda: `gpu`) to that queue, which workers with the device consume, so their artifacts are validated there."""
+(cuda: `gpu`) to that queue, which workers with the device consume, so their artifacts are validated there.
+A tuning job for another CPU family (an Arm preset on x86 hosts) compiles on the compile queue and sends its
+candidates' measurements to `measure.<kind>` in batches (workers.measure_dispatch)."""
 from __future__ import annotations
+
+from typing import Iterable
 
 from core.backends import all_backends, get_backend
 from core.backends.cuda import CudaBackend
@@ -27,12 +31,26 @@ def measure_queue(target: "str | Target") -> str:
 
 def job_queue(target: str, trials: int) -> str:
     """Jobs of a backend with a device queue go there (tuned or not: validation runs the artifact); untuned
-    CPU compiles run anywhere; a tuning job measures, so it goes to its device kind's queue."""
+    CPU compiles run anywhere; a tuning job measures, so it goes to its device kind's queue, unless it
+    measures remotely (then it compiles anywhere and only its measurements go there)."""
     tgt = get_target(target)
     device_queue = get_backend(tgt).device_queue
     if device_queue:
         return device_queue
-    return measure_queue(tgt) if trials > 0 else COMPILE_QUEUE
+    return measure_queue(tgt) if trials > 0 and not measured_remotely(tgt, trials) else COMPILE_QUEUE
+
+
+def measured_remotely(target: "str | Target", trials: int) -> bool:
+    """Whether a job tuning `trials` for `target` sends its measurements to measure.<kind> from the compile worker."""
+    backend = get_backend(get_target(target))
+    return trials > 0 and not backend.device_queue and backend.measures_remotely(get_target(target))
+
+
+def announced_measure_kinds(workers: Iterable[dict]) -> list[str]:
+    """The device kinds that running workers (their beats: service.core.worker_beats) announce they measure: the
+    kinds of their measure.<kind> queues (`kiln worker --measure KIND`, or an Arm host's own kinds)."""
+    prefix = "measure."
+    return sorted({q[len(prefix):] for w in workers for q in w.get("queues", ()) if q.startswith(prefix)})
 
 
 def host_device_kinds() -> list[str]:

@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     # Device kinds some worker measures on (`kiln worker` serves measure.<kind> for its own hardware);
     # None: this machine's. A tuning job for another kind would wait forever, so it is refused.
     measure_kinds: Optional[list[str]] = None
+    # A tuning compile for a CPU this machine is not (aarch64, the Arm presets) sends its candidates to
+    # measure.<kind> in batches; one unanswered this long is sent again once, then counts as failed, and a
+    # round with no answer at all fails the job (its measuring workers are gone).
+    measure_batch_timeout_s: float = Field(default=300.0, gt=0)
     # A tensor (declared, inferred, or an input fixed by input_shapes) larger than this is refused with a
     # 422 before anything allocates it: a 1 KB model may ask for a ConstantOfShape of 10^12 elements.
     max_tensor_bytes: int = Field(default=4 << 30, gt=0)

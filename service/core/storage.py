@@ -14,6 +14,7 @@ ARTIFACT = "artifact.tar.gz"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 JOB_VALIDATION_INPUTS = "validation_inputs.npz"  # a job's copy of the inputs its compile validates on
+JOB_CALIBRATION = "calibration.npz"  # an int8 job's copy of the samples it calibrates on
 
 
 def model_path(settings: Settings, model_id: str) -> Path:
@@ -23,6 +24,11 @@ def model_path(settings: Settings, model_id: str) -> Path:
 def validation_inputs_path(settings: Settings, model_id: str, inputs_id: str) -> Path:
     """An uploaded .npz of validation inputs, kept with the model it was checked against."""
     return settings.models_dir / model_id / "validation" / f"{inputs_id}.npz"
+
+
+def calibration_path(settings: Settings, model_id: str, calibration_id: str) -> Path:
+    """An uploaded .npz of calibration samples (for int8 jobs), kept with the model it was checked against."""
+    return settings.models_dir / model_id / "calibration" / f"{calibration_id}.npz"
 
 
 def job_dir(settings: Settings, job_id: str) -> Path:

@@ -1,4 +1,5 @@
-"""`kiln targets` lists the Arm presets with the emulator that validates them; `kiln compile -t rpi5` validates under it."""
+"""`kiln targets` lists the Arm presets with the emulator that validates them; `kiln compile -t rpi5` validates under
+it, and `kiln run` runs that artifact under it too."""
 from __future__ import annotations
 
 import json
@@ -31,3 +32,12 @@ def test_compile_for_rpi5_says_it_was_validated_under_emulation(tmp_path):
         metadata = json.load(tar.extractfile("metadata.json"))
     assert report["validation"]["passed"] and report["latency_ms"] == {"skipped": report["validation"]["mode"]}
     assert metadata["target"] == "rpi5" and metadata["target_triple"].startswith("aarch64")
+
+    # `kiln run` on this foreign artifact runs it under qemu (outputs only), compared with ONNX Runtime here.
+    ran = kiln("run", out, "--compare", model)
+    assert ran.returncode == 0, ran.stderr
+    assert "built for aarch64" in ran.stderr and "under qemu-aarch64" in ran.stderr and "not meaningful" in ran.stderr
+    assert ran.stdout.startswith("y: float32") and ": ok\nmatches ONNX Runtime" in ran.stdout
+    bench = kiln("run", out, "--bench")
+    assert bench.returncode != 0 and "no benchmark of a model run under qemu-aarch64" in bench.stderr
+    assert "Traceback" not in bench.stderr

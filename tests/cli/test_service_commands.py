@@ -84,3 +84,19 @@ def test_first_token_box_has_the_token_alone_on_its_line_and_how_to_make_another
     assert box[0] == box[-1] and set(box[0]) == {"+", "-"}
     assert "kiln_abc" in box and all(len(line) == len(box[0]) for line in box if line != "kiln_abc")
     assert any("kiln token create NAME [--admin]" in line for line in box)
+
+
+def test_worker_measure_refuses_a_kind_this_machine_cannot_measure_in_one_line(tmp_path):
+    from cli.service_commands import measuring_queues
+    from core.backends import get_backend
+    from core.target import get_target
+    from service.core.queues import measure_queue
+
+    refused = [("nosuch", "unknown target 'nosuch'")]
+    if not get_backend(get_target("cuda")).has_device(get_target("cuda")):  # else that worker would start and serve
+        refused.append(("cuda", "cannot measure cuda code"))
+    for kind, says in refused:
+        result = _kiln("worker", "--measure", kind, "--data-dir", str(tmp_path / "data"))
+        assert result.returncode != 0 and says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # rpi5 here: under qemu-aarch64 (an Arm host measures it natively); the worker serves its queue only.
+    assert measuring_queues(["rpi5", "rpi5"]) == [measure_queue("rpi5")] == ["measure.rpi5"]

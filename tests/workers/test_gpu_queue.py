@@ -14,7 +14,7 @@ from service.core.queues import COMPILE_QUEUE, GPU_QUEUE, default_queues, job_qu
 def test_cuda_jobs_go_to_the_gpu_queue_tuned_or_not():
     assert job_queue("cuda", 0) == GPU_QUEUE == "gpu"
     assert job_queue("cuda -arch=sm_90", 50) == GPU_QUEUE
-    assert job_queue("native", 0) == COMPILE_QUEUE and job_queue("aarch64", 1) == "measure.aarch64"
+    assert job_queue("native", 0) == COMPILE_QUEUE and job_queue("x86-64-v4", 1) == "measure.x86-64-v4"
 
 
 def test_a_worker_consumes_the_gpu_queue_where_a_gpu_is(monkeypatch):

@@ -1,8 +1,11 @@
 """Ops whose values are known at import (shapes are static): Constant, ConstantOfShape, Shape,
-Size and Range all become constants (ConstantOfShape via a foldable Expand of its scalar)."""
+Size and Range all become constants (ConstantOfShape via a foldable Expand of its scalar); the
+shape or size of a value with a data-dependent length is computed at run time instead."""
 from __future__ import annotations
 
 import numpy as np
+
+from core.graph.bounded import bound_by_shape, runtime_shape, runtime_size, shape_operand
 
 from .registry import ConvertContext, converter
 
@@ -28,7 +31,8 @@ def constant(ctx: ConvertContext) -> str:
 
 @converter("ConstantOfShape", since_version=9)
 def constant_of_shape(ctx: ConvertContext) -> str:
-    shape = tuple(int(d) for d in ctx.constant(0, "shape").reshape(-1))
+    dynamic = shape_operand(ctx.builder, ctx.input(0))  # the shape of a data-dependent value: at its largest
+    shape = dynamic[0] if dynamic is not None else tuple(int(d) for d in ctx.constant(0, "shape").reshape(-1))
     if any(d < 0 for d in shape):
         ctx.fail(f"shape {list(shape)} has negative dimensions")
     _check_size(ctx, int(np.prod(shape, dtype=np.float64)))
@@ -37,7 +41,10 @@ def constant_of_shape(ctx: ConvertContext) -> str:
     # Expand of a scalar constant folds right away when small and stays a node when huge.
     if not shape:
         return ctx.const(fill)
-    return ctx.emit1("Expand", [ctx.const(fill.reshape((1,) * len(shape)))], shape=shape)
+    value = ctx.emit1("Expand", [ctx.const(fill.reshape((1,) * len(shape)))], shape=shape)
+    if dynamic is not None:
+        bound_by_shape(ctx.builder, value, dynamic)
+    return value
 
 
 @converter("Shape", since_version=1)
@@ -49,11 +56,15 @@ def shape_of(ctx: ConvertContext) -> str:
         start, end = int(ctx.attr("start", 0)), int(ctx.attr("end", rank))
         start = min(max(start + rank if start < 0 else start, 0), rank)
         end = min(max(end + rank if end < 0 else end, 0), rank)
+    if ctx.input(0) in ctx.builder.bounds:  # a data-dependent length: the shape is known at run time
+        return runtime_shape(ctx.builder, ctx.input(0), start, end)
     return ctx.const(np.asarray(shape[start:end], dtype=np.int64))
 
 
 @converter("Size", since_version=1)
 def size_of(ctx: ConvertContext) -> str:
+    if ctx.input(0) in ctx.builder.bounds:
+        return runtime_size(ctx.builder, ctx.input(0))
     return ctx.const(np.asarray(ctx.type_of(0).numel, dtype=np.int64))
 
 

@@ -138,7 +138,7 @@ def loop(ctx: ConvertContext) -> list[Value]:
     if executed is not None and stacked:  # scan outputs of data-dependent length: padded, plus their bound
         bound = ctx.emit1("Concat", [ctx.const(np.array([0], np.int64)), ctx.reshape(executed, (1,))], axis=0)
         for value in stacked:
-            ctx.builder.bound_value(value, bound)
+            ctx.builder.bound_value(value, bound, 0)
     return carried + stacked
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 from .registry import ConvertContext, converter
 
 
-def matmul(ctx: ConvertContext, a: str, b: str) -> str:
+def matmul(ctx: ConvertContext, a: str, b: str, op: str = "MatMul", extra_inputs: tuple[str, ...] = ()) -> str:
+    """`op` with a and b (then `extra_inputs`): MatMul, or MatMulInteger with its zero points."""
     a_shape, b_shape = ctx.builder.type_of(a).shape, ctx.builder.type_of(b).shape
     if not a_shape or not b_shape:
         ctx.fail("MatMul operands must not be scalars")
     # numpy rules: a vector on the left is a row, on the right a column; that axis is dropped again.
     a2 = ctx.reshape(a, (1,) + a_shape) if len(a_shape) == 1 else a
     b2 = ctx.reshape(b, b_shape + (1,)) if len(b_shape) == 1 else b
-    y = ctx.emit1("MatMul", [a2, b2])
+    y = ctx.emit1(op, [a2, b2, *extra_inputs])
     shape = ctx.builder.type_of(y).shape
     if len(b_shape) == 1:
         shape = shape[:-1]

@@ -1,5 +1,5 @@
-"""Quantization ops (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear) and ONNX's saturating
-casts to float8, decomposed into IR elementwise ops (Div, Round, Clip, Cast...) that fuse into one kernel."""
+"""Quantization ops: 8-bit QuantizeLinear/DequantizeLinear as graph ops (the integer rewrite matches them), the
+other forms, DynamicQuantizeLinear and ONNX's saturating casts to float8 as elementwise ops that fuse."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +11,7 @@ from .registry import ConvertContext, converter
 
 _INT_QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
                      **{name: int_range(name) for name in SUBBYTE_INT_DTYPES}}
+_EIGHT_BIT = ("int8", "uint8", "int32")  # int32: a dequantized bias
 
 
 def _is_float(dtype: str) -> bool:
@@ -75,12 +76,50 @@ def _output_dtype(ctx: ConvertContext, zero_point_index: int) -> str:
     return declared or "uint8"
 
 
+def _per_axis(ctx: ConvertContext, index: int, rank: int, axis: int) -> tuple[str, int] | None:
+    """Scale or zero point input `index` as the 8-bit graph ops take it: shape () per tensor, (C,) per `axis`
+    (normalized), or None when it is neither."""
+    shape = ctx.shape(index)
+    if int(np.prod(shape, dtype=np.int64)) == 1 and len(shape) <= 1:
+        return ctx.reshape(ctx.input(index), ()), 0
+    if len(shape) == 1 and -rank <= axis < rank and shape[0] == ctx.shape(0)[axis % rank]:
+        return ctx.input(index), axis % rank
+    return None
+
+
+def _eight_bit_operands(ctx: ConvertContext, dtype: str, float_type: str) -> tuple[list[str], int] | None:
+    """(x, scale[, zero point]) and the axis for the 8-bit DequantizeLinear/QuantizeLinear graph ops (`dtype`:
+    the integer side's, `float_type`: the float side's), or None when the node needs the general decomposition
+    (blocked, 16-bit, float8, other precisions)."""
+    rank = len(ctx.shape(0))
+    if dtype not in _EIGHT_BIT or int(ctx.attr("block_size", 0)) or ctx.attr("precision", 0) \
+            or ctx.type_of(1).dtype != "float32" or float_type != "float32":
+        return None
+    scale = _per_axis(ctx, 1, rank, int(ctx.attr("axis", 1)))
+    if scale is None:
+        return None
+    operands, axis = [ctx.input(0), scale[0]], scale[1]
+    if ctx.has_input(2):
+        zero = _per_axis(ctx, 2, rank, int(ctx.attr("axis", 1)))
+        if zero is None or ctx.builder.type_of(zero[0]).shape != ctx.builder.type_of(scale[0]).shape:
+            return None
+        operands.append(zero[0])
+    return operands, axis
+
+
 @converter("QuantizeLinear", since_version=10)
 def quantize_linear(ctx: ConvertContext) -> str:
     x, shape = ctx.input(0), ctx.shape(0)
     dtype = _output_dtype(ctx, 2)
     if dtype not in QUANT_DTYPES:
         ctx.unsupported(f"QuantizeLinear to {dtype}")
+    eight_bit = _eight_bit_operands(ctx, dtype, ctx.type_of(0).dtype)
+    if eight_bit is not None:  # a graph op the integer rewrite matches (passes/integer_qdq.py)
+        operands, axis = eight_bit
+        if len(operands) == 2:
+            scale_shape = ctx.builder.type_of(operands[1]).shape
+            operands.append(ctx.const(np.zeros(scale_shape, dtype)))
+        return ctx.emit1("QuantizeLinear", operands, axis=axis)
     axis, block_size = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
     scale = _broadcastable(ctx, ctx.input(1), shape, axis, block_size, "y_scale")
     precision = ctx.attr("precision", 0)
@@ -106,10 +145,16 @@ def quantize_linear(ctx: ConvertContext) -> str:
 @converter("DequantizeLinear", since_version=10)
 def dequantize_linear(ctx: ConvertContext) -> str:
     x, shape, x_dtype = ctx.input(0), ctx.shape(0), ctx.type_of(0).dtype
-    axis, block_size = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
-    scale = _broadcastable(ctx, ctx.input(1), shape, axis, block_size, "x_scale")
     declared = ctx.attr("output_dtype", 0)
     dtype = numpy_dtype(declared, ctx.where) if declared else ctx.type_of(1).dtype
+    eight_bit = _eight_bit_operands(ctx, x_dtype, dtype)
+    if eight_bit is not None:
+        # Never folded at import, so that int8 weights reach the integer rewrite as integers.
+        operands, axis = eight_bit
+        return ctx.builder.add_node("DequantizeLinear", operands, 1, name_hint=ctx.hint, foldable=False,
+                                    axis=axis)[0]
+    axis, block_size = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+    scale = _broadcastable(ctx, ctx.input(1), shape, axis, block_size, "x_scale")
     value = ctx.emit1("Cast", [x], to="float32")
     # Float8/float4 zero points are zero by definition; integers are subtracted exactly in float32.
     if ctx.has_input(2) and (x_dtype in _INT_QUANT_RANGES or x_dtype == "int32"):

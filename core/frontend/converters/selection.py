@@ -7,6 +7,8 @@ from typing import Sequence
 import numpy as np
 import onnx
 
+from core.graph.bounded import entry_minus, limit_length, shape_operand
+
 from .registry import ConvertContext, converter
 
 
@@ -40,9 +42,12 @@ def _slice(ctx: ConvertContext, starts, ends, axes, steps) -> str:
     if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
         ctx.fail(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} do not line up")
     first, stride, count = [0] * rank, [1] * rank, list(shape)
+    bound = ctx.builder.bounds.get(ctx.input(0))
     for start, end, axis, step in zip(starts, ends, axes, steps):
         if step == 0:
             ctx.fail("steps must not be 0")
+        if bound is not None and axis == bound.axis and min(start, end) < 0:
+            ctx.unsupported(f"a slice counted from the end of axis {axis}, whose length is data-dependent")
         first[axis], count[axis] = clamp_slice(start, end, step, shape[axis])
         stride[axis] = step
     return emit_slice(ctx, ctx.input(0), first, stride, count)
@@ -61,9 +66,18 @@ def slice_attrs(ctx: ConvertContext) -> str:
 @converter("Slice", since_version=10)
 def slice_inputs(ctx: ConvertContext) -> str:
     starts = _int_list(ctx.constant(1, "starts"))
-    ends = _int_list(ctx.constant(2, "ends"))
-    return _slice(ctx, starts, ends, _int_list(ctx.optional_constant(3, "axes")),
-                  _int_list(ctx.optional_constant(4, "steps")))
+    run_time_ends = shape_operand(ctx.builder, ctx.input(2))  # x[:n] with n from a data-dependent length
+    ends = list(run_time_ends[0]) if run_time_ends is not None else _int_list(ctx.constant(2, "ends"))
+    axes, steps = _int_list(ctx.optional_constant(3, "axes")), _int_list(ctx.optional_constant(4, "steps"))
+    result = _slice(ctx, starts, ends, axes, steps)
+    if run_time_ends is not None:  # sliced at the largest end, then cut to the run-time one
+        rank = ctx.type_of(0).rank
+        for entry, (start, end) in enumerate(zip(starts, ends)):
+            if (steps and steps[entry] != 1) or start < 0 or end < 0:
+                ctx.unsupported("a run-time slice end with a negative start, end or step")
+            axis = ctx.axis(axes[entry] if axes else entry, rank, "axes")
+            limit_length(ctx.builder, [result], axis, entry_minus(ctx.builder, ctx.input(2), entry, start))
+    return result
 
 
 def _split_sizes(ctx: ConvertContext, dim: int, outputs: int) -> list[int]:
@@ -93,6 +107,9 @@ def _split_sizes(ctx: ConvertContext, dim: int, outputs: int) -> list[int]:
 def split(ctx: ConvertContext) -> list[str]:
     shape = ctx.shape(0)
     axis = ctx.axis(ctx.attr("axis", 0), len(shape))
+    bound = ctx.builder.bounds.get(ctx.input(0))
+    if bound is not None and bound.axis == axis:  # the parts' sizes would depend on the run-time length
+        ctx.unsupported(f"Split along axis {axis}, whose length is data-dependent")
     sizes = _split_sizes(ctx, shape[axis], len(ctx.node.output))
     results, offset = [], 0
     for size in sizes:
@@ -189,12 +206,17 @@ def reverse_sequence(ctx: ConvertContext) -> str:
 @converter("TopK", since_version=1)
 def top_k(ctx: ConvertContext) -> list[str]:
     axis = ctx.axis(ctx.attr("axis", -1), ctx.type_of(0).rank)
-    if ctx.opset >= 10:
+    run_time_k = ctx.opset >= 10 and ctx.input(1) in ctx.builder.runtime_ints
+    if run_time_k:  # computed from a data-dependent length: the largest k, then the outputs cut to k
+        k = int(ctx.builder.runtime_ints[ctx.input(1)].reshape(-1)[0])
+    elif ctx.opset >= 10:
         k = int(ctx.constant(1, "K").reshape(-1)[0])
     else:
         k = int(ctx.attr("k"))
     values, indices = ctx.emit("TopK", [ctx.input(0)], 2, axis=axis, k=k, largest=int(ctx.attr("largest", 1)),
                                sorted=int(ctx.attr("sorted", 1)))
+    if run_time_k:
+        limit_length(ctx.builder, [values, indices], axis, ctx.reshape(ctx.input(1), [1]))
     return [values, indices]
 
 

@@ -6,6 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
+from core.graph.bounded import bound_by_shape, shape_operand
 from core.graph.op_defs._common import broadcast_shapes
 
 from .registry import ConvertContext, converter
@@ -33,7 +34,11 @@ def _axes_input_or_attr(ctx: ConvertContext, since_input: int) -> list[int] | No
 @converter("Reshape", since_version=5)
 def reshape(ctx: ConvertContext) -> str:
     source = ctx.shape(0)
-    requested = [int(d) for d in ctx.constant(1, "shape").reshape(-1)]
+    dynamic = shape_operand(ctx.builder, ctx.input(1))
+    if dynamic is not None and ctx.input(0) not in ctx.builder.bounds:
+        ctx.fail("the shape is computed from a data-dependent length, but the data has a fixed size")
+    # a run-time shape of a data-dependent value: its largest, the data's bound follows (core/graph/bounded.py)
+    requested = list(dynamic[0]) if dynamic is not None else [int(d) for d in ctx.constant(1, "shape").reshape(-1)]
     allow_zero = ctx.opset >= 14 and ctx.attr("allowzero", 0)
     shape = []
     for i, d in enumerate(requested):
@@ -108,11 +113,13 @@ def concat(ctx: ConvertContext) -> str:
 
 @converter("Expand", since_version=8)
 def expand(ctx: ConvertContext) -> str:
-    requested = tuple(int(d) for d in ctx.constant(1, "shape").reshape(-1))
+    dynamic = shape_operand(ctx.builder, ctx.input(1))  # the shape of a data-dependent value: at its largest
+    requested = dynamic[0] if dynamic is not None else tuple(int(d) for d in ctx.constant(1, "shape").reshape(-1))
     shape = broadcast_shapes(ctx.where, ctx.shape(0), requested)
-    if shape == ctx.shape(0):
-        return ctx.input(0)
-    return ctx.emit1("Expand", [ctx.input(0)], shape=shape)
+    value = ctx.emit1("Expand", [ctx.input(0)], shape=shape) if shape != ctx.shape(0) else ctx.input(0)
+    if dynamic is not None:
+        bound_by_shape(ctx.builder, value, dynamic)
+    return value
 
 
 @converter("Tile", since_version=6)

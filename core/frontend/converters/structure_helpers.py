@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from core.graph.bounded import select_bounded
+
 from ..structured_values import OptionalValue, SequenceValue, Value, kind_of
 from .registry import ConvertContext
 
@@ -54,6 +56,10 @@ def select(ctx: ConvertContext, flag: str, if_true: Value, if_false: Value, what
         if if_true == if_false:
             return if_true
         true_type, false_type = ctx.builder.type_of(if_true), ctx.builder.type_of(if_false)
+        if true_type != false_type or if_true in ctx.builder.bounds or if_false in ctx.builder.bounds:
+            selected = select_bounded(ctx.builder, flag, if_true, if_false)  # data-dependent lengths
+            if selected is not None:
+                return selected
         if true_type != false_type:
             ctx.unsupported(f"{what}: {true_type} versus {false_type}; a condition computed at run time "
                             f"needs both to have the same type")

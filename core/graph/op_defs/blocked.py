@@ -48,19 +48,21 @@ def _transform_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.nda
 def _layout_transform(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     expect_arity("LayoutTransform", types, 1)
     src, dst = _block_attr("LayoutTransform", attrs, "src_block"), _block_attr("LayoutTransform", attrs, "dst_block")
-    x = types[0]
-    if src and x.shape[-1:] != (src,):
-        raise ShapeError(f"LayoutTransform: input {x} is not in NCHW{src}c")
-    plain = unblocked_type("LayoutTransform", x) if src else x
-    if plain.rank != 4:
-        raise ShapeError(f"LayoutTransform: expects a 4-D NCHW input, got {x}")
-    return [blocked_type("LayoutTransform", plain, dst) if dst else plain]
+    x = types[0]  # NCHW or NCDHW (3-D convs), plain or blocked
+    if src and (x.shape[-1:] != (src,) or x.rank not in (5, 6)):
+        raise ShapeError(f"LayoutTransform: input {x} is not in NCHW{src}c or NCDHW{src}c")
+    plain = TensorType((x.shape[0], x.shape[1] * src) + x.shape[2:-1], x.dtype) if src else x
+    if plain.rank not in (4, 5):
+        raise ShapeError(f"LayoutTransform: expects a 4-D NCHW or 5-D NCDHW input, got {x}")
+    if dst and plain.shape[1] % dst:
+        raise ShapeError(f"LayoutTransform: cannot block {plain} by {dst} channels")
+    return [TensorType((plain.shape[0], plain.shape[1] // dst) + plain.shape[2:] + (dst,), x.dtype) if dst else plain]
 
 
 # -- Conv2dNCHWc --------------------------------------------------------------------------------
 def _conv_nchw_attrs(attrs: Mapping, channels: int) -> dict:
     return {"strides": attrs.get("strides"), "pads": attrs.get("pads"), "dilations": attrs.get("dilations"),
-            "group": channels if attrs.get("depthwise") else 1}
+            "group": channels if attrs.get("depthwise") else int(attrs.get("group", 1))}
 
 
 def _conv_nchwc_types(types: Sequence[TensorType], attrs: Mapping) -> tuple[list[TensorType], int]:
@@ -76,8 +78,9 @@ def _conv_nchwc_types(types: Sequence[TensorType], attrs: Mapping) -> tuple[list
             raise ShapeError(f"Conv2dNCHWc: depthwise weights {w} do not match the input {x}")
         oihw = TensorType((ocb * ob, 1, kh, kw), w.dtype)
     else:
-        if x.shape[-1] != ib or x.shape[1] != icb:
-            raise ShapeError(f"Conv2dNCHWc: input {x} is not blocked like the weights {w} (by {ib})")
+        group = int(attrs.get("group", 1))
+        if x.shape[-1] != ib or x.shape[1] != icb * group or ocb % group:
+            raise ShapeError(f"Conv2dNCHWc: input {x} is not blocked like the weights {w} (by {ib}, group={group})")
         oihw = TensorType((ocb * ob, icb * ib, kh, kw), w.dtype)
     return [plain_x, oihw] + _plain_bias("Conv2dNCHWc", types, ocb, ob), ob
 

@@ -1,8 +1,8 @@
 """Ops whose output size depends on the data (NonZero, Compress, Unique, NonMaxSuppression).
 Kiln compiles static shapes, so each writes its result into an upper-bound-sized output, padded
 with zeros, and a second int64 output `[axis, length]` saying how much of it is valid; the runtime
-trims graph outputs by it (core.runtime.loader.trim_bounded) and the importer refuses such values
-as inputs of other ops."""
+trims graph outputs by it (core.runtime.loader.trim_bounded), and later ops take it as a run-time
+length (core/graph/bounded.py)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -116,7 +116,10 @@ def _suppresses(a: np.ndarray, b: np.ndarray, center: bool, threshold: float) ->
 
 
 def _nms_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
-    boxes, scores = inputs
+    boxes, scores = inputs[:2]
+    if len(inputs) > 2:  # only the first `valid` boxes take part (a data-dependent number of them)
+        valid = int(inputs[2].reshape(-1)[0])
+        boxes, scores = boxes[:, :valid], scores[:, :, :valid]
     batches, classes, n = scores.shape
     keep, center = min(attrs["max_output"], n), bool(attrs["center_point_box"])
     threshold = attrs.get("score_threshold")
@@ -131,15 +134,17 @@ def _nms_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
                 if not any(_suppresses(boxes[b, i], boxes[b, j], center, attrs["iou_threshold"]) for j in kept):
                     kept.append(i)
                     found.append((b, c, i))
-    rows = nms_rows(batches, classes, n, attrs["max_output"])
+    rows = nms_rows(batches, classes, inputs[1].shape[2], attrs["max_output"])
     selected = np.array(found, np.int64).reshape(-1, 3)
     return [padded(selected, 0, rows), np.array([0, len(found)], np.int64)]
 
 
 @register_op("NonMaxSuppression", Pattern.OPAQUE, fold=_nms_fold)
 def _nms(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
-    expect_arity("NonMaxSuppression", types, 2)
-    boxes, scores = types
+    expect_arity("NonMaxSuppression", types, 2, 3)
+    boxes, scores = types[:2]
+    if len(types) > 2 and (types[2].shape != (1,) or types[2].dtype != "int64"):
+        raise ShapeError(f"NonMaxSuppression: the count of valid boxes must be int64 [1], got {types[2]}")
     if boxes.rank != 3 or scores.rank != 3 or boxes.shape[2] != 4 or boxes.shape[0] != scores.shape[0] \
             or boxes.shape[1] != scores.shape[2]:
         raise ShapeError(f"NonMaxSuppression: boxes {boxes} must be [B, N, 4] and scores {scores} [B, C, N]")

@@ -11,9 +11,13 @@ from core.graph.ir import Graph
 from core.target import Target, host_target
 
 from . import alter_layout, cse, eliminate_dead_code, fold_constants, fold_scale_bias, fuse, simplify  # noqa: F401
+from . import alter_layout_3d  # noqa: F401 (registers: 3-D conv regions in NCDHW[x]c)
+from . import alter_layout_int8  # noqa: F401 (registers alter_layout's rules for 8-bit convs)
 from . import pack_matmul_weights  # noqa: F401 (registers: constant MatMul weights packed into panels)
+from . import pack_int8_weights  # noqa: F401 (registers: constant MatMulInteger weights packed for a dot intrinsic)
 from . import patch_conv_as_matmul  # noqa: F401 (registers: patch-embedding convs as one GEMM)
 from . import widen_narrow_floats  # noqa: F401 (registers: bfloat16/float8 accumulate in float32)
+from . import integer_qdq  # noqa: F401 (registers: QDQ Conv/MatMul as integer ops + Requantize)
 from .registry import GraphPass
 
 _CLEANUP = ("fold_constants", "simplify", "cse", "fold_scale_bias", "fold_constants", "simplify",
@@ -28,11 +32,13 @@ LEVELS: dict[int, tuple[str, ...]] = {
     0: (),
     1: _CLEANUP,
     2: _CLEANUP + ("fuse_ops",),
-    3: _CLEANUP + ("patch_conv_as_matmul", "pack_matmul_weights", "alter_layout", "eliminate_dead_code", "fuse_ops"),
+    3: _CLEANUP + ("patch_conv_as_matmul", "pack_matmul_weights", "pack_int8_weights", "alter_layout",
+                   "alter_layout_3d", "eliminate_dead_code", "fuse_ops"),
 }
 # Not optimizations but semantics, so every level runs them first (and LEVELS, the optimization table
-# the report shows, leaves them out): accumulating ops on bfloat16/float8 compute in float32.
-REQUIRED: tuple[str, ...] = ("widen_narrow_floats",)
+# the report shows, leaves them out): accumulating ops on bfloat16/float8 compute in float32, and quantized
+# (QDQ) Conv/MatMul run as integer ops (integer_qdq) before any pass folds their int8 weights to float.
+REQUIRED: tuple[str, ...] = ("widen_narrow_floats", "integer_qdq")
 
 
 def run_passes(graph: Graph, passes: list[tuple[str, GraphPass]]) -> Graph:

@@ -26,13 +26,17 @@ MAX_COLUMNS = 8  # unrolled output columns per tile (TVM's reg_n)
 
 def default_tiles(op: ComputeOp, target: Target) -> tuple[int, int, int]:
     """(ow_tile, oc_tile, oh_tile): the most accumulators within budget, exact splits only (a guard
-    in an unrolled tile serializes it); ties go to more channel blocks (fewer broadcasts per FMA)."""
-    _, ocb, oh, ow, _ = (a.extent for a in op.axis)
+    in an unrolled tile serializes it); ties go to more channel blocks (fewer broadcasts per FMA).
+    A grouped conv's channel tile stays inside a group: blocks of different groups read different
+    inputs, so they share no broadcasts (regnet's and resnext's grouped 3x3 convs, one block per
+    group, x86-64-v3: 1.0-1.3x faster with oc_tile 1 and 2 rows than with 4 blocks of 4 columns)."""
+    ocb, oh, ow = (a.extent for a in (op.axis[1], *op.axis[-3:-1]))  # also ConvNDNCHWc's (n, oc, od, oh, ow, ob)
     if op.attrs.get("depthwise"):
         return largest_divisor(ow, list(range(MAX_COLUMNS, 0, -1))) or 1, 1, 1
+    blocks_per_group = ocb // op.attrs.get("group", 1)
     best = (0, 0, 0, 0)
     for oc_t in (4, 3, 2, 1):
-        if ocb % oc_t:
+        if blocks_per_group % oc_t:
             continue
         for oh_t in (1, 2):
             if oh % oh_t or oc_t * oh_t > MAX_ACCUMULATORS:

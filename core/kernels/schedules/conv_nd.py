@@ -62,15 +62,34 @@ def schedule_conv_nd(sch: Schedule, outs: Sequence[Tensor], target: Target, **kn
 
 
 def schedule_pool_nd(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
-    for op in find_ops(outs, ["pool_nd_pad"]):
-        window_pad_stage(sch[Tensor(op)], target)
+    """Each reduction computes the padded input rows of its current output row at that row (into a buffer that
+    stays in L1, not a pass over memory); an average's (Lp root's) output stage computes the sums of each of its
+    rows at that row. Measured on AveragePool3d (32x16x56x56, 3x3x3 stride 2, 2 threads, 15 interleaved rounds):
+    2.0x ORT's time with the padded input and the sums each a full pass, 0.6-0.7x with both at the rows."""
+    attached = set()
     for op in find_ops(outs, ["pool_nd"]):
-        if not op.reduce_axis:  # the average's division, the Lp root
-            output_stage(sch, op, outs, target)
+        if op.reduce_axis or not any(t.op is op for t in outs):
+            continue
+        stage = sch[Tensor(op)]
+        n, c, *rows, ow = op.axis
+        stage.vectorize(ow)
+        if worth_parallel(extent(op.axis), target):
+            parallelize(stage, [n, c, *rows], target)
+        for total in op.input_tensors:
+            if isinstance(total.op, ComputeOp) and total.op.reduce_axis:
+                sch[total].compute_at(stage, stage.leaf_iter_vars[-2])
+                attached.add(total.op)
+    for op in find_ops(outs, ["pool_nd"]):
+        if not op.reduce_axis:
+            if not any(t.op is op for t in outs):
+                output_stage(sch, op, outs, target)
             continue
         stage = sch[Tensor(op)]
         n, c, *rows, ow = op.axis
         stage.reorder(n, c, *rows, *op.reduce_axis, ow)
         stage.vectorize(ow)
-        if worth_parallel(extent(op.axis) * extent(op.reduce_axis), target):
+        if op not in attached and worth_parallel(extent(op.axis) * extent(op.reduce_axis), target):
             parallelize(stage, [n, c, *rows], target)
+        row = stage.leaf_iter_vars[stage.leaf_iter_vars.index(op.reduce_axis[0]) - 1]
+        for pad in inputs_tagged(op, "pool_nd_pad"):
+            sch[Tensor(pad)].compute_at(stage, row)

@@ -8,6 +8,7 @@ from .conv2d import schedule_conv2d
 from .conv2d_winograd import schedule_conv2d_winograd
 from .conv2d_nchwc import schedule_conv2d_nchwc, schedule_global_pool_nchwc, schedule_pool_nchwc
 from .conv_nd import schedule_conv_nd, schedule_pool_nd
+from .conv_nd_nchwc import schedule_conv_nd_nchwc, schedule_pool_nd_nchwc
 from .generic import schedule_injective
 from .matmul import schedule_matmul
 from .norm import schedule_row_ops
@@ -21,6 +22,8 @@ _SCHEDULES = {
     schedule_conv2d: ("Conv",),
     schedule_conv2d_nchwc: ("Conv2dNCHWc",),
     schedule_conv_nd: ("ConvND",),
+    schedule_conv_nd_nchwc: ("ConvNDNCHWc",),
+    schedule_pool_nd_nchwc: ("PoolNDNCHWc",),
     schedule_pool_nd: ("PoolND",),
     schedule_conv2d_winograd: ("Conv2dWinogradNCHWc",),
     schedule_pool_nchwc: ("MaxPoolNCHWc", "AveragePoolNCHWc"),

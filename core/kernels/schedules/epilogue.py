@@ -10,6 +10,7 @@ from ...target import Target
 from ...te.schedule import PointMap, Schedule, Stage, reads_at_own_axes
 from ...te.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..conv2d import flat_point_map
+from ..integer import conv_point_map
 from .generic import injective_stage
 
 
@@ -42,7 +43,8 @@ def attach_point(producer: Stage):
 
 # Producer tag -> the point map of a producer stage computed in another layout than its consumers
 # read (None: the consumers read it at their own axes).
-_POINT_MAPS: dict[str, Callable[[ComputeOp], Optional[PointMap]]] = {"conv2d": flat_point_map}
+_POINT_MAPS: dict[str, Callable[[ComputeOp], Optional[PointMap]]] = {"conv2d": flat_point_map,
+                                                                    "int8_dot": conv_point_map}
 
 
 def schedule_epilogue(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:

@@ -76,6 +76,13 @@ def injective_stage(stage: Stage, target: Target, parallel: bool = True) -> None
         stage.vectorize(last)  # codegen runs it as natural-width chunks plus one shorter group
     if not (parallel and worth_parallel(numel, target)):
         return
+    if not chunks and len(rows) > 1 and extent(rows[:-1]) >= 4 * target.num_cores:
+        # The innermost axis is one vector (a blocked layout's lanes, or a short row): threads over the
+        # outer rows, the last row a serial loop. Fusing it in too made every vector pay the fused
+        # loop's index math: x86-64-v3, one kernel, 11 interleaved rounds: a blocked Concat of two
+        # 64-channel 55x55 maps 76 -> 16 us (NCHW 15 us), a blocked Relu of 128 x 55 x 55 60 -> 14 us.
+        parallelize(stage, rows[:-1], target)
+        return
     # Prefer threads over the rows only (cheap index math); fold in the chunk loop when rows are few.
     parallelize(stage, rows if extent(rows) >= 4 * target.num_cores or not chunks else rows + chunks, target)
 

@@ -11,10 +11,12 @@ from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from sqlalchemy import func, or_, select
 
 from core.backends import get_backend
+from core.driver.shape_ranges import parse_dim
 from core.errors import UnsupportedOnTargetError
 from service.core import storage
 from service.core.job_state import ACTIVE, cancel, finish
-from service.core.queues import device_kind, host_device_kinds
+from service.core.queues import announced_measure_kinds, device_kind, host_device_kinds
+from service.core.worker_beats import workers_seen
 from service.core.settings import Settings
 from service.core.tables import Job, Model, new_id
 
@@ -22,6 +24,7 @@ from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..events import job_events
 from ..rate_limits import JobAllowed
 from ..schemas.jobs import JobCreate, JobOut, JobStatus
+from ..baselines import baseline_options
 from .models import owned_model
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -48,6 +51,7 @@ def _check_server_limits(body: JobCreate, settings: Settings) -> None:
         raise _refuse(f"tuning.trials {body.tuning.trials} is over this server's limit of {settings.max_tuning_trials}")
     if body.tuning.trials > 0:
         kinds = settings.measure_kinds if settings.measure_kinds is not None else host_device_kinds()
+        kinds = kinds + [k for k in announced_measure_kinds(workers_seen(settings.data_dir)) if k not in kinds]
         kind = device_kind(body.resolved_target)
         if kind not in kinds:
             raise _refuse(f"no worker of this server can measure {kind} code, so target {body.target!r} cannot be "
@@ -58,7 +62,7 @@ def _check_server_limits(body: JobCreate, settings: Settings) -> None:
                       f"{settings.job_soft_time_limit_s} s")
 
 
-def _check_input_shapes(input_shapes: dict[str, list[int]], summary: dict, settings: Settings) -> None:
+def _check_input_shapes(input_shapes: dict[str, list], summary: dict, settings: Settings) -> None:
     """input_shapes against the model's inputs (names, declared shapes, tensor size); every symbolic input fixed."""
     names = {i["name"] for i in summary["inputs"]}
     unknown = sorted(set(input_shapes) - names)
@@ -68,6 +72,12 @@ def _check_input_shapes(input_shapes: dict[str, list[int]], summary: dict, setti
     itemsizes = {i["name"]: _itemsize(i["dtype"]) for i in summary["inputs"]}
     for name, dims in input_shapes.items():
         shape = declared[name]
+        ranged = [a for a, d in enumerate(dims) if isinstance(d, str)]  # "1..8": validated by JobCreate
+        if shape is not None and len(dims) == len(shape) and any(isinstance(shape[a], int) for a in ranged):
+            axis = next(a for a in ranged if isinstance(shape[a], int))
+            raise _refuse(f"input_shapes[{name!r}] dim {axis} is fixed to {shape[axis]} by the model; it cannot take "
+                          f"the range {dims[axis]}")
+        dims = [d if isinstance(d, int) else parse_dim(d).hi for d in dims]  # the largest shape
         nbytes = math.prod(dims) * itemsizes[name]
         if nbytes > settings.max_tensor_bytes:
             raise _refuse(f"input_shapes[{name!r}] = {dims} would need {nbytes:,} bytes, over this server's "
@@ -104,6 +114,33 @@ def _copy_validation_inputs(inputs_id: str, model_id: str, job_id: str, settings
     return destination
 
 
+def _quantization_options(body: JobCreate, model: Model, job_id: str, settings: Settings) -> dict:
+    """An int8 job's Job.options["quantization"]: its own copy of the calibration samples, checked against the model
+    (not quantized already; every --keep-float name one of its nodes)."""
+    from core.quantize import is_quantized_op, node_names
+
+    request = body.quantization
+    source = storage.calibration_path(settings, model.id, request.calibration_id)
+    if not request.calibration_id.isalnum() or not source.is_file():
+        raise _refuse(f"quantization.calibration_id {request.calibration_id!r}: no such calibration samples were "
+                      f"uploaded for model {model.id!r}")
+    already = sorted(op for op in model.summary.get("op_types", ()) if is_quantized_op(op))
+    if already:
+        raise _refuse(f"the model is already quantized (it has {', '.join(already)}): precision int8 quantizes a "
+                      f"float32 model")
+    if request.keep_float:
+        import onnx
+
+        proto = onnx.load(str(storage.model_path(settings, model.id)), load_external_data=False)
+        unknown = [name for name in request.keep_float if name not in node_names(proto)]
+        if unknown:
+            raise _refuse(f"quantization.keep_float names no node of the model: {', '.join(map(repr, unknown))}")
+    destination = storage.job_dir(settings, job_id) / storage.JOB_CALIBRATION
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, destination)
+    return {**request.quantize_options(), "calibration": str(destination)}
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut,
              responses={429: {"description": "too many jobs: see Retry-After"}})
 def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAllowed, db: DbDep,
@@ -116,8 +153,17 @@ def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAl
     job_id, options = new_id(), body.compile_options()
     if body.validation.inputs_id:
         options["validation_inputs"] = str(_copy_validation_inputs(body.validation.inputs_id, model.id, job_id, settings))
-    job = Job(id=job_id, user_id=user.id, model_id=model.id, target=body.target, opt_level=body.opt_level,
-              tuning=body.tuning.model_dump(), input_shapes=body.input_shapes, options=options)
+    if body.precision == "int8":
+        options.update(precision="int8", quantization=_quantization_options(body, model, job_id, settings))
+    if body.baseline is not None:
+        options["baseline"] = baseline_options(db, user, body.baseline, model, settings)
+    return queue_job(request, db, Job(id=job_id, user_id=user.id, model_id=model.id, target=body.target,
+                                      opt_level=body.opt_level, tuning=body.tuning.model_dump(),
+                                      input_shapes=body.input_shapes, options=options))
+
+
+def queue_job(request: Request, db, job: Job) -> JobOut:
+    """Store a new job and send it to the workers (a broker that is down fails it at once)."""
     db.add(job)
     db.commit()
     try:

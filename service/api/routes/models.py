@@ -17,7 +17,7 @@ from service.core.tables import Job, Model, new_id
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..preflight import run_preflight
 from ..rate_limits import UploadAllowed
-from ..schemas.models import ModelBuildOut, ModelOut, ValidationInputsOut
+from ..schemas.models import CalibrationOut, ModelBuildOut, ModelOut, ValidationInputsOut
 from ..uploads import receive_upload
 
 router = APIRouter(prefix="/models", tags=["models"])
@@ -83,6 +83,41 @@ async def upload_validation_inputs(model_id: str, request: Request, user: UserDe
         return row
     finally:
         upload.discard()
+
+
+@router.post("/{model_id}/calibration", status_code=status.HTTP_201_CREATED, response_model=CalibrationOut,
+             responses={413: {"description": "over the upload limit"}, 415: {"description": "not multipart"},
+                        422: {"description": "not an .npz of at least 2 samples of the model's inputs"}})
+async def upload_calibration(model_id: str, request: Request, user: UserDep, _allowed: UploadAllowed, db: DbDep,
+                             settings: SettingsDep) -> CalibrationOut:
+    """Upload calibration samples for an int8 job (multipart field `file`): an .npz with one array per model input,
+    named as the input, with a leading axis of samples (at least 2: 20% are held back to measure the accuracy cost)."""
+    from core.driver.validate import MAX_VALIDATION_INPUT_BYTES
+
+    model = await run_in_threadpool(_owned_and_released, db, user, model_id)
+    limit = min(settings.max_upload_bytes, MAX_VALIDATION_INPUT_BYTES)
+    upload = await receive_upload(request, settings.tmp_dir, limit)
+    try:
+        samples = await run_in_threadpool(_check_calibration, upload.path, model.summary, limit)
+        row = CalibrationOut(id=new_id(), model_id=model.id, samples=samples, size_bytes=upload.size,
+                             sha256=upload.sha256)
+        destination = storage.calibration_path(settings, model.id, row.id)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(upload.path, destination)
+        return row
+    finally:
+        upload.discard()
+
+
+def _check_calibration(path, summary: dict, limit: int) -> int:
+    """The number of samples in the upload; 422 with core's one-line message for anything unusable."""
+    from core.quantize import CalibrationError, check_calibration
+
+    wanted = {i["name"]: (tuple(i["shape"] or ()), i["dtype"]) for i in summary["inputs"]}
+    try:
+        return len(check_calibration(path, wanted, max_bytes=limit, label="the upload"))
+    except CalibrationError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"message": str(err), "code": err.code}) from None
 
 
 def _owned_and_released(db, user, model_id: str) -> Model:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -11,6 +11,7 @@ from core.errors import KilnError
 from core.target import Target, get_target
 from service.core.tables import as_utc
 
+from .builds import BaselineRequest
 from .refusal import refused
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
@@ -54,18 +55,47 @@ class ValidationRequest(BaseModel):
         return out
 
 
+class QuantizationRequest(BaseModel):
+    """How an int8 job quantizes the float32 model before compiling it (the options of `kiln quantize`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    calibration_id: str = Field(min_length=1, max_length=64,
+                                description="calibration samples uploaded with POST /models/{model_id}/calibration")
+    per_channel: bool = Field(default=False, description="one scale per output channel of each weight")
+    method: Literal["minmax", "percentile", "entropy"] = Field(default="minmax", description="calibration method")
+    keep_float: list[str] = Field(default_factory=list, max_length=1000, description="node names left in float32")
+    max_error: Optional[float] = Field(default=None, gt=0, description=(
+        "error budget: the largest relative error ||int8 - fp32|| / ||fp32|| of any output on the held-back "
+        "samples; the most sensitive layers fall back to float32 until it holds"))
+    sensitivity_layers: int = Field(default=16, ge=0, le=256,
+                                    description="measure the sensitivity of at most this many Conv/MatMul/Gemm layers")
+    op_types: list[str] = Field(default_factory=list, max_length=100,
+                                description="quantize only these op types (empty: every op ORT's QDQ quantizer handles)")
+
+    def quantize_options(self) -> dict[str, Any]:
+        """core.quantize.QuantizeOptions' keywords (Job.options["quantization"], the calibration's path added)."""
+        return self.model_dump(exclude={"calibration_id"})
+
+
 class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_id: str = Field(min_length=1, max_length=64)
     target: str = Field(default="native", min_length=1, max_length=128, description="see GET /api/v1/targets")
     opt_level: int = Field(default=3, ge=0, le=3)
     tuning: TuningRequest = Field(default_factory=TuningRequest)
-    input_shapes: dict[str, list[int]] = Field(default_factory=dict,
-                                               description="fix symbolic input dimensions: {name: [d0, d1, ...]}")
+    input_shapes: dict[str, list[Union[int, str]]] = Field(
+        default_factory=dict, description="fix symbolic input dimensions: {name: [d0, d1, ...]}; a dim may be a range "
+                                          "\"1..8\", \"224..512:32\" or a list \"8|128|384\" (one artifact for every "
+                                          "shape in range)")
     name: Optional[str] = Field(default=None, max_length=32,
                                 description="artifact name: libNAME.so, NAME.h and C symbols NAME_load, NAME_run, ... "
                                             "(several models link into one program); default libkiln_model.so, kiln_load")
     validation: ValidationRequest = Field(default_factory=ValidationRequest)
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = Field(
+        default="fp32", description="fp16/bf16: weights stored as float16/bfloat16, float32 arithmetic, validated at "
+                                    "that format's tolerance; int8: quantize the float32 model first (needs `quantization`)")
+    quantization: Optional[QuantizationRequest] = Field(default=None, description="with precision int8: how to quantize")
+    baseline: Optional[BaselineRequest] = Field(default=None, description="CI gate: compare with an earlier build")
     _target: Target = PrivateAttr()
 
     @field_validator("name")
@@ -81,15 +111,32 @@ class JobCreate(BaseModel):
 
     def compile_options(self) -> dict[str, Any]:
         """The job's compile options beyond target, level, tuning and shapes (stored in Job.options)."""
-        return {**({"name": self.name} if self.name else {}), **self.validation.compile_options()}
+        return {**({"name": self.name} if self.name else {}), **self.validation.compile_options(),
+                **({"precision": self.precision} if self.precision in ("fp16", "bf16") else {})}
 
     @field_validator("input_shapes")
     @classmethod
-    def _positive_dimensions(cls, shapes: dict[str, list[int]]) -> dict[str, list[int]]:
+    def _positive_dimensions(cls, shapes: dict[str, list[Union[int, str]]]) -> dict[str, list[Union[int, str]]]:
+        """Sizes positive; ranges parsed once here and kept in their canonical text (Job.input_shapes is JSON)."""
+        from core.driver.shape_ranges import parse_dim
+
+        parsed = {}
         for name, dims in shapes.items():
-            if any(d < 1 for d in dims):
+            try:
+                parsed[name] = [d if isinstance(d, int) else parse_dim(d) for d in dims]
+            except KilnError as err:
+                raise refused(f"input_shapes[{name!r}]: {err}") from None
+            if any(isinstance(d, int) and d < 1 for d in parsed[name]):
                 raise refused(f"input_shapes[{name!r}]: dimensions must be positive")
-        return shapes
+        return {name: [d if isinstance(d, int) else str(d) for d in dims] for name, dims in parsed.items()}
+
+    @model_validator(mode="after")
+    def _quantization_with_int8(self) -> JobCreate:
+        if self.precision == "int8" and self.quantization is None:
+            raise refused("precision int8 needs quantization.calibration_id (POST /models/{model_id}/calibration)")
+        if self.precision != "int8" and self.quantization is not None:
+            raise refused(f"quantization is for precision int8, not {self.precision}")
+        return self
 
     @model_validator(mode="after")
     def _resolve_target(self) -> JobCreate:

@@ -25,6 +25,16 @@ class ValidationInputsOut(BaseModel):
     sha256: str
 
 
+class CalibrationOut(BaseModel):
+    """An uploaded .npz of calibration samples: pass its `id` as a job's `quantization.calibration_id`."""
+
+    id: str
+    model_id: str
+    samples: int
+    size_bytes: int
+    sha256: str
+
+
 class ModelOut(BaseModel):
     id: str
     filename: str

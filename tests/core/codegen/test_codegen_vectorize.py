@@ -117,6 +117,23 @@ def test_long_vectorized_loop_runs_in_chunks(build):
     np.testing.assert_allclose(o, a * a + 1, rtol=1e-6)
 
 
+def test_guarded_select_arms_in_a_chunked_loop_share_the_lane_ramp(build):
+    """A lane-invariant select over gathers guards each arm with a branch; the loop variable's vector
+    (first needed inside the first arm) must still dominate its use in the second (the remainder too)."""
+    n = 100
+    A, B, F, O = (Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32"), Buffer("F", (1,), "int32"),
+                  Buffer("O", (n,), "float32"))
+    j = Var("j")
+    body = For(j, IntImm(n), ForKind.VECTORIZED, Store(O, j, select(
+        F.load(IntImm(0)) > IntImm(0, "int32"), A.load((j * 7) % n), B.load((j * 3) % n))))
+    lib = build(PrimFunc("arms", (A, B, F, O), body, 3, 1))
+    a, b = RNG.standard_normal(n).astype("float32"), RNG.standard_normal(n).astype("float32")
+    for flag in (1, 0):
+        o = np.zeros(n, "float32")
+        lib.call("arms", a, b, np.array([flag], "int32"), o)
+        np.testing.assert_array_equal(o, a[np.arange(n) * 7 % n] if flag else b[np.arange(n) * 3 % n])
+
+
 def test_masked_lanes_never_touch_invalid_memory(build):
     # Padding-style select with a lane-dependent condition: out-of-range lanes must not be loaded.
     n, pad = 12, 3

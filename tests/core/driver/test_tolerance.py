@@ -71,9 +71,20 @@ def test_origins_come_from_the_onnx_producers():
                                helper.make_tensor_value_info("q", TensorProto.INT8, [2, 4]),
                                helper.make_tensor_value_info("idx", TensorProto.INT64, [2, 1])], [scale, zero])
     origins = output_origins(helper.make_model(graph))
-    assert origins["out"] == OutputOrigin(step=0.25)
-    assert origins["q"] == OutputOrigin(step=0.25, quantized_ints=True)
-    assert origins["idx"] == OutputOrigin(index_op="ArgMax")
+    assert origins["out"] == OutputOrigin(step=0.25, quantized_model=True)
+    assert origins["q"] == OutputOrigin(step=0.25, quantized_ints=True, quantized_model=True)
+    assert origins["idx"] == OutputOrigin(index_op="ArgMax", quantized_model=True)
+
+
+def test_a_quantized_model_allows_a_few_carried_steps_and_no_more():
+    """The int8 bar: the elementwise rule on >= 99.9% of elements; index outputs keep their own rule."""
+    tol = tolerance_for(np.float32, OutputOrigin(step=0.5, quantized_model=True))
+    assert tol.outlier_fraction == 0.001 and tol.atol == pytest.approx(0.5 + 1e-4)
+    ref = np.zeros(10_000, np.float32)
+    assert compare_output("y", ref + np.r_[np.full(10, 3.0), np.zeros(9_990)].astype(np.float32), ref, tol).passed
+    assert not compare_output("y", ref + np.r_[np.full(11, 3.0), np.zeros(9_989)].astype(np.float32), ref, tol).passed
+    assert tolerance_for(np.int64, OutputOrigin(index_op="ArgMax", quantized_model=True)).outlier_fraction is None
+    assert tolerance_for(np.float32, OutputOrigin(quantized_model=True), user=(1e-3, 1e-3)).outlier_fraction is None
 
 
 @pytest.mark.parametrize("text", ["", "a", "1,2,3", "-1", "nan", "1e-3,inf"])

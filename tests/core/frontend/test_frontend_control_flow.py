@@ -59,9 +59,21 @@ def test_if_on_data_selects_between_both_branches_at_run_time():
     assert len(rep._compiled) == 1
 
 
-def test_if_on_data_with_branches_of_different_shapes_is_unsupported():
+def test_if_on_data_with_branches_of_different_lengths_gives_a_data_dependent_length():
     then_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [], [_value("t", F32, [4])])
     else_branch = helper.make_graph([_const("e", np.zeros(2, np.float32))], "else", [], [_value("e", F32, [2])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), _const("zero", np.float32(0)),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    model = _model(nodes, [_value("x", F32, [4])], [_value("y", F32, ["n"])])
+    rep = KilnBackend.prepare(model)  # both branches, padded to the longer, the length selected too
+    for sign in (1, -1):
+        _assert_same(rep, model, {"x": np.full(4, sign, np.float32)})
+
+
+def test_if_on_data_with_branches_of_different_ranks_is_unsupported():
+    then_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [], [_value("t", F32, [4])])
+    else_branch = helper.make_graph([_const("e", np.zeros((2, 2), np.float32))], "else", [], [_value("e", F32, [2, 2])])
     nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), _const("zero", np.float32(0)),
              helper.make_node("Greater", ["s", "zero"], ["c"]),
              helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]

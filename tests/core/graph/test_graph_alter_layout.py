@@ -10,7 +10,7 @@ from core.graph.ir import TensorType
 from core.graph.passes import fuse_ops, get_pass, run_passes
 from core.graph.passes.alter_layout import alter_layout
 from core.graph.testing import CONV, assert_same_meaning, conv, image_builder, ops, rng
-from core.packing.blocked import from_blocked, pack_weights, to_blocked
+from core.packing.blocked import from_blocked, grouped_blocking, pack_weights, to_blocked
 
 
 LANES = 8  # AVX2's float lanes, whatever the host
@@ -114,17 +114,6 @@ def test_per_channel_constants_are_blocked_and_concat_along_channels_stays_block
     assert_same_meaning(graph, after)
 
 
-def test_depthwise_and_grouped_convs_stay_nchw():
-    b, x = image_builder((1, 16, 6, 6))
-    w = b.add_constant(rng(0).standard_normal((16, 1, 3, 3)).astype(np.float32), "dw")
-    (y,) = b.add_node("Conv", [x, w], **dict(CONV, group=16))
-    g = b.add_constant(rng(1).standard_normal((16, 8, 3, 3)).astype(np.float32), "grouped")
-    (z,) = b.add_node("Conv", [y, g], **dict(CONV, group=2))
-    b.set_outputs([z])
-    graph = b.build()
-    assert ops(_optimized(graph)) == ["Conv", "Conv"]
-
-
 def _pointwise(b, x, channels, out, seed):
     w = b.add_constant(rng(seed).standard_normal((out, channels, 1, 1)).astype(np.float32), "pw")
     bias = b.add_constant(rng(seed + 1).standard_normal(out).astype(np.float32), "pwb")
@@ -151,6 +140,54 @@ def test_a_region_with_depthwise_and_dense_convs_runs_blocked_short_reductions_i
                           "LayoutTransform"]
     assert [n.attr("depthwise") for n in after.nodes if n.op == "Conv2dNCHWc"] == [False, True, False]
     assert_same_meaning(graph, after)
+
+
+def _grouped_chain(channels, group, in_group):
+    """dense 1x1 -> Relu -> grouped 3x3 (`in_group` input channels per group) -> dense 1x1."""
+    b, x = image_builder((1, channels, 6, 7))
+    y = _pointwise(b, x, channels, channels, seed=0)
+    (y,) = b.add_node("Relu", [y])
+    g = b.add_constant(rng(1).standard_normal((channels, in_group, 3, 3)).astype(np.float32), "grouped")
+    (y,) = b.add_node("Conv", [y, g], **dict(CONV, group=group))
+    y = _pointwise(b, y, channels, channels, seed=2)
+    b.set_outputs([y])
+    return b.build()
+
+
+@pytest.mark.parametrize("group, in_group, blocked_groups", [(8, 8, 8), (16, 4, 8)], ids=["blocks_in_groups",
+                                                                                           "block_diagonal"])
+def test_grouped_convs_run_blocked_between_dense_ones(group, in_group, blocked_groups):
+    graph = _grouped_chain(64, group, in_group)  # the grouped conv reduces over 8 x 3 x 3 (block-diagonal: half 0s)
+    after = _optimized(graph)
+    assert ops(after) == ["LayoutTransform", "Conv2dNCHWc", "Relu", "Conv2dNCHWc", "Conv2dNCHWc", "LayoutTransform"]
+    grouped = [n for n in after.nodes if n.op == "Conv2dNCHWc"][1]
+    assert grouped.attr("group") == blocked_groups and not grouped.attr("depthwise")
+    assert "Conv2dWinogradNCHWc" not in ops(_optimized(_grouped_chain(128, 2, 64)))  # grouped: direct
+    assert_same_meaning(graph, after, rtol=1e-4, atol=1e-3)  # outputs in the hundreds, summed in another order
+
+
+def test_grouped_convs_whose_groups_fit_no_block_stay_nchw():
+    b, x = image_builder((1, 16, 6, 7))
+    g = b.add_constant(rng(1).standard_normal((32, 2, 3, 3)).astype(np.float32), "grouped")
+    (y,) = b.add_node("Conv", [x, g], **dict(CONV, group=8))  # 2 in, 4 out per group: no block holds whole groups
+    b.set_outputs([y])
+    graph = b.build()
+    assert grouped_blocking(16, 32, 8, LANES, LANES // 2) is None
+    assert ops(_optimized(graph)) == ["Conv"]
+
+
+def test_squeeze_excitation_scales_per_channel_stay_blocked():
+    b, x = image_builder((1, 64, 5, 6))
+    y = _pointwise(b, x, 64, 64, seed=0)
+    (pooled,) = b.add_node("GlobalAveragePool", [y])
+    (gate,) = b.add_node("Sigmoid", [_pointwise(b, pooled, 64, 64, seed=2)])
+    (y,) = b.add_node("Mul", [y, gate])  # (1, 64, 5, 6) x (1, 64, 1, 1)
+    b.set_outputs([_pointwise(b, y, 64, 64, seed=4)])
+    graph = b.build()
+    after = _optimized(graph)
+    assert ops(after) == ["LayoutTransform", "Conv2dNCHWc", "GlobalAveragePoolNCHWc", "Conv2dNCHWc", "Sigmoid", "Mul",
+                          "Conv2dNCHWc", "LayoutTransform"]
+    assert_same_meaning(graph, after, rtol=1e-4, atol=1e-3)
 
 
 def test_a_lone_depthwise_conv_stays_nchw():

@@ -34,6 +34,11 @@ EXPECTED_OPS = {
     # made only by the layout pass (alter_layout, -O3): the blocked layout NCHW[x]c
     "LayoutTransform", "Conv2dNCHWc", "Conv2dWinogradNCHWc", "MaxPoolNCHWc", "AveragePoolNCHWc", "GlobalAveragePoolNCHWc",
     "GlobalMaxPoolNCHWc",
+    "ConvNDNCHWc", "PoolNDNCHWc",  # made only by alter_layout_3d (-O3): 3-D convs and pools in NCDHW[x]c
+    "MatMulInteger", "ConvInteger",  # 8-bit operands, int32 sums
+    "MatMulIntegerPacked", "ConvIntegerPacked",  # made only by pack_int8_weights (-O3): tensorized 8-bit kernels
+    "ConvIntegerPackedNCHWc", "DepthwiseConvIntegerNCHWc",  # made only by alter_layout: channels-last 8-bit convs
+    "DequantizeLinear", "QuantizeLinear", "Requantize",  # 8-bit quantization; the integer rewrite (integer_qdq)
 }
 COMPILE_ONLY_OPS = {"GridSample", "DeformColumns", "RoiAlign", "MaxPoolWithIndices"}
 

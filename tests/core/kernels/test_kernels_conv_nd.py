@@ -52,7 +52,8 @@ def test_3d_models_compile_fused_and_match_ort(build):
     assert_model_matches(model, {"x": x}, rtol=1e-4, atol=1e-4)
     graph = optimize(import_onnx(model), 3)
     groups = [[n.op for n in g.attr("body").nodes] if g.op == "Fused" else [g.op] for g in graph.nodes]
-    convs = [g for g in groups if "ConvND" in g]
+    convs = [g for g in groups if "ConvND" in g or "ConvNDNCHWc" in g]
+    assert sum("ConvNDNCHWc" in g for g in convs) >= 4  # the blocked layout NCDHW[x]c (alter_layout_3d)
     # Every BatchNormalization folded into its conv; ReLU (and the residual Add) fused after it.
     assert convs and all(not any(op in ("BatchNormalization", "Mul") for op in g) for g in convs)
     assert sum("Relu" in g for g in convs) >= 4

@@ -9,7 +9,6 @@ import pytest
 from onnx import helper
 
 from core.onnx_backend.backend import KilnBackend
-from core.errors import ShapeError
 
 F32, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 
@@ -186,16 +185,6 @@ def test_compress(axis, condition):
     attrs = {} if axis is None else {"axis": axis}
     check(helper.make_node("Compress", ["x", "c"], ["y"], **attrs), {"x": x, "c": np.array(condition, bool)},
           {"y": F32}, opset=11)
-
-
-def test_a_data_dependent_value_cannot_feed_other_ops():
-    node = helper.make_node("NonZero", ["x"], ["n"])
-    cast = helper.make_node("Cast", ["n"], ["y"], to=onnx.TensorProto.FLOAT)
-    graph = helper.make_graph([node, cast], "t", [helper.make_tensor_value_info("x", F32, [2, 2])],
-                              [helper.make_tensor_value_info("y", F32, [2, None])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    with pytest.raises(ShapeError, match="NonZero output .* has a data-dependent shape and feeds other ops"):
-        KilnBackend.prepare(model)
 
 
 def test_trim_bounded_keeps_the_valid_part_along_the_axis():

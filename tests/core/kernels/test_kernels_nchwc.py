@@ -1,5 +1,6 @@
 """Blocked-layout kernels: Conv2dNCHWc against Kiln's NCHW Conv kernel (dense, 1x1, strided, widened
-odd widths, depthwise, tuned tiles), LayoutTransform and the blocked pools against their folds."""
+odd widths, depthwise, tuned tiles) and grouped against the Conv fold, LayoutTransform and the blocked
+pools against their folds."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from core.graph.ops import get_op
 from core.kernels.schedules.conv2d_nchwc import schedule_conv2d_nchwc
 from core.kernels.testing import OpKernel, build_kernels
-from core.packing.blocked import block_for, from_blocked, pack_weights, to_blocked
+from core.packing.blocked import block_for, expand_groups, from_blocked, grouped_blocking, pack_weights, to_blocked
 
 rng = np.random.default_rng(11)
 
@@ -60,6 +61,42 @@ def test_conv2d_nchwc_matches_the_nchw_conv(conv_runs, cid):
     np.testing.assert_allclose(from_blocked(blocked), plain, rtol=1e-4, atol=2e-5 * scale)
 
 
+GROUPED = [  # id, input NCHW shape, out channels, kernel, stride, pad, group, lanes, (block, blocked groups), knobs
+    ("groups_of_one_block", (1, 32, 9, 10), 32, 3, 1, 1, 4, 8, (8, 4), {}),  # regnet: 8-channel groups
+    ("groups_of_two_blocks_s2", (1, 32, 11, 11), 64, 3, 2, 1, 2, 8, (8, 2), {}),
+    ("wide_block_diagonal", (1, 16, 7, 8), 16, 3, 1, 1, 2, 16, (16, 1), {}),  # AVX-512: two 8-channel groups
+    ("half_vector_blocks", (1, 24, 7, 8), 24, 3, 1, 1, 3, 16, (8, 3), {}),  # 24 channels take 12-blocks
+    ("block_diagonal", (1, 32, 8, 9), 32, 3, 1, 1, 8, 8, (8, 4), {}),  # resnext: 4-channel groups, 2 per block
+    ("block_diagonal_1x1", (2, 16, 5, 6), 16, 1, 1, 0, 8, 8, (8, 2), {}),
+    ("tile_across_groups", (1, 64, 8, 8), 64, 3, 1, 1, 4, 8, (8, 4),  # each unrolled oc block reads its own group
+     {"ow_tile": 4, "oc_tile": 4, "oh_tile": 2, "ic_tile": 2, "reduce_order": 1}),
+]
+
+
+@pytest.mark.parametrize("case", GROUPED, ids=[c[0] for c in GROUPED])
+def test_grouped_conv2d_nchwc_matches_the_conv_fold(case):
+    cid, shape, m, k, s, p, group, lanes, blocking, knobs = case
+    x, w, bias = f32(*shape), f32(m, shape[1] // group, k, k), f32(m)
+    attrs = {"strides": (s, s), "pads": (p,) * 4, "dilations": (1, 1)}
+    assert grouped_blocking(shape[1], m, group, lanes, lanes // 2) == blocking
+    block, blocked_groups = blocking
+    packed = pack_weights(expand_groups(w, group, blocked_groups), block, block, False)
+    inputs = [to_blocked(x, block), packed, bias.reshape(-1, block)]
+    schedule = (lambda sch, outs, target: schedule_conv2d_nchwc(sch, outs, target, **knobs)) if knobs else None
+    (run,) = build_kernels([OpKernel(f"grouped_{cid}", "Conv2dNCHWc", inputs,
+                                     dict(attrs, depthwise=False, group=blocked_groups), schedule_fn=schedule)])
+    (want,) = get_op("Conv").fold([x, w, bias], dict(attrs, group=group))
+    (folded,) = get_op("Conv2dNCHWc").fold(inputs, dict(attrs, depthwise=False, group=blocked_groups))
+    np.testing.assert_allclose(from_blocked(run.run()[0]), want, rtol=1e-4, atol=2e-5 * np.sqrt(w[0].size))
+    np.testing.assert_allclose(from_blocked(folded), want, rtol=1e-5, atol=1e-5)
+
+
+def test_groups_that_do_not_fit_blocks_have_no_blocking():
+    assert grouped_blocking(32, 64, 16, 8, 4) is None  # 2 in, 4 out per group: no block of whole groups
+    assert grouped_blocking(32, 32, 16, 16, 8) is None  # 2-channel groups: 8 multiplies per useful one
+    assert grouped_blocking(40, 40, 10, 16, 8) is None  # 4-channel groups, blocks of 10 split them
+
+
 def test_layout_transforms_and_blocked_pools_match_their_folds():
     x = f32(1, 16, 9, 11)
     xb = to_blocked(x, 8)
@@ -78,3 +115,28 @@ def test_layout_transforms_and_blocked_pools_match_their_folds():
         (want,) = get_op(op).fold(ins, attrs)
         (got,) = run.run()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{op} {attrs}")
+
+
+def test_a_blocked_elementwise_op_runs_threads_over_rows_and_each_rows_vectors_serially():
+    from core.target import get_target
+    from core.tir.stmt import For, ForKind
+
+    x = to_blocked(f32(1, 64, 28, 28), 8)
+    func = OpKernel("relu_blocked", "Relu", [x], {}).lower(get_target("x86-64-v3"))
+    kinds = []
+
+    def walk(s):
+        if isinstance(s, For):
+            kinds.append((s.kind, s.extent.value))
+        for child in ("body", "then_case", "else_case"):
+            if getattr(s, child, None) is not None:
+                walk(getattr(s, child))
+        for inner in getattr(s, "stmts", ()):
+            walk(inner)
+
+    walk(func.body)
+    # (n, channel block, row) fused across threads; the row's 28 vectors a plain loop, not fused in:
+    # per vector, a fused loop's index math cost 4x the copy (generic.injective_stage)
+    assert kinds[0] == (ForKind.PARALLEL, 8 * 28) and kinds[1] == (ForKind.SERIAL, 28)
+    np.testing.assert_array_equal(build_kernels([OpKernel("relu_blocked", "Relu", [x], {})])[0].run()[0],
+                                  np.maximum(x, 0))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from core.graph.testing import rng
-from core.packing.blocked import (block_for, from_blocked, pack_channel_vector, pack_weights, relayout, to_blocked,
-                                  unpack_weights)
+from core.packing.blocked import (block_for, expand_groups, from_blocked, pack_channel_vector, pack_weights, relayout,
+                                  to_blocked, unpack_weights)
 
 
 def test_block_choice_and_weight_packing_round_trip():
@@ -26,3 +26,13 @@ def test_relayout_between_blocks_and_the_blocked_bias():
     np.testing.assert_array_equal(relayout(relayout(x, 0, 8), 8, 4), to_blocked(x, 4))
     np.testing.assert_array_equal(relayout(to_blocked(x, 4), 4, 0), x)
     np.testing.assert_array_equal(pack_channel_vector(np.arange(16), 8)[1], np.arange(8, 16))
+
+
+def test_expand_groups_places_each_group_block_diagonally():
+    w = rng(4).standard_normal((8, 2, 3, 3)).astype(np.float32)  # 4 groups of 2 channels in and out
+    wide = expand_groups(w, 4, 2)  # as 2 groups of 4
+    assert wide.shape == (8, 4, 3, 3) and expand_groups(w, 4, 4) is w
+    for c in range(8):
+        start = (c % 4) // 2 * 2
+        np.testing.assert_array_equal(wide[c, start:start + 2], w[c])
+        assert not np.any(np.delete(wide[c], [start, start + 1], axis=0))

@@ -20,3 +20,24 @@ def test_an_arm_preset_compiles_here_but_is_tuned_only_where_a_worker_measures_i
     assert tuned.status_code == 422 and "no worker of this server can measure rpi5 code" in str(tuned.json()["detail"])
     plain = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model_id, "target": "rpi5"})
     assert plain.status_code == 201 and api.queued == [plain.json()["id"]]  # cross-compiled, validated under qemu
+
+
+def test_a_worker_announcing_measure_rpi5_makes_rpi5_tunable(api, make_model):
+    """`kiln worker --measure rpi5` beats with its queues: while that beat is fresh, rpi5 tuning jobs are accepted
+    (and compile on the compile queue, sending only their measurements to measure.rpi5)."""
+    import json
+    import time
+
+    from service.core.worker_beats import FRESH_FOR_S, beat_path, write_beat
+
+    headers = api.auth()
+    model_id = api.upload(headers, make_model()).json()["id"]
+    body = {"model_id": model_id, "target": "rpi5", "tuning": {"trials": 8}}
+    path = write_beat(api.settings.data_dir, "kiln-1@board", ["measure.rpi5"])
+    tuned = api.client.post("/api/v1/jobs", headers=headers, json=body)
+    assert tuned.status_code == 201, tuned.text
+    assert api.queued == [tuned.json()["id"]]
+    stale = json.loads(path.read_text()) | {"seen_at": time.time() - FRESH_FOR_S - 1}  # the worker is gone
+    beat_path(api.settings.data_dir, "kiln-1@board").write_text(json.dumps(stale))
+    refused = api.client.post("/api/v1/jobs", headers=headers, json=body)
+    assert refused.status_code == 422 and "no worker of this server can measure rpi5 code" in refused.text

@@ -1,0 +1,68 @@
+"""The model entry of a shape-bucketed library: one runner per bucket plus the dispatch tables that
+core/runtime/kiln_shaped.c reads (it defines `kiln_graph_run`, which runs the selected bucket, and
+`kiln_run_shaped`). `kiln_graph_profile` profiles the largest bucket, the one `kiln_run` runs.
+
+Tables (`kiln_dyn_NAME`, see kiln_shaped.c): int32 `num_buckets`, `num_vars`, `in_ndim[I]`, `out_ndim[O]`,
+`in_var[sum in_ndim]` (the variable setting each input dim, -1 fixed), `out_var[sum out_ndim]` (the padded
+variable an output dim follows, -1 none), `var_padded[V]`, `in_itemsize[I]`, `out_itemsize[O]`; int64
+`in_fixed[sum in_ndim]` (the largest shape), `var_lo[V]`, `var_hi[V]`, `bucket_sizes[B*V]`,
+`out_shapes[B * sum out_ndim]`; strings `in_names[I]`, `var_names[V]`; `runners[B]` (function pointers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from llvmlite import ir
+
+from ..tir.stmt import PrimFunc
+from .llvm_types import I32, I64, PTR
+from .model_entry import ModelPlan, _cstring, _emit_runner, _global, validate_plan
+
+TABLE_TYPES = {"i32": I32, "i64": I64}
+
+
+@dataclass(frozen=True)
+class BucketedPlan:
+    plans: tuple[ModelPlan, ...]  # per bucket, ascending; the last is the largest (what kiln_run runs)
+    num_inputs: int
+    num_outputs: int
+    arena_bytes: int  # the largest bucket's
+    weights_bytes: int  # one blob shared by every bucket
+    tables: Mapping[str, tuple[str, tuple]] = field(default_factory=dict)  # name -> ("i32"|"i64"|"str", values)
+    export_prefix: Optional[str] = None
+
+
+def emit_bucketed_entry(module: ir.Module, plan: BucketedPlan, funcs: Mapping[str, PrimFunc],
+                        kernels: Mapping[str, ir.Function]) -> None:
+    for name in {call.func for p in plan.plans for call in p.calls}:
+        if name in kernels:
+            kernels[name].attributes.add("noinline")
+    runners = []
+    for b, bucket in enumerate(plan.plans):
+        validate_plan(bucket, funcs)
+        runners.append(_emit_runner(module, bucket, kernels, profile=False, name=f"kiln_bucket_run_{b}"))
+    top = plan.plans[-1]
+    _emit_runner(module, top, kernels, profile=True)
+    _global(module, "kiln_arena_bytes", ir.Constant(I64, plan.arena_bytes))
+    _global(module, "kiln_weights_bytes", ir.Constant(I64, plan.weights_bytes))
+    _global(module, "kiln_graph_num_inputs", ir.Constant(I32, plan.num_inputs))
+    _global(module, "kiln_graph_num_outputs", ir.Constant(I32, plan.num_outputs))
+    _global(module, "kiln_graph_num_calls", ir.Constant(I32, len(top.calls)))
+    names = [_cstring(module, f"kiln.call_name.{i}", c.label or c.func) for i, c in enumerate(top.calls)]
+    _global(module, "kiln_graph_call_names", ir.Constant(ir.ArrayType(PTR, len(names)), names))
+    _global(module, "kiln_dyn_runners", ir.Constant(ir.ArrayType(PTR, len(runners)), runners))
+    for name, (kind, values) in plan.tables.items():
+        if kind == "str":
+            items = [_cstring(module, f"kiln.dyn.{name}.{i}", str(v)) for i, v in enumerate(values)]
+            _global(module, f"kiln_dyn_{name}", ir.Constant(ir.ArrayType(PTR, max(1, len(items))),
+                                                            items or [ir.Constant(PTR, None)]))
+        elif isinstance(values, tuple) and kind in TABLE_TYPES:
+            typ = TABLE_TYPES[kind]
+            items = [ir.Constant(typ, int(v)) for v in values] or [ir.Constant(typ, 0)]  # never a zero-length array
+            _global(module, f"kiln_dyn_{name}", ir.Constant(ir.ArrayType(typ, len(items)), items))
+        else:  # a scalar
+            _global(module, f"kiln_dyn_{name}", ir.Constant(TABLE_TYPES[kind], int(values)))
+
+
+__all__ = ["BucketedPlan", "emit_bucketed_entry"]

@@ -1,0 +1,144 @@
+"""The tensor intrinsics tensorize can use (core/te/tensorize.py): each an 8-bit dot-product
+instruction declared once as its compute, `c[lanes] += sum_{k<4} int32(a[k]) * int32(b[lanes, 4])`
+(a: four activations shared by every lane; b: four weights per lane, lane-major), with the target
+features it needs and its LLVM lowering. Chosen by features (`intrinsics_for(target)`), never by name.
+
+- x86 AVX-512-VNNI `vpdpbusd` on zmm (16 lanes) and AVX-VNNI on ymm (8 lanes): u8 x s8, exact int32.
+- x86 AVX2 (8 lanes): `vpmaddubsw` would saturate its int16 pair sums (255 * -128 * 2 < -32768, the
+  case MLAS leaves to 7-bit weights); the exact lowering widens both operands to int16 and uses
+  `vpmaddwd`, whose pair sums are int32. Weights within +-64 (ONNX Runtime's reduce_range) cannot
+  saturate, and get the twice-shorter `vpmaddubsw` + `vpmaddwd` lowering.
+- AArch64 `sdot` (s8 x s8) and `udot` (u8 x u8) with +dotprod (4 lanes of a 128-bit register).
+- CUDA `dp4a` (s8 x s8, one lane: each GPU thread owns its accumulator; sm_61 and later).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..errors import CodegenError
+from ..te import tensor as te
+from ..te.tensorize import TensorIntrinsic, get_intrinsic, register_intrinsic
+from ..tir.expr import cast
+from ..tir.stmt import IntrinsicCall
+from .arith import declare, splat
+from .llvm_types import I32
+
+DEPTH = 4  # 8-bit products summed into each int32 lane per instruction
+
+
+def dot_declaration(lanes: int, a_dtype: str, b_dtype: str, name: str) -> tuple[te.Tensor, tuple[te.Tensor, ...]]:
+    a = te.placeholder((DEPTH,), a_dtype, "a")
+    b = te.placeholder((lanes, DEPTH), b_dtype, "b")
+    k = te.reduce_axis(DEPTH, "k")
+    c = te.compute((lanes,), lambda j: te.sum(cast("int32", a[k.var]) * cast("int32", b[j, k.var]), k), name=name)
+    return c, (a, b)
+
+
+def _vector(lanes: int, bits: int = 32) -> ir.VectorType:
+    return ir.VectorType(ir.IntType(bits), lanes)
+
+
+def _mask(values) -> ir.Constant:
+    return ir.Constant(_vector(len(values)), [ir.Constant(I32, v) for v in values])
+
+
+def _accumulate(b: ir.IRBuilder, c_ptr: ir.Value, lanes: int, update) -> None:
+    """c[0:lanes] = update(c[0:lanes]) on an int32 vector (unaligned: regions start anywhere)."""
+    acc = b.load(c_ptr, typ=_vector(lanes), align=4)
+    b.store(update(acc), c_ptr, align=4)
+
+
+def _activations(b: ir.IRBuilder, a_ptr: ir.Value, lanes: int) -> ir.Value:
+    """The four activation bytes as one i32, repeated in every lane."""
+    return splat(b, b.load(a_ptr, typ=I32, align=1), lanes)
+
+
+def _dot_instruction(llvm_name: str, lanes: int, byte_operands: bool = False):
+    """A lowering calling one LLVM dot-product intrinsic `acc, a, b -> acc` on `lanes` int32 lanes
+    (`byte_operands`: it takes a and b as <4*lanes x i8>, as Arm's sdot/udot)."""
+
+    def emit(b: ir.IRBuilder, pointers) -> None:
+        c_ptr, a_ptr, b_ptr = pointers
+        vec = _vector(lanes)
+        operand_t = _vector(lanes * DEPTH, 8) if byte_operands else vec
+        fn = declare(b.module, llvm_name, vec, [vec, operand_t, operand_t])
+        a_val = _activations(b, a_ptr, lanes)
+        weights = b.load(b_ptr, typ=operand_t, align=1)
+        if byte_operands:
+            a_val = b.bitcast(a_val, operand_t)
+        _accumulate(b, c_ptr, lanes, lambda acc: b.call(fn, [acc, a_val, weights]))
+
+    return emit
+
+
+def _emit_avx2_exact(b: ir.IRBuilder, pointers) -> None:
+    """8 lanes: b's 32 bytes widened to two <16 x i16> (lanes 0-3, 4-7), a's 4 bytes zero-extended and
+    repeated; vpmaddwd gives per lane two pair sums (k 0-1, k 2-3), added after an even/odd shuffle."""
+    c_ptr, a_ptr, b_ptr = pointers
+    i16x16 = _vector(16, 16)
+    pmadd = declare(b.module, "llvm.x86.avx2.pmadd.wd", _vector(8), [i16x16, i16x16])
+    weights = b.load(b_ptr, typ=_vector(32, 8), align=1)
+    halves = [b.sext(b.shuffle_vector(weights, weights, _mask(range(16 * h, 16 * h + 16))), i16x16) for h in (0, 1)]
+    four = b.load(a_ptr, typ=_vector(4, 8), align=1)
+    acts = b.zext(b.shuffle_vector(four, four, _mask([0, 1, 2, 3] * 4)), i16x16)
+    pairs = [b.call(pmadd, [acts, half]) for half in halves]
+    even = b.shuffle_vector(pairs[0], pairs[1], _mask(range(0, 16, 2)))
+    odd = b.shuffle_vector(pairs[0], pairs[1], _mask(range(1, 16, 2)))
+    _accumulate(b, c_ptr, 8, lambda acc: b.add(acc, b.add(even, odd)))
+
+
+def _emit_avx2_pairs(b: ir.IRBuilder, pointers) -> None:
+    """8 lanes: vpmaddubsw sums the u8 x s8 products in pairs as int16, vpmaddwd by ones sums the pairs
+    as int32. A pair sum saturates beyond 2 * 255 * 64, so this lowering is declared for |w| <= 64 only
+    (ONNX Runtime's reduce_range weights); others take the exact lowering above."""
+    c_ptr, a_ptr, b_ptr = pointers
+    i8x32, i16x16 = _vector(32, 8), _vector(16, 16)
+    pairs = declare(b.module, "llvm.x86.avx2.pmadd.ub.sw", i16x16, [i8x32, i8x32])
+    widen = declare(b.module, "llvm.x86.avx2.pmadd.wd", _vector(8), [i16x16, i16x16])
+    acts = b.bitcast(_activations(b, a_ptr, 8), i8x32)
+    weights = b.load(b_ptr, typ=i8x32, align=1)
+    ones = ir.Constant(i16x16, [ir.Constant(ir.IntType(16), 1)] * 16)
+    _accumulate(b, c_ptr, 8, lambda acc: b.add(acc, b.call(widen, [b.call(pairs, [acts, weights]), ones])))
+
+
+def _declare(name: str, lanes: int, a_dtype: str, b_dtype: str, arch: str, features: set[str], emit,
+             instructions: int = 1, weight_limit: int | None = None) -> None:
+    declaration, inputs = dot_declaration(lanes, a_dtype, b_dtype, name)
+    register_intrinsic(TensorIntrinsic(name, declaration, inputs, arch, frozenset(features), emit, instructions,
+                                       weight_limit))
+
+
+_declare("x86_vnni_u8s8_16x4", 16, "uint8", "int8", "x86_64", {"avx512vnni", "avx512f"},
+         _dot_instruction("llvm.x86.avx512.vpdpbusd.512", 16))
+_declare("x86_avxvnni_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avxvnni"},
+         _dot_instruction("llvm.x86.avx512.vpdpbusd.256", 8))
+_declare("x86_avx2_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avx2"}, _emit_avx2_exact, instructions=8)
+_declare("x86_avx2_u8s7_8x4", 8, "uint8", "int8", "x86_64", {"avx2"}, _emit_avx2_pairs, instructions=3,
+         weight_limit=64)
+_declare("aarch64_sdot_s8s8_4x4", 4, "int8", "int8", "aarch64", {"dotprod"},
+         _dot_instruction("llvm.aarch64.neon.sdot.v4i32.v16i8", 4, byte_operands=True))
+_declare("aarch64_udot_u8u8_4x4", 4, "uint8", "uint8", "aarch64", {"dotprod"},
+         _dot_instruction("llvm.aarch64.neon.udot.v4i32.v16i8", 4, byte_operands=True))
+
+
+def _emit_dp4a(b: ir.IRBuilder, pointers) -> None:
+    """One lane: c += four s8 x s8 products (PTX dp4a.s32.s32); the regions start 4-byte aligned (K is
+    packed in whole groups of 4), which a GPU's 32-bit loads need."""
+    c_ptr, a_ptr, b_ptr = pointers
+    fn = declare(b.module, "llvm.nvvm.idp4a.s.s", I32, [I32, I32, I32])
+    a_val, b_val = (b.load(p, typ=I32, align=4) for p in (a_ptr, b_ptr))
+    b.store(b.call(fn, [a_val, b_val, b.load(c_ptr, typ=I32, align=4)]), c_ptr, align=4)
+
+
+_declare("cuda_dp4a_s8s8_1x4", 1, "int8", "int8", "nvptx64", set(), _emit_dp4a)
+
+
+def emit_intrinsic_call(fe, call: IntrinsicCall) -> None:
+    """Codegen of an IntrinsicCall statement: its lowering on pointers to each operand region's first element."""
+    intrinsic = get_intrinsic(call.name)
+    if not intrinsic.available_on(fe.ctx.target):
+        raise CodegenError(f"kernel {fe.kernel_name}: tensor intrinsic {intrinsic.name} needs {intrinsic.arch} with "
+                           f"{', '.join('+' + f for f in sorted(intrinsic.features))}; target {fe.ctx.target.name} "
+                           f"has {fe.ctx.target.features}")
+    pointers = [fe.element_ptr(o.buffer, fe.emit_index(o.index)) for o in call.operands]
+    intrinsic.emit(fe.b, pointers)

@@ -1,0 +1,150 @@
+"""Shape buckets: the concrete input shapes one artifact is compiled for, from the declared ranges.
+
+Ranged dimensions that share an ONNX dim_param (input_ids and attention_mask's "batch") are one
+variable; each bucket gives every variable one of its sizes (the cartesian product, smallest first, the
+all-upper-bounds bucket last). Which variables may be zero-padded into a larger bucket is decided by
+core/graph/padding.py on the imported graph; the others must match a bucket exactly at run time.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+import onnx
+
+from ..errors import ShapeError
+from ..frontend.onnx_values import declared_dims
+from .shape_ranges import Dim, DimRange, normalize_shapes, shape_text
+
+MAX_BUCKETS = 64  # compiles of the whole model per artifact
+
+
+@dataclass(frozen=True)
+class ShapeVariable:
+    """One ranged size: its name (the model's dim_param, else INPUT[AXIS]), range and the dims it sets."""
+
+    name: str
+    range: DimRange
+    dims: tuple[tuple[str, int], ...]  # (input name, axis), in input order
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.range.sizes()
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    inputs: tuple[str, ...]  # every model input, in order
+    base: Mapping[str, tuple[Optional[int], ...]]  # per input: fixed sizes, None where a variable sets it
+    variables: tuple[ShapeVariable, ...]
+    buckets: tuple[tuple[int, ...], ...]  # per bucket, each variable's size; ascending, all-hi last
+    padded: frozenset[str] = field(default_factory=frozenset)  # variables zero-padded into a larger bucket
+
+    def var_of(self, name: str, axis: int) -> Optional[int]:
+        for k, var in enumerate(self.variables):
+            if (name, axis) in var.dims:
+                return k
+        return None
+
+    def input_shapes(self, bucket: int) -> dict[str, tuple[int, ...]]:
+        sizes = self.buckets[bucket]
+        return {name: tuple(sizes[self.var_of(name, a)] if d is None else d for a, d in enumerate(dims))
+                for name, dims in self.base.items()}
+
+    def bounds(self, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(smallest, largest) shape of input `name`."""
+        lo = tuple(self.variables[self.var_of(name, a)].range.lo if d is None else d
+                   for a, d in enumerate(self.base[name]))
+        return lo, self.input_shapes(len(self.buckets) - 1)[name]
+
+    def describe(self) -> dict[str, Any]:
+        """The metadata/report form: variables with range, sizes and padding; each input's min/max shape."""
+        return {"variables": [{"name": v.name, "range": str(v.range), "sizes": list(v.sizes),
+                               "padded": v.name in self.padded, "dims": [{"input": n, "axis": a} for n, a in v.dims]}
+                              for v in self.variables],
+                "inputs": [{"name": n, "min_shape": list(self.bounds(n)[0]), "max_shape": list(self.bounds(n)[1])}
+                           for n in self.inputs],
+                "buckets": [self.input_shapes(b) for b in range(len(self.buckets))]}
+
+
+def _model_inputs(proto: onnx.ModelProto) -> dict[str, Optional[list]]:
+    initializers = {t.name for t in proto.graph.initializer}
+    return {i.name: declared_dims(i.type.tensor_type) if i.type.HasField("tensor_type") else None
+            for i in proto.graph.input if i.name not in initializers}
+
+
+def plan_buckets(proto: onnx.ModelProto, input_shapes: Optional[Mapping[str, Any]]) -> Optional[BucketPlan]:
+    """The buckets of `input_shapes` (compile()'s argument, with ranges) for `proto`; None when nothing is
+    ranged. ShapeError for a rank mismatch, a range on a dim the model fixes, or ranges that disagree."""
+    shapes = normalize_shapes(input_shapes)
+    if not any(isinstance(d, DimRange) for dims in shapes.values() for d in dims):
+        return None
+    declared = _model_inputs(proto)
+    unknown = sorted(set(shapes) - set(declared))
+    if unknown:
+        raise ShapeError(f"input shapes name unknown inputs {unknown}; the model's inputs are {list(declared)}")
+    variables: dict[str, tuple[DimRange, list[tuple[str, int]]]] = {}
+    base: dict[str, tuple[Optional[int], ...]] = {}
+    for name, dims in declared.items():
+        given = shapes.get(name)
+        if given is None:
+            continue
+        if dims is not None and len(dims) != len(given):
+            raise ShapeError(f"input shape {name}={shape_text(given)} has rank {len(given)}, but the model declares "
+                             f"rank {len(dims)} {dims}")
+        fixed: list[Optional[int]] = []
+        for axis, dim in enumerate(given):
+            model_dim = dims[axis] if dims is not None else "?"
+            if isinstance(dim, int):
+                if isinstance(model_dim, int) and model_dim != dim:
+                    raise ShapeError(f"input shape {name}={shape_text(given)} contradicts the model's fixed shape "
+                                     f"{dims} at dim {axis}")
+                fixed.append(dim)
+                continue
+            if isinstance(model_dim, int):
+                raise ShapeError(f"input {name!r} dim {axis} is fixed to {model_dim} by the model; it cannot take "
+                                 f"the range {dim}")
+            key = model_dim if model_dim != "?" else f"{name}[{axis}]"
+            known = variables.setdefault(key, (dim, []))
+            if known[0] != dim:
+                raise ShapeError(f"inputs share the dimension {key!r} but declare different ranges for it: "
+                                 f"{known[0]} and {dim}")
+            known[1].append((name, axis))
+            fixed.append(None)
+        base[name] = tuple(fixed)
+    # An input left out whose symbolic dims are all variables (attention_mask beside input_ids) follows them.
+    for name, dims in declared.items():
+        if name not in base and dims is not None and all(isinstance(d, int) or d in variables for d in dims):
+            base[name] = tuple(d if isinstance(d, int) else None for d in dims)
+            for axis, d in enumerate(dims):
+                if not isinstance(d, int):
+                    variables[d][1].append((name, axis))
+    order = list(declared)
+    vars_ = tuple(ShapeVariable(k, r, tuple(sorted(dims, key=lambda na: (order.index(na[0]), na[1]))))
+                  for k, (r, dims) in variables.items())
+    combos = list(itertools.product(*(v.sizes for v in vars_)))
+    if len(combos) > MAX_BUCKETS:
+        raise ShapeError(f"the declared ranges make {len(combos)} shape buckets "
+                         f"({' x '.join(f'{v.name}: {len(v.sizes)}' for v in vars_)}); at most {MAX_BUCKETS}: "
+                         f"narrow a range, use a larger step or list fewer sizes")
+    plan = BucketPlan(tuple(n for n in order if n in base or n not in shapes), base, vars_, ())
+
+    def volume(combo) -> tuple:
+        sizes = dict(zip(range(len(vars_)), combo))
+        total = 0
+        for name, dims in base.items():
+            n = 1
+            for a, d in enumerate(dims):
+                n *= sizes[plan.var_of(name, a)] if d is None else d
+            total += n
+        return (total, combo)
+
+    inputs_in_order = tuple(n for n in order if n in base)
+    if len(inputs_in_order) != len(order):
+        missing = [n for n in order if n not in base]
+        raise ShapeError(f"with ranged input shapes, every input needs a shape: give one for {missing}")
+    return BucketPlan(inputs_in_order, base, vars_, tuple(sorted(combos, key=volume)))
+
+
+__all__ = ["ShapeVariable", "BucketPlan", "plan_buckets", "MAX_BUCKETS", "Dim"]

@@ -1,0 +1,405 @@
+"""The bound rules: for each graph op, what it does with an input whose length along one axis is known
+only at run time (core/graph/bounded.py). `GraphBuilder.add_node` sends every op with such an input
+here: BOUND_RULES by op name, the elementwise and broadcast patterns by default, and a clear refusal
+naming the op for the rest."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+import numpy as np
+
+from core.errors import ShapeError
+from core.graph.bounded import (Bound, arithmetic, fill_value, length_constant, masked, set_bound)
+from core.graph.ir import TensorType
+from core.graph.ops import Pattern, get_op
+
+if TYPE_CHECKING:
+    from core.graph.builder import GraphBuilder
+
+
+@dataclass
+class BoundedNode:
+    """One op about to be added whose inputs include bounded values (what a rule sees)."""
+    builder: "GraphBuilder"
+    op: str
+    inputs: list[str]
+    attrs: dict
+    num_outputs: int
+    hint: str
+
+    def type(self, index: int) -> TensorType:
+        return self.builder.type_of(self.inputs[index])
+
+    def bound(self, index: int) -> Optional[Bound]:
+        return self.builder.bounds.get(self.inputs[index]) if index < len(self.inputs) else None
+
+    def bounded(self) -> list[tuple[int, Bound]]:
+        return [(i, b) for i in range(len(self.inputs)) if (b := self.bound(i)) is not None]
+
+    def refuse(self, why: str) -> ShapeError:
+        index, bound = self.bounded()[0]
+        value = self.inputs[index]
+        source = self.builder.producer_op(value) or "an op"
+        return ShapeError(f"{self.op} cannot take {value!r} (input {index}), whose length along axis {bound.axis} "
+                          f"is data-dependent (known only at run time, from {source} upstream): {why}")
+
+    def emit(self, inputs: Optional[Sequence[str]] = None, **attrs) -> list[str]:
+        return self.builder.add_unbounded_node(self.op, list(self.inputs if inputs is None else inputs),
+                                               self.num_outputs, self.hint, **{**self.attrs, **attrs})
+
+    def mask(self, index: int, fill, bound: Optional[Bound] = None) -> str:
+        """Input `index` with its padding (by its own bound, or `bound`) replaced by `fill` (a reduction's
+        neutral element...)."""
+        return masked(self.builder, self.inputs[index], fill, bound)
+
+
+Rule = Callable[[BoundedNode], list[str]]
+BOUND_RULES: dict[str, Rule] = {}
+
+
+def bound_rule(*ops: str) -> Callable[[Rule], Rule]:
+    def wrap(rule: Rule) -> Rule:
+        for op in ops:
+            BOUND_RULES[op] = rule
+        return rule
+
+    return wrap
+
+
+def add_bounded_node(builder: "GraphBuilder", op: str, inputs: list[str], num_outputs: int, hint: str,
+                     attrs: dict) -> list[str]:
+    node = BoundedNode(builder, op, inputs, attrs, num_outputs, hint)
+    rule = BOUND_RULES.get(op)
+    if rule is None and get_op(op).pattern in (Pattern.ELEMWISE, Pattern.BROADCAST):
+        rule = _broadcast
+    if rule is None:
+        raise node.refuse("Kiln has no run-time-length rule for this op (those it has: elementwise ops, Shape, "
+                          "Reshape, Transpose, Slice, Gather*, Scatter*, Concat, reductions, Softmax, TopK, ArgMax, "
+                          "MatMul, CumSum, NonZero, Compress, NonMaxSuppression, RoiAlign)")
+    return rule(node)
+
+
+def _with_axis(bound: Bound, axis: Optional[int]) -> Optional[Bound]:
+    return None if axis is None else Bound(bound.length, axis)
+
+
+# -- the rules ------------------------------------------------------------------------------------
+def _broadcast(node: BoundedNode) -> list[str]:
+    """Elementwise with numpy broadcasting: an input's axis lines up with the output's from the right."""
+    outputs = node.emit()
+    out = node.builder.type_of(outputs[0])
+    axis, bound = None, None
+    for index, b in node.bounded():
+        t = node.type(index)
+        mapped = b.axis + out.rank - t.rank
+        if t.shape[b.axis] != out.shape[mapped]:
+            raise node.refuse(f"it is broadcast to {out.shape[mapped]} entries")
+        if axis is not None and mapped != axis:
+            raise node.refuse("another input is data-dependent along another axis")
+        axis, bound = mapped, bound or b
+    return set_bound(node.builder, outputs, _with_axis(bound, axis))
+
+
+def _only(node: BoundedNode) -> Bound:
+    """The bound of the op's data input (input 0), the only one that may be bounded."""
+    if node.bound(0) is None or len(node.bounded()) > 1:
+        raise node.refuse("only its data input may have a data-dependent length")
+    return node.bound(0)
+
+
+@bound_rule("Transpose")
+def _transpose(node: BoundedNode) -> list[str]:
+    bound = _only(node)
+    return set_bound(node.builder, node.emit(), Bound(bound.length, list(node.attrs["perm"]).index(bound.axis)))
+
+
+@bound_rule("Reshape")
+def _reshape(node: BoundedNode) -> list[str]:
+    """The padding sits at the end of the axis, so the axis may keep its size, be merged with the axes
+    after it (length x their sizes) or be split with its first part leading (length / the rest), as
+    long as the axes before it multiply to the same."""
+    bound, b = _only(node), node.builder
+    shape, new = node.type(0).shape, tuple(node.attrs["shape"])
+    before, dim = int(np.prod(shape[:bound.axis])), shape[bound.axis]
+    lined_up = [a for a in range(len(new)) if int(np.prod(new[:a])) == before]  # the same axes before it
+    axis = next((a for a in lined_up if new[a] != 1 or dim == 1), None)
+    if axis is not None and dim and new[axis] == dim:
+        return set_bound(b, node.emit(), Bound(bound.length, axis))
+    if axis is not None and dim and new[axis] % dim == 0 and any(
+            int(np.prod(shape[bound.axis:end])) == new[axis] for end in range(bound.axis + 1, len(shape) + 1)):
+        length = arithmetic(b, "Mul", bound.length, length_constant(b, new[axis] // dim))
+        return set_bound(b, node.emit(), Bound(length, axis))
+    if axis is not None and new[axis] and dim % new[axis] == 0 and any(
+            int(np.prod(new[axis:end])) == dim for end in range(axis + 1, len(new) + 1)):
+        length = arithmetic(b, "Div", bound.length, length_constant(b, dim // new[axis]))
+        return set_bound(b, node.emit(), Bound(length, axis))
+    raise node.refuse(f"the reshape to {list(new)} moves its data-dependent axis behind others")
+
+
+@bound_rule("Slice")
+def _slice(node: BoundedNode) -> list[str]:
+    bound = _only(node)
+    start, step, size = (node.attrs[k][bound.axis] for k in ("starts", "steps", "sizes"))
+    dim = node.type(0).shape[bound.axis]
+    if (start, step, size) == (0, 1, dim):
+        return set_bound(node.builder, node.emit(), bound)
+    if step != 1:
+        raise node.refuse("a strided slice along the data-dependent axis")
+    b = node.builder
+    rest = arithmetic(b, "Sub", bound.length, length_constant(b, start))
+    length = arithmetic(b, "Min", arithmetic(b, "Max", rest, length_constant(b, 0)), length_constant(b, size))
+    return set_bound(b, node.emit(), Bound(length, bound.axis))
+
+
+@bound_rule("Pad")
+def _pad(node: BoundedNode) -> list[str]:
+    bound = _only(node)
+    pads = node.attrs["pads"]
+    if pads[bound.axis] or pads[bound.axis + node.type(0).rank]:
+        raise node.refuse("padding along the data-dependent axis")
+    return set_bound(node.builder, node.emit(), bound)
+
+
+@bound_rule("Gather")
+def _gather(node: BoundedNode) -> list[str]:
+    axis, data, indices = node.attrs["axis"], node.bound(0), node.bound(1)
+    if indices is not None:
+        if data is not None and data.axis != axis:
+            raise node.refuse("both the data and the indices are data-dependent")
+        return set_bound(node.builder, node.emit(), Bound(indices.length, axis + indices.axis))
+    if data.axis == axis:  # the indices say which valid entries to read: the result has a static size
+        return node.emit()
+    mapped = data.axis if data.axis < axis else data.axis + node.type(1).rank - 1
+    return set_bound(node.builder, node.emit(), Bound(data.length, mapped))
+
+
+@bound_rule("GatherElements")
+def _gather_elements(node: BoundedNode) -> list[str]:
+    axis, data, indices = node.attrs["axis"], node.bound(0), node.bound(1)
+    if indices is not None:
+        if data is not None and data.axis not in (axis, indices.axis):
+            raise node.refuse("the data and the indices are data-dependent along different axes")
+        return set_bound(node.builder, node.emit(), indices)
+    return node.emit() if data.axis == axis else set_bound(node.builder, node.emit(), data)
+
+
+@bound_rule("GatherND")
+def _gather_nd(node: BoundedNode) -> list[str]:
+    batch, data, indices = node.attrs["batch_dims"], node.bound(0), node.bound(1)
+    rank, depth = node.type(1).rank, node.type(1).shape[-1]
+    if indices is not None:
+        if indices.axis == rank - 1:
+            raise node.refuse("the index tuples themselves have a data-dependent length")
+        if data is not None and data.axis >= batch + depth:
+            raise node.refuse("both the data and the indices are data-dependent")
+        return set_bound(node.builder, node.emit(), indices)
+    if batch <= data.axis < batch + depth:  # indexed axes: the indices point into the valid part
+        return node.emit()
+    mapped = data.axis if data.axis < batch else rank - 1 + data.axis - batch - depth
+    return set_bound(node.builder, node.emit(), Bound(data.length, mapped))
+
+
+@bound_rule("Concat")
+def _concat(node: BoundedNode) -> list[str]:
+    axis = node.attrs["axis"]
+    axes = {b.axis for _, b in node.bounded()}
+    if len(axes) > 1:
+        raise node.refuse("its inputs are data-dependent along different axes")
+    if axes != {axis}:  # the parts share the run-time length (ONNX requires equal dims off the axis)
+        return set_bound(node.builder, node.emit(), node.bounded()[0][1])
+    return _compacted_concat(node, axis)
+
+
+def _compacted_concat(node: BoundedNode, axis: int) -> list[str]:
+    """Concat along the data-dependent axis: the parts at their upper bounds, then one gather that
+    moves each part's valid entries right after the previous part's (index = position - offset)."""
+    b = node.builder
+    (joined,) = node.emit()
+    total = b.type_of(joined).shape[axis]
+    position = b.add_constant(np.arange(total, dtype=np.int64), "position")
+    offset, static_offset = length_constant(b, 0), 0
+    source = None
+    for index in range(len(node.inputs)):
+        dim = node.type(index).shape[axis]
+        bound = node.bound(index)
+        length = bound.length if bound is not None else length_constant(b, dim)
+        end = arithmetic(b, "Add", offset, length)
+        inside = arithmetic(b, "And", arithmetic(b, "GreaterOrEqual", position, offset),
+                            arithmetic(b, "Less", position, end))
+        shifted = arithmetic(b, "Add", position, length_constant(b, static_offset))
+        moved = arithmetic(b, "Sub", shifted, offset)
+        zero = length_constant(b, 0)
+        part = b.add_unbounded_node("Where", [inside, moved, zero], 1, "source")[0]
+        source = part if source is None else arithmetic(b, "Add", source, part)
+        offset, static_offset = end, static_offset + dim
+    outputs = b.add_unbounded_node("Gather", [joined, source], 1, node.hint, axis=axis)
+    return set_bound(b, outputs, Bound(offset, axis))
+
+
+@bound_rule("MatMul")
+def _matmul(node: BoundedNode) -> list[str]:
+    ra, rb = node.type(0).rank, node.type(1).rank
+    if ra < 2 or rb < 2:
+        a_k, b_k = node.bound(0) is None or node.bound(0).axis == ra - 1, \
+            node.bound(1) is None or node.bound(1).axis == max(0, rb - 2)
+        if not (a_k and b_k):
+            raise node.refuse("a matrix-vector product with a data-dependent non-reduced axis")
+    rank = max(ra, rb)
+    inputs, out = list(node.inputs), None
+    # (input, its rank, its reduced axis, its kept matrix axis, where that one lands in the output)
+    for index, own, reduced, kept, lands in ((0, ra, ra - 1, ra - 2, rank - 2),
+                                              (1, rb, max(0, rb - 2), rb - 1, rank - 1)):
+        bound = node.bound(index)
+        if bound is None:
+            continue
+        if bound.axis == reduced:
+            inputs[index] = node.mask(index, 0)
+            continue
+        mapped = Bound(bound.length, lands if bound.axis == kept else bound.axis + rank - own)
+        if out is not None and out.axis != mapped.axis:
+            raise node.refuse("both operands are data-dependent along different output axes")
+        out = out or mapped
+    return set_bound(node.builder, node.emit(inputs), out)
+
+
+def _kept_axis(axis: int, reduced: Sequence[int], keepdims) -> int:
+    return axis if keepdims else axis - sum(1 for a in reduced if a < axis)
+
+
+_REDUCE_FILL = {"ReduceSum": lambda dtype: 0, "ReduceMean": lambda dtype: 0, "ReduceProd": lambda dtype: 1,
+                "ReduceMax": lambda dtype: fill_value(dtype, True), "ReduceMin": lambda dtype: fill_value(dtype, False)}
+
+
+@bound_rule(*_REDUCE_FILL)
+def _reduce(node: BoundedNode) -> list[str]:
+    bound, axes = _only(node), tuple(node.attrs["axes"])
+    if bound.axis not in axes:
+        kept = _kept_axis(bound.axis, axes, node.attrs["keepdims"])
+        return set_bound(node.builder, node.emit(), Bound(bound.length, kept))
+    x = node.type(0)
+    inputs = [node.mask(0, _REDUCE_FILL[node.op](x.dtype))]
+    if node.op != "ReduceMean":
+        return node.emit(inputs)
+    if np.dtype(x.dtype).kind != "f":
+        raise node.refuse("an integer mean over the data-dependent axis")
+    b = node.builder
+    (total,) = b.add_unbounded_node("ReduceSum", inputs, 1, node.hint, **node.attrs)
+    others = int(np.prod([x.shape[a] for a in axes if a != bound.axis]))
+    count = arithmetic(b, "Mul", bound.length, length_constant(b, others))
+    count = b.add_unbounded_node("Cast", [count], 1, "count", to=x.dtype)[0]
+    return [arithmetic(b, "Div", total, count)]
+
+
+@bound_rule("Softmax", "LogSoftmax")
+def _softmax(node: BoundedNode) -> list[str]:
+    bound = _only(node)
+    inputs = [node.mask(0, -np.inf)] if bound.axis == node.attrs["axis"] else None
+    return set_bound(node.builder, node.emit(inputs), bound)
+
+
+@bound_rule("LayerNormalization")
+def _layer_norm(node: BoundedNode) -> list[str]:
+    bound = node.bound(0)
+    if bound is None or len(node.bounded()) > 1 or bound.axis >= node.attrs["axis"]:
+        raise node.refuse("it normalizes over the data-dependent axis")
+    return set_bound(node.builder, node.emit(), bound)
+
+
+@bound_rule("ArgMax", "ArgMin")
+def _arg_extreme(node: BoundedNode) -> list[str]:
+    bound, axis = _only(node), node.attrs["axis"]
+    if bound.axis == axis:
+        return node.emit([node.mask(0, fill_value(node.type(0).dtype, node.op == "ArgMax"))])
+    kept = _kept_axis(bound.axis, (axis,), node.attrs["keepdims"])
+    return set_bound(node.builder, node.emit(), Bound(bound.length, kept))
+
+
+@bound_rule("CumSum", "CumProd")
+def _cumulative(node: BoundedNode) -> list[str]:
+    bound = _only(node)
+    inputs = None
+    if bound.axis == node.attrs["axis"] and node.attrs["reverse"]:  # the scan starts in the padding
+        inputs = [node.mask(0, 0 if node.op == "CumSum" else 1)]
+    return set_bound(node.builder, node.emit(inputs), bound)
+
+
+@bound_rule("TopK")
+def _top_k(node: BoundedNode) -> list[str]:
+    bound, axis = _only(node), node.attrs["axis"]
+    if bound.axis != axis:
+        return set_bound(node.builder, node.emit(), bound)
+    outputs = node.emit([node.mask(0, fill_value(node.type(0).dtype, bool(node.attrs["largest"])))])
+    length = arithmetic(node.builder, "Min", bound.length, length_constant(node.builder, node.attrs["k"]))
+    return set_bound(node.builder, outputs, Bound(length, axis))
+
+
+@bound_rule("NonZero")
+def _non_zero(node: BoundedNode) -> list[str]:
+    return node.emit([node.mask(0, 0)])  # zeros are not listed; the op's own bound follows
+
+
+@bound_rule("Compress")
+def _compress(node: BoundedNode) -> list[str]:
+    data, condition, axis = node.bound(0), node.bound(1), node.attrs["axis"]
+    if data is not None and data.axis != axis:
+        raise node.refuse("selecting along another axis than the data-dependent one")
+    flags = node.mask(1, False) if condition is not None else node.inputs[1]
+    if data is not None:  # entries past the data's length are never selected
+        flags = masked(node.builder, flags, False, Bound(data.length, 0))
+    return node.emit([node.inputs[0], flags])
+
+
+@bound_rule("NonMaxSuppression")
+def _nms(node: BoundedNode) -> list[str]:
+    """Boxes past the valid count are never selected: their scores sort last (-inf) and the kernel skips
+    candidates at or past the count (its optional third input)."""
+    boxes, scores = node.bound(0), node.bound(1)
+    if (boxes is not None and boxes.axis != 1) or (scores is not None and scores.axis != 2):
+        raise node.refuse("boxes or scores are data-dependent along their batch or class axis")
+    length = (scores or boxes).length
+    score_input = node.mask(1, -np.inf) if scores is not None else node.inputs[1]
+    return node.emit([node.inputs[0], score_input, length])
+
+
+@bound_rule("ScatterElements", "ScatterND")
+def _scatter(node: BoundedNode) -> list[str]:
+    """Padding entries of the indices and updates are sent to one extra slot appended to the data along
+    the scattered axis (axis 0 for ScatterND), which is cut off again: they write nothing that counts."""
+    data, indices, updates = node.bound(0), node.bound(1), node.bound(2)
+    b, rank = node.builder, node.type(0).rank
+    axis = node.attrs.get("axis", 0)
+    entries = indices or updates
+    if entries is None:
+        return set_bound(b, node.emit(), data)
+    last = node.type(1).rank - 1
+    if node.op == "ScatterND" and entries.axis >= last:
+        raise node.refuse("the index tuples or the updated slices have a data-dependent length")
+    if indices is not None and updates is not None and indices.axis != updates.axis:
+        raise node.refuse("the indices and the updates are data-dependent along different axes")
+    dim = node.type(0).shape[axis]
+    pads = [0] * (2 * rank)
+    pads[rank + axis] = 1
+    (spare,) = b.add_unbounded_node("Pad", [node.inputs[0]], 1, "spare_slot", pads=tuple(pads), mode="constant",
+                                    value=0.0)
+    if node.op == "ScatterND":  # index tuples (dim, 0, 0, ...): the spare slot of axis 0
+        fill = np.zeros((1,) * last + (node.type(1).shape[-1],), np.int64)
+        fill.reshape(-1)[0] = dim
+    else:
+        fill = dim
+    targets = masked(b, node.inputs[1], fill, entries)
+    (scattered,) = node.emit([spare, targets, node.inputs[2]])
+    shape = node.type(0).shape
+    (out,) = b.add_unbounded_node("Slice", [scattered], 1, node.hint, starts=(0,) * rank, steps=(1,) * rank,
+                                  sizes=shape)
+    return set_bound(b, [out], data)
+
+
+@bound_rule("RoiAlign")
+def _roi_align(node: BoundedNode) -> list[str]:
+    rois, batch = node.bound(1), node.bound(2)
+    if node.bound(0) is not None or (rois and rois.axis != 0) or (batch and batch.axis != 0):
+        raise node.refuse("only the regions (rois, batch indices) may come in a data-dependent number")
+    bound = rois or batch
+    inputs = [node.inputs[0]] + [node.mask(i, 0) if node.bound(i) is not None else node.inputs[i] for i in (1, 2)]
+    return set_bound(node.builder, node.emit(inputs), Bound(bound.length, 0))

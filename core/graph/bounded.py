@@ -1,0 +1,249 @@
+"""Run-time data-dependent sizes: a value computed at an upper-bound size carries its valid length along one axis.
+
+NonZero, Compress, Unique, NonMaxSuppression and TopK with a run-time k write their results into an
+upper-bound-sized buffer. Such a value is *bounded*: `GraphBuilder.bounds[value]` is a `Bound` (an int64
+[1] value holding the valid length, and the static axis it applies to); what lies past the length is
+unspecified padding. Every op that reads a bounded value goes through its bound rule
+(core/graph/bound_rules.py), which decides, per op:
+  - ops that treat positions along the axis independently pass the bound on (the axis mapped through
+    transposes, reshapes, gathers...);
+  - ops that read across the axis get the padding masked first (a Where against the length: the
+    neutral element of a reduction, -inf before a softmax or a top-k), and their result is unbounded
+    or carries a new length (TopK: min(k, length); Concat along the axis compacts its parts);
+  - anything else is refused with one clear error naming the op.
+The masks are ordinary graph ops that fuse into the consumer's kernel, which thereby takes the length
+as a run-time input. Small integer values computed from bounded shapes (Shape, Size, then Gather,
+Slice, Min...) are *run-time ints* with a known largest value (`GraphBuilder.runtime_ints`), which is
+how a TopK gets a run-time k."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+
+import numpy as np
+
+from core.errors import ShapeError
+from core.graph.fold import fold_node
+from core.graph.ir import TensorType
+
+if TYPE_CHECKING:
+    from core.graph.builder import GraphBuilder
+
+
+@dataclass(frozen=True)
+class Bound:
+    length: str  # an int64 [1] value: how many entries along `axis` are valid
+    axis: int
+
+
+# -- values and masks -----------------------------------------------------------------------------
+def set_bound(builder: "GraphBuilder", values: Sequence[str], bound: Optional[Bound]) -> list[str]:
+    for value in values:
+        if bound is not None:
+            builder.bounds[value] = bound
+    return list(values)
+
+
+def length_constant(builder: "GraphBuilder", value: int) -> str:
+    return builder.add_constant(np.array([value], np.int64), "length")
+
+
+def arithmetic(builder: "GraphBuilder", op: str, a: str, b: str) -> str:
+    return builder.add_unbounded_node(op, [a, b], 1, "length")[0]
+
+
+def fill_value(dtype: str, lowest: bool):
+    """The smallest (or largest) value of a dtype: the padding of a max (or min) reduction."""
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        return -np.inf if lowest else np.inf
+    if kind == "b":
+        return not lowest
+    info = np.iinfo(dtype)
+    return info.min if lowest else info.max
+
+
+def masked(builder: "GraphBuilder", value: str, fill, bound: Optional[Bound] = None) -> str:
+    bound = bound or builder.bounds[value]
+    ttype = builder.type_of(value)
+    positions = [1] * ttype.rank
+    positions[bound.axis] = ttype.shape[bound.axis]
+    iota = builder.add_constant(np.arange(ttype.shape[bound.axis], dtype=np.int64).reshape(positions), "position")
+    length = builder.add_unbounded_node("Reshape", [bound.length], 1, "length", shape=(1,) * ttype.rank)[0]
+    valid = builder.add_unbounded_node("Less", [iota, length], 1, "valid")[0]
+    fill = np.array(fill).astype(ttype.dtype)
+    fill_const = builder.add_constant(fill.reshape((1,) * ttype.rank) if fill.ndim == 0 else fill, "padding")
+    out = builder.add_unbounded_node("Where", [valid, value, fill_const], 1, "masked")[0]
+    builder.bounds[out] = bound
+    return out
+
+
+def limit_length(builder: "GraphBuilder", values: Sequence[str], axis: int, length: str) -> None:
+    """Makes `values` bounded along `axis` by `length` (the smaller of it and an existing bound there)."""
+    for value in values:
+        current = builder.bounds.get(value)
+        if current is not None and current.axis != axis:
+            raise ShapeError(f"{value!r} would have data-dependent lengths along two axes ({current.axis} and {axis}); "
+                             f"Kiln supports one per value")
+        if current is not None:
+            length = arithmetic(builder, "Min", current.length, length)
+        builder.bounds[value] = Bound(length, axis)
+
+
+def entry_minus(builder: "GraphBuilder", values: str, entry: int, subtrahend: int) -> str:
+    """max(values[entry] - subtrahend, 0) as an int64 [1] value (a run-time slice's length)."""
+    flat = builder.add_unbounded_node("Reshape", [values], 1, "length", shape=(builder.type_of(values).numel,))[0]
+    item = builder.add_unbounded_node("Slice", [flat], 1, "length", starts=(entry,), steps=(1,), sizes=(1,))[0]
+    rest = arithmetic(builder, "Sub", item, length_constant(builder, subtrahend))
+    return arithmetic(builder, "Max", rest, length_constant(builder, 0))
+
+
+def bound_pair(builder: "GraphBuilder", bound: Bound) -> str:
+    """The `[axis, length]` int64 value of a bounded graph output (what the runtime trims by)."""
+    key = (bound.length, bound.axis)
+    if key not in builder.bound_pairs:
+        axis = builder.add_constant(np.array([bound.axis], np.int64), "axis")
+        builder.bound_pairs[key] = builder.add_unbounded_node("Concat", [axis, bound.length], 1, "bound", axis=0)[0]
+    return builder.bound_pairs[key]
+
+
+def select_bounded(builder: "GraphBuilder", flag: str, if_true: str, if_false: str) -> Optional[str]:
+    """Where(flag, if_true, if_false) when a side has a data-dependent length (an If on a run-time condition
+    whose branches differ along that axis, e.g. "no boxes: an empty result"): both sides padded to the
+    longer one, the length picked by the flag too. None when the two cannot be lined up that way."""
+    sides = [if_true, if_false]
+    types = [builder.type_of(v) for v in sides]
+    bounds = [builder.bounds.get(v) for v in sides]
+    if types[0].rank != types[1].rank or types[0].dtype != types[1].dtype:
+        return None
+    differ = [a for a in range(types[0].rank) if types[0].shape[a] != types[1].shape[a]]
+    axes = set(differ) | {b.axis for b in bounds if b is not None}
+    if len(axes) != 1:
+        return None
+    (axis,) = axes
+    longest = max(t.shape[axis] for t in types)
+    lengths, padded = [], []
+    for value, ttype, bound in zip(sides, types, bounds):
+        lengths.append(bound.length if bound is not None else length_constant(builder, ttype.shape[axis]))
+        pads = [0] * (2 * ttype.rank)
+        pads[ttype.rank + axis] = longest - ttype.shape[axis]
+        padded.append(builder.add_unbounded_node("Pad", [value], 1, "branch", pads=tuple(pads), mode="constant",
+                                                 value=0.0)[0] if any(pads) else value)
+    selected = builder.add_unbounded_node("Where", [flag] + padded, 1, "selected")[0]
+    flag_1 = builder.add_unbounded_node("Reshape", [flag], 1, "flag", shape=(1,))[0]
+    length = builder.add_unbounded_node("Where", [flag_1] + lengths, 1, "length")[0]
+    builder.runtime_ints[length] = np.array([longest], np.int64)
+    builder.bounds[selected] = Bound(length, axis)
+    return selected
+
+
+# -- run-time ints: shape arithmetic on bounded sizes ---------------------------------------------
+# Ops whose result grows with their run-time operand (the others constant): folding them on the
+# operands' largest values gives the result's largest value. value: which inputs may be run-time.
+_POSITIONAL = {"Concat": None, "Gather": (0,), "Slice": (0,), "Reshape": (0,), "Expand": (0,), "Identity": (0,),
+               "Transpose": (0,)}
+_MONOTONE = {"Min": None, "Max": None, "Add": None, "Mul": None, "Sub": (0,), "Div": (0,), "ReduceMin": None,
+             "ReduceMax": None, "ReduceSum": None}
+
+
+def track_runtime_ints(builder: "GraphBuilder", op: str, inputs: Sequence[str], attrs: Mapping,
+                       outputs: Sequence[str]) -> None:
+    if len(outputs) != 1 or not any(i in builder.runtime_ints for i in inputs):
+        return
+    if op == "Where":  # whichever side the run-time condition picks: the larger of the two largest values
+        sides = [builder.runtime_ints.get(i, builder.constant_value(i)) for i in inputs[1:]]
+        if all(side is not None for side in sides):
+            builder.runtime_ints[outputs[0]] = np.broadcast_to(np.maximum(*sides), builder.type_of(outputs[0]).shape)
+        return
+    if op == "Cast" and np.dtype(attrs["to"]).kind in "iu":
+        allowed = (0,)
+    elif op in _POSITIONAL or op in _MONOTONE:
+        allowed = {**_POSITIONAL, **_MONOTONE}[op]
+    else:
+        return
+    arrays = []
+    for index, name in enumerate(inputs):
+        constant = builder.constant_value(name)
+        if name in builder.runtime_ints and (allowed is None or index in allowed):
+            arrays.append(builder.runtime_ints[name])
+        elif constant is not None:
+            if op in ("Mul", "Div") and (constant < (1 if op == "Div" else 0)).any():
+                return  # a negative factor (or a divisor below 1) turns the largest value into the smallest
+            arrays.append(constant)
+        else:
+            return
+    (largest,) = fold_node(op, arrays, attrs, [builder.type_of(outputs[0])])
+    builder.runtime_ints[outputs[0]] = np.asarray(largest)
+    marked = [i for i, name in enumerate(inputs) if name in builder.shape_bounds]
+    if op in _POSITIONAL and len(marked) == 1:  # where the run-time length lands: follow a marker through
+        bound = builder.shape_bounds[inputs[marked[0]]]
+        probe = np.array(arrays[marked[0]], copy=True).reshape(-1)
+        probe[bound.axis] = _MARKER
+        arrays[marked[0]] = probe.reshape(np.shape(arrays[marked[0]]))
+        (moved,) = fold_node(op, arrays, attrs, [builder.type_of(outputs[0])])
+        places = np.flatnonzero(np.asarray(moved).reshape(-1) == _MARKER)
+        if places.size == 1:
+            builder.shape_bounds[outputs[0]] = Bound(bound.length, int(places[0]))
+
+
+_MARKER = -(1 << 62)  # an impossible dimension
+
+
+def static_part(builder: "GraphBuilder", op: str, inputs: Sequence[str], attrs: Mapping,
+                out_types: Sequence[TensorType]) -> Optional[list[np.ndarray]]:
+    """The value of a positional op (Gather, Slice...) on a run-time shape that only reads its static
+    entries (Shape(x)[1] of a value bounded along axis 0), as constants; None otherwise."""
+    marked = [i for i, name in enumerate(inputs) if name in builder.shape_bounds]
+    if op not in _POSITIONAL or len(marked) != 1 or len(out_types) != 1 or any(
+            builder.constant_value(n) is None for i, n in enumerate(inputs) if i != marked[0] and n):
+        return None
+    name = inputs[marked[0]]
+    probe = np.array(builder.runtime_ints[name], copy=True).reshape(-1)
+    probe[builder.shape_bounds[name].axis] = _MARKER
+    arrays = [probe.reshape(builder.runtime_ints[name].shape) if i == marked[0] else builder.constant_value(n)
+              for i, n in enumerate(inputs)]
+    (value,) = fold_node(op, arrays, attrs, out_types)
+    return None if (np.asarray(value) == _MARKER).any() else [value]
+
+
+def shape_operand(builder: "GraphBuilder", value: str) -> Optional[tuple[tuple[int, ...], Optional[Bound]]]:
+    """A shape computed at run time: (its largest value, which entry is which data-dependent length
+    (`Bound.axis` = the entry), None when Kiln could not follow it), or None for other values."""
+    if value not in builder.runtime_ints:
+        return None
+    return tuple(int(d) for d in builder.runtime_ints[value].reshape(-1)), builder.shape_bounds.get(value)
+
+
+def bound_by_shape(builder: "GraphBuilder", value: str, shape: tuple[tuple[int, ...], Optional[Bound]]) -> None:
+    """`value` was built at the largest value of a run-time shape: it is bounded by that shape's length."""
+    largest, entry = shape
+    if entry is None and value in builder.bounds:  # not followed, but only a bounded value spans it: its own bound
+        return
+    if entry is None:
+        raise ShapeError(f"the shape {list(largest)} (at most) of {value!r} is computed from a data-dependent length "
+                         f"in a way Kiln does not follow")
+    limit_length(builder, [value], entry.axis + builder.type_of(value).rank - len(largest), entry.length)
+
+
+def runtime_shape(builder: "GraphBuilder", value: str, start: int, end: int) -> str:
+    """Shape(value)[start:end] of a bounded value: its bounded dimension is the run-time length."""
+    bound, shape = builder.bounds[value], builder.type_of(value).shape
+    if not start <= bound.axis < end:
+        return builder.add_constant(np.array(shape[start:end], np.int64), "shape")
+    parts = [builder.add_constant(np.array(shape[start:bound.axis], np.int64), "shape")] if bound.axis > start else []
+    parts.append(bound.length)
+    if bound.axis + 1 < end:
+        parts.append(builder.add_constant(np.array(shape[bound.axis + 1:end], np.int64), "shape"))
+    if len(parts) == 1:
+        shape = bound.length
+    else:
+        shape = builder.add_unbounded_node("Concat", parts, 1, "shape", axis=0)[0]
+    builder.shape_bounds[shape] = Bound(bound.length, bound.axis - start)
+    return shape
+
+
+def runtime_size(builder: "GraphBuilder", value: str) -> str:
+    bound, ttype = builder.bounds[value], builder.type_of(value)
+    per_entry = ttype.numel // ttype.shape[bound.axis] if ttype.shape[bound.axis] else 0
+    size = arithmetic(builder, "Mul", bound.length, length_constant(builder, per_entry))
+    return builder.add_unbounded_node("Reshape", [size], 1, "size", shape=())[0]

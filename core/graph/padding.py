@@ -1,0 +1,240 @@
+"""Whether zero-padding an input axis is harmless: every op that reads it treats its positions independently.
+
+Seeds are input axes (one shape variable, e.g. the batch); each node maps the carried axes of its inputs
+to axes of its outputs, or refuses (a reduction, contraction, softmax, concat or slice along the axis, an
+op without a rule). When no node refuses, output position i depends only on input position i along the
+carried axes, so rows past the actual size may hold anything and are sliced off. Conservative: an op
+without a rule here is a refusal, never a guess.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from .ir import Graph, Node
+from .ops import Pattern, get_op
+
+
+class NotPaddable(Exception):
+    """Why an axis cannot be padded (names the op)."""
+
+
+Carried = Sequence[frozenset[int]]  # per node input, its carried axes
+Rule = Callable[[Node, Graph, Carried], list[frozenset[int]]]  # per node output, its carried axes
+# A merged axis (Flatten of [batch, seq] into [batch*seq]) carries the rows as blocks: (axis, block) says
+# position p of that axis belongs to row p // block; block 1 is the plain axis. Only the rules in
+# _BLOCK_RULES see blocks; every other op refuses a merged axis.
+Blocks = Sequence[frozenset[tuple[int, int]]]
+
+
+def _shape(graph: Graph, value: str) -> tuple[int, ...]:
+    return tuple(graph.type_of(value).shape)
+
+
+def _broadcast(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    out_rank = len(_shape(graph, node.outputs[0]))
+    axes = set()
+    for value, mine in zip(node.inputs, carried):
+        if value:
+            axes |= {a + out_rank - len(_shape(graph, value)) for a in mine}
+    return [frozenset(axes)] * len(node.outputs)
+
+
+def _first_input_only(allowed: Callable[[Node, int, int], bool]) -> Rule:
+    """Ops whose data input 0 may carry axes `allowed(node, axis, rank)` (same axis out); other inputs none."""
+
+    def rule(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+        if any(carried[1:]):
+            raise NotPaddable(f"{node.op} {node.name!r} reads the padded axis in a parameter input")
+        rank = len(_shape(graph, node.inputs[0]))
+        bad = [a for a in carried[0] if not allowed(node, a, rank)]
+        if bad:
+            raise NotPaddable(f"{node.op} {node.name!r} mixes positions along axis {bad[0]}")
+        return [frozenset(carried[0])] * len(node.outputs)
+    return rule
+
+
+def _matmul(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    ra, rb = len(_shape(graph, node.inputs[0])), len(_shape(graph, node.inputs[1]))
+    rank = len(_shape(graph, node.outputs[0]))
+    if ra < 2 or rb < 2:
+        raise NotPaddable(f"MatMul {node.name!r} with a vector operand")
+    out = set()
+    for a in carried[0]:
+        if a == ra - 1:
+            raise NotPaddable(f"MatMul {node.name!r} sums over the padded axis")
+        out.add(rank - 2 if a == ra - 2 else a + rank - ra)
+    for b in carried[1]:
+        if b == rb - 2:
+            raise NotPaddable(f"MatMul {node.name!r} sums over the padded axis")
+        out.add(rank - 1 if b == rb - 1 else b + rank - rb)
+    return [frozenset(out)]
+
+
+def _reduce(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    if any(carried[1:]):
+        raise NotPaddable(f"{node.op} {node.name!r} reads the padded axis in a parameter input")
+    rank = len(_shape(graph, node.inputs[0]))
+    if "axis" in node.attrs:  # ArgMax/ArgMin
+        reduced = {int(node.attr("axis")) % rank}
+    else:
+        axes = node.attr("axes")
+        reduced = set(range(rank)) if not axes else {int(a) % rank for a in axes}
+    if carried[0] & reduced:
+        raise NotPaddable(f"{node.op} {node.name!r} reduces over the padded axis")
+    keep = bool(node.attrs.get("keepdims", 1))
+    return [frozenset(a if keep else a - sum(r < a for r in reduced) for a in carried[0])]
+
+
+def _axis_attr_not(name: str = "axis") -> Callable[[Node, int, int], bool]:
+    return lambda node, axis, rank: axis != int(node.attr(name)) % rank
+
+
+def _transpose(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    perm = list(node.attr("perm"))
+    return [frozenset(perm.index(a) for a in carried[0])]
+
+
+def _product(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _reshape(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
+    """The rows stay an outer factor when the dims before the axis multiply to the dims before its new place
+    and each row spans whole positions of the new axis (row r: elements [r*b*inner, (r+1)*b*inner))."""
+    if any(carried[1:]):
+        raise NotPaddable(f"{node.op} {node.name!r} takes its shape from padded data")
+    src, dst = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    out = set()
+    for a, block in carried[0]:
+        prefix, rows, row_elems = _product(src[:a]), src[a] // block, block * _product(src[a + 1:])
+        found = None
+        for j in range(len(dst)):
+            inner = _product(dst[j + 1:])
+            if _product(dst[:j]) == prefix and row_elems % inner == 0 and dst[j] == rows * (row_elems // inner):
+                found = (j, row_elems // inner)
+                break
+        if found is None:
+            raise NotPaddable(f"{node.op} {node.name!r} merges the padded axis with others")
+        out.add(found)
+    return [frozenset(out)]
+
+
+def _concat(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    axis = int(node.attr("axis")) % len(_shape(graph, node.outputs[0]))
+    axes = frozenset().union(*carried)
+    if axis in axes:
+        raise NotPaddable(f"Concat {node.name!r} joins along the padded axis")
+    return [axes]
+
+
+def _slice(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    src, dst = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    starts = node.attrs.get("starts") or (0,) * len(src)
+    steps = node.attrs.get("steps") or (1,) * len(src)
+    for a in carried[0]:
+        if len(src) != len(dst) or starts[a] != 0 or steps[a] != 1 or src[a] != dst[a]:
+            raise NotPaddable(f"{node.op} {node.name!r} slices the padded axis")
+    return [frozenset(carried[0])] * len(node.outputs)
+
+
+def _gather(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
+    rank = len(_shape(graph, node.inputs[0]))
+    axis = int(node.attrs.get("axis", 0)) % rank
+    index_rank = len(_shape(graph, node.inputs[1]))
+    out = {(a if a < axis else a + index_rank - 1, b) for a, b in carried[0] if a != axis}
+    for a, block in carried[0]:
+        if a == axis:  # gathered rows: constant indices that keep every row in its own place
+            out.add((axis + _rows_axis(node, graph, block), 1))
+    if any(b != 1 for _, b in carried[1]):
+        raise NotPaddable(f"Gather {node.name!r} indexes with a merged padded axis")
+    out |= {(axis + k, 1) for k, _ in carried[1]}
+    return [frozenset(out)]
+
+
+def _rows_axis(node: Node, graph: Graph, block: int) -> int:
+    """The axis m of Gather's constant indices along which index // block is the position itself (row i
+    reads only row i); NotPaddable when there is none."""
+    indices = graph.constants.get(node.inputs[1])
+    if indices is None:
+        raise NotPaddable(f"Gather {node.name!r} indexes along the padded axis with computed indices")
+    rows = np.asarray(indices, dtype=np.int64) // block
+    for m in range(rows.ndim):
+        position = np.arange(rows.shape[m]).reshape([-1 if k == m else 1 for k in range(rows.ndim)])
+        if rows.shape[m] > 1 and np.array_equal(rows, np.broadcast_to(position, rows.shape)):
+            return m
+    raise NotPaddable(f"Gather {node.name!r} indexes along the padded axis across rows")
+
+
+def _batch_only(node: Node, axis: int, rank: int) -> bool:
+    return axis == 0
+
+
+_RULES: dict[str, Rule] = {
+    "MatMul": _matmul, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
+    "Expand": _broadcast, "Where": _broadcast,
+    "Softmax": _first_input_only(_axis_attr_not()), "LogSoftmax": _first_input_only(_axis_attr_not()),
+    "Hardmax": _first_input_only(_axis_attr_not()),
+    "LayerNormalization": _first_input_only(lambda node, a, rank: a < int(node.attr("axis")) % rank),
+    "InstanceNormalization": _first_input_only(lambda node, a, rank: a < 2),
+    "LpNormalization": _first_input_only(_axis_attr_not()),
+    **{op: _first_input_only(_batch_only) for op in (
+        "Conv", "ConvND", "ConvTranspose", "MaxPool", "AveragePool", "PoolND", "GlobalAveragePool",
+        "GlobalMaxPool", "LpPool", "GlobalLpPool", "LRN", "GroupNormalization", "Interpolate")},
+    **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                              "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin")},
+}
+
+
+def _broadcast_blocks(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
+    out_rank = len(_shape(graph, node.outputs[0]))
+    pairs = {(a + out_rank - len(_shape(graph, v)), b) for v, mine in zip(node.inputs, carried) if v for a, b in mine}
+    return [frozenset(pairs)] * len(node.outputs)
+
+
+def _block_rule(op: str):
+    """The rule of `op` over (axis, block) pairs: its own when it handles merged axes, else its plain rule
+    lifted (refusing merged axes)."""
+    if op == "Reshape":
+        return _reshape
+    if op == "Gather":
+        return _gather
+    rule = _RULES.get(op)
+    if rule is None and get_op(op).pattern <= Pattern.BROADCAST:
+        return _broadcast_blocks
+    if rule is None:
+        return None
+
+    def plain(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
+        if any(b != 1 for pairs in carried for _, b in pairs):
+            raise NotPaddable(f"{node.op} {node.name!r} reads the padded axis merged with others")
+        outs = rule(node, graph, [frozenset(a for a, _ in pairs) for pairs in carried])
+        return [frozenset((a, 1) for a in axes) for axes in outs]
+    return plain
+
+
+def padded_output_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+    """Per graph output, the axes that carry the seeded input axes (graph inputs -> axes); raises NotPaddable."""
+    carried: dict[str, frozenset[tuple[int, int]]] = {v: frozenset((a, 1) for a in axes)
+                                                      for v, axes in seeds.items() if axes}
+    for node in graph.nodes:
+        ins = [carried.get(v, frozenset()) if v else frozenset() for v in node.inputs]
+        if not any(ins):
+            continue
+        rule = _block_rule(node.op)
+        if rule is None:
+            raise NotPaddable(f"{node.op} {node.name!r} has no padding rule")
+        for value, pairs in zip(node.outputs, rule(node, graph, ins)):
+            if pairs:
+                carried[value] = pairs
+    merged = [o for o in graph.outputs if any(b != 1 for _, b in carried.get(o, ()))]
+    if merged:
+        raise NotPaddable(f"output {merged[0]!r} holds the padded axis merged with others")
+    return {o: frozenset(a for a, _ in carried.get(o, ())) for o in graph.outputs}
+
+
+__all__ = ["NotPaddable", "padded_output_axes"]

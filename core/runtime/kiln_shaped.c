@@ -1,0 +1,290 @@
+/* Shape-bucketed models: kiln_run_shaped picks the smallest bucket that holds the actual input shapes,
+ * zero-pads the inputs along padded axes (those the compiler proved harmless to pad), runs that bucket
+ * through kiln_run, and copies each output's valid part back at its true shape. Linked only into
+ * libraries compiled with input-shape ranges; the tables come from core/codegen/bucket_entry.py.
+ * `kiln_graph_run` lives here: it runs the bucket selected by the calling thread (the largest by default,
+ * so kiln_run serves the declared upper bounds). */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln_graph.h"
+
+typedef struct kiln_model kiln_model;
+int kiln_run(kiln_model* model, const void* const* inputs, void* const* outputs);
+void kiln_runtime_set_error(const char* message);
+
+typedef int32_t (*kiln_runner)(void*, const void*, const void* const*, void* const*);
+extern const int32_t kiln_dyn_num_buckets, kiln_dyn_num_vars;
+extern const int32_t kiln_dyn_in_ndim[], kiln_dyn_out_ndim[], kiln_dyn_in_var[], kiln_dyn_out_var[];
+extern const int32_t kiln_dyn_var_padded[], kiln_dyn_in_itemsize[], kiln_dyn_out_itemsize[];
+extern const int64_t kiln_dyn_in_fixed[], kiln_dyn_var_lo[], kiln_dyn_var_hi[], kiln_dyn_bucket_sizes[];
+extern const int64_t kiln_dyn_out_shapes[];
+extern const char* const kiln_dyn_in_names[];
+extern const char* const kiln_dyn_var_names[];
+extern const kiln_runner kiln_dyn_runners[];
+
+#define KILN_MAX_RANK 16
+
+static _Thread_local int selected = -1;
+
+int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs) {
+    int b = selected >= 0 ? selected : kiln_dyn_num_buckets - 1;
+    return kiln_dyn_runners[b](arena, weights, inputs, outputs);
+}
+
+static void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char* fmt, ...) {
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    kiln_runtime_set_error(message);
+}
+
+static int in_offset(int i) {
+    int n = 0;
+    for (int k = 0; k < i; k++) n += kiln_dyn_in_ndim[k];
+    return n;
+}
+
+static int out_offset(int i) {
+    int n = 0;
+    for (int k = 0; k < i; k++) n += kiln_dyn_out_ndim[k];
+    return n;
+}
+
+int kiln_num_buckets(void) { return kiln_dyn_num_buckets; }
+int kiln_input_ndim(int i) { return (i >= 0 && i < kiln_graph_num_inputs) ? kiln_dyn_in_ndim[i] : -1; }
+int kiln_output_ndim(int i) { return (i >= 0 && i < kiln_graph_num_outputs) ? kiln_dyn_out_ndim[i] : -1; }
+
+int kiln_input_range(int i, int64_t* min_shape, int64_t* max_shape) {
+    if (i < 0 || i >= kiln_graph_num_inputs) return -1;
+    const int base = in_offset(i);
+    for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) {
+        int v = kiln_dyn_in_var[base + d];
+        if (min_shape) min_shape[d] = v < 0 ? kiln_dyn_in_fixed[base + d] : kiln_dyn_var_lo[v];
+        if (max_shape) max_shape[d] = v < 0 ? kiln_dyn_in_fixed[base + d] : kiln_dyn_var_hi[v];
+    }
+    return kiln_dyn_in_ndim[i];
+}
+
+int kiln_output_max_shape(int i, int64_t* shape) {
+    if (i < 0 || i >= kiln_graph_num_outputs) return -1;
+    const int64_t* top = kiln_dyn_out_shapes + (int64_t)(kiln_dyn_num_buckets - 1) * out_offset(kiln_graph_num_outputs);
+    for (int d = 0; d < kiln_dyn_out_ndim[i]; d++) shape[d] = top[out_offset(i) + d];
+    return kiln_dyn_out_ndim[i];
+}
+
+/* The sizes accepted for variable v, as text ("8, 128, 384" or "1..16"), for error messages. */
+static void accepted(int v, char* text, size_t size) {
+    if (kiln_dyn_var_padded[v]) {
+        snprintf(text, size, "%lld..%lld", (long long)kiln_dyn_var_lo[v], (long long)kiln_dyn_var_hi[v]);
+        return;
+    }
+    size_t used = 0;
+    text[0] = '\0';
+    for (int b = 0; b < kiln_dyn_num_buckets; b++) {
+        int64_t s = kiln_dyn_bucket_sizes[b * kiln_dyn_num_vars + v];
+        int seen = 0;
+        for (int c = 0; c < b; c++) seen |= kiln_dyn_bucket_sizes[c * kiln_dyn_num_vars + v] == s;
+        if (!seen && used < size) used += snprintf(text + used, size - used, "%s%lld", used ? ", " : "", (long long)s);
+    }
+}
+
+/* The actual size of every variable from the input shapes, checked; -1 with the error set. */
+static int read_sizes(const int64_t* const* input_shapes, int64_t* actual) {
+    for (int v = 0; v < kiln_dyn_num_vars; v++) actual[v] = -1;
+    for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
+        if (!input_shapes[i]) {
+            fail("kiln_run_shaped: the shape of input %d (%s) is NULL", i, kiln_dyn_in_names[i]);
+            return -1;
+        }
+        for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) {
+            int64_t n = input_shapes[i][d];
+            int v = kiln_dyn_in_var[base + d];
+            if (v < 0) {
+                if (n != kiln_dyn_in_fixed[base + d]) {
+                    fail("kiln_run_shaped: input %d (%s) dim %d is %lld, but the model fixes it to %lld", i,
+                         kiln_dyn_in_names[i], d, (long long)n, (long long)kiln_dyn_in_fixed[base + d]);
+                    return -1;
+                }
+                continue;
+            }
+            if (n < kiln_dyn_var_lo[v] || n > kiln_dyn_var_hi[v]) {
+                fail("kiln_run_shaped: input %d (%s) dim %d (%s) is %lld, outside the declared range %lld..%lld", i,
+                     kiln_dyn_in_names[i], d, kiln_dyn_var_names[v], (long long)n, (long long)kiln_dyn_var_lo[v],
+                     (long long)kiln_dyn_var_hi[v]);
+                return -1;
+            }
+            if (actual[v] >= 0 && actual[v] != n) {
+                fail("kiln_run_shaped: input %d (%s) dim %d is %lld, but another input has %lld for the same "
+                     "dimension %s", i, kiln_dyn_in_names[i], d, (long long)n, (long long)actual[v], kiln_dyn_var_names[v]);
+                return -1;
+            }
+            actual[v] = n;
+        }
+    }
+    return 0;
+}
+
+/* The smallest bucket holding `actual` (padded variables fit when at most the bucket's, others exactly). */
+static int pick_bucket(const int64_t* actual) {
+    for (int b = 0; b < kiln_dyn_num_buckets; b++) {
+        int ok = 1;
+        for (int v = 0; v < kiln_dyn_num_vars && ok; v++) {
+            int64_t s = kiln_dyn_bucket_sizes[b * kiln_dyn_num_vars + v];
+            ok = kiln_dyn_var_padded[v] ? actual[v] <= s : actual[v] == s;
+        }
+        if (ok) return b;
+    }
+    for (int v = 0; v < kiln_dyn_num_vars; v++) {
+        int exact = 0;
+        for (int b = 0; b < kiln_dyn_num_buckets; b++) exact |= kiln_dyn_bucket_sizes[b * kiln_dyn_num_vars + v] == actual[v];
+        if (!kiln_dyn_var_padded[v] && !exact) {
+            char sizes[256];
+            accepted(v, sizes, sizeof sizes);
+            fail("kiln_run_shaped: dimension %s is %lld, but this model was compiled for %s only (it cannot be "
+                 "padded: give one of those sizes)", kiln_dyn_var_names[v], (long long)actual[v], sizes);
+            return -1;
+        }
+    }
+    fail("kiln_run_shaped: no compiled shape bucket holds these input shapes");
+    return -1;
+}
+
+/* Copies the leading `region` block of a dense src (src_shape) into a dense dst (dst_shape). */
+static void copy_region(char* dst, const int64_t* dst_shape, const char* src, const int64_t* src_shape,
+                        const int64_t* region, int ndim, size_t item) {
+    if (ndim == 0) {
+        memcpy(dst, src, item);
+        return;
+    }
+    size_t dst_stride = item, src_stride = item;
+    for (int d = 1; d < ndim; d++) {
+        dst_stride *= (size_t)dst_shape[d];
+        src_stride *= (size_t)src_shape[d];
+    }
+    if (ndim == 1) {
+        memcpy(dst, src, (size_t)region[0] * item);
+        return;
+    }
+    for (int64_t k = 0; k < region[0]; k++)
+        copy_region(dst + k * dst_stride, dst_shape + 1, src + k * src_stride, src_shape + 1, region + 1, ndim - 1, item);
+}
+
+/* Output o's actual shape for bucket b and the variables' actual sizes. */
+static void actual_output_shape(int o, int b, const int64_t* actual, int64_t* shape) {
+    const int base = out_offset(o);
+    const int64_t* bucket = kiln_dyn_out_shapes + (int64_t)b * out_offset(kiln_graph_num_outputs);
+    for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) {
+        int v = kiln_dyn_out_var[base + d];
+        shape[d] = v >= 0 ? actual[v] : bucket[base + d];
+    }
+}
+
+int kiln_output_shapes(const int64_t* const* input_shapes, int64_t* const* output_shapes) {
+    int64_t actual[KILN_MAX_RANK * 8 + 1];
+    if (!input_shapes && kiln_graph_num_inputs > 0) {
+        fail("kiln_output_shapes: input_shapes is NULL");
+        return -1;
+    }
+    if (kiln_dyn_num_vars > (int)(sizeof actual / sizeof *actual) || read_sizes(input_shapes, actual) != 0) return -1;
+    int b = pick_bucket(actual);
+    if (b < 0) return -1;
+    for (int o = 0; output_shapes && o < kiln_graph_num_outputs; o++)
+        if (output_shapes[o]) actual_output_shape(o, b, actual, output_shapes[o]);
+    return 0;
+}
+
+static size_t numel(const int64_t* shape, int ndim) {
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    return n;
+}
+
+int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                    void* const* outputs, int64_t* const* output_shapes) {
+    if (!input_shapes && kiln_graph_num_inputs > 0) {
+        fail("kiln_run_shaped: input_shapes is NULL");
+        return -1;
+    }
+    if (!inputs && kiln_graph_num_inputs > 0) {
+        fail("kiln_run_shaped: the input pointer array is NULL");
+        return -1;
+    }
+    if (!outputs && kiln_graph_num_outputs > 0) {
+        fail("kiln_run_shaped: the output pointer array is NULL");
+        return -1;
+    }
+    int64_t actual[KILN_MAX_RANK * 8 + 1];
+    if (kiln_dyn_num_vars > (int)(sizeof actual / sizeof *actual) || read_sizes(input_shapes, actual) != 0) return -1;
+    int b = pick_bucket(actual);
+    if (b < 0) return -1;
+    const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
+    const void** ins = calloc((size_t)kiln_graph_num_inputs + 1, sizeof *ins);
+    void** outs = calloc((size_t)kiln_graph_num_outputs + 1, sizeof *outs);
+    int rc = -1;
+    if (!ins || !outs) {
+        fail("kiln_run_shaped: out of memory");
+        goto done;
+    }
+    for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
+        int64_t shape[KILN_MAX_RANK];
+        int padded = 0, nd = kiln_dyn_in_ndim[i];
+        for (int d = 0; d < nd; d++) {
+            int v = kiln_dyn_in_var[base + d];
+            shape[d] = v < 0 ? kiln_dyn_in_fixed[base + d] : sizes[v];
+            padded |= shape[d] != input_shapes[i][d];
+        }
+        ins[i] = inputs ? inputs[i] : NULL;
+        if (padded && inputs[i]) {
+            void* scratch = calloc(numel(shape, nd) ? numel(shape, nd) : 1, (size_t)kiln_dyn_in_itemsize[i]);
+            if (!scratch) {
+                fail("kiln_run_shaped: out of memory padding input %d", i);
+                goto done;
+            }
+            copy_region(scratch, shape, inputs[i], input_shapes[i], input_shapes[i], nd, (size_t)kiln_dyn_in_itemsize[i]);
+            ins[i] = scratch;
+        }
+    }
+    const int64_t* out_shapes = kiln_dyn_out_shapes + (int64_t)b * out_offset(kiln_graph_num_outputs);
+    for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
+        int padded = 0;
+        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) {
+            int v = kiln_dyn_out_var[base + d];
+            padded |= v >= 0 && actual[v] != out_shapes[base + d];
+        }
+        outs[o] = outputs[o];
+        if (padded && outputs[o]) {
+            outs[o] = malloc(numel(out_shapes + base, kiln_dyn_out_ndim[o]) * (size_t)kiln_dyn_out_itemsize[o] + 1);
+            if (!outs[o]) {
+                fail("kiln_run_shaped: out of memory for output %d", o);
+                goto done;
+            }
+        }
+    }
+    selected = b;
+    rc = kiln_run(model, ins, outs);
+    selected = -1;
+    for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
+        int64_t shape[KILN_MAX_RANK];
+        actual_output_shape(o, b, actual, shape);
+        if (rc == 0 && outs[o] != outputs[o])
+            copy_region(outputs[o], shape, outs[o], out_shapes + base, shape, kiln_dyn_out_ndim[o],
+                        (size_t)kiln_dyn_out_itemsize[o]);
+        if (rc == 0 && output_shapes && output_shapes[o])
+            memcpy(output_shapes[o], shape, sizeof(int64_t) * (size_t)kiln_dyn_out_ndim[o]);
+    }
+done:
+    for (int i = 0; ins && inputs && i < kiln_graph_num_inputs; i++)
+        if (ins[i] != inputs[i]) free((void*)ins[i]);
+    for (int o = 0; outs && o < kiln_graph_num_outputs; o++)
+        if (outs[o] != outputs[o]) free(outs[o]);
+    free(ins);
+    free(outs);
+    return rc;
+}
