@@ -6,7 +6,9 @@ import re
 import time
 
 import httpx
+import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.conftest import tiny_model
 from tests.web.test_browser import COMPILE_TIMEOUT_MS, SCREENSHOTS, browser, page, sign_in  # noqa: F401 - fixtures
@@ -26,10 +28,24 @@ def _job(service, model_id: str, **body) -> dict:
     return response.json()
 
 
+def _conv_model() -> bytes:
+    """A 16 -> 32 channel 3x3 conv on 32x32: a space of hundreds of configs, so tuning is still measuring when the
+    test asks it to finish (tiny_model's 36 configs ran out first on a busy CI machine)."""
+    weight = numpy_helper.from_array(np.random.default_rng(41).standard_normal((32, 16, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("GlobalAveragePool", ["r"], ["y"])],
+        "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1, 1])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def test_a_tuning_job_shows_its_best_so_far_and_finishes_now(page, live_service):  # noqa: F811
     from playwright.sync_api import expect
 
-    model = _upload(live_service, tiny_model(seed=41), "tuned_live.onnx")
+    model = _upload(live_service, _conv_model(), "tuned_live.onnx")
     job = _job(live_service, model["id"], tuning={"trials": 3000, "time_budget_s": 240})
     sign_in(page, live_service)
     row = page.locator(f"[data-job-id='{job['id']}']")

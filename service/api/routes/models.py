@@ -68,21 +68,8 @@ async def upload_validation_inputs(model_id: str, request: Request, user: UserDe
                                    settings: SettingsDep) -> ValidationInputsOut:
     """Upload real inputs to validate a job on (multipart field `file`): an .npz with one array per model input,
     named as the input, of its shape and dtype (a leading axis holds several samples). Checked before it is kept."""
-    from core.driver.validate import MAX_VALIDATION_INPUT_BYTES
-
-    model = await run_in_threadpool(_owned_and_released, db, user, model_id)
-    limit = min(settings.max_upload_bytes, MAX_VALIDATION_INPUT_BYTES)
-    upload = await receive_upload(request, settings.tmp_dir, limit)
-    try:
-        samples = await run_in_threadpool(_check_validation_inputs, upload.path, model.summary, limit)
-        row = ValidationInputsOut(id=new_id(), model_id=model.id, samples=samples, size_bytes=upload.size,
-                                  sha256=upload.sha256)
-        destination = storage.validation_inputs_path(settings, model.id, row.id)
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(upload.path, destination)
-        return row
-    finally:
-        upload.discard()
+    return await _keep_samples(request, user, db, settings, model_id, _check_validation_inputs, ValidationInputsOut,
+                               storage.validation_inputs_path)
 
 
 @router.post("/{model_id}/calibration", status_code=status.HTTP_201_CREATED, response_model=CalibrationOut,
@@ -92,16 +79,22 @@ async def upload_calibration(model_id: str, request: Request, user: UserDep, _al
                              settings: SettingsDep) -> CalibrationOut:
     """Upload calibration samples for an int8 job (multipart field `file`): an .npz with one array per model input,
     named as the input, with a leading axis of samples (at least 2: 20% are held back to measure the accuracy cost)."""
+    return await _keep_samples(request, user, db, settings, model_id, _check_calibration, CalibrationOut,
+                               storage.calibration_path)
+
+
+async def _keep_samples(request: Request, user, db, settings, model_id: str, check, out_type, path_of):
+    """Receive an .npz of samples of a model's inputs, `check` it (-> the sample count), keep it where `path_of`
+    says and describe it as `out_type`; the upload is discarded whatever happens."""
     from core.driver.validate import MAX_VALIDATION_INPUT_BYTES
 
     model = await run_in_threadpool(_owned_and_released, db, user, model_id)
     limit = min(settings.max_upload_bytes, MAX_VALIDATION_INPUT_BYTES)
     upload = await receive_upload(request, settings.tmp_dir, limit)
     try:
-        samples = await run_in_threadpool(_check_calibration, upload.path, model.summary, limit)
-        row = CalibrationOut(id=new_id(), model_id=model.id, samples=samples, size_bytes=upload.size,
-                             sha256=upload.sha256)
-        destination = storage.calibration_path(settings, model.id, row.id)
+        samples = await run_in_threadpool(check, upload.path, model.summary, limit)
+        row = out_type(id=new_id(), model_id=model.id, samples=samples, size_bytes=upload.size, sha256=upload.sha256)
+        destination = path_of(settings, model.id, row.id)
         destination.parent.mkdir(parents=True, exist_ok=True)
         os.replace(upload.path, destination)
         return row
