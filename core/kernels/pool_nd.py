@@ -29,11 +29,25 @@ def tap_count(start: Expr, kernel: int, dilation: int, lo: int, hi: int) -> Expr
     return maximum(last - first + 1, _i64(0))
 
 
+def window_count(o: Sequence[Expr], sizes: Sequence[int], w: Mapping[str, Any], include_pad: bool) -> Expr:
+    """The taps an average pool divides output position `o` by: those inside the input (of spatial `sizes`), or
+    inside input and pads with count_include_pad; `w` is pool_nd_geometry's window."""
+    spatial = len(o)
+    count: Expr | None = None
+    for a in range(spatial):
+        pads = w["pads"]
+        lo = -pads[a] if include_pad else 0
+        hi = sizes[a] + (pads[spatial + a] if include_pad else 0)
+        axis_count = tap_count(o[a] * w["strides"][a] - pads[a], w["kernel"][a], w["dilations"][a], lo, hi)
+        count = axis_count if count is None else count * axis_count
+    return count
+
+
 @register_compute("PoolND")
 def pool_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     (x,) = require(inputs, 1, "PoolND")
     out, w = pool_nd_geometry(x.shape, attrs)
-    spatial, mode = len(out), attrs["mode"]
+    mode = attrs["mode"]
     kernel, strides, dilations, pads = w["kernel"], w["strides"], w["dilations"], w["pads"]
     p = float(attrs.get("p", 2))
     taps = [te.reduce_axis(k, f"rk{a}") for a, k in enumerate(kernel)]
@@ -73,13 +87,7 @@ def pool_nd(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out
     include_pad = bool(attrs.get("count_include_pad", 0))
 
     def average(n: Expr, c: Expr, *o: Expr) -> Expr:
-        count: Expr | None = None
-        for a in range(spatial):
-            lo = -pads[a] if include_pad else 0
-            hi = x.shape[2 + a] + (pads[spatial + a] if include_pad else 0)
-            axis_count = tap_count(o[a] * strides[a] - pads[a], kernel[a], dilations[a], lo, hi)
-            count = axis_count if count is None else count * axis_count
-        return cast(x.dtype, total(n, c, *o) / cast(acc, count))
+        return cast(x.dtype, total(n, c, *o) / cast(acc, window_count(o, x.shape[2:], w, include_pad)))
 
     return [te.compute(shape, average, name=name, tag="pool_nd")]
 

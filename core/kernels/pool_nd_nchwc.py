@@ -11,7 +11,7 @@ from ..te import tensor as te
 from ..tir.expr import Expr, cast
 from .common import require
 from .conv_nd_nchwc import padded_blocked_input
-from .pool_nd import tap_count
+from .pool_nd import window_count
 from .registry import register_compute
 
 
@@ -42,12 +42,6 @@ def pool_nd_nchwc(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any
 
     def average(n: Expr, c: Expr, *rest: Expr) -> Expr:
         *o, b = rest
-        count: Expr | None = None
-        for a in range(spatial):
-            lo = -pads[a] if include_pad else 0
-            hi = x.shape[2 + a] + (pads[spatial + a] if include_pad else 0)
-            axis_count = tap_count(o[a] * strides[a] - pads[a], kernel[a], dilations[a], lo, hi)
-            count = axis_count if count is None else count * axis_count
-        return total(n, c, *o, b) / cast(x.dtype, count)
+        return total(n, c, *o, b) / cast(x.dtype, window_count(o, x.shape[2:2 + spatial], w, include_pad))
 
     return [te.compute(shape, average, name="avg_pool_nd_nchwc", tag="pool_nd_nchwc_out")]

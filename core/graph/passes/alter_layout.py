@@ -343,11 +343,16 @@ def rule_for(node: Node) -> Optional[Rule]:
 @register_pass("alter_layout")
 def alter_layout(graph: Graph, *, lanes: int) -> Graph:
     """Conv regions in NCHW[x]c blocks of up to `lanes` channels (the target's float lanes: its Backend binds them)."""
-    rw = _Rewriter(graph, lanes, keep_nchw=losing_regions(graph, lanes))
+    return rewrite_regions(graph, _Rewriter(graph, lanes, keep_nchw=losing_regions(graph, lanes)), rule_for)
+
+
+def rewrite_regions(graph: Graph, rw: "_Rewriter", rules: Callable[[Node], Optional[Callable]]) -> Graph:
+    """`graph` with every node offered to the layout rule `rules` gives it (kept as it is when none applies or the
+    rule declines) and its outputs back in plain layout: the walk alter_layout and alter_layout_3d share."""
     rw.types.update(graph.types)
     rw.constants.update(graph.constants)
     for node in graph.nodes:
-        rule = rule_for(node)
+        rule = rules(node)
         if rule is None or not rule(rw, node):
             rw.keep(node)
     for out in graph.outputs:

@@ -10,7 +10,7 @@ from core.graph.ir import Graph, Node
 from core.graph.ops import Pattern, get_op
 from core.packing.blocked import block_for, grouped_blocking, pack_channel_vector, pack_weights
 
-from .alter_layout import MIN_BLOCK_SHARE, _Rewriter
+from .alter_layout import MIN_BLOCK_SHARE, _Rewriter, rewrite_regions
 from .registry import register_pass
 
 RANK = 5  # NCDHW: the plain rank of the values this pass blocks (2-D convs are alter_layout's)
@@ -136,14 +136,4 @@ def alter_layout_3d(graph: Graph, *, lanes: int) -> Graph:
     binds them)."""
     if not any(n.op == "ConvND" and conv_nd_blocks(n, graph, lanes) for n in graph.nodes):
         return graph  # no region to start: every other graph comes out as it went in
-    rw = _Rewriter(graph, lanes)
-    rw.types.update(graph.types)
-    rw.constants.update(graph.constants)
-    for node in graph.nodes:
-        rule = rule_for(node)
-        if rule is None or not rule(rw, node):
-            rw.keep(node)
-    for out in graph.outputs:
-        rw.plain(out)
-    types = {k: t for k, t in rw.types.items() if t is not None}
-    return graph.replace(nodes=tuple(rw.nodes), types=types, constants=rw.constants)
+    return rewrite_regions(graph, _Rewriter(graph, lanes), rule_for)
