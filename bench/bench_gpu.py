@@ -3,6 +3,11 @@ models: same inputs, warm-up, interleaved rounds, medians; each artifact is also
 ONNX Runtime (CPU) first. Needs an NVIDIA GPU and onnxruntime-gpu.
 
     python bench/bench_gpu.py [--models resnet18 ...] [--models-dir DIR] [-t "cuda -arch=sm_90"] [--rounds 15]
+                              [--precision fp32|fp16|int8]
+
+--precision fp16 times each model's float16 variant (onnxconverter-common: Kiln's MatMuls on tensor cores,
+mma.sync), int8 its QDQ copy quantized by ORT's quantize_static (per-channel weights, uint8 activations: Kiln's
+convs and matmuls with dp4a), each against ONNX Runtime's CUDA provider on the same model.
 
 Both sides take host arrays and return host arrays (Kiln's C ABI copies in and out, as ORT's
 `session.run` does with numpy inputs), so the times compare like for like.
@@ -35,6 +40,19 @@ def cuda_session(model: bytes):
     return session
 
 
+def model_variant(path: Path, precision: str, folder: Path) -> bytes:
+    """The model bytes Kiln and ONNX Runtime both run at `precision`."""
+    if precision == "fp16":
+        from bench_precision import float16_variant
+
+        return float16_variant(path)
+    if precision == "int8":
+        from bench_int8 import quantized_copy
+
+        return quantized_copy(path, folder, samples=8).read_bytes()
+    return path.read_bytes()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
@@ -43,7 +61,11 @@ def main() -> int:
     parser.add_argument("-O", "--opt-level", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--profile", type=int, default=6, help="print this many slowest kernels per model")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "int8"), default="fp32")
     args = parser.parse_args()
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="kiln-bench-gpu-"))
 
     import core
     from core.frontend import import_onnx
@@ -51,20 +73,21 @@ def main() -> int:
 
     rows = []
     for name in args.models:
-        path = args.models_dir / f"{name}.onnx"
-        graph = import_onnx(path)
+        model = model_variant(args.models_dir / f"{name}.onnx", args.precision, folder)
+        graph = import_onnx(model)
         feeds = random_inputs(graph, 7, index_bounds(graph))
-        reference = onnxruntime_session(path.read_bytes(), 4)
+        reference = onnxruntime_session(model, 4)
         outputs = [o.name for o in reference.get_outputs()]
         expected = reference.run(outputs, dict(feeds))
-        session = cuda_session(path.read_bytes())
+        session = cuda_session(model)
         start = time.perf_counter()
-        artifact = core.compile(path, target=args.target, opt_level=args.opt_level, validate=True, benchmark=False)
+        artifact = core.compile(model, target=args.target, opt_level=args.opt_level, validate=True, benchmark=False)
         compile_s = time.perf_counter() - start
         module = artifact.load()
         got = module.run(feeds)
-        err = max(float(np.max(np.abs(got[o] - e))) for o, e in zip(outputs, expected))
-        ort_err = max(float(np.max(np.abs(g - e))) for g, e in zip(session.run(outputs, dict(feeds)), expected))
+        err = max(float(np.max(np.abs(got[o].astype(np.float64) - e))) for o, e in zip(outputs, expected))
+        ort_err = max(float(np.max(np.abs(g.astype(np.float64) - e)))
+                      for g, e in zip(session.run(outputs, dict(feeds)), expected))
         times = interleaved({"kiln": lambda: module.run(feeds), "ort": lambda: session.run(outputs, dict(feeds))},
                             args.rounds, settle_s=0.05)
         kernels = len(artifact.report.get("kernels", []) or [])
@@ -79,7 +102,7 @@ def main() -> int:
 
     import onnxruntime as ort
 
-    print(f"\ntarget {args.target}, -O{args.opt_level}, median of {args.rounds} interleaved rounds; "
+    print(f"\ntarget {args.target}, -O{args.opt_level}, {args.precision}, median of {args.rounds} interleaved rounds; "
           f"onnxruntime {ort.__version__} CUDAExecutionProvider\n")
     print("| model | Kiln ms | ORT CUDA ms | ratio (Kiln/ORT) | compile s | Kiln max abs err vs ORT CPU | ORT CUDA max abs err |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -1,16 +1,19 @@
-"""Quantized models: Kiln int8 against Kiln float32 and ONNX Runtime int8 on the same QDQ model (same inputs and
-thread count, warm-up, interleaved rounds, medians); prints the table and the ratios the issue sets as goals
-(Kiln int8 <= 0.6x Kiln float32, <= 0.9x ONNX Runtime int8).
+"""Quantized models: Kiln int8 against Kiln float32 and ONNX Runtime int8 on the same quantized model (same inputs and
+thread count, warm-up, interleaved rounds); prints the table and the ratios the issue sets as goals (Kiln int8 <= 0.6x
+Kiln float32, <= 0.9x ONNX Runtime int8).
 
-    .venv/bin/python bench/bench_int8.py [--models resnet18 mobilenet_v2 squeezenet1_1] [--threads 2] [--rounds 15]
+    .venv/bin/python bench/bench_int8.py [--models resnet18 mobilenet_v2 squeezenet1_1] [--threads 1 2] [--rounds 15]
+    .venv/bin/python bench/bench_int8.py --models zoo --threads 1 2 --clock cpu
 
-Each shared model (../shared/models) is quantized by onnxruntime.quantization.quantize_static: QDQ format,
-per-channel int8 weights, uint8 activations, calibrated on seeded random inputs (--calibration N samples).
+A model is a shared one (../shared/models) or one exported to ~/.cache/kiln/real-models (bench/real_models.py);
+`NAME:dynamic` quantizes it by onnxruntime.quantization.quantize_dynamic (DynamicQuantizeLinear + MatMulInteger,
+int8 weights), otherwise quantize_static (QDQ, per-channel int8 weights, uint8 activations, calibrated on
+--calibration seeded random inputs). `zoo` is ZOO. `--clock cpu` times the process's CPU time instead of the wall (at
+one thread only: both runtimes then compute on the calling thread, and a busy machine's preemption adds nothing).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -20,31 +23,45 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_models import MODELS_DIR, interleaved  # noqa: E402
+from real_models import CACHE  # noqa: E402
 
 MODELS = ["resnet18", "mobilenet_v2", "squeezenet1_1"]
+ZOO = MODELS + ["mobilenet_v3_large", "efficientnet_b0", "resnet50", "shufflenet_v2_x1_0", "bert_tiny",
+                "bert_tiny:dynamic"]
 
 
-def quantized_copy(path: Path, folder: Path, samples: int) -> Path:
-    """`path` quantized to QDQ (per-channel int8 weights, uint8 activations) on seeded random calibration data."""
-    import onnx
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+def model_path(name: str) -> Path:
+    for folder in (MODELS_DIR, CACHE):
+        if (folder / f"{name}.onnx").exists():
+            return folder / f"{name}.onnx"
+    sys.exit(f"no model {name} in {MODELS_DIR} or {CACHE} (bench/real_models.py export exports them)")
+
+
+def quantized_copy(path: Path, folder: Path, samples: int, dynamic: bool = False) -> Path:
+    """`path` quantized: by quantize_dynamic (int8 weights), or to QDQ (per-channel int8 weights, uint8
+    activations) by quantize_static on seeded random calibration inputs (integers within their Gather's range)."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
+                                          quantize_static)
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    model = onnx.load(path)
-    inputs = [(i.name, [d.dim_value or 1 for d in i.type.tensor_type.shape.dim]) for i in model.graph.input
-              if i.name not in {t.name for t in model.graph.initializer}]
+    from core.driver.validate import index_bounds, random_inputs
+    from core.frontend import import_onnx
+
+    prepared = folder / f"{path.stem}_prep.onnx"
+    target = folder / f"{path.stem}_{'dynamic' if dynamic else 'qdq'}.onnx"
+    quant_pre_process(str(path), str(prepared), skip_symbolic_shape=True)
+    if dynamic:
+        quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8)
+        return target
+    graph = import_onnx(path)
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            rng = np.random.default_rng(0)
-            self.batches = iter([{n: rng.standard_normal(s).astype(np.float32) for n, s in inputs}
-                                 for _ in range(samples)])
+            self.batches = iter([random_inputs(graph, 100 + k, index_bounds(graph)) for k in range(samples)])
 
         def get_next(self):
             return next(self.batches, None)
 
-    prepared, target = folder / f"{path.stem}_prep.onnx", folder / f"{path.stem}_qdq.onnx"
-    quant_pre_process(str(path), str(prepared), skip_symbolic_shape=True)
     quantize_static(str(prepared), str(target), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return target
@@ -63,66 +80,93 @@ def output_step(path: Path) -> float:
     return float(scales[node.input[1]])
 
 
+def accuracy(kiln_int8, ort_int8, ort_fp32, graph, step: float) -> tuple[float, float]:
+    """(max difference from ORT int8 over 8 seeded inputs, in quantization steps of the output, or relative to its
+    range when the output is not dequantized; top-1 agreement with ORT float32 of the first output)."""
+    from core.driver.validate import index_bounds, random_inputs
+
+    diffs, agree = [], []
+    for seed in range(8):
+        sample = random_inputs(graph, seed, index_bounds(graph))
+        ours = next(iter(kiln_int8.run(sample).values()))
+        theirs = ort_int8.run(None, dict(sample))[0]
+        reference = ort_fp32.run(None, dict(sample))[0]
+        scale = step if np.isfinite(step) else float(np.ptp(theirs)) or 1.0
+        diffs.append(float(np.abs(ours - theirs).max()) / scale)
+        rows = len(ours) if ours.ndim > 1 else 1
+        agree.append(np.mean(ours.reshape(rows, -1).argmax(-1) == reference.reshape(rows, -1).argmax(-1)))
+    return max(diffs), float(np.mean(agree))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--models", nargs="+", default=MODELS, help="names, NAME:dynamic, or zoo")
     parser.add_argument("-t", "--target", default="native")
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calibration", type=int, default=8, help="random calibration samples")
     parser.add_argument("--stat", choices=["median", "min"], default="median")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     args = parser.parse_args()
+    if args.clock == "cpu" and args.threads != [1]:
+        sys.exit("--clock cpu measures one thread only (--threads 1)")
+    names = [n for name in args.models for n in (ZOO if name == "zoo" else [name])]
 
     import core
     from core.driver.validate import index_bounds, onnxruntime_session, random_inputs
     from core.frontend import import_onnx
 
-    rows = []
+    rows, failures = [], []
     with tempfile.TemporaryDirectory(prefix="kiln-int8-") as tmp:
-        for name in args.models:
-            path = MODELS_DIR / f"{name}.onnx"
-            qdq = quantized_copy(path, Path(tmp), args.calibration)
+        for name in names:
+            base, _, how = name.partition(":")
+            path = model_path(base)
+            quantized = quantized_copy(path, Path(tmp), args.calibration, dynamic=how == "dynamic")
             graph = import_onnx(path)
             feeds = random_inputs(graph, 7, index_bounds(graph))
-            sessions = {"ort_fp32": onnxruntime_session(path.read_bytes(), args.threads),
-                        "ort_int8": onnxruntime_session(qdq.read_bytes(), args.threads)}
-            runners = {k: (lambda s: lambda: s.run(None, dict(feeds)))(s) for k, s in sessions.items()}
             modules, compile_s = {}, {}
-            for label, source in (("kiln_fp32", path), ("kiln_int8", qdq)):
-                start = time.perf_counter()
-                artifact = core.compile(source, target=args.target, opt_level=3, validate=True, benchmark=False,
-                                        threads=args.threads)
-                compile_s[label] = time.perf_counter() - start
-                module = artifact.load()
-                module.set_num_threads(args.threads)
-                modules[label] = module
-                runners[label] = (lambda m: lambda: m.run(feeds))(module)
-            steps, agree = [], []
-            for seed in range(8):  # accuracy on a few seeded inputs: Kiln int8 against ORT int8 and ORT fp32
-                sample = random_inputs(graph, seed, index_bounds(graph))
-                ours = next(iter(modules["kiln_int8"].run(sample).values()))
-                theirs = sessions["ort_int8"].run(None, dict(sample))[0]
-                reference = sessions["ort_fp32"].run(None, dict(sample))[0]
-                steps.append(float(np.abs(ours - theirs).max()) / output_step(qdq))
-                top1 = ours.reshape(len(ours), -1).argmax(-1), reference.reshape(len(ours), -1).argmax(-1)
-                agree.append(np.mean(top1[0] == top1[1]))
-            agreement = float(np.mean(agree))
-            times = interleaved(runners, args.rounds, stat=args.stat)
+            try:
+                for label, source in (("kiln_fp32", path), ("kiln_int8", quantized)):
+                    start = time.perf_counter()
+                    artifact = core.compile(source, target=args.target, opt_level=3, validate=True, benchmark=False,
+                                            threads=max(args.threads))
+                    compile_s[label] = time.perf_counter() - start
+                    modules[label] = artifact.load()
+            except Exception as error:  # noqa: BLE001 (one model's failure is a row of the table)
+                failures.append((name, f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"))
+                print(f"  {name}: {failures[-1][1]}", file=sys.stderr)
+                continue
+            for threads in args.threads:
+                sessions = {"ort_fp32": onnxruntime_session(path.read_bytes(), threads),
+                            "ort_int8": onnxruntime_session(quantized.read_bytes(), threads)}
+                runners = {k: (lambda s: lambda: s.run(None, dict(feeds)))(s) for k, s in sessions.items()}
+                for label, module in modules.items():
+                    module.set_num_threads(threads)
+                    runners[label] = (lambda m: lambda: m.run(feeds))(module)
+                steps, agreement = accuracy(modules["kiln_int8"], sessions["ort_int8"], sessions["ort_fp32"], graph,
+                                            output_step(quantized))
+                times = interleaved(runners, args.rounds, stat=args.stat,
+                                    clock=time.process_time if args.clock == "cpu" else time.perf_counter)
+                rows.append((name, threads, times, steps, agreement, compile_s))
+                print(f"  {name} ({threads} threads): " + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items()),
+                      file=sys.stderr)
             for module in modules.values():
                 module.close()
-            rows.append((name, times, max(steps), agreement, compile_s))
-            print(f"  {name}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items()), file=sys.stderr)
 
-    print(f"\ntarget {args.target}, {args.threads} threads, {args.stat} of {args.rounds} interleaved rounds "
-          "(all four runners in the same rounds); QDQ by quantize_static (per-channel s8 weights, u8 activations)\n")
-    print("| model | Kiln int8 ms | Kiln fp32 ms | ORT int8 ms | ORT fp32 ms | int8/fp32 (Kiln) | Kiln int8 / ORT int8 "
-          "| max diff vs ORT int8 (steps, 8 inputs) | top-1 = ORT fp32 (8 inputs) | compile s (int8) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, t, diff, agreement, compile_s in rows:
-        print(f"| {name} | {t['kiln_int8']:.2f} | {t['kiln_fp32']:.2f} | {t['ort_int8']:.2f} | {t['ort_fp32']:.2f} | "
-              f"{t['kiln_int8'] / t['kiln_fp32']:.2f}x | {t['kiln_int8'] / t['ort_int8']:.2f}x | {diff:.2g} | "
-              f"{agreement:.0%} | {compile_s['kiln_int8']:.1f} |")
-    return 0
+    print(f"\ntarget {args.target}, {args.stat} of {args.rounds} interleaved rounds of {args.clock} time (all four "
+          "runners in the same rounds); QDQ by quantize_static (per-channel s8 weights, u8 activations), :dynamic by "
+          "quantize_dynamic\n")
+    print("| model | threads | Kiln int8 ms | Kiln fp32 ms | ORT int8 ms | ORT fp32 ms | Kiln int8 / Kiln fp32 "
+          "| Kiln int8 / ORT int8 | max diff vs ORT int8 (steps, 8 inputs) | top-1 = ORT fp32 (8 inputs) "
+          "| compile s (int8) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, threads, t, diff, agreement, compile_s in rows:
+        print(f"| {name} | {threads} | {t['kiln_int8']:.2f} | {t['kiln_fp32']:.2f} | {t['ort_int8']:.2f} | "
+              f"{t['ort_fp32']:.2f} | {t['kiln_int8'] / t['kiln_fp32']:.2f}x | {t['kiln_int8'] / t['ort_int8']:.2f}x | "
+              f"{diff:.2g} | {agreement:.0%} | {compile_s['kiln_int8']:.1f} |")
+    for name, reason in failures:
+        print(f"| {name} | failed: {reason} |")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def main() -> None:
     from core.te.tensorize import intrinsics_for
 
     target = get_target(args.target)
-    dots = intrinsics_for(target, lambda i: i.inputs[0].dtype == "uint8" and i.inputs[1].dtype == "int8"
+    dots = intrinsics_for(target, lambda i: i.inputs[0].dtype == "uint8" and i.weight_dtype == "int8"
                           and (args.seven_bit or i.weight_limit is None))
     if not dots or not target.runs_on_host():
         sys.exit(f"target {target.name} has no u8 x s8 dot-product intrinsic this machine can run")

@@ -27,9 +27,10 @@ def start_serve(data_dir: Path, *, concurrency: int = 1, env: Optional[dict] = N
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
-    while True:
+    while True:  # up, and the first token printed (a thread prints it once the worker is ready)
         try:
-            if httpx.get(url + "/api/v1/health", timeout=1).status_code == 200:
+            if (httpx.get(url + "/api/v1/health", timeout=1).status_code == 200
+                    and any(line.startswith("kiln_") for line in log_path.read_text().splitlines())):
                 break
         except httpx.HTTPError:
             pass

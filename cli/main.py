@@ -56,6 +56,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                 input_shapes=dict(args.input_shape or []), tuning=_tuning_options(args, bar),
                                 validate=args.validate, tolerance=args.tolerance, bisect=args.bisect, precision=args.precision,
                                 validation_inputs=args.validation_inputs or None, name=args.name,
+                                kernel_cache=args.kernel_cache, quick=args.quick,
                                 progress=lambda stage, done, detail: bar.update(task, description=detail or stage.value,
                                                                                 completed=done))
         gate.add_local_baseline(artifact, args, model)
@@ -63,6 +64,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     report = artifact.report
     lat, val = report["latency_ms"], report["validation"]
     print(f"wrote {out} ({report['graph']['kernels']} kernels, {report['timings_s']['total']:.1f} s)")
+    built = report.get("build") or {}
+    if built.get("kernels"):
+        print(f"build: {built['cache_hits']} of {built['kernels']} kernels from the kernel cache "
+              f"({built['hit_rate']:.0%}), {built['built']} compiled" + (f" on {built['workers']} processes"
+                                                                        if built['workers'] > 1 else "")
+              + ("" if built.get("cache_dir") else " (kernel cache off)"))
+    if report.get("quick"):
+        print("quick: latency benchmark skipped" + (", validation on one sample" if "max_abs_err" in val else ""))
     precision = report.get("precision") or {}
     if precision.get("requested") or precision.get("precision", "fp32") != "fp32":
         stored = ", ".join(f"{b / 1e6:.2f} MB {d}" for d, b in precision["weights_bytes_by_dtype"].items() if b)
@@ -275,6 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "several samples; repeatable) instead of seeded random ones")
     p.add_argument("--bisect", action="store_true",
                    help="compare every kernel's output with ONNX Runtime's (a mismatch always does)")
+    p.add_argument("--quick", action="store_true",
+                   help="fast iteration: skip the latency benchmark and validate on one sample at most")
+    p.add_argument("--kernel-cache", metavar="DIR|off",
+                   help="compiled-kernel cache directory, or off (default: $KILN_KERNEL_CACHE, else ~/.cache/kiln/kernels)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16"),
                    help="weights stored as float32, float16 or bfloat16 (half the weights file; arithmetic stays float32) "
                         "and validated at that format's tolerance; default: the model's own (a float16 model stays float16)")

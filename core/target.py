@@ -43,6 +43,11 @@ class Target:
     def arch(self) -> str:
         return self.triple.split("-")[0]
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural SIMD registers: 32 with AVX-512 and on AArch64, else 16 (SSE, AVX2)."""
+        return 32 if self.arch == "aarch64" or self.vector_bits >= 512 else 16
+
     def runs_on_host(self) -> bool:
         """Whether this machine has the hardware code for this target executes on (its Backend says)."""
         from .backends import get_backend
@@ -108,6 +113,15 @@ def _x86_v3(opts: dict[str, str]) -> Target:
 def _x86_v4(opts: dict[str, str]) -> Target:
     return Target("x86-64-v4", "cpu", "x86_64-unknown-linux-gnu", "skylake-avx512", _X86_V4, 512,
                   "x86-64 with AVX-512 (F, BW, CD, DQ, VL)")
+
+
+_SAPPHIRE_RAPIDS = _X86_V4 + ",+avx512vnni,+avx512bf16,+avx512fp16,+avxvnni,+amx-tile,+amx-int8,+amx-bf16"
+
+
+@register_target("sapphirerapids")
+def _sapphire_rapids(opts: dict[str, str]) -> Target:
+    return Target("sapphirerapids", "cpu", "x86_64-unknown-linux-gnu", "sapphirerapids", _SAPPHIRE_RAPIDS, 512,
+                  "Intel Xeon 4th gen (Sapphire Rapids): AVX-512 with VNNI, BF16 and FP16; AMX", l2_bytes=2048 * 1024)
 
 
 @register_target("aarch64")

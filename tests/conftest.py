@@ -25,6 +25,10 @@ from tests.postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT.parent / "shared" / "models"
+# No kernel cache and one process per build unless a test asks (tests/core/codegen/test_kernel_cache.py): a test
+# that patches the code generator must see its patch, not an object cached earlier or built in another process.
+os.environ["KILN_KERNEL_CACHE"] = "off"
+os.environ["KILN_BUILD_JOBS"] = "1"
 
 
 @pytest.fixture(scope="session")

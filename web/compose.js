@@ -166,12 +166,15 @@ export function mountCompose(container) {
     "aria-describedby": "tolerance-hint", autocomplete: "off",
   });
   const inputsFile = h("input", { id: "validation-inputs", type: "file", accept: ".npz", testid: "validation-inputs" });
+  const quickBox = h("input", { id: "quick-compile", type: "checkbox", testid: "quick-compile", "aria-describedby": "quick-hint" });
   const validation = h("fieldset", { class: "form-grid validation", testid: "validation-fields" },
     h("legend", {}, "Validation against ONNX Runtime"),
     h("div", { class: "field" }, h("label", { for: "validate-select" }, "On a mismatch"), validateSelect),
     h("div", { class: "field" }, h("label", { for: "tolerance-input" }, "Tolerance ATOL[,RTOL]"), toleranceInput,
       h("p", { class: "hint", id: "tolerance-hint" }, "Empty: each output's own rule (float16 at its epsilon, quantized outputs in steps, integers exact).")),
-    h("div", { class: "field" }, h("label", { for: "validation-inputs" }, "Real inputs (.npz, optional)"), inputsFile));
+    h("div", { class: "field" }, h("label", { for: "validation-inputs" }, "Real inputs (.npz, optional)"), inputsFile),
+    h("div", { class: "field" }, h("label", { for: "quick-compile" }, quickBox, " Quick compile"),
+      h("p", { class: "hint", id: "quick-hint" }, "For fast iteration: no latency benchmark, validation on one sample at most.")));
   const precision = precisionFields();
   const jobError = h("div", { testid: "job-form-error", hidden: true, role: "alert" });
   const jobNotice = h("div", { testid: "job-form-notice", hidden: true, "aria-live": "polite" });
@@ -367,7 +370,7 @@ export function mountCompose(container) {
       const job = await api.createJob({
         model_id: selectedModelId, target: targetSelect.value, opt_level: Number(optSelect.value),
         tuning: { trials, time_budget_s: budget }, input_shapes: readShapes(shapes), validation: await readValidation(),
-        ...(await precision.read(selectedModelId)),
+        ...(await precision.read(selectedModelId)), ...(quickBox.checked ? { quick: true } : {}),
       });
       putJob(job);
       const text = `Compile of ${store.models.get(job.model_id)?.filename ?? "the model"} for ${job.target} queued.`;

@@ -72,10 +72,11 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
                  input_shapes: Optional[dict], threads: Optional[int], max_tensor_bytes: int,
                  tuning: Optional[dict] = None, records: Optional[str] = None,
                  timing_lock: Optional[str] = None, options: Optional[dict] = None,
-                 remote: Optional[RemoteMeasurement] = None) -> dict:
+                 remote: Optional[RemoteMeasurement] = None, kernel_cache: Optional[str] = None) -> dict:
     """In the child: compile, then write the artifact and both reports into `staging`. `options`: the
     job's compile options beyond the arguments (Job.options: the artifact `name`, ...). `remote`: where the
-    tuning's measurements go when they cannot run here (workers.measure_dispatch)."""
+    tuning's measurements go when they cannot run here (workers.measure_dispatch). `kernel_cache`: the compiled-kernel
+    cache every job of this machine shares (a directory, or "off")."""
     options = options or {}
     import core
     from core.frontend import import_onnx
@@ -103,7 +104,8 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
                                 tolerance=options.get("tolerance"), bisect=options.get("bisect", False),
                                 validation_inputs=options.get("validation_inputs"),
                                 precision=options.get("precision") if options.get("precision") in ("fp16", "bf16") else None,
-                                pinned_records=(options.get("rebuild") or {}).get("records_applied"))
+                                pinned_records=(options.get("rebuild") or {}).get("records_applied"),
+                                kernel_cache=kernel_cache, quick=bool(options.get("quick")))
         add_production_sections(artifact, report, model_path, options, input_shapes, threads)
         if quantization is not None:
             artifact.report["quantization"] = quantization  # before the HTML is rendered (on first use)

@@ -105,6 +105,7 @@ def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
                           tuning=job.tuning, records=str(settings.records), options=job.options or None,
                           timing_lock=str(settings.timing_lock_file) if settings.timing_lock_file else None,
                           remote=_remote_measurement(settings, job, attempt),
+                          kernel_cache=settings.kernel_cache_setting,
                           limits=compile_limits(settings), on_message=on_message, what="the compile")
         except SandboxError as err:
             if isinstance(err, SandboxTimeout):

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 # and B panels (sized to a 6 x 16 FMA tile). A backend without `blocked_layouts` skips them: on a GPU
 # they only make the shared-memory tiles gather strided data; its schedules tile the plain NCHW conv
 # and the plain MatMul themselves (fusion stays: epilogues fuse into the conv/matmul kernels there too).
-BLOCKED_LAYOUT_PASSES = frozenset({"alter_layout", "alter_layout_3d", "pack_matmul_weights", "pack_int8_weights"})
+# fuse_attention's kernel is a CPU loop program (one thread per row block), so it goes with them.
+# (pack_int8_weights is not one of them: it packs for the target's dot intrinsic, dp4a on cuda.)
+BLOCKED_LAYOUT_PASSES = frozenset({"alter_layout", "alter_layout_3d", "pack_matmul_weights", "fuse_attention"})
 
 
 class Backend:

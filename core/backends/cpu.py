@@ -14,12 +14,15 @@ class CpuBackend(Backend):
     kind = "cpu"
 
     def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
+        from ..packing.panels import micro_tile
         from ..te.tensorize import intrinsics_for
 
         # 8-bit weights packed for the best s8-weight dot-product instruction the target's features have
-        dots = intrinsics_for(target, lambda i: i.inputs[1].dtype == "int8")
+        dots = intrinsics_for(target, lambda i: i.weight_dtype == "int8")
+        panel, tile_rows = micro_tile(target.lanes("float32"), target.vector_registers)
         return {"alter_layout": {"lanes": target.lanes("float32")},  # blocks of one vector of floats
                 "alter_layout_3d": {"lanes": target.lanes("float32")},
+                "pack_matmul_weights": {"panel": panel, "tile_rows": tile_rows},  # float GEMM's register tile
                 "pack_int8_weights": {"intrinsics": tuple(i.name for i in dots)}}
 
     def weight_storage_dtypes(self, target: Target) -> tuple[str, ...]:

@@ -24,6 +24,21 @@ class CudaBackend(Backend):
     unsupported_ops = frozenset({"TopK", "CumSum", "CumProd", "NonZero", "Compress", "Unique",
                                  "NonMaxSuppression", "ScatterElements", "ScatterND", "PairwiseCoupling"})
 
+    def pass_names(self, opt_level: int) -> tuple[str, ...]:
+        """The CPU's passes less the blocked layouts; float16 MatMuls keep float16 operands for the tensor cores
+        (before fusion, so their epilogues fuse as before)."""
+        names = super().pass_names(opt_level)
+        if not opt_level:
+            return names
+        at = names.index("fuse_ops") if "fuse_ops" in names else len(names)
+        return names[:at] + ("half_matmul_operands",) + names[at:]
+
+    def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
+        from ..te.tensorize import intrinsics_for
+
+        dots = intrinsics_for(target, lambda i: i.lanes == 1 and i.weight_dtype == "int8")  # dp4a
+        return {"pack_int8_weights": {"intrinsics": tuple(i.name for i in dots)}}
+
     def fallback_schedules(self):
         from ..kernels.schedules.gpu.injective import schedule_injective
         from ..kernels.schedules.gpu.reduce import schedule_reduce

@@ -1,12 +1,15 @@
 """The model entry of a shape-bucketed library: one runner per bucket plus the dispatch tables that
 core/runtime/kiln_shaped.c reads (it defines `kiln_graph_run`, which runs the selected bucket, and
-`kiln_run_shaped`). `kiln_graph_profile` profiles the largest bucket, the one `kiln_run` runs.
+`kiln_run_shaped`). `kiln_bucket_profile` profiles the largest bucket, the one `kiln_run` runs.
 
 Tables (`kiln_dyn_NAME`, see kiln_shaped.c): int32 `num_buckets`, `num_vars`, `in_ndim[I]`, `out_ndim[O]`,
-`in_var[sum in_ndim]` (the variable setting each input dim, -1 fixed), `out_var[sum out_ndim]` (the padded
-variable an output dim follows, -1 none), `var_padded[V]`, `in_itemsize[I]`, `out_itemsize[O]`; int64
-`in_fixed[sum in_ndim]` (the largest shape), `var_lo[V]`, `var_hi[V]`, `bucket_sizes[B*V]`,
-`out_shapes[B * sum out_ndim]`; strings `in_names[I]`, `var_names[V]`; `runners[B]` (function pointers).
+`in_var[sum in_ndim]` (the variable setting each input dim, -1 fixed, -2 a sum: `in_coef`, `in_const`),
+`out_var[sum out_ndim]` (the padded variable an output dim follows, -1 none, -2 a run-time length: `out_coef`,
+`out_const`), `var_mode[V]` (0 exact, 1 padded, 2 masked: run with a run-time length), `num_lengths`,
+`length_var[L]` (the variable of each run-time length input, after the model's inputs), `in_itemsize[I]`,
+`out_itemsize[O]`; int64 `in_fixed[sum in_ndim]` (the largest shape), `in_coef[sum in_ndim * V]`,
+`in_const[sum in_ndim]`, `out_coef[sum out_ndim * V]`, `out_const[sum out_ndim]`, `var_lo[V]`, `var_hi[V]`,
+`bucket_sizes[B*V]`, `out_shapes[B * sum out_ndim]`; strings `in_names[I]`, `var_names[V]`; `runners[B]`.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ def emit_bucketed_entry(module: ir.Module, plan: BucketedPlan, funcs: Mapping[st
         validate_plan(bucket, funcs)
         runners.append(_emit_runner(module, bucket, kernels, profile=False, name=f"kiln_bucket_run_{b}"))
     top = plan.plans[-1]
-    _emit_runner(module, top, kernels, profile=True)
+    _emit_runner(module, top, kernels, profile=True, name="kiln_bucket_profile")  # kiln_shaped.c adds the lengths
     _global(module, "kiln_arena_bytes", ir.Constant(I64, plan.arena_bytes))
     _global(module, "kiln_weights_bytes", ir.Constant(I64, plan.weights_bytes))
     _global(module, "kiln_graph_num_inputs", ir.Constant(I32, plan.num_inputs))

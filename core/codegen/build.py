@@ -1,4 +1,4 @@
-"""Build API: kernels (and an optional model plan) -> one LLVM module -> O3 object -> shared library.
+"""Build API: kernels (and an optional model plan) -> an O3 object per kernel and an entry object -> shared library.
 DEBUG=3 prints the optimized LLVM IR to stderr, DEBUG=4 the unoptimized IR too."""
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from ..files.atomic import atomic_path
 from ..target import Target, host_target
 from ..tir.stmt import PrimFunc
 from . import vecmath
-from .codegen_llvm import ModuleContext, emit_kernel
-from .llvm_env import LLVM_LOCK, initialize_llvm, print_ir
+from .codegen_llvm import ModuleContext, declare_kernel, emit_kernel
+from .kernel_objects import KernelObject, kernel_objects, new_module, optimize_module
+from .kernel_objects import target_machine as cached_target_machine
+from .llvm_env import LLVM_LOCK
 from .llvm_types import I8
 from .bucket_entry import BucketedPlan, emit_bucketed_entry
 from .model_entry import ModelPlan, emit_model_entry
@@ -28,14 +30,7 @@ from .toolchain import find_compiler, link_shared
 def target_machine(target: Target) -> llvm.TargetMachine:
     if not get_backend(target).host_code:
         raise CodegenError(f"target {target.name}: only CPU targets have an LLVM code generator here")
-    with LLVM_LOCK:
-        initialize_llvm()
-        try:
-            llvm_target = llvm.Target.from_triple(target.triple)
-        except RuntimeError as e:
-            raise CodegenError(f"LLVM has no backend for {target.triple}: {e}") from None
-        return llvm_target.create_target_machine(cpu=target.cpu, features=target.features, opt=3, reloc="pic",
-                                                 codemodel="default")
+    return cached_target_machine(target)
 
 
 def lower_module(funcs: Sequence[PrimFunc], target: Target, plan: ModelPlan | None = None) -> ir.Module:
@@ -45,9 +40,8 @@ def lower_module(funcs: Sequence[PrimFunc], target: Target, plan: ModelPlan | No
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise CodegenError(f"two kernels share the name(s) {', '.join(dupes)}")
-    module = ir.Module(name="kiln")
-    module.triple = target.triple
-    module.data_layout = str(target_machine(target).target_data)
+    target_machine(target)
+    module = new_module(target)
     ctx = ModuleContext(module, target)
     kernels = {f.name: emit_kernel(ctx, f) for f in funcs}
     _embed_string(module, "kiln_kernels_json", json.dumps(kernel_signatures(funcs)))
@@ -74,39 +68,20 @@ def lower_to_llvm_ir(funcs: Sequence[PrimFunc], target: Optional[Target] = None,
     return str(lower_module(funcs, target or host_target(), plan))
 
 
-def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetMachine, list[str]]:
-    """The optimized module, its target machine, and the extra libraries it must be linked with."""
-    module = lower_module(funcs, target, plan)
-    libs = ["-lmvec"] if vecmath.uses_libmvec(module) else []
-    text = str(module)
-    print_ir(text, optimized=False)
-    with LLVM_LOCK:
-        tm = target_machine(target)
-        try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-        except RuntimeError as e:
-            raise CodegenError(f"generated LLVM IR is invalid (a codegen bug): {e}") from None
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
-        pto.loop_interleaving = True
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-    print_ir(mod, optimized=True)
-    return mod, tm, libs
+def _optimize(funcs, target: Target, plan) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    """The whole module (every kernel and the entry) optimized, and its target machine: for inspecting IR."""
+    return optimize_module(lower_module(funcs, target, plan), target)
 
 
 def optimized_llvm_ir(funcs: Sequence[PrimFunc], target: Optional[Target] = None, plan: ModelPlan | None = None) -> str:
     """The LLVM IR after the O3 pipeline (what becomes machine code), for `target` (default: this machine)."""
-    mod, _, _ = _optimize(funcs, target or host_target(), plan)
+    mod, _ = _optimize(funcs, target or host_target(), plan)
     return str(mod)
 
 
 def assembly(funcs: Sequence[PrimFunc], target: Optional[Target] = None) -> str:
     """The target assembly, for inspecting the generated instructions (default target: this machine)."""
-    mod, tm, _ = _optimize(funcs, target or host_target(), None)
+    mod, tm = _optimize(funcs, target or host_target(), None)
     with LLVM_LOCK:
         return tm.emit_assembly(mod)
 
@@ -120,14 +95,22 @@ def build_library(funcs: Sequence[PrimFunc], target: Target, out_path: "str | Pa
 def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
                       plan: ModelPlan | None = None) -> Path:
     """Compile `funcs` and Kiln's thread pool (plus the model entry and C runtime when `plan` is given) into a shared library
-    at `out_path`, written atomically. Raises CodegenError for bad input, BuildError for toolchain failures."""
+    at `out_path`, written atomically. Each distinct kernel is one object file, from the kernel cache or compiled
+    (core/codegen/kernel_objects.py); an entry module exports the kernels under their names and holds the model
+    entry. Raises CodegenError for bad input, BuildError for toolchain failures."""
     cc = find_compiler(target)  # before the expensive part: a missing cross compiler fails fast
-    mod, tm, libs = _optimize(funcs, target, plan)
-    with LLVM_LOCK:
-        obj_bytes = tm.emit_object(mod)
+    target_machine(target)  # a target without an LLVM backend fails before any kernel is compiled
+    objects_of = kernel_objects(funcs, target)
+    entry, entry_libs = _entry_object(funcs, objects_of, target, plan)
+    distinct = list({obj.key: obj for obj in objects_of.values()}.values())  # first-use order: reproducible
+    libs = sorted(set(entry_libs).union(*(obj.compiled.libs for obj in distinct)))
     with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
-        objects = [Path(tmp) / "kernels.o"]
-        objects[0].write_bytes(obj_bytes)
+        objects = [Path(tmp) / "entry.o"]
+        objects[0].write_bytes(entry)
+        for obj in distinct:
+            path = Path(tmp) / f"{obj.symbol}.o"
+            path.write_bytes(obj.compiled.data)
+            objects.append(path)
         # The thread pool goes into every library (its PARALLEL loops call it); the model runtime with a plan.
         shaped = isinstance(plan, BucketedPlan)  # input-shape ranges: kiln_run_shaped and its queries too
         objects += runtime_objects(cc, Path(tmp), with_model=plan is not None, with_shapes=shaped)
@@ -136,6 +119,36 @@ def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
         with atomic_path(out_path) as partial:
             link_shared(cc, objects, partial, libs, script)
     return out_path
+
+
+def _entry_object(funcs: Sequence[PrimFunc], objects_of: dict[str, KernelObject], target: Target,
+                  plan: ModelPlan | None) -> tuple[bytes, list[str]]:
+    """The library's entry module compiled: each kernel exported under its own name (a jump to its canonical
+    symbol), the kernels' parameter list (`kiln_kernels_json`) and the model entry when `plan` is given."""
+    names = [f.name for f in funcs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise CodegenError(f"two kernels share the name(s) {', '.join(dupes)}")
+    module = new_module(target)
+    canonical = {}
+    for obj in objects_of.values():
+        if obj.symbol not in module.globals:
+            declare_kernel(module, obj.func)
+        canonical[obj.symbol] = module.globals[obj.symbol]
+    for func in funcs:
+        callee = canonical[objects_of[func.name].symbol]
+        fn = declare_kernel(module, func)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.call(callee, list(fn.args), tail=True)
+        b.ret_void()
+    _embed_string(module, "kiln_kernels_json", json.dumps(kernel_signatures(funcs)))
+    if plan is not None:
+        emit = emit_bucketed_entry if isinstance(plan, BucketedPlan) else emit_model_entry
+        emit(module, plan, {f.name: f for f in funcs}, {f.name: canonical[objects_of[f.name].symbol] for f in funcs})
+    libs = ["-lmvec"] if vecmath.uses_libmvec(module) else []
+    mod, tm = optimize_module(module, target)
+    with LLVM_LOCK:
+        return tm.emit_object(mod), libs
 
 
 __all__ = ["build_library", "lower_to_llvm_ir", "optimized_llvm_ir", "assembly", "lower_module", "BuildError"]

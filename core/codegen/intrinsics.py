@@ -9,7 +9,8 @@ features it needs and its LLVM lowering. Chosen by features (`intrinsics_for(tar
   `vpmaddwd`, whose pair sums are int32. Weights within +-64 (ONNX Runtime's reduce_range) cannot
   saturate, and get the twice-shorter `vpmaddubsw` + `vpmaddwd` lowering.
 - AArch64 `sdot` (s8 x s8) and `udot` (u8 x u8) with +dotprod (4 lanes of a 128-bit register).
-- CUDA `dp4a` (s8 x s8, one lane: each GPU thread owns its accumulator; sm_61 and later).
+- CUDA `dp4a` (s8 x s8 and u8 x s8, one lane: each GPU thread owns its accumulator; sm_61 and later).
+Beyond 8-bit dots: CUDA tensor cores' mma.sync (intrinsics_mma.py), AVX-512-BF16 (intrinsics_bf16.py).
 """
 from __future__ import annotations
 
@@ -121,16 +122,47 @@ _declare("aarch64_udot_u8u8_4x4", 4, "uint8", "uint8", "aarch64", {"dotprod"},
          _dot_instruction("llvm.aarch64.neon.udot.v4i32.v16i8", 4, byte_operands=True))
 
 
-def _emit_dp4a(b: ir.IRBuilder, pointers) -> None:
-    """One lane: c += four s8 x s8 products (PTX dp4a.s32.s32); the regions start 4-byte aligned (K is
-    packed in whole groups of 4), which a GPU's 32-bit loads need."""
-    c_ptr, a_ptr, b_ptr = pointers
-    fn = declare(b.module, "llvm.nvvm.idp4a.s.s", I32, [I32, I32, I32])
-    a_val, b_val = (b.load(p, typ=I32, align=4) for p in (a_ptr, b_ptr))
-    b.store(b.call(fn, [a_val, b_val, b.load(c_ptr, typ=I32, align=4)]), c_ptr, align=4)
+def _dp4a(llvm_name: str):
+    def emit(b: ir.IRBuilder, pointers) -> None:
+        """One lane: c += four 8-bit products (PTX dp4a); the regions start 4-byte aligned (K is packed in
+        whole groups of 4), which a GPU's 32-bit loads need."""
+        c_ptr, a_ptr, b_ptr = pointers
+        fn = declare(b.module, llvm_name, I32, [I32, I32, I32])
+        a_val, b_val = (b.load(p, typ=I32, align=4) for p in (a_ptr, b_ptr))
+        b.store(b.call(fn, [a_val, b_val, b.load(c_ptr, typ=I32, align=4)]), c_ptr, align=4)
+
+    return emit
 
 
-_declare("cuda_dp4a_s8s8_1x4", 1, "int8", "int8", "nvptx64", set(), _emit_dp4a)
+_declare("cuda_dp4a_s8s8_1x4", 1, "int8", "int8", "nvptx64", set(), _dp4a("llvm.nvvm.idp4a.s.s"))
+_declare("cuda_dp4a_u8s8_1x4", 1, "uint8", "int8", "nvptx64", set(), _dp4a("llvm.nvvm.idp4a.u.s"))
+
+
+BYTE_TABLE = 256  # a LookupTable's entries (core/kernels/quantize.py)
+
+
+def byte_table_lookup(fe, buf, index: ir.Value):
+    """`buf` (256 8-bit entries: a LookupTable) read at a vector of up to 64 indices, on x86 with AVX-512 VBMI:
+    vpermi2b over each 128-byte half of the table and a blend by the index's top bit, instead of one scalar load
+    per lane (vectorize.py's gather). None where that does not apply."""
+    lanes = index.type.count if isinstance(index.type, ir.VectorType) else 1
+    features = set(fe.ctx.target.features.split(","))
+    if buf.dtype not in ("int8", "uint8") or tuple(buf.shape) != (BYTE_TABLE,) or not 2 <= lanes <= 64 \
+            or not {"+avx512vbmi", "+avx512bw"} <= features:
+        return None
+    b, byte = fe.b, ir.IntType(8)
+    full = ir.VectorType(byte, 64)
+    idx = b.trunc(index, ir.VectorType(byte, lanes))  # 0..255
+    if lanes < 64:
+        repeat = ir.Constant(_vector(64), [k % lanes for k in range(64)])
+        idx = b.shuffle_vector(idx, ir.Constant(idx.type, None), repeat)
+    permute = declare(b.module, "llvm.x86.avx512.vpermi2var.qi.512", full, [full, full, full])
+    quarters = [b.load(fe.element_ptr(buf, ir.Constant(ir.IntType(64), 64 * k)), typ=full, align=1) for k in range(4)]
+    low, high = b.call(permute, [quarters[0], idx, quarters[1]]), b.call(permute, [quarters[2], idx, quarters[3]])
+    out = b.select(b.icmp_signed("<", idx, ir.Constant(full, None)), high, low)  # index >= 128: the upper half
+    if lanes < 64:
+        out = b.shuffle_vector(out, ir.Constant(full, None), ir.Constant(_vector(lanes), list(range(lanes))))
+    return fe.from_mem(buf.dtype, out)
 
 
 def emit_intrinsic_call(fe, call: IntrinsicCall) -> None:
@@ -141,4 +173,10 @@ def emit_intrinsic_call(fe, call: IntrinsicCall) -> None:
                            f"{', '.join('+' + f for f in sorted(intrinsic.features))}; target {fe.ctx.target.name} "
                            f"has {fe.ctx.target.features}")
     pointers = [fe.element_ptr(o.buffer, fe.emit_index(o.index)) for o in call.operands]
-    intrinsic.emit(fe.b, pointers)
+    if intrinsic.strided:
+        intrinsic.emit(fe.b, pointers, call.strides)
+    else:
+        intrinsic.emit(fe.b, pointers)
+
+
+from . import intrinsics_bf16, intrinsics_mma  # noqa: E402,F401 (declare AVX-512-BF16's and CUDA's tensor cores')

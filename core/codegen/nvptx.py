@@ -15,6 +15,7 @@ from llvmlite import ir
 from ..errors import CodegenError, ScheduleError
 from ..backends import get_backend
 from ..target import Target
+from ..te.tensorize import get_intrinsic
 from ..tir.expr import Var
 from ..tir.functor import walk_expr, walk_stmt
 from ..tir.stmt import (Allocate, Barrier, For, ForKind, IfThenElse, IntrinsicCall, LetStmt, PrimFunc, Seq, Stmt,
@@ -105,6 +106,9 @@ def _check_stmt(s: Stmt, where: str, launch: LaunchConfig, bound: bool, divergen
             written = s.buffer if isinstance(s, Store) else s.operands[0].buffer
             raise GPUScheduleError(f"{where}: {written.name} is written outside every loop bound to blockIdx/"
                                    f"threadIdx (every thread would write it); bind the stage's loops")
+        if isinstance(s, IntrinsicCall) and divergent and get_intrinsic(s.name).warp_collective:
+            raise GPUScheduleError(f"{where}: {s.name} is executed by a whole warp together, but sits where only "
+                                   f"some threads arrive (a guard, or a thread loop shorter than the block)")
     elif isinstance(s, Barrier):
         if divergent:
             raise GPUScheduleError(f"{where}: a barrier sits where only some threads of a block arrive (under a "

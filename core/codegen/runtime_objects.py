@@ -1,15 +1,19 @@
 """The C runtime linked into every library: the thread pool always, the model runtime with a plan,
 the CUDA backend (kernel launches through the driver API) in GPU model libraries.
-Each object is compiled once per (compiler, sources) in a process, since tests build many libraries."""
+Each object is compiled once per (compiler, sources): kept in the process (tests build many libraries) and in the
+kernel cache."""
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
 from typing import Optional
 
 from ..runtime.header import render_api_shim
+from .kernel_cache import CachedObject, current_cache
 from .toolchain import compile_c
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
@@ -30,14 +34,31 @@ def _sources_digest(source: Path) -> str:
     return h.hexdigest()
 
 
+def _compiler_identity(cc: str) -> str:
+    """The compiler binary (resolved path, size, mtime): an upgraded compiler builds the runtime again."""
+    path = shutil.which(cc) or cc
+    try:
+        st = os.stat(os.path.realpath(path))
+        return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        return path
+
+
 def _object_bytes(cc: str, source: Path) -> bytes:
     key = (cc, _sources_digest(source))
     with _lock:
         if key not in _objects:
-            with tempfile.TemporaryDirectory(prefix="kiln-rt-") as tmp:
-                obj = Path(tmp) / (source.stem + ".o")
-                compile_c(cc, source, obj, include_dirs=(RUNTIME_DIR,))
-                _objects[key] = obj.read_bytes()
+            cache = current_cache()  # shared with the kernels: a fresh process need not run the C compiler
+            disk_key = hashlib.sha256(f"runtime-object\0{_compiler_identity(cc)}\0{key[1]}".encode()).hexdigest()
+            hit = cache.get(disk_key) if cache is not None else None
+            if hit is None:
+                with tempfile.TemporaryDirectory(prefix="kiln-rt-") as tmp:
+                    obj = Path(tmp) / (source.stem + ".o")
+                    compile_c(cc, source, obj, include_dirs=(RUNTIME_DIR,))
+                    hit = CachedObject(obj.read_bytes(), ())
+                if cache is not None:
+                    cache.put(disk_key, hit)
+            _objects[key] = hit.data
         return _objects[key]
 
 

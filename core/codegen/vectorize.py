@@ -290,6 +290,12 @@ class VectorBody:
             return fe.from_mem(e.buffer.dtype, raw)
         # Gather lane by lane; idle lanes read element 0, which always exists, instead of faulting.
         idx = self.full(fe.index_i64(e.index, self.expr(e.index)))
+        if self.mask is None:
+            from .intrinsics import byte_table_lookup  # a 256-entry byte table: one permute per 64 lanes
+
+            looked_up = byte_table_lookup(fe, e.buffer, idx)
+            if looked_up is not None:
+                return looked_up
         if self.mask is not None:
             idx = b.select(self.mask, idx, ir.Constant(idx.type, None))
         rt = scalar_type(reg_type(e.buffer.dtype))

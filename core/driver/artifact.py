@@ -34,7 +34,7 @@ class Artifact:
         path = Path(path)
         return write_artifact(path, library=self.library, weights=self.directory / WEIGHTS, metadata=self.metadata,
                               header=(self.directory / self.metadata.get("header", HEADER)).read_text(), report=self.report,
-                              report_html=self.report_html)
+                              report_html=self.report_html, compresslevel=0 if self.report.get("quick") else 6)
 
     def load(self):
         from ..runtime import load

@@ -30,8 +30,10 @@ from ..runtime.naming import ArtifactNames
 from ..target import Target
 from .artifact import WEIGHTS, Artifact, new_workdir, write_metadata
 from .benchmark import compare_latency, profile_kernels
+from .bucket_masks import MaskedBuckets, between_bucket_samples, find_masked
 from .buckets import BucketPlan, plan_buckets
 from .numerics import ValidationOptions
+from .precision import judged_as, model_precision, store_weights
 from .stages import ProgressFn, Stage
 from .tolerance import origins_or_empty
 from .validate import index_bounds, onnxruntime_session, random_inputs, validate as validate_against_ort
@@ -67,60 +69,67 @@ def find_padded(plan: BucketPlan, graphs: list[Graph]
     return replace(plan, padded=frozenset(padded)), carried, refused
 
 
-def _tables(plan: BucketPlan, graphs: list[Graph], carried: dict[str, dict[str, list[int]]]) -> dict:
+def _user_inputs(graph: Graph, masks: MaskedBuckets) -> tuple[str, ...]:
+    """The model's inputs (the graph's without the run-time lengths that follow them)."""
+    return graph.inputs[:len(graph.inputs) - len(masks.length_variables)]
+
+
+def _tables(plan: BucketPlan, graphs: list[Graph], carried: dict[str, dict[str, list[int]]],
+            masks: MaskedBuckets) -> dict:
     """The dispatch tables of core/codegen/bucket_entry.py."""
-    top = graphs[-1]
-    in_var, in_fixed, out_var, out_shapes = [], [], [], []
-    for name in top.inputs:
+    top, count = graphs[-1], len(plan.variables)
+    inputs = _user_inputs(top, masks)
+    in_var, in_fixed, in_coef, in_const, out_var, out_coef, out_const, out_shapes = [], [], [], [], [], [], [], []
+    for name in inputs:
         for axis, size in enumerate(top.type_of(name).shape):
             var = plan.var_of(name, axis)
-            in_var.append(-1 if var is None else var)
+            variables, constant = plan.derived.get((name, axis), ((), 0))
+            in_var.append(var if var is not None else -2 if variables else -1)  # -2: a sum of variables
             in_fixed.append(size)
+            in_coef += [variables.count(k) for k in range(count)]
+            in_const.append(constant)
     index = {v.name: k for k, v in enumerate(plan.variables)}
     for name in top.outputs:
         axes_var = {a: index[v] for v, outs in carried.items() for a in outs.get(name, [])}
-        out_var += [axes_var.get(a, -1) for a in range(len(top.type_of(name).shape))]
+        lengths = masks.outputs.get(name, {})
+        for axis in range(len(top.type_of(name).shape)):
+            coefs, constant = lengths.get(axis, ({}, 0))
+            out_var.append(-2 if axis in lengths else axes_var.get(axis, -1))  # -2: its run-time length
+            out_coef += [coefs.get(v.name, 0) for v in plan.variables]
+            out_const.append(constant)
     for graph in graphs:
         out_shapes += [d for name in graph.outputs for d in graph.type_of(name).shape]
     itemsize = lambda n: element_bytes(top.type_of(n).dtype)  # noqa: E731
     return {
         "num_buckets": ("i32", len(plan.buckets)), "num_vars": ("i32", len(plan.variables)),
-        "in_ndim": ("i32", tuple(len(top.type_of(n).shape) for n in top.inputs)),
+        "in_ndim": ("i32", tuple(len(top.type_of(n).shape) for n in inputs)),
         "out_ndim": ("i32", tuple(len(top.type_of(n).shape) for n in top.outputs)),
         "in_var": ("i32", tuple(in_var)), "in_fixed": ("i64", tuple(in_fixed)),
         "out_var": ("i32", tuple(out_var)), "out_shapes": ("i64", tuple(out_shapes)),
-        "var_padded": ("i32", tuple(int(v.name in plan.padded) for v in plan.variables)),
+        "in_coef": ("i64", tuple(in_coef)), "in_const": ("i64", tuple(in_const)),
+        "out_coef": ("i64", tuple(out_coef)), "out_const": ("i64", tuple(out_const)),
+        "var_mode": ("i32", tuple(1 if v.name in plan.padded else 2 if v.name in plan.masked else 0
+                                  for v in plan.variables)),
+        "num_lengths": ("i32", len(masks.length_variables)), "length_var": ("i32", masks.length_variables),
         "var_lo": ("i64", tuple(v.range.lo for v in plan.variables)),
         "var_hi": ("i64", tuple(v.range.hi for v in plan.variables)),
         "bucket_sizes": ("i64", tuple(s for combo in plan.buckets for s in combo)),
-        "in_itemsize": ("i32", tuple(itemsize(n) for n in top.inputs)),
+        "in_itemsize": ("i32", tuple(itemsize(n) for n in inputs)),
         "out_itemsize": ("i32", tuple(itemsize(n) for n in top.outputs)),
-        "in_names": ("str", tuple(top.inputs)), "var_names": ("str", tuple(v.name for v in plan.variables)),
+        "in_names": ("str", tuple(inputs)), "var_names": ("str", tuple(v.name for v in plan.variables)),
     }
 
 
-def _padded_samples(plan: BucketPlan, top_feeds: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """Per padded variable, the largest bucket's inputs cut to a size that no bucket has (padded at run time)."""
-    samples = []
-    for var in plan.variables:
-        if var.name not in plan.padded:
-            continue
-        sizes = [s for s in range(var.range.hi - 1, var.range.lo - 1, -1) if s not in var.sizes]
-        if not sizes:
-            continue
-        feeds = dict(top_feeds)
-        for name, axis in var.dims:
-            index = [slice(None)] * feeds[name].ndim
-            index[axis] = slice(0, sizes[0])
-            feeds[name] = np.ascontiguousarray(feeds[name][tuple(index)])
-        samples.append(feeds)
-    return samples
+def _model_feeds(graph: Graph, inputs, gathered: dict[str, int]) -> dict[str, np.ndarray]:
+    feeds = random_inputs(graph, 0, gathered)
+    return {name: feeds[name] for name in inputs}
 
 
 def compile_bucketed(source, data: bytes, plan: BucketPlan, tgt: Target, backend, names: ArtifactNames, *,
                      opt_level: int, tuning, checks: ValidationOptions, benchmark: bool, notify: ProgressFn,
-                     threads: Optional[int]) -> Artifact:
-    """compile() of the model (`source`: a path, or `data`, its bytes) for every bucket of `plan`."""
+                     threads: Optional[int], precision: Optional[str] = None) -> Artifact:
+    """compile() of the model (`source`: a path, or `data`, its bytes) for every bucket of `plan`; `precision`
+    as compile()'s (core/driver/precision.py), the same weights in every bucket."""
     if not backend.host_code or backend.cannot_run_reason(tgt) is not None:
         raise ShapeError(f"input-shape ranges are supported for CPU targets that run on this machine only, not "
                          f"{tgt.name} yet: give fixed shapes")
@@ -146,10 +155,17 @@ def compile_bucketed(source, data: bytes, plan: BucketPlan, tgt: Target, backend
         if deep:
             raise ShapeError(f"input-shape ranges support tensors of rank {MAX_RANK} at most; {deep} have more")
         plan, carried, refused = find_padded(plan, imported)
+        masks = find_masked(plan, source, refused)
+        plan, refused = masks.plan, dict(masks.refused)
+        gathered = index_bounds(imported[-1])  # the ids each input indexes (masked graphs gather through masks)
+        imported = list(masks.graphs) or imported
     nodes_in = len(top.nodes)
     graphs = []
+    weights_precision = precision or model_precision(imported[-1])
+    storage_dtypes = backend.weight_storage_dtypes(tgt)
     with stage(Stage.OPTIMIZE):
-        graphs = [optimize(g, opt_level, tgt) for g in imported]
+        graphs = [store_weights(optimize(g, opt_level, tgt), weights_precision, precision is not None, storage_dtypes,
+                                tgt) for g in imported]
     tuning_report: dict[str, Any] = {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}
     schedules: list[Optional[Callable]] = [None] * len(graphs)
     tuned_kernels: set[str] = set()
@@ -170,18 +186,22 @@ def compile_bucketed(source, data: bytes, plan: BucketPlan, tgt: Target, backend
     workdir = new_workdir()
     with stage(Stage.BUILD):
         exes = [build_executable(g, tgt, schedule_for=s) for g, s in zip(graphs, schedules)]
-        merged = merge_buckets(exes, _tables(plan, graphs, carried))
+        merged = merge_buckets(exes, _tables(plan, graphs, carried, masks),
+                               hidden_inputs=len(masks.length_variables))
         build_library(list(merged.funcs), tgt, workdir / names.library,
                       plan=merged.plan if names.is_default else replace(merged.plan, export_prefix=names.prefix))
         (workdir / WEIGHTS).write_bytes(merged.weights)
-    shapes = {**plan.describe(), "padded_outputs": carried, "not_padded": refused}
+    shapes = {**plan.describe(), "padded_outputs": carried, "not_padded": refused,
+              "masked_outputs": {o: {a: {"variables": c, "constant": k} for a, (c, k) in axes.items()}
+                                 for o, axes in masks.outputs.items()}}
+    inputs = _user_inputs(graphs[-1], masks)
     metadata = {
         "format": "kiln-artifact", "version": 1, "compiler_version": __version__, "target": tgt.name,
         "target_triple": tgt.triple, "target_features": tgt.features, "opt_level": opt_level,
-        "model_sha256": hashlib.sha256(data).hexdigest(), "inputs": _io_info(graphs[-1], graphs[-1].inputs),
+        "model_sha256": hashlib.sha256(data).hexdigest(), "inputs": _io_info(graphs[-1], inputs),
         "outputs": _io_info(graphs[-1], graphs[-1].outputs), "library": names.library, "weights": WEIGHTS,
         "header": names.header, "symbol_prefix": names.prefix, "weights_bytes": len(merged.weights),
-        "arena_bytes": merged.plan.arena_bytes, "dynamic_shapes": shapes,
+        "arena_bytes": merged.plan.arena_bytes, "dynamic_shapes": shapes, "precision": weights_precision,
     }
     metadata.update(backend.runtime_metadata(tgt))
     write_metadata(workdir, metadata)
@@ -198,13 +218,15 @@ def compile_bucketed(source, data: bytes, plan: BucketPlan, tgt: Target, backend
         module = Artifact(workdir, metadata, {}, owns_directory=False).load()
         module.set_num_threads(nthreads)
         try:
-            top_feeds = random_inputs(graphs[-1], 0, index_bounds(graphs[-1]))
+            top_feeds = _model_feeds(graphs[-1], inputs, gathered)
             if checks.enabled:
                 with stage(Stage.VALIDATE):
-                    samples = [random_inputs(g, 0, index_bounds(g)) for g in graphs[:-1]] + [top_feeds]
-                    samples += _padded_samples(plan, top_feeds)
-                    comparison, _ = validate_against_ort(module, session, graphs[-1], samples=samples,
-                                                         origins=origins_or_empty(data), user_tolerance=checks.tolerance)
+                    samples = [_model_feeds(g, inputs, gathered) for g in graphs[:-1]] + [top_feeds]
+                    samples += between_bucket_samples(plan, top_feeds)
+                    origins = {**origins_or_empty(data), **judged_as(weights_precision, precision is not None, {
+                        n: graphs[-1].type_of(n).dtype for n in graphs[-1].outputs})}
+                    comparison, _ = validate_against_ort(module, session, graphs[-1], samples=samples, origins=origins,
+                                                         user_tolerance=checks.tolerance)
                     validation = checks.verdict(comparison, samples, "a shape-bucketed library is compared as a whole")
                     validation["shapes"] = [{n: list(a.shape) for n, a in s.items()} for s in samples]
             if benchmark:

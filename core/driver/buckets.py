@@ -40,6 +40,10 @@ class BucketPlan:
     variables: tuple[ShapeVariable, ...]
     buckets: tuple[tuple[int, ...], ...]  # per bucket, each variable's size; ascending, all-hi last
     padded: frozenset[str] = field(default_factory=frozenset)  # variables zero-padded into a larger bucket
+    # (input, axis) -> the variables whose sizes add up to that dim, plus a constant (a mask's
+    # "past_sequence_length + sequence_length", or "past_sequence_length + 1")
+    derived: Mapping[tuple[str, int], tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    masked: frozenset[str] = field(default_factory=frozenset)  # run at a bucket's size with a run-time length
 
     def var_of(self, name: str, axis: int) -> Optional[int]:
         for k, var in enumerate(self.variables):
@@ -47,21 +51,36 @@ class BucketPlan:
                 return k
         return None
 
+    def terms_of(self, name: str, axis: int) -> tuple[tuple[int, ...], int]:
+        """The variables adding up to dim `axis` of input `name` and a constant (one variable and 0 for a
+        plain ranged dim, several for a derived one)."""
+        var = self.var_of(name, axis)
+        return ((var,), 0) if var is not None else self.derived.get((name, axis), ((), 0))
+
+    def dim_size(self, name: str, axis: int, sizes) -> int:
+        variables, constant = self.terms_of(name, axis)
+        return constant + sum(sizes[v] for v in variables)
+
     def input_shapes(self, bucket: int) -> dict[str, tuple[int, ...]]:
         sizes = self.buckets[bucket]
-        return {name: tuple(sizes[self.var_of(name, a)] if d is None else d for a, d in enumerate(dims))
+        return {name: tuple(self.dim_size(name, a, sizes) if d is None else d for a, d in enumerate(dims))
                 for name, dims in self.base.items()}
 
     def bounds(self, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(smallest, largest) shape of input `name`."""
-        lo = tuple(self.variables[self.var_of(name, a)].range.lo if d is None else d
-                   for a, d in enumerate(self.base[name]))
+        lows = [v.range.lo for v in self.variables]
+        lo = tuple(self.dim_size(name, a, lows) if d is None else d for a, d in enumerate(self.base[name]))
         return lo, self.input_shapes(len(self.buckets) - 1)[name]
+
+    def stretchable(self, var: ShapeVariable) -> bool:
+        """Whether sizes between buckets run in the next bucket (padded, or masked by run-time lengths)."""
+        return var.name in self.padded or var.name in self.masked
 
     def describe(self) -> dict[str, Any]:
         """The metadata/report form: variables with range, sizes and padding; each input's min/max shape."""
         return {"variables": [{"name": v.name, "range": str(v.range), "sizes": list(v.sizes),
-                               "padded": v.name in self.padded, "dims": [{"input": n, "axis": a} for n, a in v.dims]}
+                               "padded": v.name in self.padded, "masked": v.name in self.masked,
+                               "dims": [{"input": n, "axis": a} for n, a in v.dims]}
                               for v in self.variables],
                 "inputs": [{"name": n, "min_shape": list(self.bounds(n)[0]), "max_shape": list(self.bounds(n)[1])}
                            for n in self.inputs],
@@ -86,6 +105,8 @@ def plan_buckets(proto: onnx.ModelProto, input_shapes: Optional[Mapping[str, Any
         raise ShapeError(f"input shapes name unknown inputs {unknown}; the model's inputs are {list(declared)}")
     variables: dict[str, tuple[DimRange, list[tuple[str, int]]]] = {}
     base: dict[str, tuple[Optional[int], ...]] = {}
+    fixed_params = {declared[n][a]: d for n, dims in shapes.items() if declared.get(n) is not None
+                    for a, d in enumerate(dims) if isinstance(d, int) and isinstance(declared[n][a], str)}
     for name, dims in declared.items():
         given = shapes.get(name)
         if given is None:
@@ -113,22 +134,38 @@ def plan_buckets(proto: onnx.ModelProto, input_shapes: Optional[Mapping[str, Any
             known[1].append((name, axis))
             fixed.append(None)
         base[name] = tuple(fixed)
-    # An input left out whose symbolic dims are all variables (attention_mask beside input_ids) follows them.
+    # An input left out whose symbolic dims are all variables (attention_mask beside input_ids), dims given
+    # elsewhere or sums of them ("past_sequence_length + sequence_length") follows them.
+    derived_names: dict[tuple[str, int], tuple[tuple[str, ...], int]] = {}
     for name, dims in declared.items():
-        if name not in base and dims is not None and all(isinstance(d, int) or d in variables for d in dims):
-            base[name] = tuple(d if isinstance(d, int) else None for d in dims)
-            for axis, d in enumerate(dims):
-                if not isinstance(d, int):
-                    variables[d][1].append((name, axis))
+        terms = {a: _sum_terms(d, variables, fixed_params) for a, d in enumerate(dims or ()) if isinstance(d, str)}
+        if name in base or dims is None or any(t is None for t in terms.values()):
+            continue
+        fixed = []
+        for axis, d in enumerate(dims):
+            names = terms.get(axis, ())
+            constant = sum(fixed_params.get(t, 0) if not t.isdigit() else int(t) for t in names)
+            ranged = [t for t in names if t in variables]
+            if isinstance(d, int) or not ranged:
+                fixed.append(d if isinstance(d, int) else constant)
+            elif len(ranged) == 1 and not constant:
+                variables[ranged[0]][1].append((name, axis))
+                fixed.append(None)
+            else:
+                derived_names[(name, axis)] = (tuple(ranged), constant)
+                fixed.append(None)
+        base[name] = tuple(fixed)
     order = list(declared)
     vars_ = tuple(ShapeVariable(k, r, tuple(sorted(dims, key=lambda na: (order.index(na[0]), na[1]))))
                   for k, (r, dims) in variables.items())
+    index = {v.name: k for k, v in enumerate(vars_)}
+    derived = {key: (tuple(index[t] for t in names), constant) for key, (names, constant) in derived_names.items()}
     combos = list(itertools.product(*(v.sizes for v in vars_)))
     if len(combos) > MAX_BUCKETS:
         raise ShapeError(f"the declared ranges make {len(combos)} shape buckets "
                          f"({' x '.join(f'{v.name}: {len(v.sizes)}' for v in vars_)}); at most {MAX_BUCKETS}: "
                          f"narrow a range, use a larger step or list fewer sizes")
-    plan = BucketPlan(tuple(n for n in order if n in base or n not in shapes), base, vars_, ())
+    plan = BucketPlan(tuple(n for n in order if n in base or n not in shapes), base, vars_, (), derived=derived)
 
     def volume(combo) -> tuple:
         sizes = dict(zip(range(len(vars_)), combo))
@@ -136,7 +173,7 @@ def plan_buckets(proto: onnx.ModelProto, input_shapes: Optional[Mapping[str, Any
         for name, dims in base.items():
             n = 1
             for a, d in enumerate(dims):
-                n *= sizes[plan.var_of(name, a)] if d is None else d
+                n *= plan.dim_size(name, a, sizes) if d is None else d
             total += n
         return (total, combo)
 
@@ -144,7 +181,14 @@ def plan_buckets(proto: onnx.ModelProto, input_shapes: Optional[Mapping[str, Any
     if len(inputs_in_order) != len(order):
         missing = [n for n in order if n not in base]
         raise ShapeError(f"with ranged input shapes, every input needs a shape: give one for {missing}")
-    return BucketPlan(inputs_in_order, base, vars_, tuple(sorted(combos, key=volume)))
+    return BucketPlan(inputs_in_order, base, vars_, tuple(sorted(combos, key=volume)), derived=derived)
+
+
+def _sum_terms(dim_param: str, variables: Mapping, fixed: Mapping) -> Optional[tuple[str, ...]]:
+    """A dim_param as the names (or digits) it adds up ("past_sequence_length + 1"), when each is a variable,
+    a dim given a size elsewhere or a number; None otherwise."""
+    terms = tuple(t.strip() for t in dim_param.split("+"))
+    return terms if all(t in variables or t in fixed or t.isdigit() for t in terms) else None
 
 
 __all__ = ["ShapeVariable", "BucketPlan", "plan_buckets", "MAX_BUCKETS", "Dim"]

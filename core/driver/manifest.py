@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._version import __version__
+from .._version import __version__, source_digest
 from ..errors import KilnError
 
 if TYPE_CHECKING:
@@ -42,18 +42,6 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return UNKNOWN
     return head + ("+dirty" if dirty else "") if head else UNKNOWN
-
-
-@functools.cache
-def source_digest() -> str:
-    """sha256 of the compiler's own source (every .py, .c and .h under core/, by relative path): a commit with
-    "+dirty" does not say which uncommitted change a build saw; this does."""
-    package = _ROOT / "core"
-    digest = hashlib.sha256()
-    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".c", ".h") and p.is_file()):
-        digest.update(f"{path.relative_to(package).as_posix()}\0".encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 @functools.cache

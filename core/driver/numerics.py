@@ -23,16 +23,17 @@ ToleranceLike = Union[None, float, str, Sequence[float]]
 class ValidationOptions:
     """`mode`: error (a mismatch fails the compile), warn (the artifact is kept, the report says it did not
     match) or off; `tolerance`: (atol, rtol) replacing the float policy; `inputs`: .npz files (paths or bytes)
-    of real inputs; `bisect`: compare kernel by kernel even when the outputs match."""
+    of real inputs; `bisect`: compare kernel by kernel even when the outputs match; `quick`: the first sample only."""
 
     mode: str = "error"
     tolerance: Optional[tuple[float, float]] = None
     inputs: tuple = ()
     bisect: bool = False
+    quick: bool = False
 
     @classmethod
     def of(cls, validate: "bool | str" = True, tolerance: ToleranceLike = None, inputs: Any = None,
-           bisect: bool = False) -> "ValidationOptions":
+           bisect: bool = False, quick: bool = False) -> "ValidationOptions":
         if isinstance(validate, bool):
             mode = "error" if validate else "off"
         elif validate in MODES:
@@ -45,7 +46,7 @@ class ValidationOptions:
             sources = (inputs,)
         else:
             sources = tuple(inputs)
-        return cls(mode, _tolerance_pair(tolerance), sources, bool(bisect))
+        return cls(mode, _tolerance_pair(tolerance), sources, bool(bisect), bool(quick))
 
     @property
     def enabled(self) -> bool:
@@ -56,7 +57,8 @@ class ValidationOptions:
         if not self.inputs:
             return None
         wanted = {n: (tuple(graph.type_of(n).shape), graph.type_of(n).dtype) for n in graph.inputs}
-        return load_validation_inputs(list(self.inputs), wanted)
+        samples = load_validation_inputs(list(self.inputs), wanted)
+        return samples[:1] if self.quick else samples
 
     def as_report(self, samples: Optional[Sequence[dict]]) -> dict:
         return {"on_mismatch": self.mode, "user_tolerance": list(self.tolerance) if self.tolerance else None,

@@ -18,6 +18,7 @@ from .artifact import WEIGHTS, Artifact, new_workdir, write_metadata
 from .benchmark import compare_latency, profile_kernels
 from ..backends import get_backend
 from ..codegen import build_library
+from ..codegen.kernel_cache import CacheSetting, building
 from ..debug import DEBUG
 from ..errors import KilnError, ValidationError
 from ..lowering.executable import build_executable
@@ -45,6 +46,7 @@ from .validate import (ReferenceEvaluatorSession, index_bounds, onnxruntime_sess
                        validate as validate_against_ort)
 
 ModelLike = Union[str, Path, bytes, Any]  # a path, serialized bytes or an onnx.ModelProto
+QUICK_NO_BENCHMARK = "a quick compile (--quick) skips the latency benchmark"
 
 
 def _model_bytes(model: ModelLike) -> bytes:
@@ -75,7 +77,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             benchmark: bool = True, progress: Optional[ProgressFn] = None, threads: Optional[int] = None,
             name: Optional[str] = None, tolerance: "float | str | tuple[float, float] | None" = None,
             validation_inputs: Any = None, bisect: bool = False,
-            pinned_records: Optional[list] = None, precision: Optional[str] = None) -> Artifact:
+            pinned_records: Optional[list] = None, precision: Optional[str] = None,
+            kernel_cache: CacheSetting = None, quick: bool = False) -> Artifact:
     """Compile an ONNX model into an Artifact (native library, weights, metadata, report). `tuning` is a
     TuningOptions (a plain mapping of its fields is accepted too); None: no tuning and no records.
     `name` prefixes the library (libNAME.so), header (NAME.h) and exported C symbols (NAME_load, ...).
@@ -83,11 +86,15 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     (ATOL, RTOL) for float outputs; `validation_inputs` .npz path(s) or bytes of real inputs; `bisect` always
     compares kernel by kernel (a mismatch always does). `pinned_records`: a manifest's `records_applied`, applied
     instead of tuning, which then does not run (kiln rebuild: the same configs without a records database).
-    `precision` (core/driver/precision.py): fp32, fp16 or bf16 weights (float32 arithmetic); None: the model's own."""
+    `precision` (core/driver/precision.py): fp32, fp16 or bf16 weights (float32 arithmetic); None: the model's own.
+    `kernel_cache` (core/codegen/kernel_cache.py): None the machine's default, False/"off" none, or a directory.
+    `quick`: no latency benchmark and validation on one sample at most, for fast iteration (the report says so)."""
     tgt = get_target(target)
     names = artifact_names(name)
-    checks = ValidationOptions.of(validate, tolerance, validation_inputs, bisect)
-    check_precision(precision, shape_ranges=has_ranges(input_shapes))
+    if quick:
+        benchmark = False
+    checks = ValidationOptions.of(validate, tolerance, validation_inputs, bisect, quick=quick)
+    check_precision(precision)
     backend = get_backend(tgt)
     if opt_level not in (0, 1, 2, 3):
         raise KilnError(f"opt level must be 0, 1, 2 or 3, not {opt_level}")
@@ -106,9 +113,10 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     total_start = time.perf_counter()
     data = _model_bytes(model)
     if has_ranges(input_shapes):  # declared ranges: one library over several shape buckets
-        return compile_ranges(model, data, input_shapes, tgt, backend, names, opt_level=opt_level, tuning=tuning,
-                              checks=checks, benchmark=benchmark, notify=notify, threads=threads,
-                              unsupported={"precision": precision, "pinned records": pinned_records})
+        with building(kernel_cache):
+            return compile_ranges(model, data, input_shapes, tgt, backend, names, opt_level=opt_level, tuning=tuning,
+                                  checks=checks, benchmark=benchmark, notify=notify, threads=threads, precision=precision,
+                                  unsupported={"pinned records": pinned_records})
     with stage(Stage.IMPORT):
         graph = import_onnx(model if isinstance(model, (str, Path)) else data, input_shapes=input_shapes)
         check_graph_sizes(graph)  # an absurd input shape fails here, not after a whole build
@@ -139,7 +147,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     else:
         timings["tune"] = 0.0
     workdir = new_workdir()
-    with stage(Stage.BUILD):
+    with stage(Stage.BUILD), building(kernel_cache) as build_stats:
         exe = build_executable(graph, tgt, schedule_for=schedule_for)
         build_library(list(exe.funcs), tgt, workdir / names.library,
                       plan=exe.plan if names.is_default else replace(exe.plan, export_prefix=names.prefix))
@@ -168,7 +176,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         cannot_run, benchmark = None, False
     runs_here = cannot_run is None
     validation: dict[str, Any] = {"skipped": cannot_run or "validation was not requested"}
-    latency: dict[str, Any] = {"skipped": cannot_run or (EMULATED if emulator else "the benchmark was not requested")}
+    latency: dict[str, Any] = {"skipped": cannot_run or (EMULATED if emulator else QUICK_NO_BENCHMARK if quick else
+                                                          "the benchmark was not requested")}
     kernel_times: dict[str, float] = {}
     nthreads = threads or (min(tgt.num_cores, os.cpu_count() or 1) if emulator else tgt.num_cores)
     session = None
@@ -228,6 +237,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                           tuning=tuning_report, validation=validation, latency=latency, timings=timings,
                           threads=nthreads, onnx_nodes=onnx_node_names(data))
     report["manifest"] = metadata["manifest"]
+    report["build"] = build_stats.as_report()
+    if quick:
+        report["quick"] = {"benchmark": "skipped", "validation": "one sample at most" if checks.enabled else "off"}
     report["precision"] = report_section(weights_precision, precision is not None, storage_dtypes, graph,
                                          (v for kernel in exe.kernels for v in kernel.inputs if v in graph.constants))
     device = backend.report_device(tgt, runs_here)

@@ -24,11 +24,8 @@ class PrecisionError(KilnError):
     code = "bad_precision"
 
 
-def check_precision(precision: Optional[str], shape_ranges: bool = False) -> Optional[str]:
+def check_precision(precision: Optional[str]) -> Optional[str]:
     """`precision` itself when Kiln knows it (None: the model's own), else one clear error."""
-    if precision is not None and shape_ranges:  # the bucketed compile (core/driver/bucketed.py) keeps float32 weights
-        raise PrecisionError("a precision cannot be combined with input-shape ranges yet: compile fixed shapes, "
-                             "or leave the precision out")
     if precision is None or precision in PRECISIONS:
         return precision
     raise PrecisionError(f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}"

@@ -1,4 +1,4 @@
-"""Declared input-shape ranges (`NAME=1..8,224..512:32,8|128|384`): parsing and each range's bucket sizes."""
+"""Declared input-shape ranges (`NAME=1..8,224..512:32,8|128|384,0..64:64`): parsing and each range's bucket sizes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,9 +23,13 @@ class DimRange:
     def __post_init__(self):
         if self.choices is not None and not self.choices:
             raise ShapeError("an empty list of sizes")
-        sizes = self.choices or (self.lo, self.hi)
-        if any(d < 1 for d in sizes):
-            raise ShapeError(f"range {self}: sizes must be positive (zero or negative given)")
+        sizes = self.choices or (self.hi,)
+        # 0 may start a range whose buckets are given (an empty KV cache: 0..64:64); it is never a bucket
+        if any(d < 1 for d in sizes) or self.lo < 0 or (self.lo == 0 and self.step is None and self.choices is None):
+            raise ShapeError(f"range {self}: sizes must be positive (zero or negative given; a range from 0, such as "
+                             f"an empty KV cache, names its buckets: 0..64:64 or 0..64:16|64)")
+        if self.choices is not None and not self.lo <= min(self.choices) <= max(self.choices) == self.hi:
+            raise ShapeError(f"range {self}: the bucket sizes must lie within the range and end at its high end")
         if self.lo > self.hi:
             raise ShapeError(f"range {self}: its low end {self.lo} is above its high end {self.hi}")
         if self.step is not None and self.step < 1:
@@ -39,7 +43,8 @@ class DimRange:
         if self.choices is not None:
             return tuple(sorted(set(self.choices)))
         if self.step is not None:
-            return tuple(sorted(set(range(self.lo, self.hi + 1, self.step)) | {self.hi}))
+            first = self.lo or self.step  # a range from 0: its buckets from one step on
+            return tuple(sorted(set(range(first, self.hi + 1, self.step)) | {self.hi}))
         powers, p = [], 1
         while p < self.hi:
             if p >= self.lo:
@@ -48,6 +53,8 @@ class DimRange:
         return tuple(powers[-(MAX_SIZES_PER_DIM - 1):]) + (self.hi,)
 
     def __str__(self) -> str:
+        if self.choices is not None and self.lo < self.choices[0]:
+            return f"{self.lo}..{self.hi}:" + "|".join(map(str, self.choices))
         if self.choices is not None:
             return "|".join(map(str, self.choices))
         return f"{self.lo}..{self.hi}" + (f":{self.step}" if self.step is not None else "")
@@ -57,16 +64,19 @@ Dim = Union[int, DimRange]
 
 
 def parse_dim(text: str) -> Dim:
-    """`7`, `1..8`, `224..512:32` or `8|128|384` (raises ShapeError)."""
+    """`7`, `1..8`, `224..512:32`, `8|128|384` or `1..384:8|128|384` (any size 1..384, buckets 8, 128, 384;
+    a size between them runs in the next bucket where the model allows) (raises ShapeError)."""
     text = text.strip()
     try:
-        if "|" in text:
-            sizes = sorted({int(t) for t in text.split("|")})
-            return DimRange(sizes[0], sizes[-1], choices=tuple(sizes))
         if ".." in text:
             bounds, _, step = text.partition(":")
             lo, _, hi = bounds.partition("..")
+            if "|" in step:
+                return DimRange(int(lo), int(hi), choices=tuple(sorted({int(t) for t in step.split("|")})))
             return DimRange(int(lo), int(hi), int(step) if step else None)
+        if "|" in text:
+            sizes = sorted({int(t) for t in text.split("|")})
+            return DimRange(sizes[0], sizes[-1], choices=tuple(sizes))
         return int(text)
     except ValueError:
         raise ShapeError(f"bad dimension {text!r}: expected a size (7), a range (1..8, 224..512:32) or a list "

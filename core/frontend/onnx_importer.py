@@ -15,6 +15,7 @@ from core.errors import KilnError, ShapeError, UnsupportedOpError
 from core.graph.bounded import bound_pair
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
+from core.graph.length_inputs import Affine, add_length_inputs, output_lengths
 
 from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
@@ -27,6 +28,21 @@ _STRUCTURE_PASSTHROUGH = {"Identity"}
 
 
 def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    return _import(model, input_shapes)[0]
+
+
+def import_onnx_with_lengths(model: ModelSource, input_shapes: Mapping[str, Sequence[int]],
+                             lengths: Mapping[str, Mapping[int, tuple[Sequence[str], int]]], sizes: Mapping[str, int]
+                             ) -> tuple[Graph, dict[str, dict[int, Affine]]]:
+    """import_onnx where the input dims of `lengths` (input -> axis -> the variables adding up to it, plus a
+    constant) take any size up to `input_shapes`' at run time (core/graph/length_inputs.py): the graph's inputs
+    are the model's, then one int64 [1] length per variable of `sizes` (variable -> its largest size). Also
+    returns each output's run-time lengths (output -> axis -> ({variable: coefficient}, constant)). ShapeError
+    when an op cannot take a run-time length."""
+    return _import(model, input_shapes, (lengths, sizes))
+
+
+def _import(model: ModelSource, input_shapes, lengths=None) -> tuple[Graph, dict[str, dict[int, Affine]]]:
     proto = load_model(model)
     graph = proto.graph
     opsets = {canonical_domain(o.domain): int(o.version) for o in proto.opset_import}
@@ -38,12 +54,18 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     graph_inputs = [i for i in graph.input if i.name not in initializers]
     for name, ttype in _input_types(graph_inputs, dict(input_shapes or {})).items():
         values[name] = builder.add_input(name, ttype)  # first, so that inputs keep their exact names
+    symbols = add_length_inputs(builder, *lengths) if lengths is not None else None
     for tensor in graph.initializer:
         values[tensor.name] = builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
 
     _convert_nodes(graph, opsets, builder, values)
+    run_time = {}
+    if symbols is not None:  # the runtime cuts these outputs by their lengths: no `::bound` outputs
+        run_time = output_lengths(builder, {o.name: values[o.name] for o in graph.output
+                                            if isinstance(values[o.name], str)}, symbols)
+        builder.bounds.clear()
     builder.set_outputs(_bind_outputs(graph, builder, values))
-    return builder.build()
+    return builder.build(), run_time
 
 
 def _input_types(inputs: Sequence[onnx.ValueInfoProto], shapes: dict[str, Sequence[int]]) -> dict[str, TensorType]:

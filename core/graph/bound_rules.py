@@ -1,7 +1,7 @@
 """The bound rules: for each graph op, what it does with an input whose length along one axis is known
 only at run time (core/graph/bounded.py). `GraphBuilder.add_node` sends every op with such an input
-here: BOUND_RULES by op name, the elementwise and broadcast patterns by default, and a clear refusal
-naming the op for the rest."""
+(through core/graph/bound_dispatch.py): BOUND_RULES by op name, the elementwise and broadcast patterns by
+default, and a clear refusal naming the op for the rest."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,17 +67,17 @@ def bound_rule(*ops: str) -> Callable[[Rule], Rule]:
     return wrap
 
 
-def add_bounded_node(builder: "GraphBuilder", op: str, inputs: list[str], num_outputs: int, hint: str,
-                     attrs: dict) -> list[str]:
-    node = BoundedNode(builder, op, inputs, attrs, num_outputs, hint)
-    rule = BOUND_RULES.get(op)
-    if rule is None and get_op(op).pattern in (Pattern.ELEMWISE, Pattern.BROADCAST):
+def one_axis_rule(node: BoundedNode) -> Rule:
+    """The rule of a node whose inputs are bounded along one axis (core/graph/bound_dispatch.py asks)."""
+    rule = BOUND_RULES.get(node.op)
+    if rule is None and get_op(node.op).pattern in (Pattern.ELEMWISE, Pattern.BROADCAST):
         rule = _broadcast
     if rule is None:
         raise node.refuse("Kiln has no run-time-length rule for this op (those it has: elementwise ops, Shape, "
                           "Reshape, Transpose, Slice, Gather*, Scatter*, Concat, reductions, Softmax, TopK, ArgMax, "
-                          "MatMul, CumSum, NonZero, Compress, NonMaxSuppression, RoiAlign)")
-    return rule(node)
+                          "MatMul, CumSum, NonZero, Compress, NonMaxSuppression, RoiAlign, Conv, MaxPool, global "
+                          "pools)")
+    return rule
 
 
 def _with_axis(bound: Bound, axis: Optional[int]) -> Optional[Bound]:
@@ -119,37 +119,45 @@ def _reshape(node: BoundedNode) -> list[str]:
     """The padding sits at the end of the axis, so the axis may keep its size, be merged with the axes
     after it (length x their sizes) or be split with its first part leading (length / the rest), as
     long as the axes before it multiply to the same."""
-    bound, b = _only(node), node.builder
+    return set_bound(node.builder, node.emit(), reshaped_bound(node, _only(node)))
+
+
+def reshaped_bound(node: BoundedNode, bound: Bound, others: Sequence[int] = ()) -> Bound:
+    """Where the run-time length of one axis lands after a Reshape (`others`: the input's other axes with a
+    run-time length, which an axis may not be merged with)."""
+    b = node.builder
     shape, new = node.type(0).shape, tuple(node.attrs["shape"])
     before, dim = int(np.prod(shape[:bound.axis])), shape[bound.axis]
     lined_up = [a for a in range(len(new)) if int(np.prod(new[:a])) == before]  # the same axes before it
     axis = next((a for a in lined_up if new[a] != 1 or dim == 1), None)
     if axis is not None and dim and new[axis] == dim:
-        return set_bound(b, node.emit(), Bound(bound.length, axis))
+        return Bound(bound.length, axis)
     if axis is not None and dim and new[axis] % dim == 0 and any(
-            int(np.prod(shape[bound.axis:end])) == new[axis] for end in range(bound.axis + 1, len(shape) + 1)):
-        length = arithmetic(b, "Mul", bound.length, length_constant(b, new[axis] // dim))
-        return set_bound(b, node.emit(), Bound(length, axis))
+            int(np.prod(shape[bound.axis:end])) == new[axis] and not any(bound.axis < o < end for o in others)
+            for end in range(bound.axis + 1, len(shape) + 1)):
+        return Bound(arithmetic(b, "Mul", bound.length, length_constant(b, new[axis] // dim)), axis)
     if axis is not None and new[axis] and dim % new[axis] == 0 and any(
             int(np.prod(new[axis:end])) == dim for end in range(axis + 1, len(new) + 1)):
-        length = arithmetic(b, "Div", bound.length, length_constant(b, dim // new[axis]))
-        return set_bound(b, node.emit(), Bound(length, axis))
+        return Bound(arithmetic(b, "Div", bound.length, length_constant(b, dim // new[axis])), axis)
     raise node.refuse(f"the reshape to {list(new)} moves its data-dependent axis behind others")
 
 
 @bound_rule("Slice")
 def _slice(node: BoundedNode) -> list[str]:
-    bound = _only(node)
+    return set_bound(node.builder, node.emit(), sliced_bound(node, _only(node)))
+
+
+def sliced_bound(node: BoundedNode, bound: Bound) -> Bound:
     start, step, size = (node.attrs[k][bound.axis] for k in ("starts", "steps", "sizes"))
     dim = node.type(0).shape[bound.axis]
     if (start, step, size) == (0, 1, dim):
-        return set_bound(node.builder, node.emit(), bound)
+        return bound
     if step != 1:
         raise node.refuse("a strided slice along the data-dependent axis")
     b = node.builder
     rest = arithmetic(b, "Sub", bound.length, length_constant(b, start))
     length = arithmetic(b, "Min", arithmetic(b, "Max", rest, length_constant(b, 0)), length_constant(b, size))
-    return set_bound(b, node.emit(), Bound(length, bound.axis))
+    return Bound(length, bound.axis)
 
 
 @bound_rule("Pad")
@@ -164,10 +172,11 @@ def _pad(node: BoundedNode) -> list[str]:
 @bound_rule("Gather")
 def _gather(node: BoundedNode) -> list[str]:
     axis, data, indices = node.attrs["axis"], node.bound(0), node.bound(1)
-    if indices is not None:
+    if indices is not None:  # padding indices read entry 0: computed ones may lie outside the data
         if data is not None and data.axis != axis:
             raise node.refuse("both the data and the indices are data-dependent")
-        return set_bound(node.builder, node.emit(), Bound(indices.length, axis + indices.axis))
+        outputs = node.emit([node.inputs[0], node.mask(1, 0)])
+        return set_bound(node.builder, outputs, Bound(indices.length, axis + indices.axis))
     if data.axis == axis:  # the indices say which valid entries to read: the result has a static size
         return node.emit()
     mapped = data.axis if data.axis < axis else data.axis + node.type(1).rank - 1
@@ -403,3 +412,4 @@ def _roi_align(node: BoundedNode) -> list[str]:
     bound = rois or batch
     inputs = [node.inputs[0]] + [node.mask(i, 0) if node.bound(i) is not None else node.inputs[i] for i in (1, 2)]
     return set_bound(node.builder, node.emit(inputs), Bound(bound.length, 0))
+

@@ -2,8 +2,9 @@
 
 NonZero, Compress, Unique, NonMaxSuppression and TopK with a run-time k write their results into an
 upper-bound-sized buffer. Such a value is *bounded*: `GraphBuilder.bounds[value]` is a `Bound` (an int64
-[1] value holding the valid length, and the static axis it applies to); what lies past the length is
-unspecified padding. Every op that reads a bounded value goes through its bound rule
+[1] value holding the valid length, and the static axis it applies to), or a `MultiBound` of several; what
+lies past the length is unspecified padding. Input dims that run at a shape bucket's size with their actual
+size as a run-time length are bounded values too (core/graph/length_inputs.py). Every op that reads a bounded value goes through its bound rule
 (core/graph/bound_rules.py), which decides, per op:
   - ops that treat positions along the axis independently pass the bound on (the axis mapped through
     transposes, reshapes, gathers...);
@@ -34,6 +35,37 @@ if TYPE_CHECKING:
 class Bound:
     length: str  # an int64 [1] value: how many entries along `axis` are valid
     axis: int
+
+
+@dataclass(frozen=True)
+class MultiBound:
+    """Run-time lengths along several axes (attention scores: queries x keys, an image's height and width).
+    Only the rules of core/graph/bound_rules_multi.py take it; code written for one axis that asks for
+    `axis` or `length` gets a clear refusal instead of a silently wrong answer."""
+    parts: tuple[Bound, ...]  # distinct axes, ascending
+
+    @property
+    def axis(self) -> int:
+        raise ShapeError(f"a value with run-time lengths along axes {[p.axis for p in self.parts]} reaches an op "
+                         f"that Kiln follows along one such axis only")
+
+    length = axis
+
+
+def parts_of(bound) -> tuple[Bound, ...]:
+    """The per-axis Bounds of a Bound, a MultiBound or None."""
+    if bound is None:
+        return ()
+    return bound.parts if isinstance(bound, MultiBound) else (bound,)
+
+
+def combined(parts: Sequence[Bound]):
+    """One Bound, a MultiBound (the first bound per axis wins) or None."""
+    by_axis: dict[int, Bound] = {}
+    for part in parts:
+        by_axis.setdefault(part.axis, part)
+    ordered = tuple(by_axis[a] for a in sorted(by_axis))
+    return None if not ordered else ordered[0] if len(ordered) == 1 else MultiBound(ordered)
 
 
 # -- values and masks -----------------------------------------------------------------------------
@@ -74,20 +106,20 @@ def masked(builder: "GraphBuilder", value: str, fill, bound: Optional[Bound] = N
     fill = np.array(fill).astype(ttype.dtype)
     fill_const = builder.add_constant(fill.reshape((1,) * ttype.rank) if fill.ndim == 0 else fill, "padding")
     out = builder.add_unbounded_node("Where", [valid, value, fill_const], 1, "masked")[0]
-    builder.bounds[out] = bound
+    builder.bounds[out] = builder.bounds.get(value, bound)  # masked along one axis, still bounded along all
     return out
 
 
 def limit_length(builder: "GraphBuilder", values: Sequence[str], axis: int, length: str) -> None:
     """Makes `values` bounded along `axis` by `length` (the smaller of it and an existing bound there)."""
     for value in values:
-        current = builder.bounds.get(value)
-        if current is not None and current.axis != axis:
-            raise ShapeError(f"{value!r} would have data-dependent lengths along two axes ({current.axis} and {axis}); "
-                             f"Kiln supports one per value")
-        if current is not None:
-            length = arithmetic(builder, "Min", current.length, length)
-        builder.bounds[value] = Bound(length, axis)
+        parts = list(parts_of(builder.bounds.get(value)))
+        same = [k for k, part in enumerate(parts) if part.axis == axis]
+        if same:
+            parts[same[0]] = Bound(arithmetic(builder, "Min", parts[same[0]].length, length), axis)
+        else:
+            parts.append(Bound(length, axis))
+        builder.bounds[value] = combined(parts)
 
 
 def entry_minus(builder: "GraphBuilder", values: str, entry: int, subtrahend: int) -> str:

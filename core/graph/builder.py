@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from core.errors import ShapeError
-from core.graph.bound_rules import add_bounded_node
+from core.graph.bound_dispatch import add_bounded_node
 from core.graph.bounded import Bound, static_part, track_runtime_ints
 from core.graph.fold import fold_node, worth_folding
 from core.graph.ir import Graph, Node, TensorType, topological_sort
@@ -42,6 +42,7 @@ class GraphBuilder:
         self.runtime_ints: dict[str, np.ndarray] = {}  # int values computed from run-time lengths -> largest
         self.bound_pairs: dict[tuple[str, int], str] = {}  # (length, axis) -> its [axis, length] value
         self.shape_bounds: dict[str, Bound] = {}  # run-time shape -> which entry (axis) is which length
+        self.length_symbols: dict[str, str] = {}  # run-time length input -> its variable (length_inputs.py)
 
     # -- naming ------------------------------------------------------------------------------
     def reserve_names(self, names: Iterable[str]) -> None:
@@ -169,7 +170,11 @@ class GraphBuilder:
         self.bound_pairs.setdefault((length, axis), bound)
 
     def producer_op(self, value: str) -> str:
-        return next((node.op for node in self._nodes if value in node.outputs), "")
+        node = self.producer(value)
+        return node.op if node is not None else ""
+
+    def producer(self, value: str) -> Node | None:
+        return next((node for node in self._nodes if value in node.outputs), None)
 
     def set_outputs(self, names: Sequence[str]) -> None:
         for name in names:

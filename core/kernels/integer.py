@@ -108,6 +108,7 @@ def packed_matmul_integer(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[
     """Stages: `int8_data` (a shifted into the intrinsic's data dtype and padded to whole groups of 4,
     only when needed), `int8_dot` and `int8_dot_out` (plus the zero points' correction, N columns)."""
     a, packed, correction = require(inputs, 3, "MatMulIntegerPacked")
+    zero = _zero(inputs, 3)  # a run-time data zero point: the correction is per unit of it (plus the shift)
     intrinsic = get_intrinsic(str(attrs["intrinsic"]))
     data_dtype = intrinsic.inputs[0].dtype
     shift, depth, columns = int(attrs["data_shift"]), int(attrs["depth"]), int(attrs["columns"])
@@ -117,8 +118,13 @@ def packed_matmul_integer(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[
         data = _data_stage(a.shape[:-1] + (padded,), depth, data_dtype,
                            lambda rest, kk: cast("int32", a(*rest, kk)) + shift)
     acc = dot_stage(a.shape[:-1], packed, intrinsic, lambda row, kk: data(*row, kk))
-    return [te.compute(a.shape[:-1] + (columns,), lambda *idx: acc(*idx) + correction(idx[-1]),
-                       name="int8_dot_out", tag="int8_dot_out")]
+
+    def corrected(*idx: Expr) -> Expr:
+        if zero is None:
+            return acc(*idx) + correction(idx[-1])
+        return acc(*idx) + correction(idx[-1]) * (cast("int32", zero(*([0] * zero.ndim))) + shift)
+
+    return [te.compute(a.shape[:-1] + (columns,), corrected, name="int8_dot_out", tag="int8_dot_out")]
 
 
 @register_compute("ConvIntegerPacked")

@@ -5,7 +5,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import ShapeError
 from ..graph.ir import TensorType
-from ..packing.panels import worth_packing
+from ..packing.panels import PANEL, TILE_ROWS, worth_packing
 from ..te import tensor as te
 from ..tir.expr import Expr, const
 from .broadcast import broadcast_shape
@@ -14,9 +14,11 @@ from .matmul_packed import pack_panels, packed_matmul
 from .registry import register_compute
 
 
-def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None, may_pack: bool = True) -> te.Tensor:
+def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None, may_pack: bool = True,
+           panel: int = PANEL, tile_rows: int = TILE_ROWS) -> te.Tensor:
     """`packed_columns`: b is already packed (a constant weight, [..., N/nr, K, nr]) for N columns;
-    `may_pack=False` keeps B as it is (GPU schedules tile the plain product in shared memory)."""
+    `may_pack=False` keeps B as it is (GPU schedules tile the plain product in shared memory);
+    `panel` x `tile_rows`: the target's micro-kernel (packing.panels.micro_tile, set by pack_matmul_weights)."""
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("MatMul: inputs must have rank >= 1")
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
@@ -38,9 +40,9 @@ def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None, may
         return [zero if d == 1 else bi[off + q] for q, d in enumerate(shape[:-2])]
 
     if packed_columns is not None:
-        return packed_matmul(a, b, packed_columns, batch, operand_batch)
+        return packed_matmul(a, b, packed_columns, batch, operand_batch, tile_rows)
     if may_pack and not (a_vec or b_vec) and worth_packing(m, n, k, a.dtype):
-        return packed_matmul(a, pack_panels(b), n, batch, operand_batch)
+        return packed_matmul(a, pack_panels(b, panel), n, batch, operand_batch, tile_rows)
 
     def body(*idx: Expr) -> Expr:
         bi, i, j = idx[:nb], idx[nb], idx[nb + 1]
@@ -65,4 +67,5 @@ def matmul(a: te.Tensor, b: te.Tensor, packed_columns: Optional[int] = None, may
 @register_compute("MatMul")
 def matmul_op(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     a, b = require(inputs, 2, "MatMul")
-    return [matmul(a, b, attrs.get("packed_columns"))]
+    return [matmul(a, b, attrs.get("packed_columns"), panel=attrs.get("panel", PANEL),
+                   tile_rows=attrs.get("tile_rows", TILE_ROWS))]

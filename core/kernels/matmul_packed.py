@@ -2,21 +2,23 @@
 streams each panel contiguously, and the output padded to whole register tiles (then cropped)."""
 from __future__ import annotations
 
-from typing import Optional
-
-from ..packing.panels import PANEL, pad_to
+from ..packing.panels import PANEL, TILE_ROWS, pad_to
 from ..te import tensor as te
 from ..tir.expr import Expr, const, minimum, select
 
-# micro-kernel rows -> measured speed per computed row relative to 6 x 16 (znver3, one thread, packed B:
-# 4 and 5 rows keep 8-10 accumulators, enough to hide the FMA latency; 3 rows do not). So M = 32 (a
-# short sequence) runs 8 x 4 rows rather than 6 x 6 rows with 4 of them padding.
-ROW_CHOICES = {6: 1.0, 5: 0.99, 4: 0.98, 3: 0.78}
+# micro-kernel rows -> measured speed per computed row relative to the preferred height, by that height
+# (packing.panels.micro_tile). 6 x 16 on znver3 (AVX2), one thread, packed B: 4 and 5 rows keep 8-10
+# accumulators, enough to hide the FMA latency; 3 rows do not. So M = 32 (a short sequence) runs 8 x 4
+# rows rather than 6 x 6 rows with 4 of them padding. 8 x 32 on znver5 (AVX-512), one thread, 120 x 384 x
+# 1536: 5 to 8 rows within 4%, 4 rows 16% and 3 rows 30% slower.
+ROW_CHOICES = {6: {6: 1.0, 5: 0.99, 4: 0.98, 3: 0.78},
+               8: {8: 1.0, 7: 0.98, 6: 0.99, 5: 0.96, 4: 0.84, 3: 0.70}}
 
 
-def micro_rows(m: int) -> int:
+def micro_rows(m: int, preferred: int = TILE_ROWS) -> int:
     """Rows of the micro-kernel: the best speed per useful row once M is padded to a multiple."""
-    return max(ROW_CHOICES, key=lambda r: (m / (-(-m // r) * r)) * ROW_CHOICES[r])
+    speed = ROW_CHOICES[preferred]
+    return max(speed, key=lambda r: (m / (-(-m // r) * r)) * speed[r])
 
 
 def pack_panels(b: te.Tensor, panel: int = PANEL) -> te.Tensor:
@@ -35,13 +37,14 @@ def pack_panels(b: te.Tensor, panel: int = PANEL) -> te.Tensor:
 
 
 def packed_matmul(a: te.Tensor, pb: te.Tensor, n: int, batch: tuple[int, ...],
-                  operand_batch, rows: Optional[int] = None) -> te.Tensor:
+                  operand_batch, tile_rows: int = TILE_ROWS) -> te.Tensor:
     """C[..., i, j] = sum_k A[..., i, k] * PB[..., j / nr, k, j % nr] over M and N padded to whole
     micro-tiles (A's padding rows read its last row, computed and never stored), cropped to M x N.
-    `operand_batch(shape, batch indices)` maps output batch indices to an operand's own."""
+    `operand_batch(shape, batch indices)` maps output batch indices to an operand's own; `tile_rows` is
+    the target's preferred micro-kernel height (micro_rows picks the height for M)."""
     m, k = a.shape[-2:]
     *_, panels, _, panel = pb.shape
-    mr = rows or micro_rows(m)
+    mr = micro_rows(m, tile_rows)
     m_pad, n_pad = pad_to(m, mr), panels * panel
     rk = te.reduce_axis(k, "rk")
     nb = len(batch)

@@ -8,3 +8,5 @@ from .schedules import integer as integer_schedules  # noqa: F401,E402
 from . import quantize  # noqa: F401,E402 (DequantizeLinear, QuantizeLinear, Requantize)
 from . import ml_coupling  # noqa: F401,E402 (SVM probability estimates)
 from . import conv_nd_nchwc, pool_nd_nchwc  # noqa: F401,E402 (3-D convs and pools in NCDHW[x]c)
+from . import attention  # noqa: F401,E402 (SoftmaxAttention, one loop program)
+from . import recurrent  # noqa: F401,E402 (LSTMSequence, GRUSequence, one loop program each)

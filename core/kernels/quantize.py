@@ -1,11 +1,14 @@
-"""Quantized-domain computes: DequantizeLinear, QuantizeLinear (8-bit, per tensor or per axis) and Requantize
-(int32 accumulator -> 8-bit in MLAS's order, so results agree with ONNX Runtime's integer kernels)."""
+"""Quantized-domain computes: DequantizeLinear, QuantizeLinear (8-bit, per tensor or per axis), Requantize (int32
+accumulator -> 8-bit in MLAS's order, so results agree with ONNX Runtime's integer kernels), QuantizedBinary
+(MLAS's QLinearAdd/QLinearMul) and LookupTable."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
+import numpy as np
+
 from ..graph.ir import TensorType
-from ..graph.op_defs.quantize import QUANT_INT_RANGES
+from ..graph.op_defs.quantize import QUANT_INT_RANGES, lookup_index_offset
 from ..te import tensor as te
 from ..tir.expr import Expr, call, cast, const, maximum, minimum
 from .common import attr, broadcast_read, require
@@ -51,14 +54,44 @@ def quantize_linear(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, A
 @register_compute("Requantize")
 def requantize(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     acc, multiplier = require(inputs, 2, "Requantize")
-    to = str(attr(attrs, "to", "Requantize"))
-    zero = int(attr(attrs, "zero_point", "Requantize"))
-    lo, hi = int(attr(attrs, "min", "Requantize")), int(attr(attrs, "max", "Requantize"))
 
     def body(*i: Expr) -> Expr:
         # MLAS: float(acc) * multiplier, clamped to [min - zp, max - zp], rounded half to even, plus zp.
-        scaled = cast("float32", acc(*i)) * broadcast_read(multiplier, i)
-        clamped = minimum(maximum(scaled, const(float(lo - zero), "float32")), const(float(hi - zero), "float32"))
-        return cast(to, cast("int32", call("round", clamped)) + const(zero, "int32"))
+        return requantized(cast("float32", acc(*i)) * broadcast_read(multiplier, i), attrs, "Requantize")
 
     return [te.compute(acc.shape, body, name="requantize", tag="broadcast")]
+
+
+def requantized(scaled: Expr, attrs: Mapping[str, Any], op: str) -> Expr:
+    """float32 `scaled` (in output steps, less the zero point) clamped to [min - zp, max - zp], rounded half to
+    even, plus the zero point, as attrs `to`."""
+    to, zero = str(attr(attrs, "to", op)), int(attr(attrs, "zero_point", op))
+    lo, hi = int(attr(attrs, "min", op)), int(attr(attrs, "max", op))
+    clamped = minimum(maximum(scaled, const(float(lo - zero), "float32")), const(float(hi - zero), "float32"))
+    return cast(to, cast("int32", call("round", clamped)) + const(zero, "int32"))
+
+
+@register_compute("QuantizedBinary")
+def quantized_binary(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+    a, b = require(inputs, 2, "QuantizedBinary")
+    shape = tuple(int(d) for d in np.broadcast_shapes(a.shape, b.shape))
+    a_zero, b_zero = (const(int(attr(attrs, k, "QuantizedBinary")), "int32") for k in ("a_zero", "b_zero"))
+
+    def body(*i: Expr) -> Expr:
+        da, db = (cast("int32", broadcast_read(t, i)) - z for t, z in ((a, a_zero), (b, b_zero)))
+        if attrs["kind"] == "add":
+            value = const(float(attrs["a_ratio"]), "float32") * cast("float32", da) + \
+                const(float(attrs["b_ratio"]), "float32") * cast("float32", db)
+        else:  # (a - za)(b - zb) is exact in int32 and float32 (|product| <= 2^16)
+            value = const(float(attrs["ratio"]), "float32") * cast("float32", da * db)
+        return requantized(value, attrs, "QuantizedBinary")
+
+    return [te.compute(shape, body, name="quantized_binary", tag="broadcast")]
+
+
+@register_compute("LookupTable")
+def lookup_table(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
+    x, table = require(inputs, 2, "LookupTable")
+    offset = const(lookup_index_offset(x.dtype), "int32")
+    return [te.compute(x.shape, lambda *i: table(cast("int32", x(*i)) + offset), name="lookup_table",
+                       tag="elemwise")]

@@ -9,7 +9,7 @@ from ..graph.ir import TensorType
 from ..te import tensor as te
 from ..tir.expr import Expr, cast, const, eq, is_float, select
 from .common import prod, require
-from .reduce_lanes import lane_split_applies, lane_split_reduce
+from .reduce_lanes import flat_shape, lane_split_applies, lane_split_reduce, trailing_axes_flat
 from .registry import register_compute
 
 _REDUCERS = {"sum": te.sum, "max": te.max, "min": te.min, "prod": te.prod}
@@ -30,6 +30,9 @@ def reduce_over(x: te.Tensor, axes: Sequence[int], keepdims: bool, combiner: str
     read = source or (lambda idx: x(*idx))
     if lane_split_applies(x, axes, combiner):  # along the contiguous axis: vector lanes, not a scalar chain
         return lane_split_reduce(x, keepdims, combiner, name, read, tag)
+    if trailing_axes_flat(x, axes, keepdims, combiner):  # several trailing axes: one flattened contiguous axis
+        shape, unflatten = flat_shape(x, axes)
+        return lane_split_reduce(x, keepdims, combiner, name, lambda idx: read(unflatten(idx)), tag, shape)
 
     def body(*i: Expr) -> Expr:
         rks = [te.reduce_axis(x.shape[a], f"r{a}") for a in axes]

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 from ..te import tensor as te
 from ..tir.expr import Expr, const, maximum, minimum, select
+from .common import prod
 
 LANES = 32  # four AVX2 vectors of float32: four independent accumulator chains hide the add latency
 MIN_EXTENT = 2 * LANES  # shorter rows keep the plain loop (the second stage would be most of the work)
@@ -30,11 +31,34 @@ def lane_split_applies(x: te.Tensor, axes: Sequence[int], combiner: str) -> bool
             and isinstance(x.shape[-1], int) and x.shape[-1] >= MIN_EXTENT)
 
 
+def trailing_axes_flat(x: te.Tensor, axes: Sequence[int], keepdims: bool, combiner: str) -> bool:
+    """Float32 sum/max/min over several trailing axes (a whole tensor: DynamicQuantizeLinear's range), without
+    kept dims: contiguous, so they reduce as one flattened last axis (`flat_shape`)."""
+    trailing = len(axes) > 1 and list(axes) == list(range(x.ndim - len(axes), x.ndim))
+    sizes = x.shape[x.ndim - len(axes):]
+    return (trailing and not keepdims and x.dtype == "float32" and combiner in _REDUCERS
+            and all(isinstance(d, int) for d in sizes) and prod(sizes) >= MIN_EXTENT)
+
+
+def flat_shape(x: te.Tensor, axes: Sequence[int]) -> tuple[tuple, Callable[[list[Expr]], list[Expr]]]:
+    """(x's shape with `axes` (trailing) flattened into one, and the map from its index to x's)."""
+    sizes, kept = x.shape[x.ndim - len(axes):], x.ndim - len(axes)
+
+    def unflatten(idx: list[Expr]) -> list[Expr]:
+        *rest, flat = idx
+        strides = [prod(sizes[k + 1:]) for k in range(len(sizes))]
+        return [*rest, *((flat // stride) % size if k else flat // stride
+                         for k, (stride, size) in enumerate(zip(strides, sizes)))]
+
+    return tuple(x.shape[:kept]) + (prod(sizes),), unflatten
+
+
 def lane_split_reduce(x: te.Tensor, keepdims: bool, combiner: str, name: str,
-                      read: Callable[[list[Expr]], Expr], tag: str) -> te.Tensor:
-    """`combiner` of `read(index)` over the last axis of `x` (see the module docstring); both stages
-    carry `tag`, so the op's schedule treats them as its reductions."""
-    *outer, n = x.shape
+                      read: Callable[[list[Expr]], Expr], tag: str, shape: Sequence = ()) -> te.Tensor:
+    """`combiner` of `read(index)` over the last axis of `x` (or of `shape`, x's with trailing axes flattened:
+    `read` then takes its indices) (see the module docstring); both stages carry `tag`, so the op's schedule
+    treats them as its reductions."""
+    *outer, n = shape or x.shape
     chunks = n // LANES
     main, tail = chunks * LANES, n - chunks * LANES
     reducer = _REDUCERS[combiner]

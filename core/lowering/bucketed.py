@@ -32,8 +32,9 @@ def _renamed(exe: Executable, prefix: str) -> Executable:
     return dataclasses.replace(exe, funcs=funcs, kernels=kernels, plan=dataclasses.replace(exe.plan, calls=calls))
 
 
-def merge_buckets(executables: Sequence[Executable], tables: dict) -> BucketedExecutable:
-    """`executables` in bucket order; `tables` the dispatch data of BucketedPlan (core/codegen/bucket_entry.py)."""
+def merge_buckets(executables: Sequence[Executable], tables: dict, hidden_inputs: int = 0) -> BucketedExecutable:
+    """`executables` in bucket order; `tables` the dispatch data of BucketedPlan (core/codegen/bucket_entry.py);
+    the last `hidden_inputs` inputs of each bucket are the run-time lengths its dispatcher passes."""
     renamed = [_renamed(exe, f"b{i}") for i, exe in enumerate(executables)]
     funcs_by_name = {f.name: f for exe in renamed for f in exe.funcs}
     unique, called = share_identical(list(funcs_by_name.values()))
@@ -64,7 +65,7 @@ def merge_buckets(executables: Sequence[Executable], tables: dict) -> BucketedEx
                for exe in renamed]
     arena = max(p.arena_bytes for p in plans)
     top: ModelPlan = plans[-1]
-    plan = BucketedPlan(tuple(plans), top.num_inputs, top.num_outputs, arena, len(blob), tables=tables)
+    plan = BucketedPlan(tuple(plans), top.num_inputs - hidden_inputs, top.num_outputs, arena, len(blob), tables=tables)
     return BucketedExecutable(tuple(unique), plan, bytes(blob), tuple(renamed))
 
 

@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ..codegen.kernel_objects import prefetch
 from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from ..graph.ir import Graph, Node
 from .inplace import inplace_input
@@ -19,6 +20,7 @@ from .memory import Lifetime, MemoryPlan, align, plan_memory
 from .narrow_reads import scalar_reads, weight_widenings
 from ..graph.ops import Pattern, get_op, node_flops
 from .kernel_dedup import share_identical
+from .lowering_memo import derived_key, group_key, recall, remember
 from ..kernels.registry import ScheduleFn, epilogue_schedule, get_compute, get_schedule
 from ..target import Target
 from ..te.lower import lower
@@ -69,8 +71,7 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
     computed inline into its output stages, each scheduled by its own op. A half-size weight is widened inside
     its loads unless the kernel reads it as scalars: then once per call into a workspace (`widen_once`,
     core/lowering/narrow_reads.py)."""
-    produced = {o for n in nodes for o in n.outputs}
-    inputs = list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
+    inputs = group_inputs(nodes)
     tensors: dict[str, Tensor] = {}
     params: list[Tensor] = []
     for k, value in enumerate(inputs):
@@ -119,6 +120,35 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
     return func, inputs
 
 
+def group_inputs(nodes: Sequence[Node]) -> list[str]:
+    """The values a group reads from outside itself, in first-use order (its kernel's input parameters)."""
+    produced = {o for n in nodes for o in n.outputs}
+    return list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
+
+
+def _lower_or_recall(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
+                     anchor_schedule: Optional[ScheduleFn]) -> tuple[PrimFunc, Optional[str]]:
+    """lower_group's kernel, or its earlier result from the kernel cache (untuned groups: a tuned schedule is not
+    part of the key); and the memo key (None: not memoized)."""
+    key = group_key(nodes, graph, outputs, target) if anchor_schedule is None else None
+    func = recall(key, name)
+    if func is None:
+        func, _ = lower_group(nodes, graph, target, name, outputs, anchor_schedule=anchor_schedule)
+        remember(key, func)
+    return func, key
+
+
+def _in_place_or_recall(func: PrimFunc, index: int, key: Optional[str]) -> Optional[PrimFunc]:
+    """_read_from_output, remembered under the lowering's memo `key` when it gives a kernel."""
+    key = derived_key(key, f"read input {index} from the output")
+    found = recall(key, func.name)
+    if found is None:
+        found = _read_from_output(func, index)
+        if found is not None:
+            remember(key, found)
+    return found
+
+
 def _group_of(node: Node, graph: Graph) -> tuple[list[Node], Graph]:
     """The nodes one kernel computes, and the graph that types their values."""
     body = node.attr("body") if node.op == "Fused" else None
@@ -160,17 +190,9 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
             nodes, types = _group_of(node, graph)
             work.append((nodes, types, list(node.outputs)))
 
-    funcs: list[PrimFunc] = []
-    infos: list[KernelInfo] = []
-    owners = list(graph.nodes) if groups is None else [None] * len(work)
-    for k, (nodes, types, outputs) in enumerate(work):
-        name = _kernel_name(k, nodes)
-        tuned = schedule_for(name, owners[k]) if schedule_for and owners[k] is not None else None
-        func, inputs = lower_group(nodes, types, target, name, outputs, anchor_schedule=tuned)
-        funcs.append(func)
-        infos.append(KernelInfo(name, tuple(n.op for n in nodes), tuple(n.name for n in nodes),
-                                sum(node_flops(n, types) for n in nodes), tuple(inputs), tuple(outputs), name))
-
+    infos = [KernelInfo(_kernel_name(k, nodes), tuple(n.op for n in nodes), tuple(n.name for n in nodes),
+                        sum(node_flops(n, types) for n in nodes), tuple(group_inputs(nodes)), tuple(outputs),
+                        _kernel_name(k, nodes)) for k, (nodes, types, outputs) in enumerate(work)]
     # Arena: intermediate values (live from producer to last consumer) and per-kernel workspaces.
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -180,17 +202,25 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
             last[v] = max(last.get(v, k), k)
         for v in info.inputs:
             last[v] = max(last.get(v, k), k)
-    # In place: a kernel whose single output is elementwise in an input that dies there reads that
-    # input from the output's buffer (one parameter, so codegen's noalias promise still holds).
+
+    funcs: list[PrimFunc] = []
     inplace: dict[str, str] = {}
-    for k, ((nodes, types, _), info) in enumerate(zip(work, infos)):
+    owners = list(graph.nodes) if groups is None else [None] * len(work)
+    for k, ((nodes, types, outputs), info) in enumerate(zip(work, infos)):
+        tuned = schedule_for(info.name, owners[k]) if schedule_for and owners[k] is not None else None
+        func, memo_key = _lower_or_recall(nodes, types, target, info.name, outputs, tuned)
+        # In place: a kernel whose single output is elementwise in an input that dies there reads that
+        # input from the output's buffer (one parameter, so codegen's noalias promise still holds).
         dying = [v for v in info.inputs if v in first and v not in graph_outputs and last[v] == k]
         value = inplace_input(nodes, types, dying, info.outputs)
-        func = _read_from_output(funcs[k], info.inputs.index(value)) if value is not None else None
-        if func is not None and info.outputs[0] not in graph_outputs:
+        in_place = (_in_place_or_recall(func, info.inputs.index(value), memo_key)
+                    if value is not None and info.outputs[0] not in graph_outputs else None)
+        if in_place is not None:
             inplace[info.outputs[0]] = value
-            funcs[k] = func
+            func = in_place
             infos[k] = dataclasses.replace(info, inputs=tuple(v for v in info.inputs if v != value), inplace=value)
+        funcs.append(func)
+        prefetch(func, target)  # its object compiles on another core while the next kernel is lowered
     lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
                  for v in first if v not in graph_outputs]
     # Workspaces are per call (named by the kernel, not the possibly shared function).

@@ -10,6 +10,8 @@ covers parameter shapes and dtypes, workspaces, local allocations, loop kinds an
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import weakref
 from typing import Hashable, Sequence
 
 from ..tir.expr import Load, Var
@@ -52,14 +54,33 @@ def structural_key(func: PrimFunc) -> Hashable:
     return (params, body, func.num_inputs, func.num_outputs, attrs)
 
 
+_DIGESTS: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def structural_digest(func: PrimFunc) -> str:
+    """sha256 of the structural key's repr (TIR nodes have no custom reprs, so every field shows), computed once
+    per PrimFunc object: deduplication, the kernel cache and the lowering memo all ask for it."""
+    known = _DIGESTS.get(id(func))
+    if known is not None and known[0]() is func:
+        return known[1]
+    digest = hashlib.sha256(repr(structural_key(func)).encode()).hexdigest()
+    note_digest(func, digest)
+    return digest
+
+
+def note_digest(func: PrimFunc, digest: str) -> None:
+    """Records `func`'s structural digest, known without walking it (a kernel recalled from the lowering memo)."""
+    _DIGESTS[id(func)] = (weakref.ref(func, lambda _, key=id(func): _DIGESTS.pop(key, None)), digest)
+
+
 def share_identical(funcs: Sequence[PrimFunc]) -> tuple[list[PrimFunc], list[str]]:
     """(the distinct kernels, each first of its kind, in order; per input kernel, the name of the
     function it calls)."""
-    first_of: dict[Hashable, PrimFunc] = {}
+    first_of: dict[str, PrimFunc] = {}
     unique: list[PrimFunc] = []
     called: list[str] = []
     for func in funcs:
-        key = structural_key(func)
+        key = structural_digest(func)
         shared = first_of.get(key)
         if shared is None:
             first_of[key] = shared = func
@@ -68,4 +89,4 @@ def share_identical(funcs: Sequence[PrimFunc]) -> tuple[list[PrimFunc], list[str
     return unique, called
 
 
-__all__ = ["structural_key", "share_identical"]
+__all__ = ["structural_key", "structural_digest", "note_digest", "share_identical"]

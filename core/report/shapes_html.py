@@ -1,4 +1,4 @@
-"""The report page's "Shape buckets" section: the declared ranges, the compiled buckets and the padded axes."""
+"""The report page's "Shape buckets" section: the declared ranges, the compiled buckets, the padded and masked axes."""
 from __future__ import annotations
 
 from typing import Any
@@ -13,8 +13,9 @@ def shapes_section(report: dict[str, Any]) -> str:
         return ""
     refused = shapes.get("not_padded") or {}
     rows = [[esc(v.get("name", "")), esc(v.get("range", "")), esc(", ".join(map(str, v.get("sizes") or []))),
-             "padded into the next bucket" if v.get("padded") else f"exact ({esc(refused.get(v.get('name'), ''))})"]
-            for v in shapes.get("variables") or []]
+             "padded into the next bucket" if v.get("padded") else
+             "masked in the next bucket (a run-time length)" if v.get("masked") else
+             f"exact ({esc(refused.get(v.get('name'), ''))})"] for v in shapes.get("variables") or []]
     text = (f"<p>One library serves every input shape in range: {len(shapes.get('buckets') or [])} shape buckets, "
             f"{esc(shapes.get('kernels_compiled', '?'))} distinct kernels for {esc(shapes.get('kernel_calls', '?'))} "
             f"kernel calls, one weights file. The kernels and latency above are the largest bucket's.</p>")

@@ -66,9 +66,13 @@ _SHAPED_ABI = """\
  * input i's dims (kiln_input_ndim(i) of them); outputs[i] at a buffer for output i of at most its largest
  * size (*_NUMEL); its actual dims are written to output_shapes[i] (NULL skips one, or all), and the output
  * is dense at that shape. Inside, the smallest compiled shape bucket that holds the inputs runs: dims the
- * compiler proved safe to pad (typically the batch) are zero-padded into it and the outputs cut back; other
- * dims must equal one of the compiled sizes. Returns 0, or nonzero with kiln_last_error() naming the input,
- * the dim and the accepted sizes (a shape outside the range, a rank or fixed dim that does not match). */
+ * compiler proved safe to pad (typically the batch) are zero-padded into it and the outputs cut back; dims
+ * it could mask (a sequence under attention, a KV cache's length: the bucket takes the actual size as a
+ * run-time length) are zero-padded too, and outputs along them (present keys of past + new length) come back
+ * at their true size; other dims must equal one of the compiled sizes. A dim may be 0 where its range starts
+ * at 0 (an empty KV cache; its input pointer may then be NULL). Returns 0, or nonzero with kiln_last_error()
+ * naming the input, the dim and the accepted sizes (a shape outside the range, a rank or fixed dim that does
+ * not match, a dim that must be the sum of others, e.g. an attention mask over past + new tokens). */
 int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes, void* const* outputs, int64_t* const* output_shapes);
 
 /* The output shapes kiln_run_shaped gives for these input shapes, without running (to size the outputs):

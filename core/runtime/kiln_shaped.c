@@ -1,9 +1,10 @@
 /* Shape-bucketed models: kiln_run_shaped picks the smallest bucket that holds the actual input shapes,
- * zero-pads the inputs along padded axes (those the compiler proved harmless to pad), runs that bucket
- * through kiln_run, and copies each output's valid part back at its true shape. Linked only into
+ * zero-pads the inputs along padded axes (those the compiler proved harmless to pad) and masked axes (those
+ * whose actual size the bucket takes as a run-time length input, appended after the model's inputs), runs
+ * that bucket through kiln_run, and copies each output's valid part back at its true shape. Linked only into
  * libraries compiled with input-shape ranges; the tables come from core/codegen/bucket_entry.py.
- * `kiln_graph_run` lives here: it runs the bucket selected by the calling thread (the largest by default,
- * so kiln_run serves the declared upper bounds). */
+ * `kiln_graph_run` and `kiln_graph_profile` live here: they run the bucket selected by the calling thread
+ * (the largest by default, its lengths at their largest, so kiln_run serves the declared upper bounds). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,20 +20,40 @@ void kiln_runtime_set_error(const char* message);
 typedef int32_t (*kiln_runner)(void*, const void*, const void* const*, void* const*);
 extern const int32_t kiln_dyn_num_buckets, kiln_dyn_num_vars;
 extern const int32_t kiln_dyn_in_ndim[], kiln_dyn_out_ndim[], kiln_dyn_in_var[], kiln_dyn_out_var[];
-extern const int32_t kiln_dyn_var_padded[], kiln_dyn_in_itemsize[], kiln_dyn_out_itemsize[];
+extern const int32_t kiln_dyn_var_mode[], kiln_dyn_in_itemsize[], kiln_dyn_out_itemsize[];
+extern const int32_t kiln_dyn_num_lengths, kiln_dyn_length_var[];
 extern const int64_t kiln_dyn_in_fixed[], kiln_dyn_var_lo[], kiln_dyn_var_hi[], kiln_dyn_bucket_sizes[];
-extern const int64_t kiln_dyn_out_shapes[];
+extern const int64_t kiln_dyn_out_shapes[], kiln_dyn_in_coef[], kiln_dyn_in_const[], kiln_dyn_out_coef[];
+extern const int64_t kiln_dyn_out_const[];
 extern const char* const kiln_dyn_in_names[];
 extern const char* const kiln_dyn_var_names[];
 extern const kiln_runner kiln_dyn_runners[];
+int32_t kiln_bucket_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
+                            double* call_ms);
 
 #define KILN_MAX_RANK 16
+enum { EXACT = 0, PADDED = 1, MASKED = 2 }; /* kiln_dyn_var_mode */
 
-static _Thread_local int selected = -1;
+static _Thread_local int selected = -1; /* set by kiln_run_shaped, whose inputs carry the lengths already */
+
+/* The inputs followed by each run-time length at its largest (the variable's upper bound). */
+static const void* const* with_largest_lengths(const void* const* inputs, const void** all) {
+    for (int i = 0; i < kiln_graph_num_inputs; i++) all[i] = inputs[i];
+    for (int k = 0; k < kiln_dyn_num_lengths; k++)
+        all[kiln_graph_num_inputs + k] = &kiln_dyn_var_hi[kiln_dyn_length_var[k]];
+    return all;
+}
 
 int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs) {
-    int b = selected >= 0 ? selected : kiln_dyn_num_buckets - 1;
-    return kiln_dyn_runners[b](arena, weights, inputs, outputs);
+    if (selected >= 0) return kiln_dyn_runners[selected](arena, weights, inputs, outputs);
+    const void* all[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
+    return kiln_dyn_runners[kiln_dyn_num_buckets - 1](arena, weights, with_largest_lengths(inputs, all), outputs);
+}
+
+int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
+                           double* call_ms) {
+    const void* all[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
+    return kiln_bucket_profile(arena, weights, with_largest_lengths(inputs, all), outputs, call_ms);
 }
 
 static void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -61,13 +82,25 @@ int kiln_num_buckets(void) { return kiln_dyn_num_buckets; }
 int kiln_input_ndim(int i) { return (i >= 0 && i < kiln_graph_num_inputs) ? kiln_dyn_in_ndim[i] : -1; }
 int kiln_output_ndim(int i) { return (i >= 0 && i < kiln_graph_num_outputs) ? kiln_dyn_out_ndim[i] : -1; }
 
+/* An input dim that sums variables (a mask over "past + new"): its size for the variables' `sizes`. */
+static int64_t input_sum(int dim, const int64_t* sizes) {
+    int64_t n = kiln_dyn_in_const[dim];
+    for (int v = 0; v < kiln_dyn_num_vars; v++) n += kiln_dyn_in_coef[(int64_t)dim * kiln_dyn_num_vars + v] * sizes[v];
+    return n;
+}
+
+/* Input dim `dim`'s size for the variables' `sizes`. */
+static int64_t input_dim(int dim, const int64_t* sizes) {
+    int v = kiln_dyn_in_var[dim];
+    return v == -1 ? kiln_dyn_in_fixed[dim] : v == -2 ? input_sum(dim, sizes) : sizes[v];
+}
+
 int kiln_input_range(int i, int64_t* min_shape, int64_t* max_shape) {
     if (i < 0 || i >= kiln_graph_num_inputs) return -1;
     const int base = in_offset(i);
     for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) {
-        int v = kiln_dyn_in_var[base + d];
-        if (min_shape) min_shape[d] = v < 0 ? kiln_dyn_in_fixed[base + d] : kiln_dyn_var_lo[v];
-        if (max_shape) max_shape[d] = v < 0 ? kiln_dyn_in_fixed[base + d] : kiln_dyn_var_hi[v];
+        if (min_shape) min_shape[d] = input_dim(base + d, kiln_dyn_var_lo);
+        if (max_shape) max_shape[d] = input_dim(base + d, kiln_dyn_var_hi);
     }
     return kiln_dyn_in_ndim[i];
 }
@@ -81,7 +114,7 @@ int kiln_output_max_shape(int i, int64_t* shape) {
 
 /* The sizes accepted for variable v, as text ("8, 128, 384" or "1..16"), for error messages. */
 static void accepted(int v, char* text, size_t size) {
-    if (kiln_dyn_var_padded[v]) {
+    if (kiln_dyn_var_mode[v] != EXACT) {
         snprintf(text, size, "%lld..%lld", (long long)kiln_dyn_var_lo[v], (long long)kiln_dyn_var_hi[v]);
         return;
     }
@@ -106,6 +139,7 @@ static int read_sizes(const int64_t* const* input_shapes, int64_t* actual) {
         for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) {
             int64_t n = input_shapes[i][d];
             int v = kiln_dyn_in_var[base + d];
+            if (v == -2) continue; /* a sum of variables: checked once they are all known */
             if (v < 0) {
                 if (n != kiln_dyn_in_fixed[base + d]) {
                     fail("kiln_run_shaped: input %d (%s) dim %d is %lld, but the model fixes it to %lld", i,
@@ -128,6 +162,14 @@ static int read_sizes(const int64_t* const* input_shapes, int64_t* actual) {
             actual[v] = n;
         }
     }
+    for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
+        for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) {
+            if (kiln_dyn_in_var[base + d] != -2 || input_shapes[i][d] == input_sum(base + d, actual)) continue;
+            fail("kiln_run_shaped: input %d (%s) dim %d is %lld, but the sizes of the other inputs make it %lld", i,
+                 kiln_dyn_in_names[i], d, (long long)input_shapes[i][d], (long long)input_sum(base + d, actual));
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -137,14 +179,14 @@ static int pick_bucket(const int64_t* actual) {
         int ok = 1;
         for (int v = 0; v < kiln_dyn_num_vars && ok; v++) {
             int64_t s = kiln_dyn_bucket_sizes[b * kiln_dyn_num_vars + v];
-            ok = kiln_dyn_var_padded[v] ? actual[v] <= s : actual[v] == s;
+            ok = kiln_dyn_var_mode[v] != EXACT ? actual[v] <= s : actual[v] == s;
         }
         if (ok) return b;
     }
     for (int v = 0; v < kiln_dyn_num_vars; v++) {
         int exact = 0;
         for (int b = 0; b < kiln_dyn_num_buckets; b++) exact |= kiln_dyn_bucket_sizes[b * kiln_dyn_num_vars + v] == actual[v];
-        if (!kiln_dyn_var_padded[v] && !exact) {
+        if (kiln_dyn_var_mode[v] == EXACT && !exact) {
             char sizes[256];
             accepted(v, sizes, sizeof sizes);
             fail("kiln_run_shaped: dimension %s is %lld, but this model was compiled for %s only (it cannot be "
@@ -183,6 +225,11 @@ static void actual_output_shape(int o, int b, const int64_t* actual, int64_t* sh
     for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) {
         int v = kiln_dyn_out_var[base + d];
         shape[d] = v >= 0 ? actual[v] : bucket[base + d];
+        if (v == -2) { /* a run-time length: a sum of the variables */
+            shape[d] = kiln_dyn_out_const[base + d];
+            for (int k = 0; k < kiln_dyn_num_vars; k++)
+                shape[d] += kiln_dyn_out_coef[(int64_t)(base + d) * kiln_dyn_num_vars + k] * actual[k];
+        }
     }
 }
 
@@ -225,7 +272,7 @@ int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t*
     int b = pick_bucket(actual);
     if (b < 0) return -1;
     const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
-    const void** ins = calloc((size_t)kiln_graph_num_inputs + 1, sizeof *ins);
+    const void** ins = calloc((size_t)kiln_graph_num_inputs + (size_t)kiln_dyn_num_lengths + 1, sizeof *ins);
     void** outs = calloc((size_t)kiln_graph_num_outputs + 1, sizeof *outs);
     int rc = -1;
     if (!ins || !outs) {
@@ -236,28 +283,29 @@ int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t*
         int64_t shape[KILN_MAX_RANK];
         int padded = 0, nd = kiln_dyn_in_ndim[i];
         for (int d = 0; d < nd; d++) {
-            int v = kiln_dyn_in_var[base + d];
-            shape[d] = v < 0 ? kiln_dyn_in_fixed[base + d] : sizes[v];
+            shape[d] = input_dim(base + d, sizes);
             padded |= shape[d] != input_shapes[i][d];
         }
         ins[i] = inputs ? inputs[i] : NULL;
-        if (padded && inputs[i]) {
+        if (padded && (inputs[i] || numel(input_shapes[i], nd) == 0)) { /* an empty input (no past yet) may be NULL */
             void* scratch = calloc(numel(shape, nd) ? numel(shape, nd) : 1, (size_t)kiln_dyn_in_itemsize[i]);
             if (!scratch) {
                 fail("kiln_run_shaped: out of memory padding input %d", i);
                 goto done;
             }
-            copy_region(scratch, shape, inputs[i], input_shapes[i], input_shapes[i], nd, (size_t)kiln_dyn_in_itemsize[i]);
+            if (inputs[i])
+                copy_region(scratch, shape, inputs[i], input_shapes[i], input_shapes[i], nd,
+                            (size_t)kiln_dyn_in_itemsize[i]);
             ins[i] = scratch;
         }
     }
+    for (int k = 0; k < kiln_dyn_num_lengths; k++) ins[kiln_graph_num_inputs + k] = &actual[kiln_dyn_length_var[k]];
     const int64_t* out_shapes = kiln_dyn_out_shapes + (int64_t)b * out_offset(kiln_graph_num_outputs);
     for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
+        int64_t shape[KILN_MAX_RANK];
         int padded = 0;
-        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) {
-            int v = kiln_dyn_out_var[base + d];
-            padded |= v >= 0 && actual[v] != out_shapes[base + d];
-        }
+        actual_output_shape(o, b, actual, shape);
+        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded |= shape[d] != out_shapes[base + d];
         outs[o] = outputs[o];
         if (padded && outputs[o]) {
             outs[o] = malloc(numel(out_shapes + base, kiln_dyn_out_ndim[o]) * (size_t)kiln_dyn_out_itemsize[o] + 1);

@@ -70,8 +70,11 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> Non
 
 
 def write_artifact(out_path: "str | Path", *, library: "str | Path", weights: "bytes | str | Path",
-                   metadata: dict, header: str, report: dict | None = None, report_html: str | None = None) -> Path:
-    """Write the artifact `.tar.gz` at `out_path` (a temp file in the same folder, then os.replace)."""
+                   metadata: dict, header: str, report: dict | None = None, report_html: str | None = None,
+                   compresslevel: int = 6) -> Path:
+    """Write the artifact `.tar.gz` at `out_path` (a temp file in the same folder, then os.replace). `compresslevel`
+    0 stores the members uncompressed (still a valid .tar.gz): float weights deflate by only ~7% and take ~2 s per
+    80 MB, which a quick compile does not wait for."""
     out_path = Path(out_path)
     library = Path(library)
     if not library.is_file():
@@ -97,7 +100,7 @@ def write_artifact(out_path: "str | Path", *, library: "str | Path", weights: "b
     # filename="" and mtime=0: gzip would otherwise record the temporary file's (random) name and the time in its
     # header, and two builds of the same inputs would differ there.
     with atomic_path(out_path, durable=True, shared=True) as partial, open(partial, "wb") as raw, \
-            gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) as compressed, \
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=compresslevel, mtime=0) as compressed, \
             tarfile.open(fileobj=compressed, mode="w") as tar:
         for name, data, mode in members:
             _add(tar, name, data, mode)

@@ -11,13 +11,13 @@ from typing import Optional, Sequence
 
 from ..errors import ScheduleError
 from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, logical_and
-from ..tir.functor import rewrite_expr, substitute
-from ..tir.simplify import simplify, simplify_stmt
+from ..tir.functor import rewrite_expr, rewrite_stmt, substitute, walk_stmt
+from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
-from .tensorize import tensorize_nest
+from .tensorize import TensorizeError, tensorize_nest
 
 
 def flat_index(shape: Sequence[int], indices: Sequence[Expr]) -> Expr:
@@ -256,7 +256,7 @@ class _Lowering:
                     pragmas += (("thread_tag", stage.bindings[iv]),)
                 stmt = For(iv.var, IntImm(ext[iv]), stage.annotations.get(iv, ForKind.SERIAL), stmt, pragmas)
                 if iv in stage.tensorized and not init:
-                    stmt = tensorize_nest(stmt, [v.kind for v in ivs[d:]], stage.tensorized[iv])
+                    stmt = _tensorize_or_defer(stmt, [v.kind for v in ivs[d:]], stage.tensorized[iv])
             return guarded(stmt, [c for c in conds if depth[id(c)] == -1])
 
         def finished(stmt: Stmt) -> Stmt:
@@ -483,8 +483,44 @@ def lower(sch: Schedule, args: Sequence[Tensor], name: str, num_outputs: int = 1
     for buf in low.locals:
         body = Allocate(buf, body)
     params = tuple(low.buffers[id(t.op)] for t in args) + tuple(low.workspaces)
-    func = PrimFunc(name, params, simplify_stmt(body), len(args) - num_outputs, num_outputs)
+    func = PrimFunc(name, params, _tensorize_deferred(simplify_stmt(body)), len(args) - num_outputs, num_outputs)
     return func
+
+
+_DEFERRED = "tensorize_after_simplify"
+
+
+def _tensorize_or_defer(loop: For, kinds: list[str], intrinsic) -> Stmt:
+    """The nest as one intrinsic call; a nest that holds a guard is marked instead and tensorized once the
+    loop ranges have simplified its guards away (a region's edge guards, true wherever tiles divide)."""
+    try:
+        return tensorize_nest(loop, kinds, intrinsic)
+    except TensorizeError:
+        if not any(isinstance(s, IfThenElse) for s in walk_stmt(loop)):
+            raise
+        return _marked(loop, (intrinsic, tuple(kinds)))
+
+
+def _marked(loop: Stmt, mark) -> Stmt:
+    """The nest's loops annotated (KEEP_UNIT_LOOP: the simplifier keeps its unit loops, which the intrinsic's
+    declaration counts), the outermost with `mark`."""
+    if not isinstance(loop, For):
+        return loop
+    extra = ((KEEP_UNIT_LOOP, True),) + (((_DEFERRED, mark),) if mark is not None else ())
+    return For(loop.var, loop.extent, loop.kind, _marked(loop.body, None), loop.annotations + extra)
+
+
+def _tensorize_deferred(body: Stmt) -> Stmt:
+    """Each marked nest (now simplified) as its intrinsic call."""
+    def visit(s: Stmt) -> Optional[Stmt]:
+        marks = dict(s.annotations).get(_DEFERRED) if isinstance(s, For) else None
+        if marks is None:
+            return None
+        intrinsic, kinds = marks
+        plain = For(s.var, s.extent, s.kind, s.body, tuple(a for a in s.annotations if a[0] != _DEFERRED))
+        return tensorize_nest(plain, list(kinds), intrinsic)  # (the call replaces the annotated loops)
+
+    return rewrite_stmt(body, lambda e: None, visit)
 
 
 __all__ = ["lower", "flat_index", "simplify", "as_expr"]

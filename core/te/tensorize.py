@@ -1,8 +1,9 @@
 """Tensor intrinsics and the `tensorize` primitive (TVM's tensorize, from the OSDI'18 paper).
 
 An intrinsic is declared once, as a small compute over placeholders (what one hardware instruction
-computes: `c[16] += sum_{k<4} int32(a[k]) * int32(b[16, 4])`), with the target features it needs
-and its lowering (what codegen emits for it; core/codegen/intrinsics.py declares the concrete ones).
+computes: `c[16] += sum_{k<4} int32(a[k]) * int32(b[16, 4])`, or a conversion `c[16] = bfloat16(a[16])`),
+with the target features it needs and its lowering (what codegen emits for it; core/codegen/intrinsics.py
+declares the concrete ones).
 `Stage.tensorize(axis, intrinsic)` marks a loop; lowering then checks that the loop nest from that
 loop down computes exactly the declaration (loop extents and kinds, the update, the operand dtypes,
 and each operand's strides over the loops: a dense region laid out as the placeholder's shape) and
@@ -43,6 +44,12 @@ class TensorIntrinsic:
     emit: Callable
     instructions: int = 1  # machine instructions per call, about: ranks intrinsics of equal width
     weight_limit: Optional[int] = None  # exact only for weights with |w| <= this (None: any weight)
+    # Each operand's dimensions but the innermost (always unit stride) may have any constant stride: the matcher
+    # measures them and emit takes them as a third argument, one tuple of element strides per operand.
+    strided: bool = False
+    min_sm: int = 0  # nvptx64: the lowest GPU architecture (sm_XX) that has the instruction
+    # Executed by a whole warp together (mma.sync): never under a condition that only some of its threads take.
+    warp_collective: bool = False
 
     def admits(self, weights) -> bool:
         """Whether this intrinsic is exact for these (constant) weights."""
@@ -51,6 +58,11 @@ class TensorIntrinsic:
     @property
     def op(self) -> ComputeOp:
         return self.declaration.op  # type: ignore[return-value]
+
+    @property
+    def weight_dtype(self) -> Optional[str]:
+        """The second operand's dtype (a dot product's weights); None for a conversion."""
+        return self.inputs[1].dtype if len(self.inputs) > 1 else None
 
     @property
     def lanes(self) -> int:
@@ -70,7 +82,8 @@ class TensorIntrinsic:
 
     def available_on(self, target) -> bool:
         have = {f[1:] for f in target.features.split(",") if f.startswith("+")}
-        return target.arch == self.arch and self.features <= have
+        sm_ok = not self.min_sm or (target.cpu.startswith("sm_") and int(target.cpu[3:]) >= self.min_sm)
+        return target.arch == self.arch and self.features <= have and sm_ok
 
 
 _INTRINSICS: dict[str, TensorIntrinsic] = {}
@@ -80,8 +93,9 @@ def register_intrinsic(intrinsic: TensorIntrinsic) -> TensorIntrinsic:
     if intrinsic.name in _INTRINSICS:
         raise ValueError(f"tensor intrinsic {intrinsic.name} registered twice")
     op = intrinsic.op
-    if not isinstance(op, ComputeOp) or not isinstance(op.body, Reduce) or op.body.combiner != "sum":
-        raise ValueError(f"tensor intrinsic {intrinsic.name}: the declaration must be one sum reduction")
+    if not isinstance(op, ComputeOp) or (isinstance(op.body, Reduce) and op.body.combiner != "sum"):
+        raise ValueError(f"tensor intrinsic {intrinsic.name}: the declaration must be one sum reduction or one "
+                         "elementwise stage (a conversion)")
     _INTRINSICS[intrinsic.name] = intrinsic
     return intrinsic
 
@@ -127,15 +141,15 @@ def tensorize_nest(loop: For, kinds: Sequence[str], intrinsic: TensorIntrinsic) 
         raise TensorizeError(f"{where}: the loops below have extents {extents} ({', '.join(kinds)}); the intrinsic "
                              f"declares {declared} ({', '.join(iv.kind for iv in axes)})")
     value = body.value
-    update = None
-    if isinstance(value, BinOp) and value.op == "add":
+    update = None if isinstance(op.body, Reduce) else value  # an elementwise declaration: c = f(a)
+    if isinstance(op.body, Reduce) and isinstance(value, BinOp) and value.op == "add":
         for acc, src in ((value.a, value.b), (value.b, value.a)):
             if isinstance(acc, Load) and acc.buffer is body.buffer and acc.index == body.index:
                 update = src
     if update is None:
         raise TensorizeError(f"{where}: the nest does not accumulate into {body.buffer.name} (c = c + ...)")
     reads: list[tuple[TensorRead, Load]] = []
-    _match(update, op.body.source, reads, where)
+    _match(update, op.body.source if isinstance(op.body, Reduce) else op.body, reads, where)
     if body.buffer.dtype != op.dtype:
         raise TensorizeError(f"{where}: the output is {body.buffer.dtype}, the intrinsic's {op.dtype}")
     variables = {iv.var: l.var for iv, l in zip(axes, loops)}
@@ -146,16 +160,19 @@ def tensorize_nest(loop: For, kinds: Sequence[str], intrinsic: TensorIntrinsic) 
         if first.buffer is not load.buffer:
             raise TensorizeError(f"{where}: {read.tensor.name} is read from two buffers")
     output_read = TensorRead(intrinsic.declaration, tuple(iv.var for iv in op.axis))
-    operands = [_region(where, body.index, output_read, body.buffer, variables, extents_by_var)]
+    strided = intrinsic.strided
+    regions = [_region(where, body.index, output_read, body.buffer, variables, extents_by_var, strided)]
     for tensor in intrinsic.inputs:
         matches = [(r, l) for r, l in reads if r.tensor.op is tensor.op]
         if not matches:
             raise TensorizeError(f"{where}: the nest never reads an operand for {tensor.name}")
-        bases = {_region(where, load.index, read, load.buffer, variables, extents_by_var) for read, load in matches}
-        if len(bases) > 1:
+        found = {_region(where, load.index, read, load.buffer, variables, extents_by_var, strided)
+                 for read, load in matches}
+        if len(found) > 1:
             raise TensorizeError(f"{where}: {tensor.name} is read at two different regions")
-        operands.append(bases.pop())
-    return IntrinsicCall(intrinsic.name, tuple(operands))
+        regions.append(found.pop())
+    operands = tuple(base for base, _ in regions)
+    return IntrinsicCall(intrinsic.name, operands, tuple(s for _, s in regions) if strided else ())
 
 
 def _match(expr: Expr, pattern: Expr, reads: list, where: str) -> None:
@@ -180,15 +197,23 @@ def _match(expr: Expr, pattern: Expr, reads: list, where: str) -> None:
         raise TensorizeError(f"{where}: declarations may hold reads, casts and arithmetic only, found {pattern}")
 
 
-def _region(where: str, index: Expr, read: TensorRead, buffer, variables: dict, extents: dict) -> Load:
-    """The first element of the region `index` covers over the loops, after checking that it steps as
-    the declaration's read of a dense placeholder of its shape does (at every point, or a sample)."""
+def _region(where: str, index: Expr, read: TensorRead, buffer, variables: dict, extents: dict,
+            strided: bool = False) -> tuple[Load, tuple[int, ...]]:
+    """The first element of the region `index` covers over the loops and its element strides, after checking
+    that it steps as the declaration's read of a dense placeholder of its shape does (at every point, or a
+    sample); `strided`: the placeholder's outer dimensions may step by any constant stride (measured here)."""
     strides, step = [], 1
     for d in reversed(read.tensor.shape):
         strides.insert(0, step)
         step *= d
-    declared = sum((i * s for i, s in zip(read.indices, strides)), IntImm(0, "int64"))
     loop_vars = list(extents)
+    if strided:
+        at_zero = {**{v: 0 for v in walk_expr(index) if isinstance(v, Var)}, **{v: 0 for v in loop_vars}}
+        origin = _evaluate(index, at_zero, where)
+        for d, declared_index in enumerate(read.indices[:-1]):  # one step of each dimension's loop
+            if isinstance(declared_index, Var) and declared_index in variables:
+                strides[d] = _evaluate(index, {**at_zero, variables[declared_index]: 1}, where) - origin
+    declared = sum((i * s for i, s in zip(read.indices, strides)), IntImm(0, "int64"))
     free = sorted({v for v in walk_expr(index) if isinstance(v, Var) and v not in extents}, key=lambda v: v.name)
     chooser = random.Random(len(loop_vars))
     points = list(itertools.product(*(range(extents[v]) for v in loop_vars)))
@@ -206,7 +231,7 @@ def _region(where: str, index: Expr, read: TensorRead, buffer, variables: dict, 
                                      f"intrinsic's dense {read.tensor.name}{list(read.tensor.shape)} does "
                                      f"(at loop point {point}: offset {got}, declared {want})")
     base = simplify(substitute(index, {v: IntImm(0, v.dtype) for v in loop_vars}))
-    return Load(buffer, base)
+    return Load(buffer, base), tuple(strides)
 
 
 def _evaluate(expr: Expr, env: dict, where: str) -> int:

@@ -61,7 +61,7 @@ def rewrite_stmt(stmt: Stmt, expr_fn: ExprFn, stmt_fn: Optional[Callable[[Stmt],
     elif isinstance(stmt, Barrier):
         new = stmt
     elif isinstance(stmt, IntrinsicCall):
-        new = IntrinsicCall(stmt.name, tuple(rx(o) for o in stmt.operands))
+        new = IntrinsicCall(stmt.name, tuple(rx(o) for o in stmt.operands), stmt.strides)
     else:
         raise TypeError(f"unknown statement {type(stmt).__name__}")
     if stmt_fn is not None:

@@ -7,6 +7,7 @@ back to the form codegen can vectorize, and delete guards that can never fail.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional, Union
 
 from .expr import COMPARISONS, BinOp, Cast, Expr, FloatImm, IntImm, Not, Select, Var, is_float
@@ -159,6 +160,15 @@ class Simplifier:
         rest = _build(r_terms, r_const, dtype)
         r_range = self.range_of(rest)
         fits = r_range is not None and 0 <= r_range[0] and r_range[1] < c
+        split = None if fits else self._split_by_factor(terms, const, c, dtype)
+        if split is not None:
+            # x = g*H + L with 0 <= L < g and g | c: x // c = H // (c/g), x % c = g*(H % (c/g)) + L
+            # (a reshape's flat index (ch*784 + row*28 + col) // 1568 is ch // 2: shufflenet's shuffle).
+            g, high, low = split
+            if op == "floordiv":
+                return self._divmod("floordiv", high, c // g, dtype)
+            high_mod = self._divmod("floormod", high, c // g, dtype)
+            return self(BinOp("add", BinOp("mul", high_mod, IntImm(g, dtype)), low))
         if op == "floormod":
             if fits:
                 return rest
@@ -172,6 +182,20 @@ class Simplifier:
             return BinOp("floordiv", x, IntImm(c, dtype))
         rem = IntImm(r_const // c, dtype) if isinstance(rest, IntImm) else BinOp("floordiv", rest, IntImm(c, dtype))
         return self(BinOp("add", quotient, rem))
+
+    def _split_by_factor(self, terms: dict[Expr, int], const: int, c: int,
+                         dtype: str) -> Optional[tuple[int, Expr, Expr]]:
+        """(g, H, L) with x = g*H + L, 1 < g < c, g | c and 0 <= L < g provably: the largest such g among
+        the coefficients' common factors with c; None when there is none."""
+        for g in sorted({math.gcd(k, c) for k in terms.values()} - {1, c}, reverse=True):
+            high = {t: k // g for t, k in terms.items() if k % g == 0}
+            low_terms = {t: k for t, k in terms.items() if k % g != 0}
+            h_const, l_const = divmod(const, g)
+            low = _build(low_terms, l_const, dtype)
+            r = self.range_of(low)
+            if high and r is not None and 0 <= r[0] and r[1] < g:
+                return g, _build(high, h_const, dtype), low
+        return None
 
     def _compare(self, op: str, a: Expr, b: Expr) -> Optional[Expr]:
         diff = self(BinOp("sub", a, b))
@@ -223,6 +247,10 @@ def simplify(expr: Expr, ranges: Optional[dict[Var, tuple[int, int]]] = None) ->
     return Simplifier(ranges)(expr)
 
 
+# A For annotation: keep this loop even with one iteration (a nest tensorize matches after simplification).
+KEEP_UNIT_LOOP = "keep_unit_loop"
+
+
 def simplify_stmt(stmt: Stmt, ranges: Optional[dict[Var, tuple[int, int]]] = None) -> Stmt:
     """Simplify with loop-variable ranges in scope; drop unit loops, empty loops and decided branches."""
     simp = Simplifier(ranges)
@@ -234,7 +262,8 @@ def simplify_stmt(stmt: Stmt, ranges: Optional[dict[Var, tuple[int, int]]] = Non
                 return Seq(())
             # A unit loop disappears, except one bound to a GPU launch axis: it says that a single
             # thread (or block) does the work, not every thread of the launch.
-            if isinstance(extent, IntImm) and extent.value == 1 and s.kind is not ForKind.THREAD_BINDING:
+            if (isinstance(extent, IntImm) and extent.value == 1 and s.kind is not ForKind.THREAD_BINDING
+                    and KEEP_UNIT_LOOP not in dict(s.annotations)):
                 simp.ranges[s.var] = (0, 0)
                 return visit(_subst_var(s.body, s.var))
             r = simp.range_of(extent)

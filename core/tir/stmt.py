@@ -78,10 +78,12 @@ class Barrier(Stmt):
 class IntrinsicCall(Stmt):
     """A tensor intrinsic (core/te/tensorize.py) in place of the loop nest tensorize matched to its
     declaration: `name` finds its lowering, `operands` are Loads of the first element of each
-    operand's region (the output first), so analyses see its buffers and variables."""
+    operand's region (the output first), so analyses see its buffers and variables; `strides`: each
+    operand's element strides, for an intrinsic whose regions may be strided (else empty)."""
 
     name: str
     operands: tuple[Load, ...]
+    strides: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
+
 from ..backends import get_backend
 from ..errors import KilnError, ScheduleError
 from ..process.child import ChildProcess
@@ -20,7 +22,7 @@ from ..process.limits import Limits
 from ..tir.stmt import PrimFunc
 from .records import NATIVE
 from .space import Config
-from .task import Task
+from .task import Task, group_inputs
 
 
 class MeasureErrorNo(enum.IntEnum):
@@ -223,11 +225,13 @@ class LocalRunner:
         self._worker: Optional[ChildProcess] = None  # its own session: a kill takes its threads with it
         self._worker_key: Optional[str] = None
         self._worker_requests = 0
+        self._real_inputs: dict = {}  # the request fields of real_inputs(task), for the task being run
 
     def _request(self, build: BuildResult, rid: str, reference: bool = False, constant_inputs: Sequence[int] = ()) -> dict:
         return {"id": rid, "lib": build.lib, "name": build.name, "seed": self.seed, "threads": self.threads,
                 "reference": reference, "min_repeat_ms": self.min_repeat_ms, "repeat": self.repeat,
-                "cold_inputs": list(constant_inputs), "cold_bytes": self.cold_bytes, "timing_lock": self.timing_lock}
+                "cold_inputs": list(constant_inputs), "cold_bytes": self.cold_bytes, "timing_lock": self.timing_lock,
+                **self._real_inputs}
 
     def _start(self, reference: Optional[BuildResult]) -> tuple[Optional[ChildProcess], str]:
         """The kept worker if it holds `reference`'s outputs, else a fresh one that has run it."""
@@ -254,10 +258,12 @@ class LocalRunner:
             self._worker = None
 
     def run(self, builds: Sequence[BuildResult], reference: Optional[BuildResult] = None,
-            constant_inputs: Sequence[int] = ()) -> list[MeasureResult]:
-        """`constant_inputs`: the kernel's input parameters that are model weights (timed cold)."""
+            constant_inputs: Sequence[int] = (), real_inputs: Optional[dict] = None) -> list[MeasureResult]:
+        """`constant_inputs`: the kernel's input parameters that are model weights (timed cold);
+        `real_inputs`: what `real_inputs(task)` gives, for kernels whose speed depends on their data."""
         results: list[MeasureResult] = []
         worker: Optional[ChildProcess] = None
+        self._real_inputs = dict(real_inputs or {})
         for k, build in enumerate(builds):
             start = time.perf_counter()
             if build.error_no != MeasureErrorNo.NO_ERROR:
@@ -293,6 +299,20 @@ class LocalRunner:
         return results
 
 
+DISTINCT_INPUTS = 16  # draws of a data-dependent kernel's other inputs, cycled through while timing
+
+
+def real_inputs(task: Task) -> dict:
+    """For a template measured on real data (Template.real_inputs): the request fields giving the worker the
+    kernel's constant inputs from the model, by parameter index, and how many distinct draws of the others
+    to cycle through; {} for any other template (seeded random inputs, one draw)."""
+    if not task.template.real_inputs:
+        return {}
+    names = group_inputs(task.nodes)
+    return {"inputs": {k: np.asarray(task.graph.constants[names[k]]) for k in task.constant_inputs},
+            "distinct": DISTINCT_INPUTS}
+
+
 class Measurer:
     """Builder + Runner for one task: builds the reference (untuned) kernel once, then batches. A
     `builder` passed in is shared (its build processes serve every task) and stays open on close."""
@@ -306,7 +326,8 @@ class Measurer:
 
     def measure(self, configs: Sequence[Config]) -> tuple[list[BuildResult], list[MeasureResult]]:
         builds = self.builder.build(self.task, configs)
-        results = self.runner.run(builds, self.reference if self.reference.lib else None, self.task.constant_inputs)
+        results = self.runner.run(builds, self.reference if self.reference.lib else None, self.task.constant_inputs,
+                                  real_inputs(self.task))
         for b in builds:  # each library is loaded by the worker only; its file is no longer needed
             if b.lib:
                 Path(b.lib).unlink(missing_ok=True)

@@ -1,5 +1,6 @@
 """The measuring process (run as `python -m core.tune.measure_worker`): loads kernel libraries, runs
-each candidate on seeded inputs, checks it against the reference kernel and times it.
+each candidate on seeded inputs (data-dependent kernels: on the model's own constants and several draws of
+the other inputs, core/tune/measure.py `real_inputs`), checks it against the reference kernel and times it.
 
 Requests (dicts) come in as framed pickles on stdin, answers go out the same way on stdout
 (core.process.channel); the parent kills this process when a kernel crashes it or hangs, and
@@ -73,6 +74,25 @@ def cold_sets(arrays: list[np.ndarray], cold_inputs, cold_bytes: int) -> list[li
 MAX_COLD_COPIES = 64  # small weights: a few MB of copies already leave the private caches
 
 
+def with_real_inputs(arrays: list[np.ndarray], inputs: dict) -> list[np.ndarray]:
+    """The model's own values (by parameter index) in place of the seeded draws, in each parameter's dtype."""
+    out = list(arrays)
+    for k, value in inputs.items():
+        out[int(k)] = np.ascontiguousarray(np.asarray(value, out[int(k)].dtype).reshape(out[int(k)].shape))
+    return out
+
+
+def distinct_sets(sets: list[list[np.ndarray]], sig: dict, seed: int, fixed, count: int) -> list[list[np.ndarray]]:
+    """At least `count` argument lists, the inputs other than `fixed` (the model's constants) drawn anew for
+    each (seeds seed + 1, ...; the first list keeps its draw): timing goes round them, so that the branch
+    predictor cannot learn one input's paths. Outputs and workspaces stay shared."""
+    out = list(sets)
+    for n in range(len(sets), count):
+        fresh, base = seeded_arrays(sig, seed + n), sets[n % len(sets)]
+        out.append([fresh[k] if k < sig["num_inputs"] and k not in fixed else a for k, a in enumerate(base)])
+    return out
+
+
 def _time(lib, name: str, sets, min_repeat_ms: float, repeat: int) -> list[float]:
     """`repeat` samples, each long enough (>= min_repeat_ms) for the timer: seconds per call, the
     calls going round the argument `sets`."""
@@ -129,7 +149,7 @@ def main() -> None:
             lib = load(req["lib"])
             if req.get("threads") and hasattr(lib, "set_num_threads"):
                 lib.set_num_threads(int(req["threads"]))
-            arrays = _arrays(lib, req["name"], int(req.get("seed", 0)))
+            arrays = with_real_inputs(_arrays(lib, req["name"], int(req.get("seed", 0))), req.get("inputs", {}))
             send(answers, {"started": req["id"]})
             lib.call(req["name"], *arrays)
             got = _outputs(lib, req["name"], arrays)
@@ -141,6 +161,9 @@ def main() -> None:
                     send(answers, {"id": req["id"], "error": "wrong_answer", "msg": wrong})
                     continue
             sets = cold_sets(arrays, req.get("cold_inputs", ()), int(req.get("cold_bytes", 0)))
+            if int(req.get("distinct", 1)) > 1:
+                sets = distinct_sets(sets, lib.signatures[req["name"]], int(req.get("seed", 0)),
+                                     {int(k) for k in req.get("inputs", {})}, int(req["distinct"]))
             with _timing_lock(req.get("timing_lock")):
                 costs = _time(lib, req["name"], sets, float(req.get("min_repeat_ms", 20)), int(req.get("repeat", 3)))
             send(answers, {"id": req["id"], "costs": costs})

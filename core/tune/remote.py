@@ -138,7 +138,8 @@ class RemoteRunner:
         return by_id
 
     def run(self, builds: Sequence[BuildResult], reference: Optional[BuildResult] = None,
-            constant_inputs: Sequence[int] = ()) -> list[MeasureResult]:
+            constant_inputs: Sequence[int] = (), real_inputs: Optional[dict] = None) -> list[MeasureResult]:
+        """`real_inputs` are not sent (batches are JSON): a remote device measures on seeded inputs."""
         start = time.perf_counter()
         ids = {k: f"{self.remote.key}:{b.name}" for k, b in enumerate(builds) if b.error_no == MeasureErrorNo.NO_ERROR}
         ref_entry = (candidate_entry(f"{self.remote.key}:reference", reference, _signature(reference))

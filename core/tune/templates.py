@@ -40,6 +40,9 @@ class Template:
     read_default: Callable[[Stage], dict]  # default-scheduled anchor stage -> its knob values
     valid: Callable[[Mapping[str, Any], ComputeOp, Target], bool] = lambda cfg, op, target: True
     target_kind: str = CpuBackend.kind  # the schedules it drives (CudaBackend.kind: templates_gpu.py)
+    # Kernels whose speed depends on their data (tree walks: the paths the tables and inputs take) are
+    # measured on the model's own constant inputs and several draws of the others (core/tune/measure.py).
+    real_inputs: bool = False
 
 
 _TEMPLATES: dict[tuple[str, str], Template] = {}
@@ -336,8 +339,7 @@ register_template(Template("Conv2dWinogradNCHWc", "winograd_gemm", define_winogr
                            read_winograd_default, winograd_valid))
 register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid))
 from . import templates_int8  # noqa: E402,F401 (registers the tensorized 8-bit kernels' templates)
-# TreeEnsemble's walk/layout template (templates_trees) is not registered yet: the measuring process feeds
-# integer inputs as zeros and repeats one input, so tree tables are empty and branches always predicted.
+from . import templates_trees  # noqa: E402,F401 (registers TreeEnsemble's walk and layout template)
 from . import templates_3d  # noqa: E402,F401 (registers the blocked 3-D conv's template)
 
 

@@ -37,6 +37,10 @@ def define_int8_dot(op: ComputeOp, target: Target, default: Mapping[str, int]) -
 
 
 def read_int8_dot_default(stage: Stage) -> dict:
+    if stage.attach is not None:  # computed per tile of the output (accumulate_in_output_tiles): the tile is its split
+        output, lanes = stage.attach[0], get_intrinsic(stage.op.attrs["intrinsic"]).lanes
+        *_, x, o = output.op.axis
+        return {"rows": split_factor(output, x) or 1, "col_blocks": (split_factor(output, o) or lanes) // lanes}
     *_, i, j = stage.op.axis
     blocks = next((r.outer for r in stage.relations if isinstance(r, Split) and r.parent is j), None)
     return {"rows": split_factor(stage, i) or 1,

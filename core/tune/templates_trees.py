@@ -57,5 +57,7 @@ def apply_tree_layout(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg
         op.attrs[LAYOUT_ATTR] = layout  # read when the stage is lowered, like a schedule's loop annotations
 
 
+# Measured on the model's own tree tables and distinct inputs: with zero tables every walk ends at the root,
+# and one repeated input lets the branch predictor learn its paths (a branchy walk would always look best).
 register_template(Template("TreeEnsemble", PROGRAM_TAG, define_tree_layout, apply_tree_layout,
-                           read_tree_layout_default, tree_layout_valid))
+                           read_tree_layout_default, tree_layout_valid, real_inputs=True))

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     max_active_jobs: int = Field(default=20, ge=1)                 # queued + running, per user
     max_concurrent_uploads: int = Field(default=4, ge=1)           # uploads streaming or being checked, per user
     compile_threads: Optional[int] = Field(default=None, ge=1)     # None: all cores
+    # The compiled-kernel cache every job shares (core/codegen/kernel_cache.py): a directory or "off";
+    # None: data_dir/kernel-cache.
+    kernel_cache: Optional[str] = None
     events_poll_s: float = Field(default=0.25, gt=0)
     # A running job's worker writes a heartbeat; a job silent for stale_after_s lost its worker
     # (killed, machine gone) and is queued again by the API's sweeper, up to job_max_attempts.
@@ -71,6 +74,11 @@ class Settings(BaseSettings):
     @property
     def tmp_dir(self) -> Path:
         return self.data_dir / "tmp"
+
+    @property
+    def kernel_cache_setting(self) -> str:
+        """What the workers' compiles use as their kernel cache: a directory, or "off"."""
+        return self.kernel_cache or str(self.data_dir / "kernel-cache")
 
     @property
     def records(self) -> Path:

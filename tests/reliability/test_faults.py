@@ -74,7 +74,7 @@ def test_disk_full_while_writing_the_artifact_fails_cleanly(api, job, monkeypatc
 
     monkeypatch.setattr(storage, "write_atomic", full_disk)
     failed = _run(api, job())
-    assert (failed.status, failed.error_code) == ("failed", "storage_full")
+    assert (failed.status, failed.error_code) == ("failed", "storage_full"), failed.error
     assert "No space left on device" in failed.error
     assert_no_outputs(api, failed.id)
     assert api.client.get(f"/api/v1/jobs/{failed.id}/artifact", headers=api.auth()).status_code in (404, 409)
@@ -83,7 +83,7 @@ def test_disk_full_while_writing_the_artifact_fails_cleanly(api, job, monkeypatc
 def test_file_size_limit_fails_the_job_not_the_worker(api, job, monkeypatch):
     monkeypatch.setattr(api.settings, "job_file_limit_bytes", 4096)  # the library and the artifact are larger
     failed = _run(api, job())
-    assert (failed.status, failed.error_code) == ("failed", "storage_full")
+    assert (failed.status, failed.error_code) == ("failed", "storage_full"), failed.error
     assert "File too large" in failed.error
     assert_no_outputs(api, failed.id)
 
@@ -95,7 +95,7 @@ def test_memory_hog_hits_the_memory_limit(api, job, monkeypatch):
     monkeypatch.setattr(pipeline, "build_executable", hog)
     monkeypatch.setattr(api.settings, "job_memory_limit_bytes", 4 << 30)
     failed = _run(api, job())
-    assert (failed.status, failed.error_code) == ("failed", "out_of_memory")
+    assert (failed.status, failed.error_code) == ("failed", "out_of_memory"), failed.error
     assert "ran out of memory (limit 4,294,967,296 bytes) while building" in failed.error
     assert_no_outputs(api, failed.id)
 

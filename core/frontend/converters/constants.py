@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.graph.bounded import bound_by_shape, runtime_shape, runtime_size, shape_operand
+from core.graph.bounded import (Bound, arithmetic, bound_by_shape, length_constant, runtime_shape, runtime_size,
+                                shape_operand)
+from core.graph.length_inputs import largest_length, simplest_length
 
 from .registry import ConvertContext, converter
 
@@ -70,6 +72,8 @@ def size_of(ctx: ConvertContext) -> str:
 
 @converter("Range", since_version=11)
 def value_range(ctx: ConvertContext) -> str:
+    if ctx.input(1) in ctx.builder.runtime_ints:
+        return _run_time_range(ctx)
     start, limit, delta = (ctx.constant(i, name).reshape(()) for i, name in enumerate(("start", "limit", "delta")))
     if delta == 0:
         ctx.fail("delta must not be 0")
@@ -77,3 +81,40 @@ def value_range(ctx: ConvertContext) -> str:
     _check_size(ctx, count)
     values = start + np.arange(count).astype(start.dtype) * delta
     return ctx.const(values.astype(start.dtype))
+
+
+def _run_time_range(ctx: ConvertContext) -> str:
+    """Range(start, limit) with a run-time limit (a length, or one computed from lengths: a KV cache's
+    positions past..past + new) and step 1: the values at the largest count, bounded by limit - start
+    (core/graph/bounded.py)."""
+    b = ctx.builder
+    delta = ctx.constant(2, "delta").reshape(())
+    if delta != 1:
+        ctx.fail("a Range with a run-time limit takes step 1 only")
+    start = b.constant_value(ctx.input(0))
+    if start is None and ctx.input(0) not in b.runtime_ints:
+        ctx.fail("start (input 0) is computed at run time, but not from input sizes")
+    ends = [b.add_unbounded_node("Cast", [b.add_unbounded_node("Reshape", [ctx.input(i)], 1, "length", shape=(1,))[0]],
+                                 1, "length", to="int64")[0] for i in (0, 1)]
+    length = arithmetic(b, "Max", arithmetic(b, "Sub", ends[1], ends[0]), length_constant(b, 0))
+    count = largest_length(b, length)
+    if count is None:  # the limit at its largest, from a start of at least 0
+        count = int(b.runtime_ints[ctx.input(1)].reshape(-1)[0]) - (int(start) if start is not None else 0)
+    count = max(count, 0)
+    _check_size(ctx, count)
+    dtype = b.type_of(ctx.input(0)).dtype
+    if start is not None:
+        values = ctx.const((start.reshape(()) + np.arange(count)).astype(dtype))
+    else:
+        offsets = ctx.const(np.arange(count).astype(dtype))
+        values = b.add_unbounded_node("Add", [offsets, ctx.input(0)], 1, ctx.hint)[0]
+    b.runtime_ints[length] = np.array([count], np.int64)
+    length = simplest_length(b, length)
+    if not _is_constant(b, length, count):  # a count fixed in this bucket (one new token): no run-time length
+        b.bounds[values] = Bound(length, 0)
+    return values
+
+
+def _is_constant(builder, value: str, count: int) -> bool:
+    constant = builder.constant_value(value)
+    return constant is not None and int(constant.reshape(-1)[0]) == count

@@ -1,6 +1,7 @@
-"""RNN, GRU and LSTM unrolled over their sequence length, which a compile fixes, into MatMul and
-elementwise IR ops: every step's input projection is one MatMul up front, each step adds one
-recurrent MatMul whose gates then fuse into a few elementwise kernels."""
+"""RNN, GRU and LSTM: every step's input projection is one MatMul up front; an LSTM or a linear-before-reset
+GRU with the default activations then runs its steps as one op per direction (LSTMSequence, GRUSequence: each
+step's recurrent product and gates in one pass), and any other layer unrolls over its sequence length, which a
+compile fixes, into one recurrent MatMul per step whose gates fuse into a few elementwise kernels."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ...graph.op_defs.recurrent import GRU_GATES, LSTM_GATES, unit_block
 from .activations import exponential_linear, softplus_of, softsign_of, thresholded_relu_of
 from .elementwise import hard_sigmoid_of
 from .registry import ConvertContext, converter
@@ -196,16 +198,20 @@ def _rnn_direction(ctx: ConvertContext, inp: RecurrentInputs, acts, hidden: int,
     return steps, (h,)
 
 
+def _gru_biases(ctx: ConvertContext, inp: RecurrentInputs) -> tuple[Optional[str], Optional[str]]:
+    """(the input projection's bias, the candidate's recurrent bias): z and r take both biases up front;
+    the candidate's recurrent bias sits where the reset applies."""
+    if inp.w_bias is None:
+        return None, None
+    wz, wr, wh = _chunks(ctx, inp.w_bias, 3)
+    rz, rr, rh = _chunks(ctx, inp.r_bias, 3)
+    return ctx.emit1("Concat", [ctx.emit1("Add", [wz, rz]), ctx.emit1("Add", [wr, rr]), wh], axis=0), rh
+
+
 def _gru_direction(ctx: ConvertContext, inp: RecurrentInputs, acts, hidden: int, reverse: bool, state):
     f, g = acts
     linear_before_reset = bool(ctx.attr("linear_before_reset", 0))
-    w_bias = r_bias = None
-    if inp.w_bias is not None:
-        wz, wr, wh = _chunks(ctx, inp.w_bias, 3)
-        rz, rr, rh = _chunks(ctx, inp.r_bias, 3)
-        # z and r gates take both biases up front; the candidate's recurrent bias sits where the reset applies.
-        w_bias = ctx.emit1("Concat", [ctx.emit1("Add", [wz, rz]), ctx.emit1("Add", [wr, rr]), wh], axis=0)
-        r_bias = rh
+    w_bias, r_bias = _gru_biases(ctx, inp)
     projected = _input_projection(ctx, inp, w_bias)
     r_zr, r_h = _slice(ctx, inp.r, 0, 0, 2 * hidden), _slice(ctx, inp.r, 0, 2 * hidden, hidden)
     r_zr_t, r_h_t = (ctx.emit1("Transpose", [m], perm=(1, 0)) for m in (r_zr, r_h))
@@ -256,6 +262,49 @@ def _lstm_direction(ctx: ConvertContext, inp: RecurrentInputs, acts, hidden: int
     return steps, (h, c)
 
 
+def _fused_op(ctx: ConvertContext, kind: "RecurrentKind", dtype: str) -> Optional[str]:
+    """LSTMSequence or GRUSequence when this layer is what they compute: float32, the default activations,
+    no clip; an LSTM without peepholes or coupled gates, a GRU that resets after its recurrent product."""
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in (ctx.attr("activations") or [])]
+    plain = (dtype == "float32" and ctx.attr("clip") is None and not ctx.attr("activation_alpha")
+             and not ctx.attr("activation_beta") and all(n == d for n, d in zip(names, kind.activations * 2)))
+    if ctx.op_type == "LSTM" and plain and not ctx.attr("input_forget", 0) and not ctx.has_input(7):
+        return "LSTMSequence"
+    if ctx.op_type == "GRU" and plain and ctx.attr("linear_before_reset", 0):
+        return "GRUSequence"
+    return None
+
+
+def _fused_direction(ctx: ConvertContext, fused: str, inp: RecurrentInputs, hidden: int, reverse: bool, state):
+    """One direction as a LSTMSequence/GRUSequence node: (Y [S, 1, B, H], final states)."""
+    gates = LSTM_GATES if fused == "LSTMSequence" else GRU_GATES
+    if fused == "LSTMSequence":
+        projected, extra = _input_projection(ctx, inp, _sum_bias(ctx, inp)), []
+    else:
+        w_bias, r_bias = _gru_biases(ctx, inp)
+        projected = _input_projection(ctx, inp, w_bias)
+        extra = [r_bias if r_bias is not None else ctx.const(np.zeros(hidden, ctx.builder.type_of(inp.x).dtype))]
+    block = unit_block(hidden)  # R [G*H, H] -> [H/L, H, G, L]: a block's gate columns contiguous per k
+    packed = ctx.emit1("Transpose", [ctx.reshape(inp.r, (gates, hidden // block, block, hidden))], perm=(1, 3, 0, 2))
+    lengths = [inp.seq_lens] if inp.seq_lens is not None else []
+    states = ctx.emit1(fused, [projected, packed, *extra, *state, *lengths], reverse=int(reverse))
+    shape = ctx.builder.type_of(states).shape
+    seq, batch = shape[0] - 1, shape[-2]
+
+    def slot(start: int, size: int, which: int) -> str:  # slots [start, start + size) of h (0) or c (1)
+        starts = (start,) + ((which,) if len(shape) == 4 else ()) + (0, 0)
+        sizes = (size,) + ((1,) if len(shape) == 4 else ()) + (batch, hidden)
+        return ctx.emit1("Slice", [states], starts=starts, steps=(1,) * len(shape), sizes=sizes)
+
+    y = ctx.reshape(slot(0 if reverse else 1, seq, 0), (seq, 1, batch, hidden))
+    if inp.seq_lens is not None:  # the output is zero past a row's length (its state is kept)
+        live = ctx.emit1("Less", [ctx.const(np.arange(seq, dtype=np.int32).reshape(seq, 1, 1, 1)),
+                                  ctx.reshape(inp.seq_lens, (1, 1, batch, 1))])
+        y = ctx.emit1("Where", [live, y, ctx.scalar_like(0, y)])
+    last = 0 if reverse else seq
+    return y, tuple(ctx.reshape(slot(last, 1, which), (batch, hidden)) for which in range(len(state)))
+
+
 @dataclass(frozen=True)
 class RecurrentKind:
     gates: int
@@ -296,9 +345,10 @@ def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind) -> list[Optiona
     if batch_first:
         x = ctx.emit1("Transpose", [x], perm=(1, 0, 2))
     seq, batch, _ = ctx.builder.type_of(x).shape
-    if seq * directions > MAX_UNROLLED_STEPS:
-        ctx.unsupported(f"a sequence of {seq} steps x {directions} directions (unrolled up to {MAX_UNROLLED_STEPS})")
     dtype = ctx.type_of(0).dtype
+    fused = _fused_op(ctx, kind, dtype)
+    if not fused and seq * directions > MAX_UNROLLED_STEPS:
+        ctx.unsupported(f"a sequence of {seq} steps x {directions} directions (unrolled up to {MAX_UNROLLED_STEPS})")
     seq_lens = _sequence_lengths(ctx, seq)
     if seq_lens is not None and direction != "forward":
         ctx.unsupported("sequence_lens shorter than the sequence with a reverse direction")
@@ -318,11 +368,15 @@ def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind) -> list[Optiona
         if kind.states == 2 and ctx.has_input(7):
             extra["peepholes"] = ctx.reshape(_slice(ctx, ctx.input(7), 0, d, 1), (3 * hidden,))
         reverse = direction == "reverse" or d == 1
-        steps, final = kind.direction_fn(ctx, inp, acts[d], hidden, reverse, state, **extra)
+        if fused:
+            y_d, final = _fused_direction(ctx, fused, inp, hidden, reverse, state)
+        else:
+            steps, final = kind.direction_fn(ctx, inp, acts[d], hidden, reverse, state, **extra)
+            y_d = steps.stacked() if ctx.output_used(0) else None
         if seq_lens is not None:  # an empty sequence ends in a zero state, as in ONNX Runtime
             started = ctx.reshape(ctx.emit1("Less", [ctx.const(np.array(0, np.int32)), seq_lens]), (batch, 1))
             final = tuple(ctx.emit1("Where", [started, v, ctx.scalar_like(0, v)]) for v in final)
-        ys.append(steps.stacked() if ctx.output_used(0) else None)
+        ys.append(y_d)
         finals.append(final)
     outputs: list[Optional[str]] = []
     y = None

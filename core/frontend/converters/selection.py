@@ -7,7 +7,8 @@ from typing import Sequence
 import numpy as np
 import onnx
 
-from core.graph.bounded import entry_minus, limit_length, shape_operand
+from core.graph.bounded import arithmetic, entry_minus, length_constant, limit_length, parts_of, shape_operand
+from core.graph.length_inputs import affine_length, largest_length, simplest_length
 
 from .registry import ConvertContext, converter
 
@@ -42,11 +43,11 @@ def _slice(ctx: ConvertContext, starts, ends, axes, steps) -> str:
     if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
         ctx.fail(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} do not line up")
     first, stride, count = [0] * rank, [1] * rank, list(shape)
-    bound = ctx.builder.bounds.get(ctx.input(0))
+    bounded_axes = {part.axis for part in parts_of(ctx.builder.bounds.get(ctx.input(0)))}
     for start, end, axis, step in zip(starts, ends, axes, steps):
         if step == 0:
             ctx.fail("steps must not be 0")
-        if bound is not None and axis == bound.axis and min(start, end) < 0:
+        if axis in bounded_axes and min(start, end) < 0:
             ctx.unsupported(f"a slice counted from the end of axis {axis}, whose length is data-dependent")
         first[axis], count[axis] = clamp_slice(start, end, step, shape[axis])
         stride[axis] = step
@@ -65,6 +66,10 @@ def slice_attrs(ctx: ConvertContext) -> str:
 
 @converter("Slice", since_version=10)
 def slice_inputs(ctx: ConvertContext) -> str:
+    b = ctx.builder
+    if b.constant_value(ctx.input(1)) is None and (ctx.input(1) in b.runtime_ints or (
+            b.length_symbols and affine_length(b, ctx.input(1), b.length_symbols) is not None)):
+        return _run_time_start_slice(ctx)
     starts = _int_list(ctx.constant(1, "starts"))
     run_time_ends = shape_operand(ctx.builder, ctx.input(2))  # x[:n] with n from a data-dependent length
     ends = list(run_time_ends[0]) if run_time_ends is not None else _int_list(ctx.constant(2, "ends"))
@@ -77,6 +82,38 @@ def slice_inputs(ctx: ConvertContext) -> str:
                 ctx.unsupported("a run-time slice end with a negative start, end or step")
             axis = ctx.axis(axes[entry] if axes else entry, rank, "axes")
             limit_length(ctx.builder, [result], axis, entry_minus(ctx.builder, ctx.input(2), entry, start))
+    return result
+
+
+def _run_time_start_slice(ctx: ConvertContext) -> str:
+    """x[start:end] along one axis with a start known at run time (GPT-2's causal buffer sliced at
+    key_length - query_length): a gather of the largest count of entries from the start, bounded by end - start."""
+    b = ctx.builder
+    axes, steps = _int_list(ctx.optional_constant(3, "axes")), _int_list(ctx.optional_constant(4, "steps"))
+    shape = ctx.shape(0)
+    if b.type_of(ctx.input(1)).numel != 1 or (steps and steps != [1]) or (axes and len(axes) != 1):
+        ctx.unsupported("a slice with a run-time start along more than one axis or with a step")
+    axis = ctx.axis(axes[0] if axes else 0, len(shape), "axes")
+    dim = shape[axis]
+    ends = [b.add_unbounded_node("Cast", [b.add_unbounded_node("Reshape", [ctx.input(i)], 1, "length", shape=(1,))[0]],
+                                 1, "length", to="int64")[0] for i in (1, 2)]
+    length = arithmetic(b, "Max", arithmetic(b, "Sub", ends[1], ends[0]), length_constant(b, 0))
+    count = largest_length(b, length)
+    if count is not None and largest_length(b, ends[1]) is not None and largest_length(b, ends[1]) <= dim:
+        length = simplest_length(b, length)  # within the axis: no clamping, the length as a sum of inputs
+    else:
+        ends = [arithmetic(b, "Min", e, length_constant(b, dim)) for e in ends]
+        length = arithmetic(b, "Max", arithmetic(b, "Sub", ends[1], ends[0]), length_constant(b, 0))
+    if count is None:
+        ctx.unsupported("a slice whose run-time start and end are not sums of input sizes")
+    count = min(count, dim)
+    positions = arithmetic(b, "Add", ends[0], b.add_constant(np.arange(count, dtype=np.int64), "position"))
+    positions = arithmetic(b, "Min", positions, length_constant(b, max(dim - 1, 0)))  # padding reads the last entry
+    result = ctx.emit1("Gather", [ctx.input(0), positions], axis=axis)
+    b.runtime_ints[length] = np.array([count], np.int64)
+    fixed = b.constant_value(length)
+    if fixed is None or int(fixed.reshape(-1)[0]) != count:  # unless fixed in this bucket (one new token)
+        limit_length(b, [result], axis, length)
     return result
 
 

@@ -102,8 +102,11 @@ def _unpacked(inputs: Sequence[np.ndarray], attrs: Mapping) -> np.ndarray:
 
 
 def packed_matmul_integer_reference(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
-    a = inputs[0].astype(np.int64) + int(attrs["data_shift"])
-    return [(np.matmul(a, _unpacked(inputs, attrs)) + inputs[2].astype(np.int64)).astype(np.int32)]
+    shift = int(attrs["data_shift"])
+    a, correction = inputs[0].astype(np.int64) + shift, inputs[2].astype(np.int64)
+    if len(inputs) > 3 and inputs[3] is not None:  # a run-time zero point: the correction is per unit of it
+        correction = correction * (int(np.asarray(inputs[3]).reshape(-1)[0]) + shift)
+    return [(np.matmul(a, _unpacked(inputs, attrs)) + correction).astype(np.int32)]
 
 
 @register_op("MatMulIntegerPacked", Pattern.OUT_ELEMWISE_FUSABLE, fold=packed_matmul_integer_reference,
@@ -111,9 +114,13 @@ def packed_matmul_integer_reference(inputs: Sequence[np.ndarray], attrs: Mapping
 def _packed_matmul_integer(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     """MatMulInteger with constant weights packed for a dot-product intrinsic (core/graph/passes/
     pack_int8_weights.py): y = sum_k (a + data_shift) * b + correction, inputs (a, packed b [N/lanes,
-    K/4, lanes, 4] int8, correction [N] int32), attrs columns (N), depth (K), data_shift, intrinsic."""
-    expect_arity("MatMulIntegerPacked", types, 3)
-    a, packed, correction = types
+    K/4, lanes, 4] int8, correction [N] int32), attrs columns (N), depth (K), data_shift, intrinsic. With a fourth
+    input, a's zero point known only at run time (DynamicQuantizeLinear's), the correction is -sum_k b per unit of
+    it: y = sum_k (a + data_shift) * b + correction * (zero point + data_shift)."""
+    expect_arity("MatMulIntegerPacked", types, 3, 4)
+    a, packed, correction = types[:3]
+    if len(types) == 4 and (types[3].dtype != a.dtype or types[3].numel != 1):
+        raise ShapeError(f"MatMulIntegerPacked: the data zero point must be one {a.dtype}, got {types[3]}")
     expect_dtype("MatMulIntegerPacked", a, EIGHT_BIT, "input 0")
     expect_dtype("MatMulIntegerPacked", packed, {"int8", "uint8"}, "packed weights")
     n, k = int(attrs["columns"]), int(attrs["depth"])

@@ -18,7 +18,8 @@ def _matmul_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarra
     if attrs.get("packed_columns") is not None:
         b = unpack_weights(b, attrs["packed_columns"])  # a constant packed by pack_matmul_weights
     compute = np.float32 if a.dtype == np.float16 else a.dtype
-    return [np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False)).astype(a.dtype, copy=False)]
+    out = np.dtype(attrs["accumulate"]) if attrs.get("accumulate") else a.dtype
+    return [np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False)).astype(out, copy=False)]
 
 
 @register_op("MatMul", Pattern.OUT_ELEMWISE_FUSABLE, fold=_matmul_fold,
@@ -35,4 +36,5 @@ def _matmul(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     if a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"MatMul: inner dimensions differ: {a} x {b}")
     batch = broadcast_shapes("MatMul", a.shape[:-2], b.shape[:-2])
-    return [TensorType(batch + (a.shape[-2], b.shape[-1]), dtype)]
+    # `accumulate` (half_matmul_operands, GPU tensor cores): float16 operands, a float32 sum and result
+    return [TensorType(batch + (a.shape[-2], b.shape[-1]), attrs.get("accumulate") or dtype)]

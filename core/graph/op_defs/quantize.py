@@ -1,5 +1,6 @@
 """Quantized-domain ops: DequantizeLinear and QuantizeLinear (8-bit, per tensor or per axis) kept as graph ops
-until the integer rewrite (passes/integer_qdq.py) has seen them, and Requantize (int32 accumulator -> 8-bit)."""
+until the integer rewrite (passes/integer_qdq.py) has seen them, Requantize (int32 accumulator -> 8-bit),
+QuantizedBinary (QDQ Add/Mul) and LookupTable (an 8-bit elementwise function tabulated)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -103,14 +104,72 @@ def _requantize(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]
     acc, multiplier = types
     expect_dtype("Requantize", acc, {"int32"}, "accumulator")
     expect_dtype("Requantize", multiplier, {"float32"}, "multiplier")
-    to = attrs.get("to")
-    if to not in QUANT_INT_RANGES:
-        raise ShapeError(f"Requantize: attribute to must be int8 or uint8, got {to!r}")
-    lo, hi = QUANT_INT_RANGES[to]
-    bounds = [attrs.get(k) for k in ("zero_point", "min", "max")]
-    if not all(isinstance(b, int) and lo <= b <= hi for b in bounds) or bounds[1] > bounds[2]:
-        raise ShapeError(f"Requantize: zero_point, min and max must be {to} values with min <= max, got {bounds}")
+    to = _check_requantize_attrs("Requantize", attrs)
     shape = broadcast_shapes("Requantize", acc.shape, multiplier.shape)
     if shape != acc.shape:
         raise ShapeError(f"Requantize: multiplier {multiplier} must broadcast to the accumulator {acc}")
     return [TensorType(acc.shape, to)]
+
+
+def _check_requantize_attrs(op: str, attrs: Mapping) -> str:
+    """The output dtype `to` of an op ending in a requantization, after checking zero_point, min and max."""
+    to = attrs.get("to")
+    if to not in QUANT_INT_RANGES:
+        raise ShapeError(f"{op}: attribute to must be int8 or uint8, got {to!r}")
+    lo, hi = QUANT_INT_RANGES[to]
+    bounds = [attrs.get(k) for k in ("zero_point", "min", "max")]
+    if not all(isinstance(b, int) and lo <= b <= hi for b in bounds) or bounds[1] > bounds[2]:
+        raise ShapeError(f"{op}: zero_point, min and max must be {to} values with min <= max, got {bounds}")
+    return to
+
+
+def quantized_binary_reference(a: np.ndarray, b: np.ndarray, attrs: Mapping) -> np.ndarray:
+    """MLAS's QLinearAdd / QLinearMul in float32: add: a_ratio (a - a_zero) + b_ratio (b - b_zero); mul: ratio
+    (a - a_zero)(b - b_zero); clamped to [min - zp, max - zp], rounded half to even, plus the zero point."""
+    zero, lo, hi = (int(attrs[k]) for k in ("zero_point", "min", "max"))
+    da = (a.astype(np.int32) - int(attrs["a_zero"])).astype(np.float32)
+    db = (b.astype(np.int32) - int(attrs["b_zero"])).astype(np.float32)
+    if attrs["kind"] == "add":
+        value = np.float32(attrs["a_ratio"]) * da + np.float32(attrs["b_ratio"]) * db
+    else:
+        value = np.float32(attrs["ratio"]) * (da * db)
+    clamped = np.clip(value.astype(np.float32), np.float32(lo - zero), np.float32(hi - zero))
+    return (np.round(clamped).astype(np.int32) + zero).astype(attrs["to"])
+
+
+@register_op("QuantizedBinary", Pattern.BROADCAST,
+             fold=lambda inputs, attrs: [quantized_binary_reference(inputs[0], inputs[1], attrs)])
+def _quantized_binary(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    """QDQ Add/Mul (ONNX Runtime's QLinearAdd/QLinearMul) on 8-bit a and b (numpy broadcasting): `kind` "add"
+    (attrs a_ratio = s_a / s_y, b_ratio = s_b / s_y) or "mul" (ratio = s_a s_b / s_y), zero points a_zero, b_zero;
+    the result requantized to `to` with zero_point, saturated to [min, max] (a fused Relu/Clip narrows them)."""
+    expect_arity("QuantizedBinary", types, 2)
+    for t, what in zip(types, ("a", "b")):
+        expect_dtype("QuantizedBinary", t, QUANT_INT_RANGES, what)
+    if attrs.get("kind") not in ("add", "mul"):
+        raise ShapeError(f"QuantizedBinary: attribute kind must be add or mul, got {attrs.get('kind')!r}")
+    to = _check_requantize_attrs("QuantizedBinary", attrs)
+    return [TensorType(broadcast_shapes("QuantizedBinary", types[0].shape, types[1].shape), to)]
+
+
+def lookup_index_offset(dtype: str) -> int:
+    """What a LookupTable adds to an 8-bit value to index its table: 128 for int8, 0 for uint8."""
+    return -QUANT_INT_RANGES[dtype][0]
+
+
+def _lookup_fold(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    x, table = inputs
+    return [table[x.astype(np.int32) + lookup_index_offset(x.dtype.name)]]
+
+
+@register_op("LookupTable", Pattern.BROADCAST, fold=_lookup_fold)
+def _lookup_table(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
+    """y = table[x + offset]: an elementwise function of 8-bit x tabulated on its 256 values (a quantized Sigmoid,
+    LeakyRelu...: dequantize, the float op, quantize, evaluated once at compile time); y has the table's dtype."""
+    expect_arity("LookupTable", types, 2)
+    x, table = types
+    expect_dtype("LookupTable", x, QUANT_INT_RANGES)
+    expect_dtype("LookupTable", table, QUANT_INT_RANGES, "table")
+    if table.shape != (256,):
+        raise ShapeError(f"LookupTable: table must have 256 entries, got {table}")
+    return [TensorType(x.shape, table.dtype)]

@@ -139,14 +139,14 @@ def conv_groups_blocked(node: Node, graph: Graph, lanes: int) -> Optional[tuple[
 # Measured on AVX2 (2 cores), each conv with its epilogue in the register tile as in a model: every
 # conv of resnet18, mobilenet_v2 and squeezenet1_1 runs faster blocked than in NCHW (squeezenet
 # 16 -> 64 1x1 at 55x55: 0.087 vs 0.108 ms; depthwise 1.3-2.4x: NCHW splits strided inputs into
-# stride phases in a scalar pad stage). Whole models differ: mobilenet_v2 (expand 1x1 -> depthwise
-# -> project 1x1) ran 1.54x faster at -O3 blocked than at -O2 (same bench_models run), but
-# squeezenet1_1 blocked was no faster than NCHW (A/B of both rules interleaved: 0.85-1.25x): its
-# convs gained 6.5 ms of kernel time and its blocked channel Concats lost 3.4 (4.3 vs 0.9 ms, an
-# injective pass with a select and 5-D index math per vector). So a region with short-reduction
-# convs (squeezenet's fire modules, 3-channel stems) stays NCHW unless depthwise convs share it
-# with dense ones; a lone depthwise conv does not pay for its two transforms.
-MIN_BLOCKED_REDUCTION = 64
+# stride phases in a scalar pad stage). A region of only depthwise convs stays NCHW: a lone depthwise
+# conv does not pay for its two transforms. Regions with short-reduction convs (3-channel stems,
+# squeezenet's 16-channel expand 1x1s, the 16/32-channel 1x1s of transformers' ResNet bottlenecks) once
+# stayed NCHW too, when blocked channel Concats cost 4x NCHW's; with the blocked copy schedule
+# (generic.injective_stage) they run blocked. Kernel sums NCHW -> blocked (native znver5, 2 threads,
+# load 4-7): squeezenet1_1 2.95 -> 2.38 ms (per-kernel minimums of 6 alternating profiles; only its
+# 1000-channel classifier conv, in half-vector blocks of 8, is slower: 0.54 -> 0.95), squeezenet1_0
+# 12.2 -> 7.2 ms and resnet_bottleneck 2.66 -> 2.20 ms (x86-64-v3: 11.4 -> 4.1) (medians of 21 runs).
 # GROUPED_AS_DEPTHWISE: a grouped conv (few channels per group: regnet, resnext) counts as depthwise,
 # as NCHW runs it 2-3x slower (x86-64-v3, one kernel: regnet's 104-channel 28x28 0.121 vs 0.054 ms
 # blocked), so its region runs blocked whatever its short 1x1 convs; and as dense, as it reduces over
@@ -161,17 +161,9 @@ class _RegionConvs:
 
     depthwise: bool = False
     dense: bool = False
-    short_reduction: bool = False
 
     def losing(self) -> bool:
-        if self.depthwise:
-            return not self.dense
-        return self.short_reduction
-
-
-def short_reduction(node: Node, graph: Graph) -> bool:
-    w = graph.type_of(node.inputs[1]).shape
-    return w[1] * w[2] * w[3] < MIN_BLOCKED_REDUCTION
+        return self.depthwise and not self.dense
 
 
 def losing_regions(graph: Graph, lanes: int) -> set[str]:
@@ -204,7 +196,6 @@ def losing_regions(graph: Graph, lanes: int) -> set[str]:
             region.depthwise = region.dense = True  # a grouped conv is both (GROUPED_AS_DEPTHWISE)
         else:
             region.dense = True
-            region.short_reduction |= short_reduction(node, graph)
     losing = {r for r, kinds in regions.items() if kinds.losing()}
     return {n.outputs[0] for n, _ in convs if root(n.outputs[0]) in losing}
 

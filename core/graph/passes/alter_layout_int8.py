@@ -1,4 +1,5 @@
-"""alter_layout's rules for 8-bit convs: packed ConvIntegers write channels-last blocks, depthwise ones read them."""
+"""alter_layout's rules for 8-bit ops: packed ConvIntegers write channels-last blocks, depthwise ones and table
+lookups read them."""
 from __future__ import annotations
 
 import numpy as np
@@ -71,4 +72,15 @@ def _depthwise_conv(rw: _Rewriter, node: Node) -> bool:
               rw.add_constant(f"{x}_zero", np.asarray(x_zero, xt.dtype).reshape(()))]
     attrs = {k: node.attr(k) for k in ("strides", "pads", "dilations")}
     rw.emit_blocked(node, "DepthwiseConvIntegerNCHWc", inputs, attrs, c)
+    return True
+
+
+@layout_rule("LookupTable")
+def _lookup_table(rw: _Rewriter, node: Node) -> bool:
+    """A table lookup is elementwise in its data alone: a blocked input stays blocked, the table as it is."""
+    x, table = node.inputs
+    block = rw.block_of(x)
+    if block is None:
+        return False
+    rw.emit_blocked(node, "LookupTable", [rw.blocked[x][0], table], node.attrs, block)
     return True

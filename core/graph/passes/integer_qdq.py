@@ -1,7 +1,8 @@
-"""Quantized graphs as integer computation: DequantizeLinear -> Conv/MatMul (+bias) (-> Relu/Clip) ->
+"""Quantized graphs as integer computation: DequantizeLinear -> Conv (1-D or 2-D)/MatMul (+bias) (-> Relu/Clip) ->
 QuantizeLinear becomes ConvInteger/MatMulInteger -> int32 bias Add -> Requantize, layout/max ops between
-a DequantizeLinear and a QuantizeLinear of one scale run on the 8-bit values directly, and a Concat of parts
-of other scales concatenates them requantized to its output's scale.
+a DequantizeLinear and a QuantizeLinear of one scale run on the 8-bit values directly, a Concat of parts
+of other scales concatenates them requantized to its output's scale, Add/Mul become QuantizedBinary (ONNX
+Runtime's QLinearAdd/QLinearMul) and other elementwise ops (Sigmoid, LeakyRelu...) a 256-entry LookupTable.
 
 Whatever does not match keeps its DequantizeLinear/QuantizeLinear nodes around a float op, which is correct
 (their computes fuse with it into one elementwise kernel). ONNX Runtime's com.microsoft QOperator ops (QGemm,
@@ -19,16 +20,27 @@ import numpy as np
 from core.errors import ShapeError
 from core.graph.ir import Graph, Node, TensorType, topological_sort
 from core.graph.op_defs.quantize import QUANT_INT_RANGES
-from core.graph.ops import get_op
+from core.graph.fold import fold_node
+from core.graph.ops import Pattern, get_op
 
 from .eliminate_dead_code import eliminate_dead_code
 from .registry import register_pass
 from .rewrite import fresh_name, use_counts
 
+MAX_TABULATED_NODES = 8  # elementwise nodes one LookupTable may replace (HardSwish decomposes into 4)
+
 # Ops that commute with an 8-bit quantization of one scale and zero point: they only move, select or
 # take the max of values, so DQ -> op -> Q with equal parameters is op on the integers.
 PASS_THROUGH = frozenset({"MaxPool", "GlobalMaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice",
                           "Concat", "Identity", "DepthToSpace", "SpaceToDepth", "Gather"})
+
+
+def usable_scales(*scales) -> bool:
+    """Finite positive scales whose ratios are finite: a calibration that saw only infinities or one value (an
+    attention mask) leaves 0, inf or nan scales, which only the float path reproduces as ONNX Runtime does."""
+    values = np.asarray(scales, np.float64)
+    return bool(np.all(np.isfinite(values)) and np.all(values > 0)
+                and np.isfinite(values.max() / values.min()) and values.min() > np.finfo(np.float32).tiny)
 
 
 @dataclass(frozen=True)
@@ -89,29 +101,37 @@ class _Rewriter:
     def single_use(self, value: str) -> bool:
         return self.uses.get(value, 0) == 1 and value not in self.graph.outputs
 
+    def activation_clamp(self, quantize: Node, params: tuple[np.float32, int, str]) -> Optional[tuple[str, int, int]]:
+        """(the value before a single-use Relu/Clip feeding `quantize`, or its input, and the output range [lo, hi]
+        that clamp becomes in the quantized domain); None when the clamp leaves no value."""
+        y_scale, y_zero, y_dtype = params
+        lo, hi = QUANT_INT_RANGES[y_dtype]
+        value = quantize.inputs[0]
+        node = self.producers.get(value)
+        if node is None or node.op not in ("Relu", "Clip") or not self.single_use(value):
+            return value, lo, hi
+        low = 0.0 if node.op == "Relu" else node.attr("min")
+        high = None if node.op == "Relu" else node.attr("max")
+        # round(clip(v, a, b) / s) == clip(round(v / s), round(a / s), round(b / s)): rounding is monotone.
+        with np.errstate(over="ignore"):
+            low, high = (None if b is None else np.float32(b) / y_scale for b in (low, high))
+        if low is not None and np.isfinite(low):
+            lo = max(lo, y_zero + int(np.clip(np.round(low), -512, 512)))
+        if high is not None and np.isfinite(high):
+            hi = min(hi, y_zero + int(np.clip(np.round(high), -512, 512)))
+        return (node.inputs[0], lo, hi) if lo <= hi else None
+
     # -- Conv / MatMul anchors -----------------------------------------------------------------
     def match_anchor(self, quantize: Node) -> Optional[list[Node]]:
         params = self.quantize_params(quantize)
         if params is None:
             return None
         y_scale, y_zero, y_dtype = params
-        lo, hi = QUANT_INT_RANGES[y_dtype]
-        value = quantize.inputs[0]
+        clamped = self.activation_clamp(quantize, params)
+        if clamped is None:
+            return None
+        value, lo, hi = clamped
         node = self.producers.get(value)
-        if node is not None and node.op in ("Relu", "Clip") and self.single_use(value):
-            low = 0.0 if node.op == "Relu" else node.attr("min")
-            high = None if node.op == "Relu" else node.attr("max")
-            # round(clip(v, a, b) / s) == clip(round(v / s), round(a / s), round(b / s)): rounding is monotone.
-            with np.errstate(over="ignore"):
-                low, high = (None if b is None else np.float32(b) / y_scale for b in (low, high))
-            if low is not None and np.isfinite(low):
-                lo = max(lo, y_zero + int(np.clip(np.round(low), -512, 512)))
-            if high is not None and np.isfinite(high):
-                hi = min(hi, y_zero + int(np.clip(np.round(high), -512, 512)))
-            if lo > hi:
-                return None
-            value = node.inputs[0]
-            node = self.producers.get(value)
         bias_value = None
         if node is not None and node.op == "Add" and self.single_use(value):
             first, second = (self.producers.get(i) for i in node.inputs)
@@ -223,10 +243,103 @@ class _Rewriter:
         self.types[quantize.outputs[0]] = out_type
         return rescaled + [dataclasses.replace(node, inputs=tuple(inputs), outputs=quantize.outputs)]
 
+    # -- QDQ Add/Mul and tabulated unary functions ---------------------------------------------
+    def match_binary(self, quantize: Node) -> Optional[list[Node]]:
+        """DQ(a), DQ(b) -> Add/Mul [-> Relu/Clip] -> Q, all per tensor: one QuantizedBinary (QLinearAdd/Mul)."""
+        params = self.quantize_params(quantize)
+        clamped = params and self.activation_clamp(quantize, params)
+        if not clamped:
+            return None
+        value, lo, hi = clamped
+        node = self.producers.get(value)
+        if node is None or node.op not in ("Add", "Mul") or not self.single_use(value):
+            return None
+        a, b = (self.dequantized(i) for i in node.inputs)
+        if a is None or b is None or not a.per_tensor or not b.per_tensor \
+                or {self.types[a.value].dtype, self.types[b.value].dtype} - set(QUANT_INT_RANGES):
+            return None
+        y_scale, y_zero, y_dtype = params
+        sa, sb = np.float32(a.scale), np.float32(b.scale)
+        if not usable_scales(sa, sb, y_scale):
+            return None
+        ratios = dict(a_ratio=float(sa / y_scale), b_ratio=float(sb / y_scale)) if node.op == "Add" else \
+            dict(ratio=float(sa * sb / y_scale))
+        attrs = dict(kind=node.op.lower(), a_zero=int(a.zero), b_zero=int(b.zero), to=y_dtype, zero_point=y_zero,
+                     min=lo, max=hi, **ratios)
+        return [Node("QuantizedBinary", (a.value, b.value), quantize.outputs, attrs, name=node.name)]
+
+    def elementwise_region(self, root: str) -> Optional[tuple[Quantized, list[Node]]]:
+        """(the one per-tensor 8-bit DequantizeLinear, the float elementwise nodes from it to `root`, in graph order)
+        when `root` is computed from that DequantizeLinear and scalar constants alone through at most
+        MAX_TABULATED_NODES such nodes, each read only inside the region; None otherwise."""
+        region: dict[str, Node] = {}
+        source: Optional[Quantized] = None
+        stack = [root]
+        while stack:
+            value = stack.pop()
+            node = self.producers.get(value)
+            if value in self.constants:
+                if self.constants[value].size != 1:
+                    return None
+                continue
+            if node is not None and node.op == "DequantizeLinear":
+                quantized = self.dequantized(value)
+                if quantized is None or not quantized.per_tensor or (source is not None and source.node is not node) \
+                        or self.types[quantized.value].dtype not in QUANT_INT_RANGES:
+                    return None
+                source = quantized
+                continue
+            if node is None:
+                return None
+            if value in region:
+                continue
+            definition = get_op(node.op)
+            if definition.pattern > Pattern.BROADCAST or definition.fold is None or len(node.outputs) != 1 \
+                    or node.op == "QuantizeLinear" or self.types[value].dtype != "float32" \
+                    or len(region) == MAX_TABULATED_NODES:
+                return None
+            region[value] = node
+            stack.extend(i for i in node.inputs if i)
+        reads = [i for node in region.values() for i in node.inputs]
+        if source is None or not region or any(
+                v != root and (self.uses.get(v) != reads.count(v) or v in self.graph.outputs) for v in region):
+            return None
+        return source, [n for n in self.graph.nodes if n.outputs[0] in region]
+
+    def match_lookup_table(self, quantize: Node) -> Optional[list[Node]]:
+        """DQ(x) -> elementwise ops of x and scalar constants (Sigmoid, LeakyRelu, HardSwish's Mul/Add/Clip...) -> Q,
+        per tensor: a LookupTable of their 256 results, computed here as ONNX Runtime's QLinearSigmoid/
+        QLinearLeakyRelu compute theirs (dequantize, the float ops, quantize)."""
+        params = self.quantize_params(quantize)
+        found = self.elementwise_region(quantize.inputs[0]) if params and self.single_use(quantize.inputs[0]) else None
+        if found is None:
+            return None
+        x, region = found
+        if not usable_scales(x.scale, params[0]):
+            return None
+        lo, hi = QUANT_INT_RANGES[self.types[x.value].dtype]
+        codes = np.arange(lo, hi + 1).astype(self.types[x.value].dtype)
+        values = {x.node.outputs[0]: get_op("DequantizeLinear").fold([codes, x.scale, x.zero], {})[0]}
+        try:
+            for node in region:
+                args = [values[i] if i in values else (self.constants[i].reshape(()) if i else None)
+                        for i in node.inputs]
+                out_types = get_op(node.op).infer([TensorType(a.shape, a.dtype.name) if a is not None else None
+                                                   for a in args], node.attrs)
+                (values[node.outputs[0]],) = fold_node(node.op, args, node.attrs, out_types)
+        except (ShapeError, NotImplementedError, ValueError, TypeError):
+            return None
+        y_scale, y_zero, y_dtype = params
+        result = values[quantize.inputs[0]].astype(np.float32).reshape(-1)
+        table = get_op("QuantizeLinear").fold([result, np.float32(y_scale), np.asarray(y_zero, y_dtype)], {})[0]
+        return [Node("LookupTable", (x.value, self.const(table, f"{quantize.outputs[0]}_table")), quantize.outputs,
+                     {}, name=region[-1].name)]
+
     def run(self) -> Graph:
         for node in self.graph.nodes:
             if node.op == "QuantizeLinear":
-                nodes = self.match_anchor(node) or self.match_pass_through(node)
+                nodes = self.match_anchor(node) or self.match_pass_through(node) or self.match_binary(node) \
+                    or self.match_lookup_table(node)
                 if nodes:
                     self.replaced[node.outputs[0]] = nodes
         if not self.replaced:
@@ -263,8 +376,58 @@ def hoist_weight_layout(graph: Graph) -> Graph:
     return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants, types=types))
 
 
+def move_reshapes_into_integers(graph: Graph) -> Graph:
+    """Around a Conv: Reshape(DequantizeLinear(x)) -> DequantizeLinear(Reshape(x)) (x constant, or per tensor) and
+    QuantizeLinear(Reshape(conv)) -> Reshape(QuantizeLinear(conv)) (per tensor). The frontend lifts a 1-D Conv to
+    rows of height 1 with Reshapes around it, which then sit inside the DQ -> Conv -> Q pattern instead of outside."""
+    producers, uses = graph.producers(), use_counts(graph)
+    constants, types = dict(graph.constants), dict(graph.types)
+    feeds_conv = {i for node in graph.nodes if node.op == "Conv" for i in node.inputs}
+
+    def fresh(hint: str, ttype: TensorType) -> str:
+        name = fresh_name(hint, set(types) | set(constants))
+        types[name] = ttype
+        return name
+
+    def per_tensor(node: Node) -> bool:
+        return all(i in constants and constants[i].ndim == 0 for i in node.inputs[1:] if i)
+
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        source = producers.get(node.inputs[0]) if node.inputs else None
+        if node.op == "Reshape" and node.outputs[0] in feeds_conv and source is not None \
+                and source.op == "DequantizeLinear" and all(i in constants for i in source.inputs[1:] if i):
+            integers, out_shape = source.inputs[0], graph.type_of(node.outputs[0]).shape
+            axis = int(source.attr("axis", 1))
+            same_axis = out_shape[:axis + 1] == types[integers].shape[:axis + 1]  # a per-axis scale still fits
+            if integers in constants and (per_tensor(source) or same_axis):
+                value = np.ascontiguousarray(constants[integers].reshape(out_shape))
+                value.flags.writeable = False
+                reshaped = fresh(f"{integers}_reshaped", TensorType(value.shape, value.dtype.name))
+                constants[reshaped] = value
+                nodes.append(dataclasses.replace(source, inputs=(reshaped,) + source.inputs[1:], outputs=node.outputs))
+                continue
+            if per_tensor(source):
+                reshaped = fresh(f"{integers}_reshaped", TensorType(out_shape, types[integers].dtype))
+                nodes += [dataclasses.replace(node, inputs=(integers,) + node.inputs[1:], outputs=(reshaped,)),
+                          dataclasses.replace(source, inputs=(reshaped,) + source.inputs[1:], outputs=node.outputs)]
+                continue
+        data = source.inputs[0] if source is not None and source.op == "Reshape" else None
+        conv = producers.get(data)
+        if node.op == "QuantizeLinear" and conv is not None and conv.op == "Conv" and per_tensor(node) \
+                and uses[node.inputs[0]] == 1 and node.inputs[0] not in graph.outputs:
+            quantized = fresh(f"{data}_quantized", TensorType(types[data].shape, types[node.outputs[0]].dtype))
+            nodes += [dataclasses.replace(node, inputs=(data,) + node.inputs[1:], outputs=(quantized,)),
+                      dataclasses.replace(source, inputs=(quantized,) + source.inputs[1:], outputs=node.outputs)]
+            continue
+        nodes.append(node)
+    if len(types) == len(graph.types):
+        return graph
+    return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants, types=types))
+
+
 @register_pass("integer_qdq")
 def integer_qdq(graph: Graph) -> Graph:
     if not any(node.op == "QuantizeLinear" for node in graph.nodes):
         return graph
-    return _Rewriter(hoist_weight_layout(graph)).run()
+    return _Rewriter(move_reshapes_into_integers(hoist_weight_layout(graph))).run()

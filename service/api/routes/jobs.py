@@ -28,6 +28,7 @@ from ..baselines import baseline_options
 from .models import owned_model
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+MAX_OFFSET = 2**63 - 1  # the databases' 64-bit integer: a larger offset is a 422, not an overflow deep in the driver
 
 
 def owned_job(db, user, job_id: str) -> Job:
@@ -182,7 +183,7 @@ def list_jobs(user: UserDep, db: DbDep, response: Response,
               target: Annotated[Optional[str], Query(max_length=128, description="this target only")] = None,
               q: Annotated[Optional[str], Query(max_length=255, description="part of the model's file name or of "
                                                                             "the target, any case")] = None,
-              limit: Annotated[int, Query(ge=1, le=500)] = 100, offset: Annotated[int, Query(ge=0)] = 0) -> list[JobOut]:
+              limit: Annotated[int, Query(ge=1, le=500)] = 100, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0) -> list[JobOut]:
     """The user's jobs, newest first: filtered by status, target and a search text, one page at a time."""
     query = select(Job).where(Job.user_id == user.id)
     if status_:

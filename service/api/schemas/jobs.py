@@ -96,6 +96,8 @@ class JobCreate(BaseModel):
                                     "that format's tolerance; int8: quantize the float32 model first (needs `quantization`)")
     quantization: Optional[QuantizationRequest] = Field(default=None, description="with precision int8: how to quantize")
     baseline: Optional[BaselineRequest] = Field(default=None, description="CI gate: compare with an earlier build")
+    quick: bool = Field(default=False, description="fast iteration: no latency benchmark, validation on one sample "
+                                                   "at most (the report says so)")
     _target: Target = PrivateAttr()
 
     @field_validator("name")
@@ -112,7 +114,8 @@ class JobCreate(BaseModel):
     def compile_options(self) -> dict[str, Any]:
         """The job's compile options beyond target, level, tuning and shapes (stored in Job.options)."""
         return {**({"name": self.name} if self.name else {}), **self.validation.compile_options(),
-                **({"precision": self.precision} if self.precision in ("fp16", "bf16") else {})}
+                **({"precision": self.precision} if self.precision in ("fp16", "bf16") else {}),
+                **({"quick": True} if self.quick else {})}
 
     @field_validator("input_shapes")
     @classmethod

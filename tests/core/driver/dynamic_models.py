@@ -45,3 +45,101 @@ def tiny_encoder(vocab: int = 50, dim: int = 16, heads: int = 2, seed: int = 0) 
               h.make_node("LayerNormalization", ["res", "gamma", "beta"], ["hidden"], axis=-1)]
     return _model(nodes, [h.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
                   [h.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "seq", dim])], inits)
+
+
+def tiny_decoder(layers: int = 2, vocab: int = 32, dim: int = 8, heads: int = 2, positions: int = 64,
+                 seed: int = 0) -> bytes:
+    """A GPT-2-style decoder laid out as Hugging Face's export with use_cache=True: input_ids[batch_size,
+    sequence_length], attention_mask[batch_size, past_sequence_length + sequence_length],
+    past_key_values.N.key/value[batch_size, heads, past_sequence_length, head_dim] -> logits and
+    present.N.key/value (past and new keys concatenated). Position ids are the past length plus
+    Range(sequence_length); the causal mask is built from the shapes (key position <= query position)."""
+    rng = np.random.default_rng(seed)
+    f32 = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    dh = dim // heads
+    inits = {"wte": f32(vocab, dim), "wpe": f32(positions, dim), "zero": np.array(0, np.int64),
+             "one": np.array(1, np.int64), "heads_shape": np.array([0, 0, heads, dh], np.int64),
+             "merge_shape": np.array([0, 0, dim], np.int64), "scale": np.array(1.0 / np.sqrt(dh), np.float32),
+             "lowest": np.array(np.finfo(np.float32).min, np.float32), "ax0": np.array([0], np.int64),
+             "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64),
+             "ln_g": np.ones(dim, np.float32), "ln_b": np.zeros(dim, np.float32)}
+    batch, seq, past, total = "batch_size", "sequence_length", "past_sequence_length", \
+        "past_sequence_length + sequence_length"
+    inputs = [h.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq]),
+              h.make_tensor_value_info("attention_mask", TensorProto.INT64, [batch, total])]
+    outputs = [h.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, seq, vocab])]
+    nodes = [h.make_node("Shape", ["input_ids"], ["seq_len1"], start=1, end=2),
+             h.make_node("Squeeze", ["seq_len1"], ["seq_len"]),
+             h.make_node("Shape", ["past_key_values.0.key"], ["past_len1"], start=2, end=3),
+             h.make_node("Squeeze", ["past_len1"], ["past_len"]),
+             h.make_node("Range", ["zero", "seq_len", "one"], ["iota"]),
+             h.make_node("Add", ["iota", "past_len"], ["query_pos"]),
+             h.make_node("Unsqueeze", ["query_pos", "ax0"], ["position_ids"]),
+             h.make_node("Unsqueeze", ["query_pos", "ax1"], ["query_col"]),
+             h.make_node("Gather", ["wte", "input_ids"], ["tok"]),
+             h.make_node("Gather", ["wpe", "position_ids"], ["pos"]),
+             h.make_node("Add", ["tok", "pos"], ["x0"]),
+             h.make_node("Unsqueeze", ["attention_mask", "ax12"], ["mask4"]),
+             h.make_node("Cast", ["mask4"], ["keep"], to=TensorProto.BOOL)]
+    x = "x0"
+    for i in range(layers):
+        p = f"l{i}_"
+        for name, shape in (("wq", (dim, dim)), ("wk", (dim, dim)), ("wv", (dim, dim)), ("wo", (dim, dim)),
+                            ("w1", (dim, 4 * dim)), ("w2", (4 * dim, dim)), ("b1", (4 * dim,))):
+            inits[p + name] = f32(*shape)
+        past_k, past_v = f"past_key_values.{i}.key", f"past_key_values.{i}.value"
+        inputs += [h.make_tensor_value_info(n, TensorProto.FLOAT, [batch, heads, past, dh]) for n in (past_k, past_v)]
+        outputs += [h.make_tensor_value_info(f"present.{i}.{n}", TensorProto.FLOAT, [batch, heads, total, dh])
+                    for n in ("key", "value")]
+        nodes.append(h.make_node("LayerNormalization", [x, "ln_g", "ln_b"], [p + "h"], axis=-1))
+        for t in "qkv":
+            nodes += [h.make_node("MatMul", [p + "h", p + "w" + t], [p + t + "0"]),
+                      h.make_node("Reshape", [p + t + "0", "heads_shape"], [p + t + "1"]),
+                      h.make_node("Transpose", [p + t + "1"], [p + t], perm=[0, 2, 1, 3])]
+        nodes += [h.make_node("Concat", [past_k, p + "k"], [f"present.{i}.key"], axis=2),
+                  h.make_node("Concat", [past_v, p + "v"], [f"present.{i}.value"], axis=2),
+                  h.make_node("Transpose", [f"present.{i}.key"], [p + "kt"], perm=[0, 1, 3, 2]),
+                  h.make_node("MatMul", [p + "q", p + "kt"], [p + "s0"]),
+                  h.make_node("Mul", [p + "s0", "scale"], [p + "s1"]),
+                  h.make_node("Shape", [f"present.{i}.key"], [p + "total1"], start=2, end=3),
+                  h.make_node("Squeeze", [p + "total1"], [p + "total"]),
+                  h.make_node("Range", ["zero", p + "total", "one"], [p + "key_pos"]),
+                  h.make_node("Unsqueeze", [p + "key_pos", "ax0"], [p + "key_row"]),
+                  h.make_node("LessOrEqual", [p + "key_row", "query_col"], [p + "causal"]),
+                  h.make_node("And", [p + "causal", "keep"], [p + "allowed"]),
+                  h.make_node("Where", [p + "allowed", p + "s1", "lowest"], [p + "s"]),
+                  h.make_node("Softmax", [p + "s"], [p + "attn"], axis=-1),
+                  h.make_node("MatMul", [p + "attn", f"present.{i}.value"], [p + "c0"]),
+                  h.make_node("Transpose", [p + "c0"], [p + "c1"], perm=[0, 2, 1, 3]),
+                  h.make_node("Reshape", [p + "c1", "merge_shape"], [p + "c"]),
+                  h.make_node("MatMul", [p + "c", p + "wo"], [p + "o"]),
+                  h.make_node("Add", [x, p + "o"], [p + "x1"]),
+                  h.make_node("LayerNormalization", [p + "x1", "ln_g", "ln_b"], [p + "h2"], axis=-1),
+                  h.make_node("MatMul", [p + "h2", p + "w1"], [p + "m0"]),
+                  h.make_node("Add", [p + "m0", p + "b1"], [p + "m1"]),
+                  h.make_node("Relu", [p + "m1"], [p + "m2"]),
+                  h.make_node("MatMul", [p + "m2", p + "w2"], [p + "m3"]),
+                  h.make_node("Add", [p + "x1", p + "m3"], [p + "x2"])]
+        x = p + "x2"
+    nodes += [h.make_node("LayerNormalization", [x, "ln_g", "ln_b"], ["final"], axis=-1),
+              h.make_node("Transpose", ["wte"], ["wte_t"], perm=[1, 0]),
+              h.make_node("MatMul", ["final", "wte_t"], ["logits"])]
+    return _model(nodes, inputs, outputs, inits)
+
+
+def greedy_tokens(run, prompt, steps: int = 32, layers: int = 2, heads: int = 2, head_dim: int = 4):
+    """Greedy generation with tiny_decoder's inputs and outputs: the prompt step with an empty cache (past length
+    0), then one token a step, each step's present keys and values fed back as the next past. `run` maps feeds
+    to outputs by name. Returns the tokens and every step's outputs."""
+    ids = np.asarray(prompt, np.int64).reshape(1, -1)
+    past = {f"past_key_values.{i}.{n}": np.zeros((1, heads, 0, head_dim), np.float32)
+            for i in range(layers) for n in ("key", "value")}
+    tokens, steps_out, seen = [], [], 0
+    for _ in range(steps):
+        out = run({"input_ids": ids, "attention_mask": np.ones((1, seen + ids.shape[1]), np.int64), **past})
+        tokens.append(int(np.argmax(out["logits"][0, -1])))
+        steps_out.append(out)
+        seen += ids.shape[1]
+        past = {name: out[name.replace("past_key_values", "present")] for name in past}
+        ids = np.array([[tokens[-1]]], np.int64)
+    return tokens, steps_out

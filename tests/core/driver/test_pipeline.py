@@ -99,8 +99,10 @@ def test_opt_levels_fuse_and_all_match_onnxruntime():
         assert report["validation"]["passed"] and report["validation"]["max_abs_err"] < 1e-4
     o0, o3 = reports[0]["graph"], reports[3]["graph"]
     assert o0["kernels"] == o0["nodes_in"] and not o0["fusion_groups"] and o0["passes"] == []
-    assert {tuple(g["ops"]) for g in o3["fusion_groups"]} == {("Conv", "Relu"), ("MatMul", "Add")}
-    assert o3["kernels"] == o3["nodes_in"] - 2 and "fuse_ops" in o3["passes"]
+    groups = {tuple(g["ops"]) for g in o3["fusion_groups"]}
+    # The conv runs plain or on channel blocks (the target's vector width decides); either way its ReLU fuses.
+    assert ("MatMul", "Add") in groups and (("Conv", "Relu") in groups or ("Conv2dNCHWc", "Relu") in groups), groups
+    assert o3["kernels"] < o0["kernels"] and "fuse_ops" in o3["passes"]
 
 
 def test_cross_target_compiles_without_running():

@@ -108,23 +108,20 @@ def test_bad_precisions_are_one_clear_error():
         compiled(mlp(), precision="int8")
     with pytest.raises(PrecisionError, match="cannot store weights as float16"):
         compiled(mlp(), precision="fp16", target="cuda", validate=False)
-    from core.driver.shape_ranges import DimRange
-
-    with pytest.raises(PrecisionError, match="input-shape ranges"):  # not yet through the bucketed compile
-        compiled(mlp(), precision="fp16", input_shapes={"x": (DimRange(1, 4), 256)})
+    # with input-shape ranges: tests/core/driver/test_shape_lengths.py
 
 
 def test_a_float16_shared_model_has_half_the_weights_and_validates(models_dir):
     from onnxconverter_common import float16
 
     path = models_dir / "squeezenet1_1.onnx"
-    fp32_bytes = sum(numpy_helper.to_array(t).nbytes for t in onnx.load(path).graph.initializer)
     with pytest.warns(UserWarning):  # "the float32 number ... will be truncated to 1e-07": what float16 holds
         model = float16.convert_float_to_float16(onnx.load(path), keep_io_types=False)
     art = compiled(model)
     val = art.report["validation"]
     assert val["passed"] and val["reference"] == "onnxruntime" and val["outputs"][0]["dtype"] == "float16"
-    assert art.metadata["weights_bytes"] <= 0.52 * fp32_bytes
+    # Against the float32 artifact, not the ONNX file: blocked layouts and Winograd transform weights in both.
+    assert art.metadata["weights_bytes"] <= 0.52 * compiled(onnx.load(path)).metadata["weights_bytes"]
 
 
 def test_weights_a_kernel_reads_as_scalars_widen_once_and_still_match():

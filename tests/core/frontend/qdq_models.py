@@ -54,8 +54,28 @@ def branchy_cnn(seed: int = 1) -> onnx.ModelProto:
     return _model(nodes, inits, (1, 6))
 
 
-def _model(nodes, inits, out_shape) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(INPUT_SHAPE))],
+def temporal_cnn(seed: int = 2) -> onnx.ModelProto:
+    """1-D convs (padded, dilated, strided), LeakyRelu, a residual Add and a Gemm: an audio/sequence model's pieces."""
+    rng = np.random.default_rng(seed)
+    inits = dict(w1=_weights(rng, (8, 4, 3), 0.3), b1=_weights(rng, (8,), 0.1), w2=_weights(rng, (8, 8, 3), 0.2),
+                 w3=_weights(rng, (6, 8, 1), 0.3), wf=_weights(rng, (5, 96), 0.1), bf=_weights(rng, (5,), 0.1))
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[2, 2], dilations=[2]),
+             helper.make_node("LeakyRelu", ["c2"], ["l2"], alpha=0.1),
+             helper.make_node("Add", ["l2", "r1"], ["s"]),
+             helper.make_node("Conv", ["s", "w3"], ["c3"], strides=[2]),
+             helper.make_node("Flatten", ["c3"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1)]
+    return _model(nodes, inits, (1, 5), (1, 4, 32))
+
+
+def input_shape(model: onnx.ModelProto) -> tuple[int, ...]:
+    return tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+
+
+def _model(nodes, inits, out_shape, in_shape=INPUT_SHAPE) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
                               [numpy_helper.from_array(v, n) for n, v in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -73,7 +93,8 @@ def quantize(model: onnx.ModelProto, folder: Path, per_channel: bool, activation
     class Reader(CalibrationDataReader):
         def __init__(self):
             rng = np.random.default_rng(seed)
-            self.batches = iter([{"x": rng.standard_normal(INPUT_SHAPE).astype(np.float32)} for _ in range(samples)])
+            self.batches = iter([{"x": rng.standard_normal(input_shape(model)).astype(np.float32)}
+                                 for _ in range(samples)])
 
         def get_next(self):
             return next(self.batches, None)

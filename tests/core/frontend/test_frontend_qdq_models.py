@@ -1,5 +1,6 @@
 """Small CNNs quantized by ONNX Runtime's quantize_static (QDQ and QOperator form; per-tensor and per-channel
-weights; uint8 and int8 activations) compile to integer ops and match ONNX Runtime within one quantization step."""
+weights; uint8 and int8 activations) compile to integer ops (QDQ Add/Mul too, Sigmoid as a table) and match ONNX
+Runtime within one quantization step."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,13 +13,15 @@ from core.frontend import import_onnx
 from core.graph.passes.manager import optimize
 from core.runtime import load
 
-from .qdq_models import INPUT_SHAPE, assert_within_one_step, branchy_cnn, output_step, quantize, residual_cnn
+from .qdq_models import (assert_within_one_step, branchy_cnn, input_shape, output_step, quantize, residual_cnn,
+                         temporal_cnn)
 
 VARIANTS = [  # (model, per-channel weights, activations, QOperator form): each choice on each model
     (residual_cnn, True, "uint8", False),
     (residual_cnn, False, "int8", True),
     (branchy_cnn, True, "int8", False),
     (branchy_cnn, False, "uint8", True),
+    (temporal_cnn, True, "uint8", False),
 ]
 
 
@@ -38,6 +41,9 @@ def test_quantized_model_runs_on_integer_ops_and_matches_onnxruntime(variant, tm
     ops = {node.op for node in optimized.nodes}
     assert {"ConvInteger", "MatMulInteger", "Requantize"} <= ops
     assert not ops & {"Conv", "MatMul"}, f"float conv/matmul left: {sorted(ops)}"
+    # The residual Add and the Sigmoid gate's Mul run as QLinearAdd/QLinearMul, the Sigmoid as a table.
+    assert "QuantizedBinary" in ops and not ops & {"Mul", "Sigmoid"}, sorted(ops)
+    assert ("LookupTable" in ops) == (build in (branchy_cnn, temporal_cnn))  # Sigmoid, LeakyRelu
 
     artifact = core.compile(model, target="native", opt_level=3)
     artifact.save(tmp_path / "model.tar.gz")
@@ -46,5 +52,5 @@ def test_quantized_model_runs_on_integer_ops_and_matches_onnxruntime(variant, tm
     rng = np.random.default_rng(11)
     with load(tmp_path / "model.tar.gz") as module:
         for _ in range(3):
-            x = rng.standard_normal(INPUT_SHAPE).astype(np.float32)
+            x = rng.standard_normal(input_shape(model)).astype(np.float32)
             assert_within_one_step(module.run({"x": x})["y"], session.run(None, {"x": x})[0], step)

@@ -104,3 +104,44 @@ def test_rnn_activation_functions(activation, alpha, beta):
         attrs["activation_beta"] = beta
     model = recurrent_model("RNN", seq=3, batch=2, size=2, hidden=3, activations=[activation], **attrs)
     assert_compiled_matches_ort(model, feeds_for(model, seed=5))
+
+
+def _ops(model) -> list[str]:
+    return [node.op for node in import_onnx(model).nodes]
+
+
+@pytest.mark.parametrize("op,attrs", [("LSTM", {}), ("GRU", {"linear_before_reset": 1})])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_fused_sequence_per_direction_matches_ort(op, attrs, direction):
+    """An LSTM, or a GRU resetting after its recurrent product (PyTorch's), runs one LSTMSequence/GRUSequence
+    per direction: no per-step MatMul, and 20 units make 10-unit blocks."""
+    directions = 2 if direction == "bidirectional" else 1
+    extra = {} if directions == 2 else {"direction": direction}
+    model = recurrent_model(op, seq=7, batch=2, size=6, hidden=20, directions=directions, initial=True,
+                            **attrs, **extra)
+    ops = _ops(model)
+    assert ops.count(f"{op}Sequence") == directions and ops.count("MatMul") == directions
+    assert_compiled_matches_ort(model, feeds_for(model, seed=6))
+
+
+@pytest.mark.parametrize("op,attrs", [("LSTM", {}), ("GRU", {"linear_before_reset": 1})])
+def test_fused_sequence_with_ragged_lengths_and_no_initial_state(op, attrs):
+    model = recurrent_model(op, seq=5, batch=3, size=4, hidden=16, seq_lens=True, **attrs)
+    assert f"{op}Sequence" in _ops(model)
+    assert_compiled_matches_ort(model, feeds_for(model, seed=7, lens=[3, 5, 0]))
+
+
+def test_layers_the_fused_ops_do_not_compute_unroll():
+    """Peepholes, clip, other activations, and a GRU resetting before its product keep the unrolled form."""
+    for model in (recurrent_model("LSTM", seq=2, batch=1, size=2, hidden=3, peepholes=True),
+                  recurrent_model("LSTM", seq=2, batch=1, size=2, hidden=3, clip=0.5),
+                  recurrent_model("GRU", seq=2, batch=1, size=2, hidden=3),
+                  recurrent_model("GRU", seq=2, batch=1, size=2, hidden=3, linear_before_reset=1,
+                                  activations=["HardSigmoid", "Tanh"])):
+        ops = _ops(model)
+        assert not any(o.endswith("Sequence") for o in ops) and ops.count("MatMul") > 1, model.graph.node[0]
+
+
+def test_long_fused_sequences_compile_without_unrolling():
+    model = recurrent_model("LSTM", seq=600, batch=1, size=4, hidden=8)
+    assert_compiled_matches_ort(model, feeds_for(model, seed=8))

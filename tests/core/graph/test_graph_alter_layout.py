@@ -66,9 +66,12 @@ def test_non_divisible_channel_counts_take_the_largest_dividing_block():
     assert_same_meaning(graph, after)
 
 
-def test_a_region_with_a_losing_conv_stays_nchw_as_a_whole():
-    graph = _chain(channels=(3, 16, 16), shape=(1, 3, 6, 6))  # the first conv reduces over 3 x 3 x 3 < 64 values
-    assert ops(_optimized(graph)) == ops(graph)
+def test_a_region_with_short_reduction_convs_runs_blocked():
+    # a 3-channel stem (reduces over 3 x 3 x 3 values) and a 16 -> 8 conv (16 x 3 x 3) in the same region
+    graph = _chain(channels=(3, 16, 8), shape=(1, 3, 6, 6))
+    after = _optimized(graph)
+    assert ops(after) == ["LayoutTransform", "Conv2dNCHWc", "Relu", "Conv2dNCHWc", "Relu", "LayoutTransform"]
+    assert_same_meaning(graph, after)
 
 
 def test_narrow_output_blocks_stay_nchw():

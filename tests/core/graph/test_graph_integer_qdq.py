@@ -174,3 +174,107 @@ def test_concat_requantizes_parts_of_other_scales_to_its_output_scale():
     for _ in range(3):
         feeds = {n: (rng.standard_normal(s) * 3).astype(np.float32) for n, s in shapes.items()}
         np.testing.assert_array_equal(evaluate(after, feeds)["y"], evaluate(before, feeds)["y"])
+
+
+def _elementwise_model(body, shapes, out_shape, inits):
+    """Quantize each input (scale sN, zero zN) -> DequantizeLinear -> `body` nodes producing "r" -> Q(s_out, z_out)
+    -> DequantizeLinear -> y."""
+    nodes = []
+    for k, name in enumerate(shapes):
+        nodes += [helper.make_node("QuantizeLinear", [name, f"s{k}", f"z{k}"], [f"{name}q"]),
+                  helper.make_node("DequantizeLinear", [f"{name}q", f"s{k}", f"z{k}"], [f"{name}d"])]
+    nodes += body + [helper.make_node("QuantizeLinear", ["r", "s_out", "z_out"], ["rq"]),
+                     helper.make_node("DequantizeLinear", ["rq", "s_out", "z_out"], ["y"])]
+    graph = helper.make_graph(nodes, "elementwise", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                                                     for n, s in shapes.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              [_const(n, v) for n, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _quantized_params(*pairs):
+    return {name: value for k, (scale, zero) in enumerate(pairs)
+            for name, value in ((f"s{k}", np.float32(scale)), (f"z{k}", zero))}
+
+
+def test_qdq_add_and_mul_become_quantized_binary_ops():
+    shapes = {"a": [1, 6, 5, 5], "b": [1, 6, 5, 5]}
+    for op, activation, out in (("Add", "Relu", (0.06, np.uint8(0))), ("Add", None, (0.05, np.uint8(128))),
+                                ("Mul", None, (0.09, np.int8(-3)))):
+        body = [helper.make_node(op, ["ad", "bd"], ["m" if activation else "r"])]
+        if activation:
+            body.append(helper.make_node(activation, ["m"], ["r"]))
+        inits = _quantized_params((0.04, np.uint8(120)), (0.07, np.int8(5)))
+        inits.update(s_out=np.float32(out[0]), z_out=out[1])
+        before, after = _rewritten(_elementwise_model(body, shapes, shapes["a"], inits))
+        (binary,) = [n for n in after.nodes if n.op == "QuantizedBinary"]
+        assert binary.attr("kind") == op.lower() and not {op, "Relu"} & {n.op for n in after.nodes}
+        if activation:  # Relu at zero point 0 clamps nothing more than uint8 does; the range stays [0, 255]
+            assert (binary.attr("min"), binary.attr("max")) == (0, 255)
+        for _ in range(3):
+            feeds = {n: (rng.standard_normal(s) * 4).astype(np.float32) for n, s in shapes.items()}  # saturates too
+            want, got = evaluate(before, feeds)["y"], evaluate(after, feeds)["y"]
+            assert np.abs(got - want).max() <= out[0] * 1.001
+
+
+def test_elementwise_functions_of_8bit_data_become_lookup_tables():
+    shapes = {"a": [1, 4, 7, 7]}
+    for op, attrs, extra in (("Sigmoid", {}, []), ("LeakyRelu", {"alpha": 0.2}, []), ("HardSwish", {}, []),
+                             ("Clip", {}, ["lo", "hi"])):
+        inits = _quantized_params((0.05, np.int8(-10)))
+        inits.update(s_out=np.float32(0.004), z_out=np.uint8(3), lo=np.float32(-0.5), hi=np.float32(0.6))
+        model = _elementwise_model([helper.make_node(op, ["ad"] + extra, ["r"], **attrs)], shapes, shapes["a"], inits)
+        before, after = _rewritten(model)
+        (lookup,) = [n for n in after.nodes if n.op == "LookupTable"]
+        assert after.constants[lookup.inputs[1]].dtype == np.uint8 and op not in {n.op for n in after.nodes}
+        for _ in range(2):  # the table holds exactly what dequantize -> op -> quantize computes
+            feeds = {"a": (rng.standard_normal(shapes["a"]) * 8).astype(np.float32)}  # int8's ends -128/127 too
+            np.testing.assert_array_equal(evaluate(after, feeds)["y"], evaluate(before, feeds)["y"])
+
+
+def test_per_channel_constants_keep_an_elementwise_op_float():
+    shapes = {"a": [1, 3, 4, 4]}
+    inits = _quantized_params((0.05, np.uint8(128)))
+    inits.update(s_out=np.float32(0.05), z_out=np.uint8(128), p=np.array([[[0.1]], [[0.2]], [[0.3]]], np.float32))
+    model = _elementwise_model([helper.make_node("Add", ["ad", "p"], ["r"])], shapes, shapes["a"], inits)
+    _, after = _rewritten(model)
+    assert "Add" in {n.op for n in after.nodes} and "LookupTable" not in {n.op for n in after.nodes}
+
+
+def test_one_dimensional_conv_runs_as_an_integer_conv_over_rows():
+    w = rng.integers(-127, 128, (6, 4, 3)).astype(np.int8)
+    inits = [_const("xs", np.float32(0.03)), _const("xz", np.uint8(128)), _const("w", w),
+             _const("ws", rng.uniform(0.002, 0.01, 6).astype(np.float32)), _const("wz", np.zeros(6, np.int8)),
+             _const("ys", np.float32(0.05)), _const("yz", np.uint8(100))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[2, 0], strides=[2], dilations=[2]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "conv1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 21])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    before, after = _rewritten(model)
+    ops = [n.op for n in after.nodes]
+    assert "ConvInteger" in ops and "Conv" not in ops
+    conv = next(n for n in after.nodes if n.op == "ConvInteger")
+    assert after.type_of(conv.inputs[0]).shape == (2, 4, 1, 21) and after.constants[conv.inputs[1]].dtype == np.int8
+    for _ in range(3):
+        feeds = {"x": (rng.standard_normal((2, 4, 21)) * 2).astype(np.float32)}
+        assert np.abs(evaluate(after, feeds)["y"] - evaluate(before, feeds)["y"]).max() <= 0.05 * 1.001
+
+
+def test_degenerate_scales_keep_the_float_path():
+    # An attention mask calibrated to one value gets a zero scale: only float arithmetic reproduces ORT there.
+    shapes = {"a": [1, 2, 3, 3], "b": [1, 2, 3, 3]}
+    for scales in ((0.0, 0.05), (0.04, 0.05)):
+        inits = _quantized_params((scales[0], np.uint8(0)), (0.07, np.uint8(5)))
+        inits.update(s_out=np.float32(scales[1]), z_out=np.uint8(0))
+        for body in ([helper.make_node("Add", ["ad", "bd"], ["r"])], [helper.make_node("Sigmoid", ["ad"], ["r"])]):
+            _, after = _rewritten(_elementwise_model(body, shapes, shapes["a"], inits))
+            integer = {"QuantizedBinary", "LookupTable"} & {n.op for n in after.nodes}
+            assert bool(integer) == (scales[0] > 0), (scales, body[0].op_type)

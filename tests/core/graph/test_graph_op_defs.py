@@ -39,6 +39,9 @@ EXPECTED_OPS = {
     "MatMulIntegerPacked", "ConvIntegerPacked",  # made only by pack_int8_weights (-O3): tensorized 8-bit kernels
     "ConvIntegerPackedNCHWc", "DepthwiseConvIntegerNCHWc",  # made only by alter_layout: channels-last 8-bit convs
     "DequantizeLinear", "QuantizeLinear", "Requantize",  # 8-bit quantization; the integer rewrite (integer_qdq)
+    "QuantizedBinary", "LookupTable",  # made only by integer_qdq: QDQ Add/Mul, tabulated elementwise functions
+    "LSTMSequence", "GRUSequence",  # made only by the LSTM/GRU converter: a layer direction's steps in one op
+    "SoftmaxAttention",  # made only by fuse_attention (-O3): MatMul, Softmax, MatMul as one kernel
 }
 COMPILE_ONLY_OPS = {"GridSample", "DeformColumns", "RoiAlign", "MaxPoolWithIndices"}
 

@@ -129,3 +129,29 @@ def test_sdot_kernel_under_qemu_matches_onnxruntime():
     validation = artifact.report["validation"]
     assert validation.get("passed") and validation["max_abs_err"] == 0.0, validation
     assert any("MatMulIntegerPacked" in k["ops"] for k in artifact.report["kernels"])
+
+
+@pytest.mark.parametrize("spec", HOST_TARGETS)
+@pytest.mark.parametrize("data_dtype", ["uint8", "int8"])
+def test_a_run_time_data_zero_point_still_packs(spec, data_dtype):
+    """DynamicQuantizeLinear's zero point is computed at run time: the packed kernel takes it as a fourth input and
+    scales the per-unit correction by it (plus the data shift, for int8 data on a u8 intrinsic)."""
+    weights = rng.integers(-120, 121, (40, 24)).astype(np.int8)
+    graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "w", "az"], ["y"])], "dynamic",
+                              [helper.make_tensor_value_info("a", ONNX_TYPES[data_dtype], [5, 40]),
+                               helper.make_tensor_value_info("az", ONNX_TYPES[data_dtype], [])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [5, 24])],
+                              initializer=[numpy_helper.from_array(weights, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    (node,) = [n for n in packed_graph(model).nodes if n.op == "MatMulIntegerPacked"]
+    assert node.inputs[3] == "az"
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    lo, hi = (0, 255) if data_dtype == "uint8" else (-128, 127)
+    with core.compile(model, target=spec, validate=False, benchmark=False).load() as module:
+        for zero in (lo, hi, (lo + hi) // 2):
+            feeds = {"a": rng.integers(lo, hi + 1, (5, 40)).astype(data_dtype), "az": np.array(zero, data_dtype)}
+            feeds["a"][0] = hi
+            np.testing.assert_array_equal(module.run(feeds)["y"], session.run(None, feeds)[0])

@@ -29,7 +29,7 @@ def test_cuda_levels_drop_only_the_cpu_layout_passes():
     cuda = get_backend(CUDA).pass_names(3)
     assert "alter_layout" not in cuda and "pack_matmul_weights" not in cuda
     assert "fuse_ops" in cuda and "patch_conv_as_matmul" in cuda
-    assert [p for p in LEVELS[3] if p not in cuda] == ["pack_matmul_weights", "pack_int8_weights", "alter_layout",
+    assert [p for p in LEVELS[3] if p not in cuda] == ["fuse_attention", "pack_matmul_weights", "alter_layout",
                                                        "alter_layout_3d"]
 
 

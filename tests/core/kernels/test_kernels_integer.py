@@ -142,7 +142,7 @@ def _packed_targets():
     found = []
     for spec in ("x86-64-v3", "native"):
         target = get_target(spec)
-        exact = lambda i: i.inputs[1].dtype == "int8" and i.weight_limit is None  # noqa: E731 (full-range weights)
+        exact = lambda i: i.weight_dtype == "int8" and i.weight_limit is None  # noqa: E731 (full-range weights)
         dots = intrinsics_for(target, exact) if target.runs_on_host() else []
         if dots and dots[0].name not in [d.name for _, d in found]:
             found.append((spec, dots[0]))

@@ -73,6 +73,9 @@ CASES = [
     packed("widened_13_columns", (1, 8, 4, 13), 16, in_block=8, x_zero=255, fill="max"),
     packed("s8_data_saturated_pads", (1, 8, 5, 6), 8, kernel=(3, 3), in_block=8, x_zero=127, fill="min",
            pads=(1, 2, 0, 1), dtype="int8"),
+    # More weight bytes than data bytes: column blocks outermost, each output tile's accumulators local
+    packed("weights_outer_tiles", (1, 32, 4, 4), 24, kernel=(3, 3), in_block=8, pads=(1, 1, 1, 1), x_zero=255,
+           fill="max"),
 ]
 
 
@@ -93,3 +96,18 @@ def test_constant_folding_computes_the_same(case):
     from core.graph.ops import get_op
 
     np.testing.assert_array_equal(get_op(case.op).fold(case.inputs, case.attrs)[0], case.reference()[0])
+
+
+def test_exact_output_tiles_accumulate_in_a_local_tile():
+    """Tiles that divide the output: the int32 dot is a per-tile local buffer, not a whole-output workspace; padded
+    channels keep the workspace (the epilogue skips the padding)."""
+    from core.kernels.testing import OpKernel
+    from core.target import get_target
+
+    def workspaces(case):
+        func = OpKernel("k", case.op, case.inputs, case.attrs).lower(get_target(TARGET))
+        return [p.name for p in func.params if p.name == "int8_dot"]
+
+    by_id = {c.id: c for c in CASES}
+    assert workspaces(by_id["packed_weights_outer_tiles"]) == []
+    assert workspaces(by_id["packed_nchw_in_padded_columns"]) == ["int8_dot"]

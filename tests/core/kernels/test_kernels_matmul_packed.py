@@ -20,7 +20,7 @@ from core.kernels.schedules.epilogue import schedule_epilogue
 from core.kernels.schedules.matmul import schedule_matmul
 from core.kernels.schedules.matmul_blocked import row_block_tiles
 from core.kernels.testing import OpKernel, build_kernels
-from core.packing.panels import PANEL, pack_weights
+from core.packing.panels import PANEL, micro_tile, pack_weights
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower
@@ -41,16 +41,24 @@ def _arrays(a_shape, b_shape):
     return rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
 
 
+# The micro-tiles of packing.panels.micro_tile (panel, rows): AVX2's and NEON's, and AVX-512's. Either
+# runs on any host (an 8 x 32 tile is four AVX2 vectors wide), so both are checked everywhere.
+TILES = [(16, 6), (32, 8)]
+
+
 @pytest.fixture(scope="module")
 def runs():
     kernels, expected = [], []
-    for n, (a_shape, b_shape) in enumerate(SHAPES):
-        a, b = _arrays(a_shape, b_shape)
-        kernels.append(OpKernel(f"runtime{n}", "MatMul", [a, b]))
-        expected.append(a @ b)
-        if len(b_shape) == 2:  # a constant weight, packed at compile time
-            kernels.append(OpKernel(f"const{n}", "MatMul", [a, pack_weights(b)], {"packed_columns": b_shape[1]}))
+    for panel, rows in TILES:
+        tile = {"tile_rows": rows}
+        for n, (a_shape, b_shape) in enumerate(SHAPES):
+            a, b = _arrays(a_shape, b_shape)
+            kernels.append(OpKernel(f"runtime{n}_{panel}", "MatMul", [a, b], {"panel": panel, **tile}))
             expected.append(a @ b)
+            if len(b_shape) == 2:  # a constant weight, packed at compile time
+                kernels.append(OpKernel(f"const{n}_{panel}", "MatMul", [a, pack_weights(b, panel)],
+                                        {"packed_columns": b_shape[1], **tile}))
+                expected.append(a @ b)
     return list(zip(kernels, build_kernels(kernels), expected))
 
 
@@ -67,10 +75,24 @@ def test_constant_weights_are_not_packed_again(runs):
         assert bool(packs) == kernel.name.startswith("runtime"), kernel.name
 
 
+def test_packed_products_use_the_requested_tile(runs):
+    for kernel, _, _ in runs:
+        (product,) = [s.op for s in kernel.schedule.stages if s.op.tag == "matmul"]
+        assert product.attrs["panel"] == int(kernel.name.rsplit("_", 1)[1]), kernel.name
+
+
 def test_micro_rows_trade_padding_for_tile_height():
     assert micro_rows(1020) == 6 and micro_rows(1024) == 6  # 1026 rows: 0.2% padding
     assert micro_rows(8) == 4 and micro_rows(5) == 5
     assert micro_rows(32) == 4 and micro_rows(50) == 5  # whole tiles beat 6-row tiles with padding
+    assert micro_rows(128, 8) == 8 and micro_rows(120, 8) == 8 and micro_rows(30, 8) == 6  # AVX-512's 8 rows
+    assert micro_rows(197, 8) in (6, 8) and micro_rows(4, 8) == 4
+
+
+def test_micro_tile_is_two_vectors_wide_and_taller_with_32_registers():
+    assert micro_tile(get_target("x86-64-v3").lanes(), get_target("x86-64-v3").vector_registers) == (16, 6)
+    assert micro_tile(get_target("x86-64-v4").lanes(), get_target("x86-64-v4").vector_registers) == (32, 8)
+    assert micro_tile(get_target("aarch64").lanes(), get_target("aarch64").vector_registers) == (16, 6)
 
 
 def test_row_blocks_prefer_a_divisor_to_a_guarded_last_block():
@@ -113,13 +135,28 @@ def test_graph_pass_packs_constant_weights_and_keeps_semantics():
     np.testing.assert_allclose(folded, x @ w, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("target_name,reg,accumulators", [("x86-64-v3", "ymm", 12), ("x86-64-v4", "zmm", 6)])
+def test_graph_pass_gives_every_product_worth_packing_the_targets_tile():
+    w = rng.standard_normal((64, 40)).astype(np.float32)
+    types = {"x": TensorType((8, 64), "float32"), "w": TensorType((64, 40), "float32"),
+             "y": TensorType((8, 40), "float32"), "z": TensorType((8, 16), "float32")}
+    nodes = (Node("MatMul", ("x", "w"), ("y",)), Node("MatMul", ("y", "y_t"), ("z",)))
+    types["y_t"] = TensorType((40, 16), "float32")
+    graph = Graph(("x", "y_t"), ("z",), nodes, types, {"w": w})
+    assert pack_matmul_weights(graph, panel=PANEL, tile_rows=6).nodes[1].attrs == {}  # the defaults: no attributes
+    const, runtime = pack_matmul_weights(graph, panel=32, tile_rows=8).nodes
+    assert dict(const.attrs) == {"packed_columns": 40, "tile_rows": 8}
+    assert dict(runtime.attrs) == {"panel": 32, "tile_rows": 8}
+    assert pack_matmul_weights(graph, panel=32, tile_rows=8).constants[const.inputs[1]].shape == (2, 64, 32)
+
+
+@pytest.mark.parametrize("target_name,reg,accumulators", [("x86-64-v3", "ymm", 12), ("x86-64-v4", "zmm", 16)])
 def test_micro_kernel_keeps_accumulators_in_registers(target_name, reg, accumulators):
-    """The innermost loop of a 6 x 16 tile: per k, 12 FMAs into 12 distinct ymm registers (AVX2) or 6
-    into 6 zmm (AVX-512), no stores. Assembly only (nothing runs), so any host checks both."""
+    """The innermost loop of the target's tile: per k, 12 FMAs into 12 distinct ymm registers (AVX2, 6 x
+    16) or 16 into 16 zmm (AVX-512, 8 x 32), no stores. Assembly only (nothing runs), so any host checks both."""
     target = get_target(target_name)
+    panel, rows = micro_tile(target.lanes(), target.vector_registers)
     a, b = np.zeros((120, 256), np.float32), np.zeros((256, 64), np.float32)
-    kernel = OpKernel("mm_asm", "MatMul", [a, pack_weights(b)], {"packed_columns": 64})
+    kernel = OpKernel("mm_asm", "MatMul", [a, pack_weights(b, panel)], {"packed_columns": 64, "tile_rows": rows})
     asm = assembly([kernel.lower(target)], target)
     blocks = re.split(r"\n\.LBB\d+_\d+:", asm)
     loop = max(blocks, key=lambda blk: blk.count("vfmadd231ps")).split("\n\tj")[0]  # up to the back edge

@@ -1,6 +1,6 @@
 """Reductions over the contiguous last axis split into vector lanes (core/kernels/reduce_lanes.py):
-rows that fill the lanes exactly and ragged ones (a tail of n % LANES), keepdims on and off, and the
-ops built on them (Softmax, LogSoftmax, LayerNormalization, ArgMax), against ONNX Runtime."""
+rows that fill the lanes exactly and ragged ones (a tail of n % LANES), keepdims on and off, several trailing
+axes as one, and the ops built on them (Softmax, LogSoftmax, LayerNormalization, ArgMax), against ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,6 +41,14 @@ for x in (f32(5, 192, scale=2.0, shift=1.0), f32(3, 197)):
     CASES.append(Case(f"LayerNorm_{'x'.join(map(str, x.shape))}", "LayerNormalization", inputs, attrs,
                       lambda inputs=inputs, attrs=attrs: onnx_reference("LayerNormalization", inputs, attrs),
                       rtol=1e-4, atol=2e-5))
+# Several trailing axes without kept dims (DynamicQuantizeLinear's range of a whole tensor): one flattened axis.
+for op, x, axes in (("ReduceMin", f32(1, 64, 512, shift=2.0), (0, 1, 2)), ("ReduceMax", f32(3, 5, 7, 11), (1, 2, 3)),
+                    ("ReduceSum", f32(2, 64, 3), (1, 2))):
+    reference = (lambda x=x, axes=axes: onnx_reference("ReduceSum", [x, np.array(axes, np.int64)], {"keepdims": 0})) \
+        if op == "ReduceSum" else (lambda op=op, x=x, axes=axes: onnx_reference(op, [x], {"axes": list(axes),
+                                                                                          "keepdims": 0}))
+    CASES.append(Case(f"{op}_{'x'.join(map(str, x.shape))}_trailing", op, [x], {"axes": axes, "keepdims": 0}, reference,
+                      rtol=1e-5, atol=1e-4))
 _arg_x = f32(6, 131)
 CASES.append(Case("ArgMax_6x131", "ArgMax", [_arg_x], {"axis": 1, "keepdims": 1},
                   lambda: onnx_reference("ArgMax", [_arg_x], {"axis": 1, "keepdims": 1})))
@@ -66,3 +74,13 @@ def test_only_long_float32_rows_over_the_last_axis_are_split():
     assert not lane_split_applies(row, [1], "prod")
     assert not lane_split_applies(te.placeholder((4, MIN_EXTENT - 1), "float32", "s"), [1], "sum")
     assert not lane_split_applies(te.placeholder((4, 4 * LANES), "int64", "i"), [1], "sum")
+
+
+def test_trailing_axes_reduce_as_one_flattened_axis():
+    from core.kernels.reduce_lanes import trailing_axes_flat
+
+    x = te.placeholder((2, 8, 16), "float32", "x")
+    assert trailing_axes_flat(x, [0, 1, 2], False, "min") and trailing_axes_flat(x, [1, 2], False, "sum")
+    assert not trailing_axes_flat(x, [0, 1], False, "min")  # not trailing
+    assert not trailing_axes_flat(x, [1, 2], True, "min")  # kept dims keep the plain reduction
+    assert not trailing_axes_flat(te.placeholder((2, 3, 4), "float32", "y"), [1, 2], False, "max")  # too short

@@ -80,3 +80,74 @@ def test_a_named_artifact_exports_the_shaped_entry_point_under_its_name():
     with art.load() as module:
         np.testing.assert_allclose(module.run({"x": x})["y"], ort.InferenceSession(model).run(None, {"x": x})[0],
                                    rtol=1e-5, atol=1e-6)
+
+
+GENERATE_C = r"""
+#include <stdio.h>
+#include <string.h>
+#include "kiln_model.h"
+
+enum { LAYERS = 2, VOCAB = 32, STEPS = 32 };
+
+int main(int argc, char** argv) {
+    static int64_t ids[8], mask[64];
+    static float past[2 * LAYERS][KILN_INPUT_2_NUMEL], present[2 * LAYERS][KILN_OUTPUT_1_NUMEL];
+    static float logits[KILN_OUTPUT_0_NUMEL];
+    const int64_t prompt[] = {3, 1, 4, 1, 5};
+    int64_t n = 5, seen = 0;
+    memcpy(ids, prompt, sizeof prompt);
+    for (int i = 0; i < 64; i++) mask[i] = 1;
+    kiln_model* m = kiln_load(argv[1]);
+    if (!m) { printf("load failed: %s\n", kiln_last_error()); return 1; }
+    for (int step = 0; step < STEPS; step++) {
+        int64_t ids_shape[2] = {1, n}, mask_shape[2] = {1, seen + n}, past_shape[4] = {1, 2, seen, 4};
+        int64_t logits_shape[3], present_shape[2 * LAYERS][4];
+        const void* inputs[2 + 2 * LAYERS] = {ids, mask};
+        const int64_t* input_shapes[2 + 2 * LAYERS] = {ids_shape, mask_shape};
+        void* outputs[1 + 2 * LAYERS] = {logits};
+        int64_t* output_shapes[1 + 2 * LAYERS] = {logits_shape};
+        for (int k = 0; k < 2 * LAYERS; k++) {
+            inputs[2 + k] = seen ? past[k] : NULL; /* an empty cache needs no buffer */
+            input_shapes[2 + k] = past_shape;
+            outputs[1 + k] = present[k];
+            output_shapes[1 + k] = present_shape[k];
+        }
+        if (kiln_run_shaped(m, inputs, input_shapes, outputs, output_shapes) != 0) {
+            printf("run failed: %s\n", kiln_last_error());
+            return 2;
+        }
+        if (logits_shape[1] != n || logits_shape[2] != VOCAB || present_shape[0][2] != seen + n) return 3;
+        const float* last = logits + (n - 1) * VOCAB;
+        int token = 0;
+        for (int v = 1; v < VOCAB; v++) if (last[v] > last[token]) token = v;
+        printf("%d\n", token);
+        for (int k = 0; k < 2 * LAYERS; k++) memcpy(past[k], present[k], sizeof(float) * 2 * (seen + n) * 4);
+        seen += n;
+        n = 1;
+        ids[0] = token;
+    }
+    kiln_free(m);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_c_program_generates_with_a_growing_kv_cache_like_onnxruntime(tmp_path):
+    from tests.core.driver.dynamic_models import greedy_tokens, tiny_decoder
+
+    model = tiny_decoder()
+    art = core.compile(model, input_shapes={"input_ids": "1,1..8:1|8", "past_key_values.0.key": "1,2,0..40:40,4"},
+                       validate=False, benchmark=False)
+    folder = art.directory
+    (tmp_path / "generate.c").write_text(GENERATE_C)
+    exe = tmp_path / "generate"
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", "-O1", f"-I{folder}", str(tmp_path / "generate.c"),
+                    f"-L{folder}", "-lkiln_model", f"-Wl,-rpath,{folder}", "-o", str(exe)],
+                   check=True, capture_output=True)
+    proc = subprocess.run([str(exe), str(folder / "weights.bin")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    session = ort.InferenceSession(model)
+    names = [o.name for o in session.get_outputs()]
+    expected, _ = greedy_tokens(lambda feeds: dict(zip(names, session.run(None, feeds))), [3, 1, 4, 1, 5])
+    assert [int(t) for t in proc.stdout.split()] == expected

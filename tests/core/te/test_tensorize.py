@@ -107,3 +107,51 @@ def test_intrinsics_are_chosen_by_target_features():
     assert names(vnni)[0] == VNNI and "x86_avxvnni_u8s8_8x4" in names(vnni)
     assert names(get_target("aarch64")) == []  # plain NEON: no dot product
     assert set(names(get_target("rpi5"))) == {"aarch64_sdot_s8s8_4x4", "aarch64_udot_u8u8_4x4"}
+
+
+def test_a_strided_intrinsic_measures_its_operands_strides():
+    """cuda's mma declares a thread's 2 rows x 16 k of A at any row stride: the call carries the measured strides."""
+    from core.codegen.intrinsics_mma import MMA_F16
+
+    a, b = te.placeholder((4, 40), "float16", "a"), te.placeholder((32, 24), "float16", "b")
+    k = te.reduce_axis(32, "k")
+    c = te.compute((4, 24), lambda i, j: te.sum(cast("float32", a(i, k.var)) * cast("float32", b(k.var, j)), k),
+                   name="c")
+    sch = create_schedule(c)
+    i, j = c.op.axis
+    io, ii = sch[c].split(i, 2)
+    jo, ji = sch[c].split(j, 2)
+    ko, ki = sch[c].split(k, 16)
+    sch[c].reorder(io, jo, ko, ii, ji, ki)
+    sch[c].tensorize(ii, get_intrinsic(MMA_F16))
+    (call,) = [s for s in walk_stmt(lower(sch, [a, b, c], "k").body) if isinstance(s, IntrinsicCall)]
+    assert call.strides == ((24, 1), (40, 1), (24, 1))  # c's rows, a's rows, b's k: each its buffer's row length
+
+
+def test_a_conversion_is_an_elementwise_declaration():
+    x = te.placeholder((32,), "float32", "x")
+    y = te.compute((32,), lambda j: cast("bfloat16", x(j)), name="y")
+    sch = create_schedule(y)
+    _, ji = sch[y].split(y.op.axis[0], 16)
+    sch[y].tensorize(ji, get_intrinsic("x86_avx512bf16_cvt_16"))
+    calls = [s for s in walk_stmt(lower(sch, [x, y], "k").body) if isinstance(s, IntrinsicCall)]
+    assert len(calls) == 1 and [o.buffer.name for o in calls[0].operands] == ["y", "x"]
+
+
+def test_a_warp_wide_intrinsic_where_only_some_threads_arrive_is_refused():
+    from core.codegen.intrinsics_mma import MMA_F16
+    from core.codegen.nvptx import GPUScheduleError, verify_gpu_kernel
+    from core.tir.expr import Buffer, IntImm, Load, Var
+    from core.tir.stmt import For, ForKind, PrimFunc, Seq
+
+    a, b, c = Buffer("a", (16, 16), "float16"), Buffer("b", (16, 8), "float16"), Buffer("c", (16, 8), "float32")
+    call = IntrinsicCall(MMA_F16, tuple(Load(buf, IntImm(0)) for buf in (c, a, b)), ((8, 1), (16, 1), (8, 1)))
+
+    def lanes(extent, body):
+        return For(Var(f"t{extent}"), IntImm(extent), ForKind.THREAD_BINDING, body, (("thread_tag", "threadIdx.x"),))
+
+    whole = PrimFunc("whole", (a, b, c), lanes(32, call), 2, 1)
+    assert verify_gpu_kernel(whole, get_target("cuda")).threads == 32
+    partial = PrimFunc("partial", (a, b, c), Seq((lanes(64, Seq(())), lanes(32, call))), 2, 1)
+    with pytest.raises(GPUScheduleError, match="whole warp"):
+        verify_gpu_kernel(partial, get_target("cuda"))

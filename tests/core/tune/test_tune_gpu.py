@@ -47,7 +47,7 @@ def tasks():
 
 
 def test_gpu_templates_are_their_own(tasks):
-    assert tunable_ops(CUDA) == ["Conv", "MatMul"]
+    assert tunable_ops(CUDA) == ["Conv", "ConvIntegerPacked", "MatMul", "MatMulIntegerPacked"]
     assert sorted(t.template.op for t in tasks) == ["Conv", "Conv", "MatMul"]
     assert all(t.template.target_kind == "cuda" and len(t.space) > 50 for t in tasks)
     for t in tasks:  # the untuned kernel is a point of its space

@@ -14,7 +14,7 @@ from core.kernels.registry import get_schedule
 from core.kernels.testing import OpKernel, build_kernels
 from core.kernels.tree_ensemble import BRANCH_FREE, BRANCHY, LAYOUT_ATTR, WALKS, tree_layout
 from core.target import get_target
-from core.tune import templates_trees  # noqa: F401 (registers the template, which compiles leave out for now)
+from core.tune import templates_trees  # noqa: F401 (registers the template)
 from core.tune.templates import anchor_stage, get_template
 from tests.core.kernels.test_kernels_tree_ensemble import random_trees
 
@@ -82,3 +82,46 @@ def test_the_anchor_pickles_for_the_build_workers():
     _, _, op = space_of(*ensemble(3, 40, seed=6))
     clone = pickle.loads(pickle.dumps(op))  # tuning tasks travel to build processes with their anchor
     assert clone.attrs[LAYOUT_ATTR] == op.attrs[LAYOUT_ATTR] and clone.build.stage_attrs is clone.attrs
+
+
+def test_tree_tasks_are_measured_on_their_tables_and_distinct_inputs():
+    """The tuner's measuring process gets the model's tree tables (not seeded zeros) and cycles through
+    distinct inputs; candidates measured that way check out against the reference on those tables."""
+    import skl2onnx
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    from core.frontend import import_onnx
+    from core.graph.passes.manager import optimize
+    from core.tune.measure import DISTINCT_INPUTS, LocalRunner, Measurer, real_inputs
+    from core.tune.measure_worker import distinct_sets, seeded_arrays, with_real_inputs
+    from core.tune.task import extract_tasks, group_inputs
+
+    x, y = make_classification(120, 5, random_state=0)
+    model = skl2onnx.to_onnx(GradientBoostingClassifier(n_estimators=12, max_depth=3, random_state=0).fit(x, y),
+                             x[:1].astype(np.float32), options={"zipmap": False})
+    graph = optimize(import_onnx(model, input_shapes={"X": (1, 5)}), 3)  # batch 1
+    (task,) = [t for t in extract_tasks(graph, TARGET) if t.template.op == "TreeEnsemble"]
+    fields = real_inputs(task)
+    names = group_inputs(task.nodes)
+    assert fields["distinct"] == DISTINCT_INPUTS and set(fields["inputs"]) == set(task.constant_inputs)
+    assert all(np.array_equal(v, task.graph.constants[names[k]]) for k, v in fields["inputs"].items())
+    assert any(np.asarray(v).any() for v in fields["inputs"].values() if np.asarray(v).dtype.kind in "iu")
+
+    params = [{"shape": [3, 2], "dtype": "float32"}, {"shape": [4], "dtype": "int64"},
+              {"shape": [3], "dtype": "float32"}]
+    sig = {"num_inputs": 2, "num_outputs": 1, "params": params}
+    arrays = with_real_inputs(seeded_arrays(sig, 0), {1: [1, 2, 3, 4]})
+    assert arrays[1].tolist() == [1, 2, 3, 4] and arrays[1].dtype == np.int64
+    sets = distinct_sets([arrays], sig, 0, {1}, 4)
+    assert len(sets) == 4 and len({s[0].tobytes() for s in sets}) == 4  # the data input drawn anew
+    assert all(s[1] is arrays[1] and s[2] is arrays[2] for s in sets)  # the tables and the output shared
+
+    space = task.space
+    configs = [space.default] + random.Random(1).sample([c for c in space if task.valid(c)], 2)
+    measurer = Measurer(task, LocalRunner(timeout_s=30, min_repeat_ms=1.0, repeat=1, threads=1))
+    try:
+        _, results = measurer.measure(configs)
+    finally:
+        measurer.close()
+    assert all(r.ok for r in results), [r.error_msg for r in results]

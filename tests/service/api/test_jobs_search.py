@@ -45,3 +45,4 @@ def test_jobs_are_paged_newest_first(api, make_model):
     assert first + second + last == _jobs(api, headers)[0] and set(first + second + last) == set(queued)
     assert _jobs(api, headers, offset=10) == ([], 5)
     assert api.client.get("/api/v1/jobs", headers=headers, params={"offset": -1}).status_code == 422
+    assert api.client.get("/api/v1/jobs", headers=headers, params={"offset": 2**63}).status_code == 422

@@ -7,12 +7,15 @@ from ....backends.cuda import CudaBackend
 from ...registry import register_schedule
 from .conv2d import schedule_conv2d
 from .dense import schedule_matmul
+from .integer import schedule_conv_integer, schedule_matmul_integer
 from .norm import schedule_row_ops
 from .reduce import schedule_reduce
 
 _SCHEDULES = {
     schedule_conv2d: ("Conv",),
     schedule_matmul: ("MatMul",),
+    schedule_matmul_integer: ("MatMulIntegerPacked",),
+    schedule_conv_integer: ("ConvIntegerPacked",),
     schedule_row_ops: ("Softmax", "LogSoftmax", "LayerNormalization"),
     schedule_reduce: ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "ReduceSum", "ReduceMean",
                       "ReduceMax", "ReduceMin", "ReduceProd"),

@@ -27,7 +27,7 @@ from ...registry import register_compute
 from ...transform import pad
 from ..util import find_op, inputs_tagged
 from . import conv2d_pointwise as pointwise
-from .launch import inline_intermediates, output_stages, reject_extern
+from .launch import inline_intermediates, output_stages, reject_extern, thread_tiles
 from .reduce import one_thread_per_output
 
 SHARED_BUDGET = 24 * 1024  # bytes of shared memory per block: two blocks fit each SM's 48 KB at least
@@ -241,20 +241,11 @@ def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target, **kno
         sch[conv_t].compute_inline()
 
     n, f, y, x = out.op.axis
-    bf, f_in = out.split(f, t["f_threads"] * t["f_reg"])
-    tf, fr = out.split(f_in, t["f_reg"])
-    by, y_in = out.split(y, t["y_threads"] * t["y_reg"])
-    ty, yr = out.split(y_in, t["y_reg"])
-    bx, x_in = out.split(x, t["x_threads"] * t["x_reg"])
-    tx, xr = out.split(x_in, t["x_reg"])
-    out.reorder(n, bf, by, bx, tf, ty, tx, fr, yr, xr)
+    (bf, by, bx), (tf, ty, tx) = thread_tiles(out, [(axis, t[f"{name}_threads"], t[f"{name}_reg"])
+                                                    for axis, name in ((f, "f"), (y, "y"), (x, "x"))], (n,))
     out.bind(out.fuse(n, bf), "blockIdx.z")
     out.bind(by, "blockIdx.y")
     out.bind(bx, "blockIdx.x")
-    for iv, tag in ((tf, "threadIdx.z"), (ty, "threadIdx.y"), (tx, "threadIdx.x")):
-        out.bind(iv, tag)
-    for iv in (fr, yr, xr):
-        out.unroll(iv)
 
     ls = sch[local]
     rc, rkh, rkw = ls.reduce_axis

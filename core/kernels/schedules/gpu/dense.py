@@ -6,6 +6,7 @@ holds m_reg x n_reg accumulators (cache_write "local"). Per k_tile step the bloc
 A and B slices into shared memory together (rows of A along k, rows of B along n: consecutive
 threadIdx.x, consecutive addresses), A's rows padded so the threads of a warp reading one column hit
 different banks. The kernel's output stage (bias, GELU, residual Add) reads the register tile.
+Float16 operands summed in float32 (`accumulate`) take the tensor cores where tiles fit (dense_tensorcore.py).
 """
 from __future__ import annotations
 
@@ -18,14 +19,17 @@ from ....target import Target
 from ....te import tensor as te
 from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, Tensor, TensorRead
+from ....tir.expr import cast, const
 from ....tir.functor import walk_expr
+from ...broadcast import broadcast_shape
 from ...common import require
 from ...matmul import matmul as cpu_matmul
 from ...registry import register_compute
 from ..util import find_op
+from . import dense_tensorcore as tensorcore
 from . import gemv
 from .conv2d import cooperative_fetch
-from .launch import inline_intermediates, output_stages, reduction_producers, reject_extern
+from .launch import inline_intermediates, output_stages, reduction_producers, reject_extern, thread_tiles
 from .reduce import one_thread_per_output
 
 TARGET_BLOCKS = 132  # one block per SM of an H100 at least, before register tiles grow
@@ -36,8 +40,28 @@ def matmul_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], 
     a, b = require(inputs, 2, "MatMul")
     if attrs.get("packed_columns") is not None:
         raise ShapeError("MatMul: packed weights are a CPU layout (pack_matmul_weights does not run for cuda)")
+    if attrs.get("accumulate"):  # float16 operands summed in float32 (half_matmul_operands): tensor cores
+        return [widening_matmul(a, b, attrs["accumulate"])]
     # The CPU compute without its packed-B panels; matrix-vector products keep their squeeze stage.
     return [cpu_matmul(a, b, may_pack=False)]
+
+
+def widening_matmul(a: te.Tensor, b: te.Tensor, accumulate: str) -> te.Tensor:
+    """[..., M, K] x [..., K, N] (batch dimensions broadcast), each product and the sum in `accumulate`."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"MatMul: cannot multiply {list(a.shape)} by {list(b.shape)}")
+    batch = broadcast_shape("MatMul", a.shape[:-2], b.shape[:-2])
+    rk = te.reduce_axis(a.shape[-1], "rk")
+
+    def operand(t: te.Tensor, bi, rows, cols):
+        off = len(batch) - (t.ndim - 2)
+        return t(*[const(0, "int64") if d == 1 else bi[off + q] for q, d in enumerate(t.shape[:-2])], rows, cols)
+
+    def body(*idx):
+        bi, i, j = idx[:-2], idx[-2], idx[-1]
+        return te.sum(cast(accumulate, operand(a, bi, i, rk.var)) * cast(accumulate, operand(b, bi, rk.var, j)), rk)
+
+    return te.compute(batch + (a.shape[-2], b.shape[-1]), body, name="matmul", tag="matmul")
 
 
 def default_tiles(op: ComputeOp) -> dict[str, int]:
@@ -95,9 +119,13 @@ def schedule_matmul(sch: Schedule, outs: Sequence[Tensor], target: Target, **kno
     if gemv.applies(mm) and not knobs.keys() - {"k_split"}:  # one row (or a few): split the reduction instead
         gemv.schedule_gemv(sch, mm, out, **knobs)
         return
+    a, b = _operands(mm)
+    mma = tensorcore.default_tiles(mm, target) if out.op.shape == mm.shape else None
+    if mma is not None and (not knobs or "warps" in knobs):  # float16 operands: a tensor-core tile per warp
+        tensorcore.schedule_tensorcore_matmul(sch, mm, out, a, b, target, **{**mma, **knobs})
+        return
     t = {**default_tiles(mm), **knobs}
     mm_t = Tensor(mm)
-    a, b = _operands(mm)
     a_shared = sch.cache_read(a, "shared", [mm_t])
     b_shared = sch.cache_read(b, "shared", [mm_t])
     local = sch.cache_write(mm_t, "local")
@@ -120,16 +148,7 @@ def tile_gemm(sch: Schedule, out: Stage, local: Tensor, rows: tuple, cols: tuple
     `local` (computed per thread, its reduction split by `k_tile`); every k step the block fetches
     `copies` into shared memory together. Binds the threads; returns the two block loops (rows,
     cols), placed after `outer`, for the caller to bind."""
-    (i, i_threads, i_reg), (j, j_threads, j_reg) = rows, cols
-    bi, i_in = out.split(i, i_threads * i_reg)
-    ti, ir = out.split(i_in, i_reg)
-    bj, j_in = out.split(j, j_threads * j_reg)
-    tj, jr = out.split(j_in, j_reg)
-    out.reorder(*outer, bi, bj, ti, tj, ir, jr)
-    out.bind(ti, "threadIdx.y")
-    out.bind(tj, "threadIdx.x")
-    out.unroll(ir)
-    out.unroll(jr)
+    (bi, bj), (ti, tj) = thread_tiles(out, (rows, cols), outer)
 
     ls = sch[local]
     (rk,) = ls.reduce_axis

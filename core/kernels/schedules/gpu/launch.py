@@ -44,6 +44,27 @@ def bind_flat(stage: Stage, axes: Sequence[IterVar], threads: int) -> IterVar:
     return bo
 
 
+def thread_tiles(out: Stage, tiles: Sequence[tuple[IterVar, int, int]], outer: Sequence[IterVar] = ()) -> tuple:
+    """Split each of `out`'s axes, given as (axis, threads, registers), into block, thread and register loops;
+    order them blocks, threads, registers after `outer`; bind the threads (the last axis to threadIdx.x, then y,
+    z) and unroll the registers. Returns (block loops, thread loops) for the caller to bind the blocks."""
+    if len(tiles) > 3:
+        raise ValueError(f"a block has at most 3 thread dimensions, got {len(tiles)} tiles")
+    blocks, threads, registers = [], [], []
+    for axis, thread_count, regs in tiles:
+        block, inner = out.split(axis, thread_count * regs)
+        thread, reg = out.split(inner, regs)
+        blocks.append(block)
+        threads.append(thread)
+        registers.append(reg)
+    out.reorder(*outer, *blocks, *threads, *registers)
+    for thread, tag in zip(threads, ("threadIdx.z", "threadIdx.y", "threadIdx.x")[3 - len(threads):]):
+        out.bind(thread, tag)
+    for reg in registers:
+        out.unroll(reg)
+    return blocks, threads
+
+
 def reduction_producers(sch: Schedule, op: ComputeOp) -> list[Stage]:
     """The materialized (not inlined) compute stages `op` reads, directly or through inlined stages."""
     found: list[Stage] = []

@@ -1,0 +1,141 @@
+"""Greedy generation with a growing KV cache: a `transformers` GPT2LMHeadModel (or, --model llama, a
+LlamaForCausalLM with grouped KV heads; small random configs) exported with use_cache=True by
+torch.onnx.export, compiled once by Kiln with ranges for the new tokens (1..16, buckets 1|16) and the past
+(0..64, one bucket), then 32 tokens generated from a prompt by Kiln and by ONNX Runtime in the same loop (each
+step run by both, interleaved; several rounds). Prints whether the tokens match and the median latency of the
+prompt step and of a one-token step for each.
+
+    .venv/bin/python bench/bench_generate.py [--model gpt2|llama] [--rounds 5] [--threads 2] [--layers 4] [--width 256]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def export_decoder(path: Path, kind: str, layers: int, width: int, heads: int, vocab: int) -> int:
+    """GPT-2 (or a Llama-style model: rotary positions, grouped KV heads) with flat past/present tensors (Hugging
+    Face's names) around a DynamicCache; the mask helpers that use torch.vmap are swapped for broadcasting, which
+    the TorchScript exporter can trace. Returns the number of KV heads."""
+    import torch
+    import transformers.masking_utils as masking
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers.cache_utils import DynamicCache
+
+    masking._vmap_for_bhqkv = lambda fn, bh_indices=True: (lambda b, h, q, kv: fn(b, h, q[:, None], kv[None, :]))
+    masking.sdpa_mask = masking.sdpa_mask_older_torch
+    torch.manual_seed(0)
+    kv_heads = heads if kind == "gpt2" else max(1, heads // 2)
+    if kind == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab,
+                                           n_positions=256, attn_implementation="eager")).eval()
+    else:
+        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, hidden_size=width, intermediate_size=2 * width,
+                                             num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
+                                             max_position_embeddings=256, attn_implementation="eager")).eval()
+
+    class Flat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, *past):
+            cache = DynamicCache()
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+            present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+            return (out.logits, *present)
+
+    head_dim = width // heads
+    past_names = [f"past_key_values.{i}.{n}" for i in range(layers) for n in ("key", "value")]
+    present_names = [n.replace("past_key_values", "present") for n in past_names]
+    total = "past_sequence_length + sequence_length"
+    axes = {"input_ids": {0: "batch_size", 1: "sequence_length"}, "attention_mask": {0: "batch_size", 1: total},
+            "logits": {0: "batch_size", 1: "sequence_length"},
+            **{n: {0: "batch_size", 2: "past_sequence_length"} for n in past_names},
+            **{n: {0: "batch_size", 2: total} for n in present_names}}
+    example = (torch.randint(0, vocab, (1, 3)), torch.ones(1, 8, dtype=torch.int64),
+               *[torch.randn(1, kv_heads, 5, head_dim) for _ in past_names])
+    torch.onnx.export(Flat(), example, str(path), input_names=["input_ids", "attention_mask", *past_names],
+                      output_names=["logits", *present_names], dynamic_axes=axes, opset_version=17, dynamo=False)
+    return kv_heads
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("gpt2", "llama"), default="gpt2")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=2000)
+    parser.add_argument("--tokens", type=int, default=32)
+    args = parser.parse_args()
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        print("needs torch and transformers (dev-only)", file=sys.stderr)
+        return 1
+    import onnxruntime as ort
+
+    import core
+
+    workdir = Path(tempfile.mkdtemp(prefix="kiln-generate-"))
+    model = workdir / f"{args.model}.onnx"
+    kv_heads = export_decoder(model, args.model, args.layers, args.width, args.heads, args.vocab)
+    head_dim = args.width // args.heads
+    start = time.perf_counter()
+    artifact = core.compile(str(model), benchmark=False, threads=args.threads, input_shapes={
+        "input_ids": "1,1..16:1|16", "past_key_values.0.key": f"1,{kv_heads},0..64:64,{head_dim}"})
+    print(f"compiled in {time.perf_counter() - start:.1f} s; validation max abs err "
+          f"{artifact.report['validation'].get('max_abs_err')}; "
+          f"{len(artifact.metadata['dynamic_shapes']['buckets'])} buckets")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    session = ort.InferenceSession(str(model), options)
+    names = [o.name for o in session.get_outputs()]
+    past_names = [n for n in (i.name for i in session.get_inputs()) if n.startswith("past_key_values")]
+    prompt = np.random.default_rng(0).integers(0, args.vocab, (1, 8)).astype(np.int64)
+    times = {("kiln", "prompt"): [], ("kiln", "step"): [], ("onnxruntime", "prompt"): [], ("onnxruntime", "step"): []}
+    with artifact.load() as module:
+        module.set_num_threads(args.threads)
+        engines = {"onnxruntime": lambda feeds: dict(zip(names, session.run(None, feeds))), "kiln": module.run}
+        same = True
+        for _ in range(args.rounds):
+            state = {e: {"ids": prompt, "seen": 0, "tokens": [],
+                         "past": {n: np.zeros((1, kv_heads, 0, head_dim), np.float32) for n in past_names}}
+                     for e in engines}
+            for step in range(args.tokens):
+                for engine, run in engines.items():  # interleaved: both engines at each step
+                    s = state[engine]
+                    mask = np.ones((1, s["seen"] + s["ids"].shape[1]), np.int64)
+                    feeds = {"input_ids": s["ids"], "attention_mask": mask, **s["past"]}
+                    t0 = time.perf_counter()
+                    out = run(feeds)
+                    times[(engine, "prompt" if step == 0 else "step")].append((time.perf_counter() - t0) * 1e3)
+                    s["tokens"].append(int(np.argmax(out["logits"][0, -1])))
+                    s["seen"] += s["ids"].shape[1]
+                    s["past"] = {n: out[n.replace("past_key_values", "present")] for n in past_names}
+                    s["ids"] = np.array([[s["tokens"][-1]]], np.int64)
+            same = same and state["kiln"]["tokens"] == state["onnxruntime"]["tokens"]
+        print(f"{args.tokens} tokens, same as ONNX Runtime in every round: {same}  ({state['kiln']['tokens'][:12]}...)")
+    print(f"{'':12} {'prompt (8 tokens) ms':>22} {'one-token step ms':>18}")
+    for engine in engines:
+        print(f"{engine:12} {statistics.median(times[(engine, 'prompt')]):22.3f} "
+              f"{statistics.median(times[(engine, 'step')]):18.3f}")
+    kiln, base = (statistics.median(times[("kiln", "step")]), statistics.median(times[("onnxruntime", "step")]))
+    print(f"one-token step: kiln / onnxruntime = {kiln / base:.2f}x ({args.rounds} rounds, {args.threads} threads)")
+    return 0 if same else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Shape variables that cannot be zero-padded (a sequence under attention, a KV cache's length) run at a
+bucket's size with their actual size as a run-time length: every bucket is imported again with those dims
+as bounded values (core/graph/length_inputs.py); when an op cannot take a run-time length, the variables
+keep needing an exact bucket size, and the reason is reported."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..frontend import import_onnx_with_lengths
+from ..graph.ir import Graph
+from ..graph.length_inputs import Affine
+from .buckets import BucketPlan
+
+
+@dataclass(frozen=True)
+class MaskedBuckets:
+    plan: BucketPlan  # with `masked` set
+    graphs: tuple[Graph, ...] = ()  # every bucket imported with length inputs (empty when none is masked)
+    outputs: Mapping[str, Mapping[int, Affine]] = field(default_factory=dict)  # output -> axis -> its length
+    refused: Mapping[str, str] = field(default_factory=dict)  # variable -> why it must match a bucket exactly
+
+    @property
+    def length_variables(self) -> tuple[int, ...]:
+        """The variables (indices) whose length the graphs take as inputs, in the graphs' input order."""
+        return tuple(k for k, v in enumerate(self.plan.variables) if v.name in self.plan.masked)
+
+
+def find_masked(plan: BucketPlan, source, refused: Mapping[str, str]) -> MaskedBuckets:
+    """The variables of `refused` (not paddable) that run on masks, with each bucket's graph; all or none."""
+    candidates = [k for k, v in enumerate(plan.variables)  # with sizes between (or below) its buckets
+                  if v.name in refused and v.range.hi - v.range.lo >= len(v.sizes)]
+    if not candidates:
+        return MaskedBuckets(plan, refused=refused)
+    names = {k: plan.variables[k].name for k in candidates}
+    lengths: dict[str, dict[int, tuple[tuple[str, ...], int]]] = {}
+    for name, dims in plan.base.items():
+        for axis, fixed in enumerate(dims):
+            variables, constant = plan.terms_of(name, axis)
+            if fixed is not None or not any(v in names for v in variables):
+                continue
+            if not all(v in names for v in variables):
+                return _refuse(plan, refused, f"dim {axis} of {name!r} adds a padded variable to a masked one")
+            lengths.setdefault(name, {})[axis] = (tuple(names[v] for v in variables), constant)
+    graphs, found = [], []
+    try:
+        for b, sizes in enumerate(plan.buckets):
+            # a dim whose bucket size is at most its range's low end is always full in that bucket
+            full = {names[k]: sizes[k] for k in candidates if sizes[k] <= plan.variables[k].range.lo}
+            bucket_lengths = {name: kept for name, axes in lengths.items()
+                              if (kept := {a: t for a, t in axes.items() if not set(t[0]) <= set(full)})}
+            graph, lengths_out = import_onnx_with_lengths(source, plan.input_shapes(b), bucket_lengths,
+                                                          {names[k]: sizes[k] for k in candidates})
+            graphs.append(graph)
+            found.append((lengths_out, full))
+        outputs = _output_lengths(graphs, found)
+    except ShapeError as err:
+        return _refuse(plan, refused, str(err))
+    masked = frozenset(names.values())
+    return MaskedBuckets(replace(plan, masked=masked), tuple(graphs), outputs,
+                         {k: v for k, v in refused.items() if k not in masked})
+
+
+def _output_lengths(graphs: list[Graph], found: list[tuple[dict, dict[str, int]]]) -> dict[str, dict[int, Affine]]:
+    """One length per output axis for every bucket: the one with the most variables, which each bucket's own
+    must equal once its full variables (those at their bucket size) are put in."""
+    general: dict[str, dict[int, Affine]] = {}
+    for lengths, _ in found:
+        for name, axes in lengths.items():
+            for axis, affine in axes.items():
+                known = general.setdefault(name, {}).setdefault(axis, affine)
+                if len(affine[0]) > len(known[0]):
+                    general[name][axis] = affine
+    for graph, (lengths, full) in zip(graphs, found):
+        for name, axes in general.items():
+            for axis, (coefs, constant) in axes.items():
+                rest = {v: c for v, c in coefs.items() if v not in full}
+                expected = (rest, constant + sum(c * full[v] for v, c in coefs.items() if v in full))
+                own = lengths.get(name, {}).get(axis, ({}, graph.type_of(name).shape[axis]))
+                if own != expected:
+                    raise ShapeError(f"output {name!r} axis {axis} has run-time lengths that differ between buckets")
+    return general
+
+
+def _refuse(plan: BucketPlan, refused: Mapping[str, str], why: str) -> MaskedBuckets:
+    return MaskedBuckets(plan, refused={k: f"{v}; and run-time lengths: {why}" for k, v in refused.items()})
+
+
+def cut_feeds(plan: BucketPlan, feeds: Mapping[str, np.ndarray], sizes) -> dict[str, np.ndarray]:
+    """The largest bucket's `feeds` cut to the variables' `sizes` (derived dims follow)."""
+    cut = {}
+    for name, array in feeds.items():
+        index = tuple(slice(0, plan.dim_size(name, a, sizes)) if d is None else slice(None)
+                      for a, d in enumerate(plan.base[name]))
+        cut[name] = np.ascontiguousarray(array[index])
+    return cut
+
+
+def between_bucket_samples(plan: BucketPlan, top_feeds: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Per padded or masked variable, the largest bucket's inputs with that variable at a size no bucket has
+    (one below the largest, and the range's low end when below every bucket: an empty KV cache)."""
+    samples = []
+    top = plan.buckets[-1]
+    for k, var in enumerate(plan.variables):
+        if not plan.stretchable(var):
+            continue
+        below = [s for s in range(var.range.hi - 1, var.range.lo - 1, -1) if s not in var.sizes][:1]
+        if var.range.lo < var.sizes[0] and var.range.lo not in below:
+            below.append(var.range.lo)
+        for size in below:
+            samples.append(cut_feeds(plan, top_feeds, top[:k] + (size,) + top[k + 1:]))
+    return samples
+
+
+__all__ = ["MaskedBuckets", "find_masked", "cut_feeds", "between_bucket_samples"]

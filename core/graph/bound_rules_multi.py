@@ -1,0 +1,181 @@
+"""Bound rules for values with run-time lengths along several axes (a MultiBound, core/graph/bounded.py):
+attention scores are bounded along the queries and the keys, an image along its height and width. Each
+rule maps every bounded axis on its own, masking the ones the op reads across; ops without a rule here
+are refused by name (core/graph/bound_rules.py has the one-axis rules)."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from core.graph.bound_rules import BoundedNode, reshaped_bound, sliced_bound
+from core.graph.bounded import Bound, MultiBound, combined, fill_value, masked, parts_of, set_bound
+from core.graph.ops import Pattern, get_op
+
+MultiRule = Callable[[BoundedNode], list[str]]
+MULTI_RULES: dict[str, MultiRule] = {}
+
+
+def multi_rule(*ops: str) -> Callable[[MultiRule], MultiRule]:
+    def wrap(rule: MultiRule) -> MultiRule:
+        for op in ops:
+            MULTI_RULES[op] = rule
+        return rule
+
+    return wrap
+
+
+def _parts(node: BoundedNode, index: int) -> tuple[Bound, ...]:
+    return parts_of(node.bound(index))
+
+
+def _elementwise(op: str) -> bool:
+    return get_op(op).pattern in (Pattern.ELEMWISE, Pattern.BROADCAST) and op != "Expand"
+
+
+def needs_multi(node: BoundedNode) -> bool:
+    """A MultiBound input, or inputs of a broadcast or MatMul bounded along different (right-aligned) axes."""
+    bounded = node.bounded()
+    if any(isinstance(b, MultiBound) for _, b in bounded):
+        return True
+    if node.op != "MatMul" and not _elementwise(node.op):
+        return False
+    return len({b.axis - node.type(i).rank for i, b in bounded}) > 1
+
+
+def add_multi_bounded_node(node: BoundedNode) -> list[str]:
+    rule = MULTI_RULES.get(node.op) or (_broadcast if _elementwise(node.op) else None)
+    if rule is None:
+        raise node.refuse("its input has run-time lengths along several axes, which Kiln follows through "
+                          "elementwise ops, MatMul, Softmax, LayerNormalization, Transpose, Reshape, Slice, "
+                          "Gather, Concat (not along a run-time axis), reductions, Conv and pooling only")
+    return rule(node)
+
+
+def _emit(node: BoundedNode, parts: Sequence[Bound], inputs=None) -> list[str]:
+    outputs = node.emit(inputs)
+    for value in outputs:
+        bound = combined(parts)
+        if bound is not None:
+            node.builder.bounds[value] = bound
+    return outputs
+
+
+def _masked_along(node: BoundedNode, index: int, axes: Sequence[int], fill) -> str:
+    value = node.inputs[index]
+    for part in _parts(node, index):
+        if part.axis in axes:
+            value = masked(node.builder, value, fill, part)
+    return value
+
+
+# -- the rules ------------------------------------------------------------------------------------
+def _broadcast(node: BoundedNode) -> list[str]:
+    outputs = node.emit()
+    out = node.builder.type_of(outputs[0])
+    parts = []
+    for index, bound in node.bounded():
+        t = node.type(index)
+        for part in parts_of(bound):
+            mapped = part.axis + out.rank - t.rank
+            if t.shape[part.axis] != out.shape[mapped]:
+                raise node.refuse(f"it is broadcast to {out.shape[mapped]} entries")
+            parts.append(Bound(part.length, mapped))
+    return set_bound(node.builder, outputs, combined(parts))
+
+
+@multi_rule("MatMul")
+def _matmul(node: BoundedNode) -> list[str]:
+    ra, rb = node.type(0).rank, node.type(1).rank
+    if ra < 2 or rb < 2:
+        raise node.refuse("a matrix-vector product with run-time lengths along several axes")
+    rank = max(ra, rb)
+    inputs, parts = list(node.inputs), []
+    for index, own, reduced, kept, lands in ((0, ra, ra - 1, ra - 2, rank - 2), (1, rb, rb - 2, rb - 1, rank - 1)):
+        inputs[index] = _masked_along(node, index, (reduced,), 0)  # both sides: padding may hold inf or nan
+        for part in _parts(node, index):
+            if part.axis != reduced:
+                parts.append(Bound(part.length, lands if part.axis == kept else part.axis + rank - own))
+    return _emit(node, parts, inputs)
+
+
+@multi_rule("Softmax", "LogSoftmax")
+def _softmax(node: BoundedNode) -> list[str]:
+    _data_only(node)
+    return _emit(node, _parts(node, 0), [_masked_along(node, 0, (node.attrs["axis"],), -np.inf)])
+
+
+@multi_rule("LayerNormalization")
+def _layer_norm(node: BoundedNode) -> list[str]:
+    _data_only(node)
+    if any(p.axis >= node.attrs["axis"] for p in _parts(node, 0)):
+        raise node.refuse("it normalizes over a run-time axis")
+    return _emit(node, _parts(node, 0))
+
+
+@multi_rule("Transpose")
+def _transpose(node: BoundedNode) -> list[str]:
+    _data_only(node)
+    perm = list(node.attrs["perm"])
+    return _emit(node, [Bound(p.length, perm.index(p.axis)) for p in _parts(node, 0)])
+
+
+@multi_rule("Reshape")
+def _reshape(node: BoundedNode) -> list[str]:
+    _data_only(node)
+    parts = _parts(node, 0)
+    moved = [reshaped_bound(node, p, [o.axis for o in parts if o is not p]) for p in parts]
+    if len({p.axis for p in moved}) != len(moved):
+        raise node.refuse("the reshape merges two run-time axes")
+    return _emit(node, moved)
+
+
+@multi_rule("Slice")
+def _slice(node: BoundedNode) -> list[str]:
+    _data_only(node)
+    return _emit(node, [sliced_bound(node, p) for p in _parts(node, 0)])
+
+
+@multi_rule("Gather")
+def _gather(node: BoundedNode) -> list[str]:
+    axis, index_rank = node.attrs["axis"], node.type(1).rank
+    parts = [Bound(p.length, p.axis if p.axis < axis else p.axis + index_rank - 1)
+             for p in _parts(node, 0) if p.axis != axis]  # along the gathered axis the indices pick valid entries
+    parts += [Bound(p.length, axis + p.axis) for p in _parts(node, 1)]
+    indices = _masked_along(node, 1, range(node.type(1).rank), 0)  # padding indices read entry 0
+    return _emit(node, parts, [node.inputs[0], indices])
+
+
+@multi_rule("Concat")
+def _concat(node: BoundedNode) -> list[str]:
+    axis = node.attrs["axis"]
+    parts = [p for index, _ in node.bounded() for p in _parts(node, index)]
+    if any(p.axis == axis for p in parts):
+        raise node.refuse("it joins along one of several run-time axes")
+    return _emit(node, parts)
+
+
+_REDUCE_FILL = {"ReduceSum": lambda dtype: 0, "ReduceProd": lambda dtype: 1,
+                "ReduceMax": lambda dtype: fill_value(dtype, True), "ReduceMin": lambda dtype: fill_value(dtype, False)}
+
+
+@multi_rule(*_REDUCE_FILL, "ReduceMean")
+def _reduce(node: BoundedNode) -> list[str]:
+    _data_only(node)
+    axes, keep = tuple(node.attrs["axes"]), node.attrs["keepdims"]
+    parts = _parts(node, 0)
+    if node.op == "ReduceMean" and any(p.axis in axes for p in parts):
+        raise node.refuse("a mean over one of several run-time axes")
+    inputs = [_masked_along(node, 0, axes, _REDUCE_FILL[node.op](node.type(0).dtype))] \
+        if node.op in _REDUCE_FILL else None
+    kept = [Bound(p.length, p.axis if keep else p.axis - sum(1 for a in axes if a < p.axis))
+            for p in parts if p.axis not in axes]
+    return _emit(node, kept, inputs)
+
+
+def _data_only(node: BoundedNode) -> None:
+    if any(index for index, _ in node.bounded()):
+        raise node.refuse("only its data input may have run-time lengths along several axes")
+
+
+__all__ = ["MULTI_RULES", "add_multi_bounded_node", "needs_multi", "multi_rule"]

@@ -1,0 +1,136 @@
+"""Input dims that run at a shape bucket's size with the actual size as a run-time length: the graph takes
+one int64 [1] length per such dimension variable (after the model's own inputs), the inputs become bounded
+values (core/graph/bounded.py, so the bound rules mask wherever the padding would leak), and each bounded
+output's length is read back as a sum of the variables (what the runtime cuts the output to)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+
+import numpy as np
+
+from core.errors import ShapeError
+from core.graph.bounded import Bound, arithmetic, combined, length_constant, parts_of
+from core.graph.ir import TensorType
+
+if TYPE_CHECKING:
+    from core.graph.builder import GraphBuilder
+
+Affine = tuple[dict[str, int], int]  # {variable: coefficient}, constant
+
+
+def length_input_name(variable: str) -> str:
+    return f"{variable}::length"
+
+
+def add_length_inputs(builder: "GraphBuilder", lengths: Mapping[str, Mapping[int, tuple[Sequence[str], int]]],
+                      sizes: Mapping[str, int]) -> dict[str, str]:
+    """Adds the length input of each variable of `sizes` (its bucket size: the largest length) and bounds each
+    input axis of `lengths` (input -> axis -> the variables whose sizes add up to that dim, plus a constant).
+    Returns the length inputs: value -> variable."""
+    symbols, values = {}, {}
+    for variable, size in sizes.items():
+        value = builder.add_input(length_input_name(variable), TensorType((1,), "int64"))
+        builder.runtime_ints[value] = np.array([size], np.int64)
+        symbols[value], values[variable] = variable, value
+    builder.length_symbols.update(symbols)
+    for name, axes in lengths.items():
+        parts = []
+        for axis, (variables, constant) in sorted(axes.items()):
+            length = values[variables[0]]
+            for other in variables[1:]:
+                length = arithmetic(builder, "Add", length, values[other])
+            if constant:
+                length = arithmetic(builder, "Add", length, length_constant(builder, constant))
+            builder.runtime_ints[length] = np.array([builder.type_of(name).shape[axis]], np.int64)
+            parts.append(Bound(length, axis))
+        if parts:
+            builder.bounds[name] = combined(parts)
+    return symbols
+
+
+def affine_length(builder: "GraphBuilder", value: str, symbols: Mapping[str, str]) -> Optional[Affine]:
+    """`value` (an int64 length) as a sum of the length inputs times constants plus a constant; None when it
+    is not one (a min, a data-dependent count...)."""
+    if value in symbols:
+        return {symbols[value]: 1}, 0
+    constant = builder.constant_value(value)
+    if constant is not None:
+        return ({}, int(constant.reshape(-1)[0])) if constant.size == 1 else None
+    marked = builder.shape_bounds.get(value)
+    if marked is not None and marked.length != value and builder.type_of(value).numel == 1:
+        # one entry of a run-time shape: that length
+        return affine_length(builder, marked.length, symbols)
+    node = builder.producer(value)
+    if node is None:
+        return None
+    if node.op in ("Reshape", "Identity") or (node.op == "Cast" and np.dtype(node.attrs["to"]).kind in "iu"):
+        return affine_length(builder, node.inputs[0], symbols)
+    terms = [affine_length(builder, i, symbols) for i in node.inputs]
+    if len(terms) != 2 or None in terms:
+        return None
+    (a, ca), (b, cb) = terms
+    if node.op in ("Add", "Sub"):
+        sign = 1 if node.op == "Add" else -1
+        coefs = dict(a)
+        for k, v in b.items():
+            coefs[k] = coefs.get(k, 0) + sign * v
+        return {k: v for k, v in coefs.items() if v}, ca + sign * cb
+    if node.op == "Mul" and (not a or not b):
+        factor, (coefs, c) = (ca, (b, cb)) if not a else (cb, (a, ca))
+        return {k: v * factor for k, v in coefs.items()}, c * factor
+    if node.op in ("Max", "Min") and not a and not b:
+        return {}, (max if node.op == "Max" else min)(ca, cb)
+    if node.op == "Max" and (not a or not b):  # max(x, c) is x when x >= c for every length (lengths are >= 0)
+        floor, (coefs, c) = (ca, (b, cb)) if not a else (cb, (a, ca))
+        if all(v >= 0 for v in coefs.values()) and c >= floor:
+            return coefs, c
+    return None
+
+
+def largest_length(builder: "GraphBuilder", value: str) -> Optional[int]:
+    """The largest `value` takes when it is a sum of run-time lengths with non-negative coefficients."""
+    affine = affine_length(builder, value, builder.length_symbols)
+    if affine is None or any(c < 0 for c in affine[0].values()):
+        return None
+    sizes = {v: int(builder.runtime_ints[k].reshape(-1)[0]) for k, v in builder.length_symbols.items()}
+    return affine[1] + sum(c * sizes[v] for v, c in affine[0].items())
+
+
+def simplest_length(builder: "GraphBuilder", value: str) -> str:
+    """`value` rebuilt from the length inputs when it is a sum of them (a KV cache's end - start is the new
+    tokens' length itself): equal lengths then share one value, which the rules and the runtime follow."""
+    affine = affine_length(builder, value, builder.length_symbols)
+    if affine is None or any(c < 0 for c in affine[0].values()) or affine[1] < 0:
+        return value
+    inputs = {v: k for k, v in builder.length_symbols.items()}
+    result = None
+    for variable, coefficient in sorted(affine[0].items()):
+        term = inputs[variable]
+        if coefficient != 1:
+            term = arithmetic(builder, "Mul", term, length_constant(builder, coefficient))
+        result = term if result is None else arithmetic(builder, "Add", result, term)
+    if result is None or affine[1]:
+        constant = length_constant(builder, affine[1])
+        result = constant if result is None else arithmetic(builder, "Add", result, constant)
+    if result not in builder.runtime_ints and value in builder.runtime_ints:
+        builder.runtime_ints[result] = builder.runtime_ints[value]
+    return result
+
+
+def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols: Mapping[str, str]
+                   ) -> dict[str, dict[int, Affine]]:
+    """Per graph output (ONNX name -> value) with run-time lengths, per axis, its length (ShapeError when one
+    is not a sum of the variables)."""
+    result: dict[str, dict[int, Affine]] = {}
+    for name, value in outputs.items():
+        for part in parts_of(builder.bounds.get(value)):
+            affine = affine_length(builder, part.length, symbols)
+            if affine is None:
+                raise ShapeError(f"output {name!r} axis {part.axis} has a run-time length that is not a sum of the "
+                                 f"input lengths (it depends on the data)")
+            result.setdefault(name, {})[part.axis] = affine
+    return result
+
+
+__all__ = ["Affine", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "simplest_length",
+           "output_lengths"]

@@ -1,0 +1,67 @@
+"""A quick compile (`quick=True`, `kiln compile --quick`): no latency benchmark, validation against ONNX Runtime on
+one sample at most, and a report that says both; a default compile keeps the benchmark."""
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+
+import core
+from tests.conftest import ROOT, tiny_model
+
+
+def npz(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def test_a_quick_compile_skips_the_benchmark_and_validates_on_one_sample():
+    samples = npz(x=np.random.default_rng(1).standard_normal((3, 1, 3, 8, 8)).astype(np.float32))
+    art = core.compile(tiny_model(), quick=True, validation_inputs=samples, kernel_cache="off")
+    report = art.report
+    assert report["quick"] == {"benchmark": "skipped", "validation": "one sample at most"}
+    assert "quick" in report["latency_ms"]["skipped"] and "benchmark" not in report["timings_s"]
+    assert report["validation"]["passed"] and report["validation"]["samples"] == 1
+
+
+def test_a_quick_artifact_is_stored_uncompressed_and_still_runs(tmp_path):
+    """Deflating float weights gains ~7% and costs ~2 s on resnet18: a quick compile skips it (level 0 is still a
+    valid .tar.gz), a default compile keeps it."""
+    from core.runtime import load
+
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    sizes = {}
+    for quick in (True, False):
+        art = core.compile(tiny_model(), quick=quick, benchmark=False, kernel_cache="off")
+        path = art.save(tmp_path / f"quick_{quick}.tar.gz")
+        raw = sum(m.size for m in tarfile.open(path, "r:gz"))
+        sizes[quick] = (path.stat().st_size, raw)
+        with tarfile.open(path, "r:gz") as tar:
+            tar.extractall(tmp_path / f"unpacked_{quick}", filter="data")
+        np.testing.assert_array_equal(load(tmp_path / f"unpacked_{quick}").run({"x": x})["y"], art.load().run({"x": x})["y"])
+    assert sizes[True][0] > sizes[True][1] > sizes[False][0]  # stored: the members plus tar/gzip framing
+
+
+def test_a_default_compile_keeps_the_benchmark_and_every_sample():
+    samples = npz(x=np.random.default_rng(1).standard_normal((3, 1, 3, 8, 8)).astype(np.float32))
+    report = core.compile(tiny_model(), validation_inputs=samples, kernel_cache="off").report
+    assert "quick" not in report and report["latency_ms"]["kiln"] > 0 and "onnxruntime" in report["latency_ms"]
+    assert report["validation"]["passed"] and report["validation"]["samples"] == 3
+
+
+def test_kiln_compile_quick_prints_what_it_skipped_and_the_cache_hit_rate(tmp_path):
+    model = tmp_path / "tiny.onnx"
+    model.write_bytes(tiny_model())
+    cmd = [sys.executable, "-m", "cli.main", "compile", str(model), "-o", str(tmp_path / "out.tar.gz"), "--quick",
+           "--kernel-cache", str(tmp_path / "cache")]
+    for expected in ("0 of", "100%"):
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert out.returncode == 0, out.stderr
+        assert "quick: latency benchmark skipped, validation on one sample" in out.stdout
+        build = next(line for line in out.stdout.splitlines() if line.startswith("build:"))
+        assert expected in build and "kernels from the kernel cache" in build
+        assert "latency:" not in out.stdout and "validation: max abs error" in out.stdout
