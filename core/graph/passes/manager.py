@@ -20,6 +20,7 @@ from . import widen_narrow_floats  # noqa: F401 (registers: bfloat16/float8 accu
 from . import integer_qdq  # noqa: F401 (registers: QDQ Conv/MatMul as integer ops + Requantize)
 from . import half_matmul_operands  # noqa: F401 (registers: float16 MatMul operands for GPU tensor cores)
 from . import fuse_attention  # noqa: F401 (registers: MatMul-Softmax-MatMul as one SoftmaxAttention)
+from . import flatten_matmul_rows  # noqa: F401 (registers: batched A x 2-D B as one GEMM over A's rows)
 from .registry import GraphPass
 
 _CLEANUP = ("fold_constants", "simplify", "cse", "fold_scale_bias", "fold_constants", "simplify",
@@ -34,8 +35,8 @@ LEVELS: dict[int, tuple[str, ...]] = {
     0: (),
     1: _CLEANUP,
     2: _CLEANUP + ("fuse_ops",),
-    3: _CLEANUP + ("fuse_attention", "patch_conv_as_matmul", "pack_matmul_weights", "pack_int8_weights",
-                   "alter_layout", "alter_layout_3d", "eliminate_dead_code", "fuse_ops"),
+    3: _CLEANUP + ("fuse_attention", "patch_conv_as_matmul", "flatten_matmul_rows", "pack_matmul_weights",
+                   "pack_int8_weights", "alter_layout", "alter_layout_3d", "eliminate_dead_code", "fuse_ops"),
 }
 # Not optimizations but semantics, so every level runs them first (and LEVELS, the optimization table
 # the report shows, leaves them out): accumulating ops on bfloat16/float8 compute in float32, and quantized
