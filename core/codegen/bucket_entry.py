@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from ..tir.stmt import PrimFunc
 from .llvm_types import I32, I64, PTR
-from .model_entry import ModelPlan, _cstring, _emit_runner, _global, validate_plan
+from .model_entry import ModelPlan, _cstring, _emit_runner, _global, emit_graph_globals, validate_plan
 
 TABLE_TYPES = {"i32": I32, "i64": I64}
 
@@ -47,13 +47,7 @@ def emit_bucketed_entry(module: ir.Module, plan: BucketedPlan, funcs: Mapping[st
         runners.append(_emit_runner(module, bucket, kernels, profile=False, name=f"kiln_bucket_run_{b}"))
     top = plan.plans[-1]
     _emit_runner(module, top, kernels, profile=True, name="kiln_bucket_profile")  # kiln_shaped.c adds the lengths
-    _global(module, "kiln_arena_bytes", ir.Constant(I64, plan.arena_bytes))
-    _global(module, "kiln_weights_bytes", ir.Constant(I64, plan.weights_bytes))
-    _global(module, "kiln_graph_num_inputs", ir.Constant(I32, plan.num_inputs))
-    _global(module, "kiln_graph_num_outputs", ir.Constant(I32, plan.num_outputs))
-    _global(module, "kiln_graph_num_calls", ir.Constant(I32, len(top.calls)))
-    names = [_cstring(module, f"kiln.call_name.{i}", c.label or c.func) for i, c in enumerate(top.calls)]
-    _global(module, "kiln_graph_call_names", ir.Constant(ir.ArrayType(PTR, len(names)), names))
+    emit_graph_globals(module, plan, top.calls)
     _global(module, "kiln_dyn_runners", ir.Constant(ir.ArrayType(PTR, len(runners)), runners))
     for name, (kind, values) in plan.tables.items():
         if kind == "str":

@@ -106,15 +106,21 @@ def emit_model_entry(module: ir.Module, plan: ModelPlan, funcs: Mapping[str, Pri
     for name in {call.func for call in plan.calls}:
         if name in kernels:
             kernels[name].attributes.add("noinline")
+    emit_graph_globals(module, plan, plan.calls)
+    _emit_runner(module, plan, kernels, profile=False)
+    _emit_runner(module, plan, kernels, profile=True)
+
+
+def emit_graph_globals(module: ir.Module, plan, calls) -> None:
+    """The sizes and counts kiln_runtime.c reads (`plan`: a ModelPlan or BucketedPlan), and the names of `calls`
+    (the kernel calls `kiln_profile` times)."""
     _global(module, "kiln_arena_bytes", ir.Constant(I64, plan.arena_bytes))
     _global(module, "kiln_weights_bytes", ir.Constant(I64, plan.weights_bytes))
     _global(module, "kiln_graph_num_inputs", ir.Constant(I32, plan.num_inputs))
     _global(module, "kiln_graph_num_outputs", ir.Constant(I32, plan.num_outputs))
-    _global(module, "kiln_graph_num_calls", ir.Constant(I32, len(plan.calls)))
-    names = [_cstring(module, f"kiln.call_name.{i}", c.label or c.func) for i, c in enumerate(plan.calls)]
+    _global(module, "kiln_graph_num_calls", ir.Constant(I32, len(calls)))
+    names = [_cstring(module, f"kiln.call_name.{i}", c.label or c.func) for i, c in enumerate(calls)]
     _global(module, "kiln_graph_call_names", ir.Constant(ir.ArrayType(PTR, len(names)), names))
-    _emit_runner(module, plan, kernels, profile=False)
-    _emit_runner(module, plan, kernels, profile=True)
 
 
 def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Function], profile: bool,

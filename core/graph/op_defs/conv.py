@@ -13,26 +13,33 @@ from ._common import FLOAT_DTYPES, expect_arity, expect_dtype, expect_same_dtype
 from .windows import output_hw, padded, pads4, pair, windows
 
 
+def grouped_conv_geometry(op: str, x: TensorType, w: TensorType, attrs: Mapping):
+    """An NCHW x and OIHW w convolved with Conv's attributes (also ConvInteger's): the output shape, strides,
+    pads, dilations and group, or a ShapeError naming `op`."""
+    if x.rank != 4 or w.rank != 4:
+        raise ShapeError(f"{op}: expects 4-D NCHW input and 4-D weights, got {x} and {w}")
+    strides, dilations = pair(op, attrs, "strides", 1), pair(op, attrs, "dilations", 1)
+    pads = pads4(op, attrs)
+    group = attrs.get("group")
+    if not isinstance(group, int) or group < 1:
+        raise ShapeError(f"{op}: attribute group must be a positive int, got {group!r}")
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    if c != cg * group or m % group:
+        raise ShapeError(f"{op}: input {x} and weights {w} do not agree with group={group}")
+    oh, ow = output_hw(op, (h, wd), (kh, kw), strides, pads, dilations)
+    return (n, m, oh, ow), strides, pads, dilations, group
+
+
 def _conv_geometry(types: Sequence[TensorType], attrs: Mapping):
     expect_arity("Conv", types, 2, 3)
     expect_dtype("Conv", types[0], FLOAT_DTYPES)
     expect_same_dtype("Conv", types)
-    x, w = types[0], types[1]
-    if x.rank != 4 or w.rank != 4:
-        raise ShapeError(f"Conv: expects 4-D NCHW input and 4-D weights, got {x} and {w}")
-    strides, dilations = pair("Conv", attrs, "strides", 1), pair("Conv", attrs, "dilations", 1)
-    pads = pads4("Conv", attrs)
-    group = attrs.get("group")
-    if not isinstance(group, int) or group < 1:
-        raise ShapeError(f"Conv: attribute group must be a positive int, got {group!r}")
-    n, c, h, wd = x.shape
-    m, cg, kh, kw = w.shape
-    if c != cg * group or m % group:
-        raise ShapeError(f"Conv: input {x} and weights {w} do not agree with group={group}")
+    geometry = grouped_conv_geometry("Conv", types[0], types[1], attrs)
+    m = geometry[0][1]
     if len(types) == 3 and types[2].shape != (m,):
         raise ShapeError(f"Conv: bias must have shape [{m}], got {types[2]}")
-    oh, ow = output_hw("Conv", (h, wd), (kh, kw), strides, pads, dilations)
-    return (n, m, oh, ow), strides, pads, dilations, group
+    return geometry
 
 
 def conv2d_nchw(inputs: Sequence[np.ndarray], attrs: Mapping) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ from core.graph.ir import TensorType
 from core.graph.ops import Pattern, register_op
 
 from ._common import broadcast_shapes, expect_arity, expect_dtype, multiply_add_flops
-from .conv import conv2d_nchw
+from .conv import conv2d_nchw, grouped_conv_geometry
 from .windows import output_hw, pads4, pair
 
 EIGHT_BIT = frozenset({"int8", "uint8"})
@@ -79,20 +79,9 @@ def _matmul_integer(types: Sequence[TensorType], attrs: Mapping) -> list[TensorT
 def _conv_integer(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
     """2-D NCHW x, OIHW w; attributes as Conv's (strides, pads (top, left, bottom, right), dilations, group)."""
     _operands(types, "ConvInteger")
-    x, w = types[0], types[1]
-    if x.rank != 4 or w.rank != 4:
-        raise ShapeError(f"ConvInteger: expects 4-D NCHW input and 4-D weights, got {x} and {w}")
-    group = attrs.get("group")
-    if not isinstance(group, int) or group < 1:
-        raise ShapeError(f"ConvInteger: attribute group must be a positive int, got {group!r}")
-    n, c, h, wd = x.shape
-    m, cg, kh, kw = w.shape
-    if c != cg * group or m % group:
-        raise ShapeError(f"ConvInteger: input {x} and weights {w} do not agree with group={group}")
-    _zero_points("ConvInteger", types, m, "output channel")
-    oh, ow = output_hw("ConvInteger", (h, wd), (kh, kw), pair("ConvInteger", attrs, "strides", 1),
-                       pads4("ConvInteger", attrs), pair("ConvInteger", attrs, "dilations", 1))
-    return [TensorType((n, m, oh, ow), "int32")]
+    out_shape = grouped_conv_geometry("ConvInteger", types[0], types[1], attrs)[0]
+    _zero_points("ConvInteger", types, out_shape[1], "output channel")
+    return [TensorType(out_shape, "int32")]
 
 
 def _unpacked(inputs: Sequence[np.ndarray], attrs: Mapping) -> np.ndarray:
