@@ -42,8 +42,8 @@ from .manifest import build_manifest, inputs_digest, pinned_outcome, tuning_mani
 from .numerics import ValidationOptions
 from .precision import check_precision, judged_as, judged_origin, model_precision, report_section, store_weights
 from .tolerance import origins_or_empty
-from .validate import (ReferenceEvaluatorSession, index_bounds, onnxruntime_session, random_inputs,
-                       validate as validate_against_ort)
+from .reference import onnxruntime_on_host, open_sessions
+from .validate import index_bounds, random_inputs, validate as validate_against_ort
 
 ModelLike = Union[str, Path, bytes, Any]  # a path, serialized bytes or an onnx.ModelProto
 QUICK_NO_BENCHMARK = "a quick compile (--quick) skips the latency benchmark"
@@ -180,23 +180,19 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                                                           "the benchmark was not requested")}
     kernel_times: dict[str, float] = {}
     nthreads = threads or (min(tgt.num_cores, os.cpu_count() or 1) if emulator else tgt.num_cores)
-    session = None
+    sessions = None
     # ONNX Runtime's Python API takes and returns numpy's own dtypes only, not ml_dtypes' float8/int4/...
     unexchangeable = sorted({graph.type_of(n).dtype for n in (*graph.inputs, *graph.outputs)} & NARROW_DTYPES)
     if runs_here and (checks.enabled or benchmark) and unexchangeable:
         reason = f"ONNX Runtime's Python API cannot exchange {', '.join(unexchangeable)} tensors"
         validation, latency = {"skipped": reason}, {"skipped": reason}
     elif runs_here and (checks.enabled or benchmark):
-        try:
-            session = onnxruntime_session(data, nthreads)
-        except Exception as err:  # ORT has no kernel for what Kiln compiled (e.g. bfloat16 Mul): nothing to compare to
-            if type(err).__name__ != "NotImplemented":
-                raise
-            reason = f"ONNX Runtime cannot run this model: {str(err).splitlines()[0]}"
-            validation, latency, benchmark = {"skipped": reason}, {"skipped": reason}, False
-            if checks.enabled:  # still validated, against ONNX's reference evaluator
-                session = ReferenceEvaluatorSession(data)
-    if session is not None:
+        sessions = open_sessions(data, nthreads)
+        if sessions.baseline is None:  # still validated, against ONNX's reference evaluator
+            validation, latency, benchmark = {"skipped": sessions.skipped}, {"skipped": sessions.skipped}, False
+            if not checks.enabled:
+                sessions = None
+    if sessions is not None:
         with _runtime_failures(tgt):
             module = emulator.load(workdir) if emulator else Artifact(workdir, metadata, {}, owns_directory=False).load()
         module.set_num_threads(nthreads)
@@ -204,11 +200,10 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             with _runtime_failures(tgt):
                 if checks.enabled:
                     with stage(Stage.VALIDATE):
-                        comparison, worst_feeds = validate_against_ort(
-                            module, session, graph, samples=samples,
-                            origins={**origins_or_empty(data), **judged_as(weights_precision, precision is not None, {
-                                n: graph.type_of(n).dtype for n in graph.outputs})},
-                            user_tolerance=checks.tolerance)
+                        origins = {**origins_or_empty(data), **judged_as(weights_precision, precision is not None, {
+                            n: graph.type_of(n).dtype for n in graph.outputs})}
+                        comparison, worst_feeds = validate_against_ort(module, sessions.reference, graph, samples=samples,
+                                                                       origins=origins, user_tolerance=checks.tolerance)
                         # Kernels run one by one from the library itself: only a host CPU library exports them.
                         no_bisect = ("the target does not run here" if emulator is not None else
                                      "a GPU library's kernels run only inside the runtime" if backend.profiles_in_runtime
@@ -217,10 +212,13 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                             lambda: bisect_kernels(exe, graph, workdir / names.library, data, worst_feeds,
                                                    threads=nthreads, user_tolerance=checks.tolerance,
                                                    default_origin=judged_origin(weights_precision, precision is not None))))
+                        if sessions.exact:  # what a user deploying ORT on this host would get, for the report
+                            validation["onnxruntime_on_host"] = onnxruntime_on_host(
+                                sessions, worst_feeds, origins, checks.tolerance)
                 if benchmark:
                     with stage(Stage.BENCHMARK):
                         feeds = random_inputs(graph, 1, index_bounds(graph))
-                        latency = compare_latency(module, session, feeds, rounds=7).as_report()
+                        latency = compare_latency(module, sessions.baseline, feeds, rounds=7).as_report()
                         # Kernels timed inside runs of the whole model (the runtime's own profile), so that
                         # their sum explains the end-to-end time; the report gives both and their ratio.
                         profile = profile_kernels(module, exe, feeds)

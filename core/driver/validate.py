@@ -253,13 +253,16 @@ def policy(expected: Mapping[str, np.ndarray], origins: Mapping[str, OutputOrigi
             for name, ref in expected.items()}
 
 
-def onnxruntime_session(model_bytes: bytes, threads: int):
-    """An ONNX Runtime CPU session with `threads` intra-op threads (the reference and the baseline)."""
+def onnxruntime_session(model_bytes: bytes, threads: int, optimization=None):
+    """An ONNX Runtime CPU session with `threads` intra-op threads (the baseline, and the reference of float
+    models: core/driver/reference.py); `optimization` a GraphOptimizationLevel (default: ORT's own, all)."""
     import re
 
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    if optimization is not None:
+        opts.graph_optimization_level = optimization
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
@@ -297,7 +300,7 @@ class ReferenceEvaluatorSession:
         return self._evaluator.run(list(names), dict(feeds))
 
 
-def _flat_reference(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def session_outputs(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """ONNX Runtime's outputs named as the compiled model's: a sequence `y` as `y::0`, `y::1`, ...
     (core.frontend.structured_values), an empty optional as nothing."""
     from ..frontend.structured_values import flatten_reference
@@ -314,7 +317,7 @@ def validate(module, session, graph: Graph, seed: int = 0, *, samples: Optional[
     samples = list(samples) if samples else [random_inputs(graph, seed, index_bounds(graph))]
     per_sample, worst = [], (None, samples[0])
     for feeds in samples:
-        expected = _flat_reference(session, feeds)
+        expected = session_outputs(session, feeds)
         actual = module.run(feeds)
         tolerances = policy(expected, origins or {}, user_tolerance)
         outputs = [compare_output(name, actual[name], ref, tolerances[name]) for name, ref in expected.items()]

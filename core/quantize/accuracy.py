@@ -1,4 +1,9 @@
-"""The accuracy cost of a quantized model: its outputs against the float32 model's on held-back samples (ORT both)."""
+"""The accuracy cost of a quantized model: its outputs against the float32 model's on held-back samples.
+
+The QDQ model is evaluated by ONNX Runtime with graph optimizations off: its Q/DQ pairs then run as the float ops the
+ONNX spec defines them by, which Kiln's integer kernels compute exactly; fused, ORT would run its own int8 kernels,
+which saturate 16-bit pair sums on x86 hosts without VNNI (core/driver/reference.py). The final figure is measured on
+Kiln's own compiled artifact (core/driver/quantize_stage.py)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -8,8 +13,11 @@ import numpy as np
 import onnxruntime as ort
 
 
-def session(model: "bytes | str", threads: int = 0) -> ort.InferenceSession:
+def session(model: "bytes | str", threads: int = 0, fuse: bool = True) -> ort.InferenceSession:
+    """`fuse` False: no graph optimizations (a QDQ model's Q/DQ pairs stay as written)."""
     opts = ort.SessionOptions()
+    if not fuse:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])

@@ -117,7 +117,7 @@ class _Quantizer:
         return data
 
     def evaluate(self, model: bytes) -> list[accuracy.OutputError]:
-        quantized = accuracy.run_all(accuracy.session(model, self.options.threads), self.held_back)
+        quantized = accuracy.run_all(accuracy.session(model, self.options.threads, fuse=False), self.held_back)
         return accuracy.compare(self.reference, quantized)
 
 

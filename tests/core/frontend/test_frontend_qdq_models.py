@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import core
+from core.driver.reference import reference_session
 from core.frontend import import_onnx
 from core.graph.passes.manager import optimize
 from core.runtime import load
@@ -47,7 +47,7 @@ def test_quantized_model_runs_on_integer_ops_and_matches_onnxruntime(variant, tm
 
     artifact = core.compile(model, target="native", opt_level=3)
     artifact.save(tmp_path / "model.tar.gz")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = reference_session(str(path), 1)
     step = output_step(model, "y")
     rng = np.random.default_rng(11)
     with load(tmp_path / "model.tar.gz") as module:

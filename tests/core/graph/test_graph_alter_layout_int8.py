@@ -1,5 +1,5 @@
 """alter_layout's 8-bit rules: a quantized 1x1 -> depthwise -> 1x1 block (MobileNetV2's) runs channels-last between
-its convs, a lone packed conv stays NCHW, and the compiled block matches ONNX Runtime's QLinearConv."""
+its convs, a lone packed conv stays NCHW, and the compiled block matches the exact integer reference."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import core
+from core.driver.reference import EXACT_REFERENCE, reference_outputs
 from core.target import get_target
 
 HOST_TARGETS = [spec for spec in ("x86-64-v3", "native") if get_target(spec).runs_on_host()]
@@ -50,9 +51,7 @@ def kernel_ops(artifact) -> list[str]:
 
 @pytest.mark.parametrize("spec", HOST_TARGETS)
 @pytest.mark.parametrize("stride", [1, 2])
-def test_quantized_block_runs_channels_last_and_matches_onnxruntime(spec, stride):
-    import onnxruntime as ort
-
+def test_quantized_block_runs_channels_last_and_matches_the_exact_reference(spec, stride):
     m = model(1, stride)
     artifact = core.compile(m, target=spec, opt_level=3)
     ops = kernel_ops(artifact)
@@ -61,9 +60,10 @@ def test_quantized_block_runs_channels_last_and_matches_onnxruntime(spec, stride
     x = rng.integers(0, 256, (1, 8, 12, 12)).astype(np.uint8)
     x[0, :, 0, :] = 255  # saturated rows at the top border
     ours = artifact.load().run({"x": x})["project"].astype(np.int32)
-    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = reference_outputs(m, {"x": x})["project"]
     steps = np.abs(ours - want.astype(np.int32))
     assert steps.max() <= 1 and np.mean(steps == 0) >= 0.999, (steps.max(), np.mean(steps == 0))
+    assert artifact.report["validation"]["reference"] == EXACT_REFERENCE
 
 
 def test_a_lone_packed_conv_stays_nchw():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from core.driver.reference import reference_session
 from core.quantize import QuantizeOptions, quantize_model
 from core.quantize.calibration import load_calibration, split_samples
 
@@ -20,7 +20,7 @@ def files(tmp_path):
 
 
 def _run(model_bytes: bytes, samples) -> np.ndarray:
-    session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    session = reference_session(model_bytes, 1)
     return np.stack([session.run(None, s)[0] for s in samples])
 
 
