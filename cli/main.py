@@ -40,6 +40,8 @@ def _parse_input(spec: str) -> tuple[str, Path]:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     import core
+
+    from .quantize import quantize_options, summary_lines
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     model = Path(args.model)
@@ -55,6 +57,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         artifact = core.compile(model, target=args.target, opt_level=args.opt_level,
                                 input_shapes=dict(args.input_shape or []), tuning=_tuning_options(args, bar),
                                 validate=args.validate, tolerance=args.tolerance, bisect=args.bisect, precision=args.precision,
+                                calibration=args.calibration,
+                                quantization=quantize_options(args) if args.precision == "int8" else None,
                                 validation_inputs=args.validation_inputs or None, name=args.name,
                                 kernel_cache=args.kernel_cache, quick=args.quick,
                                 progress=lambda stage, done, detail: bar.update(task, description=detail or stage.value,
@@ -81,10 +85,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"tuning: {tuned['trials']} new trials in {tuned['time_s']:.1f} s, "
               f"{tuned.get('trials_from_records', 0)} from records; {tuned['cache_hits']} of "
               f"{tuned.get('num_tasks', len(tuned['tasks']))} tasks reused their records without measuring")
+    if report.get("quantization"):
+        print("\n".join(summary_lines(report["quantization"])))
     if "max_abs_err" in val:
-        print(f"validation: max abs error {val['max_abs_err']:.2e} against ONNX Runtime on {val.get('inputs', 'random inputs')}"
+        against = "ONNX Runtime" if val.get("reference", "onnxruntime") == "onnxruntime" else f"the {val['reference']}"
+        print(f"validation: max abs error {val['max_abs_err']:.2e} against {against} on {val.get('inputs', 'random inputs')}"
               + (f", {val['mode']} under {val['emulator'].split()[0]}" if val.get("mode") else "")
               + ("" if val.get("passed", True) else ": DOES NOT MATCH (kept: --validate warn)"))
+        host = val.get("onnxruntime_on_host") or {}
+        if host.get("matches_exact") is False:
+            print(f"note: {host['note']} (max abs error {host['max_abs_err']:.3g} on {host['mismatches']} of "
+                  f"{host['size']} elements of {host['output']!r})")
         divergent = (val.get("bisect") or {}).get("summary") or (val.get("bisect") or {}).get("skipped")
         if divergent and (args.bisect or not val.get("passed", True)):
             print(f"bisect: {divergent}")
@@ -185,12 +196,13 @@ def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads
 
     from core.driver.precision import judged_as
     from core.driver.tolerance import origins_or_empty, parse_tolerance
-    from core.driver.validate import onnxruntime_session, validate
+    from core.driver.reference import reference_session
+    from core.driver.validate import validate
 
     if not model.is_file():
         raise ValueError(f"no such model file: {model}")
     data = model.read_bytes()
-    session = onnxruntime_session(data, threads or os.cpu_count() or 1)
+    session = reference_session(data, threads or os.cpu_count() or 1)
     # An artifact compiled at a half precision is judged at that format's tolerance, as its compile was.
     judged = judged_as(getattr(module, "metadata", {}).get("precision", "fp32"), True,
                        {o["name"]: o["dtype"] for o in module.outputs})
@@ -204,7 +216,8 @@ def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads
     if not result.ok:
         print(f"kiln: error: {result.message()}", file=sys.stderr)
         return EXIT_FAILURE
-    print("matches ONNX Runtime")
+    print("matches ONNX Runtime" if getattr(session, "reference_name", "onnxruntime") == "onnxruntime"
+          else f"matches the {session.reference_name}")
     return 0
 
 
@@ -253,6 +266,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from core.driver.precision import PRECISIONS
+
+    from .quantize import add_int8_arguments
+
     from core._version import __version__
 
     parser = _Parser(prog="kiln", description="Kiln: compile ONNX models into native libraries.")
@@ -288,9 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast iteration: skip the latency benchmark and validate on one sample at most")
     p.add_argument("--kernel-cache", metavar="DIR|off",
                    help="compiled-kernel cache directory, or off (default: $KILN_KERNEL_CACHE, else ~/.cache/kiln/kernels)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"),
-                   help="weights stored as float32, float16 or bfloat16 (half the weights file; arithmetic stays float32) "
-                        "and validated at that format's tolerance; default: the model's own (a float16 model stays float16)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="fp16/bf16: weights stored as float16 or bfloat16 (half the weights file; arithmetic stays "
+                        "float32) and validated at that format's tolerance; int8: quantize on --calibration samples "
+                        "(as `kiln quantize`), then compile onto integer kernels; default: the model's own (a float16 "
+                        "model stays float16)")
+    p.add_argument("--calibration", metavar="DATA.npz",
+                   help="with --precision int8: calibration samples (one array per model input, first axis = samples)")
+    add_int8_arguments(p, "with --precision int8: ")
     gate.add_arguments(p, "ARTIFACT", "CI gate: time the new build against this artifact (same model) here, "
                                       "interleaved; exit 3 with one line why when it is slower or less accurate than "
                                       "--max-slowdown/--max-error-growth allow")

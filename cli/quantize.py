@@ -57,14 +57,12 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from core.errors import InvalidModelError
-    from core.quantize import QuantizeOptions, quantize_model
+    from core.quantize import quantize_model
 
     model = Path(args.model)
     if not model.is_file():
         raise InvalidModelError(f"no such model file: {model}")
-    options = QuantizeOptions(per_channel=args.per_channel, method=args.method, keep_float=tuple(args.keep_float or ()),
-                              max_error=args.max_error, sensitivity_layers=args.sensitivity_layers,
-                              op_types=tuple(args.op_types or ()))
+    options = quantize_options(args)
     with Progress(TextColumn("[bold]{task.description:<18}"), BarColumn(), TimeElapsedColumn(), transient=True,
                   disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("quantize", total=1.0)
@@ -80,9 +78,34 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
+def add_int8_arguments(p, when: str = "") -> None:
+    """The quantization options `kiln quantize`, `kiln compile --precision int8` and `kiln submit` share; `when`
+    prefixes their help ("with --precision int8: ")."""
     from core.quantize import METHOD_NAMES
 
+    p.add_argument("--per-channel", action="store_true", help=f"{when}one scale per output channel of each weight")
+    p.add_argument("--method", choices=METHOD_NAMES, default="minmax", help=f"{when}calibration method (default minmax)")
+    p.add_argument("--keep-float", nargs="+", metavar="LAYER", help=f"{when}node names to leave in float32")
+    p.add_argument("--op-types", nargs="+", metavar="OP",
+                   help=f"{when}quantize only these op types (e.g. Conv MatMul Gemm: every layer can then fall back); "
+                        "default: every op ONNX Runtime's QDQ quantizer handles")
+    p.add_argument("--max-error", type=_positive_float, metavar="E",
+                   help=f"{when}error budget: the largest relative error ||int8 - fp32|| / ||fp32|| of any output on "
+                        "the held-back samples; the most sensitive layers fall back to float32 until it holds")
+    p.add_argument("--sensitivity-layers", type=int, default=16, metavar="N",
+                   help=f"{when}measure the sensitivity of at most N Conv/MatMul/Gemm layers (default 16; 0: none)")
+
+
+def quantize_options(args: argparse.Namespace):
+    """core.quantize.QuantizeOptions from add_int8_arguments' flags."""
+    from core.quantize import QuantizeOptions
+
+    return QuantizeOptions(per_channel=args.per_channel, method=args.method, keep_float=tuple(args.keep_float or ()),
+                           max_error=args.max_error, sensitivity_layers=args.sensitivity_layers,
+                           op_types=tuple(args.op_types or ()))
+
+
+def add_parser(sub) -> None:
     p = sub.add_parser("quantize", help="quantize a float32 ONNX model to int8 (QDQ) on calibration samples",
                        description="Calibrate MODEL on the samples of DATA.npz (ONNX Runtime's quantize_static, QDQ "
                                    "format, int8 weights and activations), write the QDQ model, and report its accuracy "
@@ -91,17 +114,7 @@ def add_parser(sub) -> None:
     p.add_argument("model", help="the float32 ONNX model")
     p.add_argument("--calibration", required=True, metavar="DATA.npz",
                    help="calibration samples: one array per model input, named as the input, first axis = samples")
-    p.add_argument("--per-channel", action="store_true", help="one scale per output channel of each weight")
-    p.add_argument("--method", choices=METHOD_NAMES, default="minmax", help="calibration method (default minmax)")
-    p.add_argument("--keep-float", nargs="+", metavar="LAYER", help="node names to leave in float32")
-    p.add_argument("--op-types", nargs="+", metavar="OP",
-                   help="quantize only these op types (e.g. Conv MatMul Gemm: every layer can then fall back); "
-                        "default: every op ONNX Runtime's QDQ quantizer handles")
-    p.add_argument("--max-error", type=_positive_float, metavar="E",
-                   help="error budget: the largest relative error ||int8 - fp32|| / ||fp32|| of any output on the "
-                        "held-back samples; the most sensitive layers fall back to float32 until it holds")
-    p.add_argument("--sensitivity-layers", type=int, default=16, metavar="N",
-                   help="measure the sensitivity of at most N Conv/MatMul/Gemm layers (default 16; 0: none)")
+    add_int8_arguments(p)
     p.add_argument("--report", metavar="FILE.json", help="also write the quantization report as JSON")
     p.add_argument("-o", "--output", required=True, help="where to write the QDQ model (.onnx)")
     p.set_defaults(func=cmd_quantize)

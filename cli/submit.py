@@ -175,7 +175,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub, parse_shape) -> None:
-    from core.quantize import METHOD_NAMES
+    from core.driver.precision import PRECISIONS
+
+    from .quantize import add_int8_arguments
 
     p = sub.add_parser("submit", help="compile a model on a Kiln server (the CI client)",
                        description="Upload MODEL to a Kiln server, start a compile job and (with --wait) follow it "
@@ -194,20 +196,12 @@ def add_parser(sub, parse_shape) -> None:
     p.add_argument("--input-shape", type=parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="fix an input's shape (repeatable), for models with symbolic dimensions")
     p.add_argument("--name", help="artifact name: libNAME.so, NAME.h, C symbols NAME_load, ... (see kiln compile)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16", "int8"), default="fp32",
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp16/bf16: weights stored at half size, float32 arithmetic (see kiln compile); "
                         "int8: the server quantizes the float32 model on --calibration samples, then compiles it "
                         "(options as `kiln quantize`'s)")
     p.add_argument("--calibration", metavar="DATA.npz", help="with --precision int8: calibration samples")
-    p.add_argument("--per-channel", action="store_true", help="with --precision int8: per-channel weight scales")
-    p.add_argument("--method", choices=METHOD_NAMES, default="minmax",
-                   help="with --precision int8: calibration method")
-    p.add_argument("--keep-float", nargs="+", metavar="LAYER", help="with --precision int8: nodes left in float32")
-    p.add_argument("--max-error", type=float, metavar="E", help="with --precision int8: the error budget "
-                                                                 "(see kiln quantize --help)")
-    p.add_argument("--op-types", nargs="+", metavar="OP", help="with --precision int8: quantize only these op types")
-    p.add_argument("--sensitivity-layers", type=int, default=16, metavar="N",
-                   help="with --precision int8: measure the sensitivity of at most N layers (default 16)")
+    add_int8_arguments(p, "with --precision int8: ")
     gate.add_arguments(p, "JOB_ID", "CI gate: time the new build against this job's build of the same model on the "
                                     "same worker, interleaved; exit 3 with one line why when it is slower or less "
                                     "accurate than --max-slowdown/--max-error-growth allow (needs --wait)")

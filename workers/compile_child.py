@@ -90,10 +90,7 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
     tempfile.tempdir = None
     budget = SizeBudget(max_tensor_bytes=max_tensor_bytes, max_weights_bytes=max(max_tensor_bytes, 8 << 30))
     try:
-        quantization = None
-        if options.get("precision") == "int8":  # quantize first; the QDQ model is what gets compiled
-            model_path, quantization = quantize_into(report, model_path, folder, options["quantization"], threads)
-            report = _after_quantizing(report)
+        quantization = options.get("quantization") if options.get("precision") == "int8" else None
         if input_shapes:  # the pre-flight could not size a symbolic model; with the job's shapes it can
             check_graph_sizes(import_onnx(model_path, input_shapes=largest_shapes(input_shapes)), budget)
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
@@ -103,12 +100,15 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
                                 threads=threads, name=options.get("name"), validate=options.get("validate", True),
                                 tolerance=options.get("tolerance"), bisect=options.get("bisect", False),
                                 validation_inputs=options.get("validation_inputs"),
-                                precision=options.get("precision") if options.get("precision") in ("fp16", "bf16") else None,
+                                precision=options.get("precision"),
+                                calibration=quantization["calibration"] if quantization else None,
+                                quantization=quantization,
                                 pinned_records=(options.get("rebuild") or {}).get("records_applied"),
                                 kernel_cache=kernel_cache, quick=bool(options.get("quick")))
+        if artifact.compiled_model is not None and quantization:  # a gate times the QDQ model that was compiled
+            model_path = str(folder / "model_int8.onnx")
+            Path(model_path).write_bytes(artifact.compiled_model)
         add_production_sections(artifact, report, model_path, options, input_shapes, threads)
-        if quantization is not None:
-            artifact.report["quantization"] = quantization  # before the HTML is rendered (on first use)
         try:
             out = folder / "out"
             artifact.save(out / storage.ARTIFACT)
@@ -122,36 +122,6 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
                                    "(the server's disk is full or the job's file size limit was reached)") from None
         raise
     return {"outputs": [str(out / name) for name in OUTPUTS]}
-
-
-QUANTIZE_SHARE = 0.3  # of an int8 job's progress bar; the compile of the QDQ model takes the rest
-
-
-def quantize_into(report: Callable, model_path: str, folder: Path, quantization: dict,
-                  threads: Optional[int]) -> tuple[str, dict]:
-    """An int8 job's first step: the QDQ model (written into the staging folder) and the report's section."""
-    from core.driver.stages import Stage
-    from core.quantize import QuantizeOptions, quantize_model
-
-    keywords = {k: v for k, v in quantization.items() if k != "calibration"}
-    options = QuantizeOptions(**{**keywords, "keep_float": tuple(keywords.get("keep_float") or ()),
-                                 "op_types": tuple(keywords.get("op_types") or ())}, threads=threads or 0)
-    result = quantize_model(model_path, quantization["calibration"], options,
-                            progress=lambda done, detail: report("progress", Stage.IMPORT, QUANTIZE_SHARE * done,
-                                                                 f"quantizing: {detail}"))
-    path = folder / "model_int8.onnx"
-    path.write_bytes(result.model)
-    return str(path), result.report
-
-
-def _after_quantizing(report: Callable) -> Callable:
-    """The compile's progress messages, placed after the quantize step's share of the bar."""
-    def scaled(kind: str, *message):
-        if kind == "progress":
-            stage, done, detail = message
-            message = (stage, QUANTIZE_SHARE + (1 - QUANTIZE_SHARE) * done, detail)
-        report(kind, *message)
-    return scaled
 
 
 def publish(staging: Path, job_folder: Path) -> None:

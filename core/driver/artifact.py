@@ -6,7 +6,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..report.html import render_html
 from ..runtime.package import HEADER, LIBRARY, METADATA, WEIGHTS, write_artifact
@@ -20,6 +20,7 @@ class Artifact:
         self.metadata = metadata
         self.report = report
         self._owns = owns_directory
+        self.compiled_model: Optional[bytes] = None  # the ONNX model compiled (an int8 compile's QDQ model)
 
     @property
     def library(self) -> Path:

@@ -1,4 +1,4 @@
-"""Bisect a mismatch: run the compiled kernels one by one and compare each output with ONNX Runtime's same tensor.
+"""Bisect a mismatch: run the compiled kernels one by one and compare each output with the reference's same tensor.
 
 ONNX Runtime exposes intermediate values once they are added as extra graph outputs; Kiln's side calls each
 kernel of the built library (core/codegen's KernelLibrary) in plan order on the previous kernels' outputs, so
@@ -17,7 +17,8 @@ import numpy as np
 from ..graph.ir import Graph
 from ..lowering.executable import Executable
 from .tolerance import OutputOrigin, output_origins, tolerance_for
-from .validate import compare_output, onnxruntime_session
+from .reference import reference_session
+from .validate import compare_output
 
 _BLOCKED_SUFFIX = re.compile(r"_nchw\d+c(_\d+)?$")
 
@@ -82,13 +83,14 @@ def to_reference_layout(value: np.ndarray, ref_shape: tuple) -> Optional[np.ndar
 
 def reference_intermediates(model_bytes: bytes, names: list[str], feeds: Mapping[str, np.ndarray],
                             threads: int) -> dict[str, np.ndarray]:
-    """ONNX Runtime's values of `names` (intermediate tensors made extra graph outputs) on `feeds`."""
+    """The reference's values of `names` (intermediate tensors made extra graph outputs) on `feeds`: ONNX Runtime's,
+    or the exact rewrite's for a quantized model (core/driver/reference.py keeps every value's name)."""
     import onnx
 
     model = onnx.load_from_string(model_bytes)
     present = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in present)
-    session = onnxruntime_session(model.SerializeToString(), threads)
+    session = reference_session(model, threads)
     wanted = [o.name for o in session.get_outputs()]
     return {n: v for n, v in zip(wanted, session.run(wanted, dict(feeds))) if isinstance(v, np.ndarray)}
 

@@ -36,7 +36,8 @@ from .numerics import ValidationOptions
 from .precision import judged_as, model_precision, store_weights
 from .stages import ProgressFn, Stage
 from .tolerance import origins_or_empty
-from .validate import index_bounds, onnxruntime_session, random_inputs, validate as validate_against_ort
+from .reference import open_sessions
+from .validate import index_bounds, random_inputs, validate as validate_against_ort
 
 MAX_RANK = 16  # kiln_shaped.c's limit
 
@@ -214,7 +215,7 @@ def compile_bucketed(source, data: bytes, plan: BucketPlan, tgt: Target, backend
     kernel_times: dict[str, float] = {}
     nthreads = threads or tgt.num_cores
     if cannot_run is None and (checks.enabled or benchmark):
-        session = onnxruntime_session(data, nthreads)
+        sessions = open_sessions(data, nthreads)
         module = Artifact(workdir, metadata, {}, owns_directory=False).load()
         module.set_num_threads(nthreads)
         try:
@@ -225,13 +226,13 @@ def compile_bucketed(source, data: bytes, plan: BucketPlan, tgt: Target, backend
                     samples += between_bucket_samples(plan, top_feeds)
                     origins = {**origins_or_empty(data), **judged_as(weights_precision, precision is not None, {
                         n: graphs[-1].type_of(n).dtype for n in graphs[-1].outputs})}
-                    comparison, _ = validate_against_ort(module, session, graphs[-1], samples=samples, origins=origins,
+                    comparison, _ = validate_against_ort(module, sessions.reference, graphs[-1], samples=samples, origins=origins,
                                                          user_tolerance=checks.tolerance)
                     validation = checks.verdict(comparison, samples, "a shape-bucketed library is compared as a whole")
                     validation["shapes"] = [{n: list(a.shape) for n, a in s.items()} for s in samples]
             if benchmark:
                 with stage(Stage.BENCHMARK):
-                    latency = compare_latency(module, session, top_feeds, rounds=7).as_report()
+                    latency = compare_latency(module, sessions.baseline, top_feeds, rounds=7).as_report()
                     latency["shapes"] = {n: list(a.shape) for n, a in top_feeds.items()}
                     profile = profile_kernels(module, top_exe, top_feeds)
                     kernel_times = profile.by_func

@@ -66,18 +66,19 @@ def compare_with_baseline(candidate: "str | Path", baseline: "str | Path", model
                           policy: GatePolicy, input_shapes: Optional[Mapping[str, tuple[int, ...]]] = None,
                           threads: Optional[int] = None, rounds: int = 15, baseline_label: str = "the baseline") -> dict[str, Any]:
     """The report's `baseline` section: both builds' latencies (interleaved rounds, same feeds and threads), their
-    ratio, both largest errors against ONNX Runtime on the same seeded inputs, and the verdict with its reason."""
+    ratio, both largest errors against the reference (ONNX Runtime; exact for int8) on the same seeded inputs, and the verdict with its reason."""
     import os
 
     from ..frontend import import_onnx
     from ..runtime import load
-    from .validate import index_bounds, onnxruntime_session, random_inputs
+    from .reference import reference_session
+    from .validate import index_bounds, random_inputs
 
     data = model if isinstance(model, bytes) else Path(model).read_bytes()
     graph = import_onnx(data, input_shapes=input_shapes)
     feeds = random_inputs(graph, 0, index_bounds(graph))
     nthreads = threads or os.cpu_count() or 1
-    session = onnxruntime_session(data, nthreads)
+    session = reference_session(data, nthreads)
     with load(candidate) as new, load(baseline) as old:
         if [t["name"] for t in new.inputs] != [t["name"] for t in old.inputs]:
             raise GatePolicyError("the baseline artifact takes other inputs than the new build: "

@@ -40,7 +40,8 @@ from .bucketed import compile_ranges
 from .shape_ranges import has_ranges
 from .manifest import build_manifest, inputs_digest, pinned_outcome, tuning_manifest
 from .numerics import ValidationOptions
-from .precision import check_precision, judged_as, judged_origin, model_precision, report_section, store_weights
+from .quantize_stage import accuracy_not_measured, accuracy_on_artifact, after_quantizing, quantize_first
+from .precision import PrecisionError, check_precision, judged_as, judged_origin, model_precision, report_section, store_weights
 from .tolerance import origins_or_empty
 from .reference import onnxruntime_on_host, open_sessions
 from .validate import index_bounds, random_inputs, validate as validate_against_ort
@@ -78,7 +79,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             name: Optional[str] = None, tolerance: "float | str | tuple[float, float] | None" = None,
             validation_inputs: Any = None, bisect: bool = False,
             pinned_records: Optional[list] = None, precision: Optional[str] = None,
-            kernel_cache: CacheSetting = None, quick: bool = False) -> Artifact:
+            kernel_cache: CacheSetting = None, quick: bool = False, calibration: "str | Path | None" = None,
+            quantization: Any = None) -> Artifact:
     """Compile an ONNX model into an Artifact (native library, weights, metadata, report). `tuning` is a
     TuningOptions (a plain mapping of its fields is accepted too); None: no tuning and no records.
     `name` prefixes the library (libNAME.so), header (NAME.h) and exported C symbols (NAME_load, ...).
@@ -86,7 +88,10 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     (ATOL, RTOL) for float outputs; `validation_inputs` .npz path(s) or bytes of real inputs; `bisect` always
     compares kernel by kernel (a mismatch always does). `pinned_records`: a manifest's `records_applied`, applied
     instead of tuning, which then does not run (kiln rebuild: the same configs without a records database).
-    `precision` (core/driver/precision.py): fp32, fp16 or bf16 weights (float32 arithmetic); None: the model's own.
+    `precision` (core/driver/precision.py): fp32, fp16 or bf16 weights (float32 arithmetic); None: the model's own;
+    int8 quantizes the model first (core/driver/quantize_stage.py) with `calibration` (an .npz of real inputs) and
+    `quantization` (core.quantize.QuantizeOptions or a mapping of its fields), then compiles the QDQ model onto
+    integer kernels; the report's `quantization` holds the accuracy cost measured on the artifact itself.
     `kernel_cache` (core/codegen/kernel_cache.py): None the machine's default, False/"off" none, or a directory.
     `quick`: no latency benchmark and validation on one sample at most, for fast iteration (the report says so)."""
     tgt = get_target(target)
@@ -111,12 +116,29 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         timings[step.value] = round(time.perf_counter() - start, 4)
 
     total_start = time.perf_counter()
+    quantized = None
+    if precision == "int8":
+        with stage(Stage.QUANTIZE):
+            quantized = quantize_first(model if isinstance(model, (str, Path, bytes)) else _model_bytes(model),
+                                       calibration, quantization, notify, threads)
+        model, precision, notify = quantized.model, None, after_quantizing(notify)
+    elif calibration is not None or quantization is not None:
+        raise PrecisionError("calibration samples and quantization options are for precision int8 only")
     data = _model_bytes(model)
     if has_ranges(input_shapes):  # declared ranges: one library over several shape buckets
         with building(kernel_cache):
-            return compile_ranges(model, data, input_shapes, tgt, backend, names, opt_level=opt_level, tuning=tuning,
-                                  checks=checks, benchmark=benchmark, notify=notify, threads=threads, precision=precision,
-                                  unsupported={"pinned records": pinned_records})
+            artifact = compile_ranges(model, data, input_shapes, tgt, backend, names, opt_level=opt_level, tuning=tuning,
+                                      checks=checks, benchmark=benchmark, notify=notify, threads=threads,
+                                      precision=precision, unsupported={"pinned records": pinned_records})
+        if quantized is not None:
+            cannot_run = backend.cannot_run_reason(tgt)
+            if cannot_run:
+                artifact.report["quantization"] = accuracy_not_measured(quantized, cannot_run)
+            else:
+                with artifact.load() as module:
+                    artifact.report["quantization"] = accuracy_on_artifact(module, quantized)
+        artifact.compiled_model = data
+        return artifact
     with stage(Stage.IMPORT):
         graph = import_onnx(model if isinstance(model, (str, Path)) else data, input_shapes=input_shapes)
         check_graph_sizes(graph)  # an absurd input shape fails here, not after a whole build
@@ -179,6 +201,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     latency: dict[str, Any] = {"skipped": cannot_run or (EMULATED if emulator else QUICK_NO_BENCHMARK if quick else
                                                           "the benchmark was not requested")}
     kernel_times: dict[str, float] = {}
+    quantization_report = None
     nthreads = threads or (min(tgt.num_cores, os.cpu_count() or 1) if emulator else tgt.num_cores)
     sessions = None
     # ONNX Runtime's Python API takes and returns numpy's own dtypes only, not ml_dtypes' float8/int4/...
@@ -224,6 +247,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                         profile = profile_kernels(module, exe, feeds)
                         kernel_times = profile.by_func
                         latency["kernel_breakdown"] = profile.breakdown(latency["kiln"])
+                if quantized is not None:
+                    quantization_report = accuracy_on_artifact(module, quantized)
         finally:
             module.close()
     if emulator is not None and "skipped" not in validation:
@@ -240,9 +265,14 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         report["quick"] = {"benchmark": "skipped", "validation": "one sample at most" if checks.enabled else "off"}
     report["precision"] = report_section(weights_precision, precision is not None, storage_dtypes, graph,
                                          (v for kernel in exe.kernels for v in kernel.inputs if v in graph.constants))
+    if quantized is not None:
+        report["quantization"] = quantization_report or accuracy_not_measured(
+            quantized, validation.get("skipped") or latency.get("skipped") or "the artifact did not run here")
     device = backend.report_device(tgt, runs_here)
     if device is not None:
         report["device"] = device
     if DEBUG.get() >= 1:
         print(f"[kiln] compiled {len(exe.kernels)} kernels in {timings['total']:.2f} s", file=sys.stderr)
-    return Artifact(workdir, metadata, report)
+    artifact = Artifact(workdir, metadata, report)
+    artifact.compiled_model = data  # what was compiled: the QDQ model of an int8 compile (a CI gate times against it)
+    return artifact

@@ -12,8 +12,10 @@ from ..graph.passes.narrow_weight_storage import MIN_ELEMENTS, narrow_weight_sto
 from ..target import Target
 from .tolerance import OutputOrigin
 
-# "int8" is the quantize job's (core/quantize/): it rewrites the model before compile() sees it.
-PRECISIONS = ("fp32", "fp16", "bf16")
+# Every precision Kiln compiles at (the CLI's choices, the API's schema and compile() read this one list): int8
+# quantizes the model first (core/driver/quantize_stage.py) and runs it on integer kernels.
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+HALF_PRECISIONS = ("fp16", "bf16")
 STORAGE = {"fp32": None, "fp16": "float16", "bf16": "bfloat16"}
 _OF_DTYPE = {"float16": "fp16", "bfloat16": "bf16"}
 
@@ -28,8 +30,7 @@ def check_precision(precision: Optional[str]) -> Optional[str]:
     """`precision` itself when Kiln knows it (None: the model's own), else one clear error."""
     if precision is None or precision in PRECISIONS:
         return precision
-    raise PrecisionError(f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}"
-                         + (" (int8 is `kiln quantize` / the quantize job)" if precision == "int8" else ""))
+    raise PrecisionError(f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
 
 
 def model_precision(graph: Graph) -> str:

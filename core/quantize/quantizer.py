@@ -39,6 +39,8 @@ ProgressFn = Callable[[float, str], None]  # (fraction of the quantize job done,
 class QuantizeResult:
     model: bytes  # the QDQ model
     report: dict = field(default_factory=dict)  # the report's "quantization" section
+    held_back: list = field(default_factory=list)  # the samples the accuracy is measured on (never calibrated on)
+    reference: dict = field(default_factory=dict)  # the float32 model's outputs on them, by output name
 
 
 def is_quantized_op(op_type: str) -> bool:
@@ -205,7 +207,7 @@ def quantize_model(model_path: "str | Path", calibration_path: "str | Path", opt
         "budget_met": None if options.max_error is None else worst <= options.max_error,
         "time_s": round(time.perf_counter() - started, 3),
     }
-    return QuantizeResult(model=quantized, report=report)
+    return QuantizeResult(model=quantized, report=report, held_back=held_back, reference=q.reference)
 
 
 def _check_keep_float(names: Sequence[str], ops_of: dict[str, str]) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from core.driver.precision import HALF_PRECISIONS, PRECISIONS
 from core.errors import KilnError
 from core.target import Target, get_target
 from service.core.tables import as_utc
@@ -91,7 +92,7 @@ class JobCreate(BaseModel):
                                 description="artifact name: libNAME.so, NAME.h and C symbols NAME_load, NAME_run, ... "
                                             "(several models link into one program); default libkiln_model.so, kiln_load")
     validation: ValidationRequest = Field(default_factory=ValidationRequest)
-    precision: Literal["fp32", "fp16", "bf16", "int8"] = Field(
+    precision: Literal[PRECISIONS] = Field(
         default="fp32", description="fp16/bf16: weights stored as float16/bfloat16, float32 arithmetic, validated at "
                                     "that format's tolerance; int8: quantize the float32 model first (needs `quantization`)")
     quantization: Optional[QuantizationRequest] = Field(default=None, description="with precision int8: how to quantize")
@@ -114,7 +115,7 @@ class JobCreate(BaseModel):
     def compile_options(self) -> dict[str, Any]:
         """The job's compile options beyond target, level, tuning and shapes (stored in Job.options)."""
         return {**({"name": self.name} if self.name else {}), **self.validation.compile_options(),
-                **({"precision": self.precision} if self.precision in ("fp16", "bf16") else {}),
+                **({"precision": self.precision} if self.precision in HALF_PRECISIONS else {}),
                 **({"quick": True} if self.quick else {})}
 
     @field_validator("input_shapes")

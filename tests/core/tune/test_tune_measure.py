@@ -158,14 +158,15 @@ class _HostileTask:
         return self.effect
 
 
-@pytest.mark.parametrize("effect, error, message", [
-    ((os._exit, (3,)), MeasureErrorNo.COMPILE_HOST, "build process died"),
-    ((time.sleep, (60,)), MeasureErrorNo.BUILD_TIMEOUT, "no build in 1 s"),
+# The crash gets a timeout no loaded machine reaches (it dies at once); only the hang waits for its 1 s.
+@pytest.mark.parametrize("effect, timeout_s, error, message", [
+    ((os._exit, (3,)), 120.0, MeasureErrorNo.COMPILE_HOST, "build process died"),
+    ((time.sleep, (60,)), 1.0, MeasureErrorNo.BUILD_TIMEOUT, "no build in 1 s"),
 ], ids=["crash", "hang"])
 def test_a_build_that_crashes_or_hangs_fails_its_candidates_and_the_next_batch_builds(conv_task, tmp_path, effect,
-                                                                                      error, message):
+                                                                                      timeout_s, error, message):
     configs = [c for c in conv_task.space if conv_task.valid(c)][:3]  # more candidates than build processes
-    builder = LocalBuilder(tmp_path, n_parallel=2, timeout_s=1.0)
+    builder = LocalBuilder(tmp_path, n_parallel=2, timeout_s=timeout_s)
     try:
         failed = builder.build(_HostileTask(effect), configs)
         assert [r.error_no for r in failed] == [error] * 3 and message in failed[0].error_msg

@@ -8,6 +8,7 @@ import io
 import numpy as np
 import pytest
 
+from core.driver.reference import EXACT_REFERENCE
 from service.core import storage
 from tests.core.quantize.models import INPUT, calibration_samples, small_cnn
 from workers.compile_job import run_compile_job
@@ -50,7 +51,9 @@ def test_an_int8_job_quantizes_compiles_validates_and_reports_the_accuracy_cost(
     assert q["layers"]["quantized"] == 2 and q["budget_met"] is True
     (out,) = q["accuracy"]["outputs"]
     assert 0 < out["rel_err"] < 0.5 and out["top1_positions"] == 2
-    assert report["validation"]["passed"]  # Kiln's build of the QDQ model against ONNX Runtime's
+    assert q["accuracy"]["measured_on"] == "kiln artifact"  # what the user deploys, not ORT's int8 session
+    assert report["validation"]["passed"]  # Kiln's build of the QDQ model against the exact integer reference
+    assert report["validation"]["reference"] == EXACT_REFERENCE
     uploaded = api.client.get(f"/api/v1/models/{model_id}", headers=headers).json()
     assert report["model"]["sha256"] != uploaded["sha256"]  # what was compiled is the QDQ model, not the upload
     page = api.client.get(f"/api/v1/jobs/{job_id}/report?format=html", headers=headers).text
