@@ -75,13 +75,12 @@ def test_pp_ocr_recognizer_keeps_99_percent_argmax_agreement(rapidocr_wheel, tmp
     assert scores["top1_agreement"] >= 0.99, section
     assert f"top-1 agreement {scores['top1_agreement']:.2%} of 240" in proc.stdout
     assert section["budget_met"] and section["layers"]["quantized"] > 0
-    # the reported agreement is what ONNX Runtime gives on the written model and the float32 one
-    import onnxruntime as ort
-
+    # the reported agreement is what the written model gives (its Q/DQ as the spec defines them: the exact reference,
+    # not ORT's fused int8 kernels, which saturate on hosts without VNNI) against the float32 one
+    from core.driver.reference import reference_session
     from core.quantize.calibration import split_samples
 
     _, held_back = split_samples([{"x": line} for line in np.load(calibration)["x"]])
-    fp32 = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    int8 = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    fp32, int8 = reference_session(model, 1), reference_session(out, 1)
     agree = np.mean([fp32.run(None, s)[0].argmax(-1) == int8.run(None, s)[0].argmax(-1) for s in held_back])
     assert agree == pytest.approx(scores["top1_agreement"])
