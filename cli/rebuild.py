@@ -16,7 +16,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     for path, what in ((Path(args.artifact), "artifact"), (Path(args.model), "model file")):
         if not path.is_file():
             raise InvalidModelError(f"no such {what}: {path}")
-    result = rebuild(args.artifact, Path(args.model), validation_inputs=args.validation_inputs or None)
+    result = rebuild(args.artifact, Path(args.model), validation_inputs=args.validation_inputs or None,
+                     calibration=args.calibration)
     try:
         if args.output:
             out = result.artifact.save(args.output)
@@ -39,5 +40,7 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", help="also write the rebuilt artifact here")
     p.add_argument("--validation-inputs", action="append", metavar="FILE.npz",
                    help="the original build's --validation-inputs, if it had any (their hash is in the manifest)")
+    p.add_argument("--calibration", metavar="DATA.npz",
+                   help="an int8 artifact's calibration samples (their hash is in the manifest): it is quantized again")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON too")
     p.set_defaults(func=cmd_rebuild)

@@ -67,20 +67,22 @@ def canonical_record_line(workload: str, target: str, config: Mapping[str, Any])
                       separators=(",", ":"))
 
 
-def records_applied(outcome: "Optional[TuningOutcome]") -> list[dict[str, Any]]:
-    """The tuned configs this build applied, as canonical lines with their sha256, sorted by workload."""
-    if outcome is None:
-        return []
+def records_applied(outcomes: "Sequence[Optional[TuningOutcome]]") -> list[dict[str, Any]]:
+    """The tuned configs this build applied (every shape bucket's), as canonical lines with their sha256, sorted by
+    workload."""
+    chosen = {key: value for outcome in outcomes if outcome is not None for key, value in outcome.chosen.items()}
     out = []
-    for key, (task, values) in sorted(outcome.chosen.items()):
+    for key, (task, values) in sorted(chosen.items()):
         line = canonical_record_line(key, task.target.name, values)
         out.append({"workload": key, "name": task.name, "line": line,
                     "sha256": hashlib.sha256(line.encode()).hexdigest()})
     return out
 
 
-def pinned_outcome(graph: "Graph", target: "Target", applied: Sequence[Mapping[str, Any]]) -> "TuningOutcome":
-    """The tuning outcome a manifest's records give this graph: the same configs, no records database, no measuring."""
+def pinned_outcomes(graphs: "Sequence[Graph]", target: "Target",
+                    applied: Sequence[Mapping[str, Any]]) -> "list[TuningOutcome]":
+    """The tuning outcomes a manifest's records give these graphs (one per shape bucket): the same configs, no records
+    database, no measuring. Every record must name a workload of some graph."""
     from ..tune.session import TuningOutcome
     from ..tune.task import extract_tasks
 
@@ -88,17 +90,21 @@ def pinned_outcome(graph: "Graph", target: "Target", applied: Sequence[Mapping[s
     for entry in applied:
         rec = json.loads(entry["line"])
         wanted[rec["workload"]] = rec["config"]
-    outcome = TuningOutcome(graph, target)
-    for task in (extract_tasks(graph, target) if wanted else ()):
-        if task.key in wanted:
-            outcome.chosen[task.key] = (task, dict(wanted[task.key]))
-    missing = sorted(set(wanted) - set(outcome.chosen))
+    outcomes, found = [], set()
+    for graph in graphs:
+        outcome = TuningOutcome(graph, target)
+        for task in (extract_tasks(graph, target) if wanted else ()):
+            if task.key in wanted:
+                outcome.chosen[task.key] = (task, dict(wanted[task.key]))
+        found |= set(outcome.chosen)
+        outcome.report = {"trials": 0, "time_s": 0.0, "cache_hits": len(outcome.chosen), "tasks": [],
+                          "pinned_from_manifest": len(outcome.chosen)}
+        outcomes.append(outcome)
+    missing = sorted(set(wanted) - found)
     if missing:
         raise ManifestError(f"the manifest's tuning records name {len(missing)} workload(s) this build does not have "
                             f"(e.g. {missing[0][:16]}): the optimized graph differs from the original build's")
-    outcome.report = {"trials": 0, "time_s": 0.0, "cache_hits": len(outcome.chosen), "tasks": [],
-                      "pinned_from_manifest": len(outcome.chosen)}
-    return outcome
+    return outcomes
 
 
 def inputs_digest(samples: "Optional[Sequence[Mapping[str, np.ndarray]]]", graph: "Graph") -> dict[str, Any]:
@@ -118,11 +124,11 @@ def inputs_digest(samples: "Optional[Sequence[Mapping[str, np.ndarray]]]", graph
 
 
 def build_manifest(*, model_sha256: str, target: "Target", target_spec: str, options: Mapping[str, Any],
-                   outcome: "Optional[TuningOutcome]", validation_inputs: Optional[dict]) -> dict[str, Any]:
+                   outcomes: "Sequence[Optional[TuningOutcome]]", validation_inputs: Optional[dict]) -> dict[str, Any]:
     """The manifest of one build: no paths and no timestamps, so that two builds of the same inputs agree."""
     return {"version": MANIFEST_VERSION, "model_sha256": model_sha256, **toolchain(),
             "target": target_info(target, target_spec), "options": dict(options),
-            "records_applied": records_applied(outcome), "validation_inputs": validation_inputs}
+            "records_applied": records_applied(outcomes), "validation_inputs": validation_inputs}
 
 
 _TUNING_FIELDS = ("trials", "time_budget_s", "tuner", "batch_size", "early_stopping", "seed", "timeout_s",

@@ -1,6 +1,7 @@
-"""compile(): import -> optimize -> (tune) -> build -> validate -> benchmark -> package -> report.
+"""compile(): (quantize) -> import -> optimize -> (tune) -> build -> validate -> benchmark -> package -> report.
 
-The one entry point the CLI, the Python API and the service's workers all call.
+The one pipeline and entry point the CLI, the Python API and the service's workers all call: static shapes and
+declared ranges alike (core/driver/shape_plan.py says what each stage builds for).
 """
 from __future__ import annotations
 
@@ -22,9 +23,7 @@ from ..codegen.kernel_cache import CacheSetting, building
 from ..debug import DEBUG
 from ..errors import KilnError, ValidationError
 from ..lowering.executable import build_executable
-from ..frontend import import_onnx
-from ..frontend.inspect import check_graph_sizes, onnx_node_names
-from ..graph.ir import Graph
+from ..frontend.inspect import onnx_node_names
 from ..graph.passes.manager import optimize
 from ..narrow_dtypes import NARROW_DTYPES
 from ..report.schema import build_report
@@ -36,15 +35,15 @@ from ..target import Target, get_target
 from ..tune.options import TuningOptions
 from .stages import ProgressFn, Stage
 from .bisect import bisect as bisect_kernels
-from .bucketed import compile_ranges
-from .shape_ranges import has_ranges
-from .manifest import build_manifest, inputs_digest, pinned_outcome, tuning_manifest
+from .manifest import build_manifest, inputs_digest, pinned_outcomes, tuning_manifest
 from .numerics import ValidationOptions
-from .quantize_stage import accuracy_not_measured, accuracy_on_artifact, after_quantizing, quantize_first
+from .quantize_stage import (accuracy_not_measured, accuracy_on_artifact, after_quantizing, manifest_options,
+                             quantize_first)
 from .precision import PrecisionError, check_precision, judged_as, judged_origin, model_precision, report_section, store_weights
 from .tolerance import origins_or_empty
 from .reference import onnxruntime_on_host, open_sessions
-from .validate import index_bounds, random_inputs, validate as validate_against_ort
+from .shape_plan import io_info, shape_plan, shapes_option
+from .validate import validate as validate_against_ort
 
 ModelLike = Union[str, Path, bytes, Any]  # a path, serialized bytes or an onnx.ModelProto
 QUICK_NO_BENCHMARK = "a quick compile (--quick) skips the latency benchmark"
@@ -58,8 +57,19 @@ def _model_bytes(model: ModelLike) -> bytes:
     return model.SerializeToString()
 
 
-def _io_info(graph: Graph, names) -> list[dict]:
-    return [{"name": n, "shape": list(graph.type_of(n).shape), "dtype": graph.type_of(n).dtype} for n in names]
+def merged_tuning(outcomes) -> tuple[dict[str, Any], set[str]]:
+    """The report's tuning section and the tuned kernels' names over every shape bucket's outcome (kernels of bucket
+    b are named b{b}_NAME in a bucketed library)."""
+    present = [(b, o) for b, o in enumerate(outcomes) if o is not None]
+    if not present:
+        return {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}, set()
+    if len(outcomes) == 1:
+        return present[0][1].report, set(present[0][1].tuned_kernels)
+    report: dict[str, Any] = {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}
+    for _, outcome in present:
+        for key in ("trials", "time_s", "cache_hits", "tasks"):
+            report[key] += outcome.report.get(key, type(report[key])())
+    return report, {f"b{b}_{k}" for b, o in present for k in o.tuned_kernels}
 
 
 @contextmanager
@@ -116,45 +126,32 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         timings[step.value] = round(time.perf_counter() - start, 4)
 
     total_start = time.perf_counter()
-    quantized = None
+    quantized, requested = None, {"precision": precision}
     if precision == "int8":
+        source_sha256 = hashlib.sha256(_model_bytes(model)).hexdigest()  # a rebuild starts from the float model
         with stage(Stage.QUANTIZE):
             quantized = quantize_first(model if isinstance(model, (str, Path, bytes)) else _model_bytes(model),
                                        calibration, quantization, notify, threads)
+        requested.update(manifest_options(quantization, calibration, threads))
         model, precision, notify = quantized.model, None, after_quantizing(notify)
     elif calibration is not None or quantization is not None:
         raise PrecisionError("calibration samples and quantization options are for precision int8 only")
     data = _model_bytes(model)
-    if has_ranges(input_shapes):  # declared ranges: one library over several shape buckets
-        with building(kernel_cache):
-            artifact = compile_ranges(model, data, input_shapes, tgt, backend, names, opt_level=opt_level, tuning=tuning,
-                                      checks=checks, benchmark=benchmark, notify=notify, threads=threads,
-                                      precision=precision, unsupported={"pinned records": pinned_records})
-        if quantized is not None:
-            cannot_run = backend.cannot_run_reason(tgt)
-            if cannot_run:
-                artifact.report["quantization"] = accuracy_not_measured(quantized, cannot_run)
-            else:
-                with artifact.load() as module:
-                    artifact.report["quantization"] = accuracy_on_artifact(module, quantized)
-        artifact.compiled_model = data
-        return artifact
+    shapes = shape_plan(model if isinstance(model, (str, Path)) else data, data, input_shapes)
+    shapes.refuse(tgt, backend, checks)  # what declared ranges cannot be combined with yet, before any work
     with stage(Stage.IMPORT):
-        graph = import_onnx(model if isinstance(model, (str, Path)) else data, input_shapes=input_shapes)
-        check_graph_sizes(graph)  # an absurd input shape fails here, not after a whole build
-        backend.check_ops((node.op for node in graph.nodes), tgt)  # what the target cannot compile, all at once
-        samples = checks.samples(graph) if checks.enabled else None  # bad inputs fail before minutes of building
-    nodes_in = len(graph.nodes)
-    weights_precision = precision or model_precision(graph)
+        imported = shapes.import_graphs()  # one graph, or one per shape bucket (the largest last)
+        backend.check_ops((node.op for node in imported[-1].nodes), tgt)  # what the target cannot compile, at once
+        samples = shapes.samples(checks, imported)  # bad inputs fail before minutes of building
+    nodes_in = len(imported[-1].nodes)
+    weights_precision = precision or model_precision(imported[-1])
     storage_dtypes = backend.weight_storage_dtypes(tgt)
     with stage(Stage.OPTIMIZE):
-        graph = optimize(graph, opt_level, tgt)
-        graph = store_weights(graph, weights_precision, precision is not None, storage_dtypes, tgt)
-    tuning_report: dict[str, Any] = {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}
-    schedule_for, tuned_kernels, outcome = None, set(), None
+        graphs = [store_weights(optimize(g, opt_level, tgt), weights_precision, precision is not None, storage_dtypes,
+                                tgt) for g in imported]
+    outcomes: list = [None] * len(graphs)
     if pinned_records is not None:
-        outcome = pinned_outcome(graph, tgt, pinned_records)
-        tuning_report, schedule_for, tuned_kernels = outcome.report, outcome.schedule_for, outcome.tuned_kernels
+        outcomes = pinned_outcomes(graphs, tgt, pinned_records)
     elif tuning is not None:
         from ..tune import tune_graph
 
@@ -164,31 +161,34 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             notify(Stage.TUNE, Stage.TUNE.at(done / max(1, planned)), f"tuning {done}/{planned}")
 
         with stage(Stage.TUNE):
-            outcome = tune_graph(graph, tgt, replace(tuning, progress=tune_progress))
-        tuning_report, schedule_for, tuned_kernels = outcome.report, outcome.schedule_for, outcome.tuned_kernels
+            outcomes = [tune_graph(g, tgt, replace(tuning, progress=tune_progress)) for g in graphs]
     else:
         timings["tune"] = 0.0
+    tuning_report, tuned_kernels = merged_tuning(outcomes)
     workdir = new_workdir()
     with stage(Stage.BUILD), building(kernel_cache) as build_stats:
-        exe = build_executable(graph, tgt, schedule_for=schedule_for)
-        build_library(list(exe.funcs), tgt, workdir / names.library,
-                      plan=exe.plan if names.is_default else replace(exe.plan, export_prefix=names.prefix))
-        (workdir / WEIGHTS).write_bytes(exe.weights)
+        linked = shapes.link([build_executable(g, tgt, schedule_for=o.schedule_for if o else None)
+                              for g, o in zip(graphs, outcomes)], graphs)
+        build_library(list(linked.funcs), tgt, workdir / names.library,
+                      plan=linked.plan if names.is_default else replace(linked.plan, export_prefix=names.prefix))
+        (workdir / WEIGHTS).write_bytes(linked.weights)
+    graph, exe = graphs[-1], linked.top
     metadata = {
         "format": "kiln-artifact", "version": 1, "compiler_version": __version__, "target": tgt.name,
         "target_triple": tgt.triple, "target_features": tgt.features, "opt_level": opt_level,
-        "model_sha256": hashlib.sha256(data).hexdigest(), "inputs": _io_info(graph, graph.inputs),
-        "outputs": _io_info(graph, graph.outputs), "library": names.library, "weights": WEIGHTS, "header": names.header, "symbol_prefix": names.prefix,
-        "weights_bytes": len(exe.weights), "arena_bytes": exe.memory.arena_bytes, "precision": weights_precision,
+        "model_sha256": hashlib.sha256(data).hexdigest(), "inputs": io_info(graph, shapes.user_inputs(graph)),
+        "outputs": io_info(graph, graph.outputs), "library": names.library, "weights": WEIGHTS, "header": names.header,
+        "symbol_prefix": names.prefix, "weights_bytes": len(linked.weights), "arena_bytes": linked.arena_bytes,
+        **shapes.metadata(), "precision": weights_precision,
     }
     metadata.update(backend.runtime_metadata(tgt))
     metadata["manifest"] = build_manifest(
-        model_sha256=metadata["model_sha256"], target=tgt, target_spec=target if isinstance(target, str) else tgt.name,
-        outcome=outcome, validation_inputs=inputs_digest(samples, graph) if checks.enabled else None,
-        options={"opt_level": opt_level, "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
+        model_sha256=source_sha256 if quantized is not None else metadata["model_sha256"], target=tgt, target_spec=target if isinstance(target, str) else tgt.name,
+        outcomes=outcomes, validation_inputs=inputs_digest(samples, graph) if checks.enabled else None,
+        options={"opt_level": opt_level, "input_shapes": shapes_option(input_shapes),
                  "tuning": tuning_manifest(tuning), "threads": threads,
                  "name": name, "validate": checks.mode, "tolerance": list(checks.tolerance) if checks.tolerance else None,
-                 "bisect": checks.bisect, "precision": precision})
+                 "bisect": checks.bisect, **requested})
     write_metadata(workdir, metadata)
     (workdir / names.header).write_text(render_header(metadata))
 
@@ -228,20 +228,24 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                         comparison, worst_feeds = validate_against_ort(module, sessions.reference, graph, samples=samples,
                                                                        origins=origins, user_tolerance=checks.tolerance)
                         # Kernels run one by one from the library itself: only a host CPU library exports them.
-                        no_bisect = ("the target does not run here" if emulator is not None else
-                                     "a GPU library's kernels run only inside the runtime" if backend.profiles_in_runtime
-                                     else "a named library keeps its kernels internal" if not names.is_default else "")
+                        no_bisect = shapes.no_bisect or (
+                            "the target does not run here" if emulator is not None else
+                            "a GPU library's kernels run only inside the runtime" if backend.profiles_in_runtime
+                            else "a named library keeps its kernels internal" if not names.is_default else "")
                         validation = checks.verdict(comparison, samples, no_bisect or (
                             lambda: bisect_kernels(exe, graph, workdir / names.library, data, worst_feeds,
                                                    threads=nthreads, user_tolerance=checks.tolerance,
                                                    default_origin=judged_origin(weights_precision, precision is not None))))
+                        validation.update(shapes.shapes_of(samples))
                         if sessions.exact:  # what a user deploying ORT on this host would get, for the report
                             validation["onnxruntime_on_host"] = onnxruntime_on_host(
                                 sessions, worst_feeds, origins, checks.tolerance)
                 if benchmark:
                     with stage(Stage.BENCHMARK):
-                        feeds = random_inputs(graph, 1, index_bounds(graph))
+                        feeds = shapes.benchmark_feeds(graph)
                         latency = compare_latency(module, sessions.baseline, feeds, rounds=7).as_report()
+                        if shapes.ranged:
+                            latency["shapes"] = {n: list(a.shape) for n, a in feeds.items()}
                         # Kernels timed inside runs of the whole model (the runtime's own profile), so that
                         # their sum explains the end-to-end time; the report gives both and their ratio.
                         profile = profile_kernels(module, exe, feeds)
@@ -259,6 +263,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                           passes=list(backend.pass_names(opt_level)), kernel_times=kernel_times, tuned_kernels=tuned_kernels,
                           tuning=tuning_report, validation=validation, latency=latency, timings=timings,
                           threads=nthreads, onnx_nodes=onnx_node_names(data))
+    report.update(shapes.report(linked))
     report["manifest"] = metadata["manifest"]
     report["build"] = build_stats.as_report()
     if quick:

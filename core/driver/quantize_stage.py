@@ -44,6 +44,17 @@ def quantize_first(model: Union[str, Path, bytes], calibration: Optional[Union[s
         return quantize_model(path, calibration, quantize_options(options, threads), progress=progress)
 
 
+def manifest_options(options, calibration: "str | Path", threads: Optional[int]) -> dict:
+    """The manifest's record of an int8 compile: the quantization options and the calibration samples' sha256 (a
+    rebuild quantizes again from the same float model and samples; quantize_static is deterministic)."""
+    import hashlib
+
+    fields = asdict(quantize_options(options, threads))
+    fields.pop("threads")
+    return {"quantization": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
+            "calibration_sha256": hashlib.sha256(Path(calibration).read_bytes()).hexdigest()}
+
+
 def after_quantizing(notify: ProgressFn) -> ProgressFn:
     """The compile's own progress, placed after the quantize step's share of the bar."""
     return lambda stage, done, detail: notify(stage, QUANTIZE_SHARE + (1 - QUANTIZE_SHARE) * done, detail)

@@ -121,10 +121,10 @@ def compare(original: Mapping[str, bytes], rebuilt: Mapping[str, bytes]) -> Rebu
 
 
 def rebuild(artifact: "str | Path", model: "str | Path | bytes", *, validation_inputs: Any = None,
-            progress=None) -> RebuildResult:
+            calibration: "str | Path | None" = None, progress=None) -> RebuildResult:
     """Compile `model` again with the artifact's manifest (its target, options and applied tuning records; no
-    records database, no tuning) and compare the result with the artifact. The caller saves or cleans up
-    `result.artifact`."""
+    records database, no tuning) and compare the result with the artifact; an int8 artifact quantizes `model` again
+    on its `calibration` samples (their sha256 is checked). The caller saves or cleans up `result.artifact`."""
     from ..tune.options import TuningOptions
     from .pipeline import compile as compile_model
 
@@ -141,6 +141,16 @@ def rebuild(artifact: "str | Path", model: "str | Path | bytes", *, validation_i
     options = dict(manifest["options"])
     tuning = options.pop("tuning", None)
     tolerance = options.pop("tolerance", None)
+    wanted_calibration = options.pop("calibration_sha256", None)
+    if wanted_calibration is not None:
+        if calibration is None:
+            raise ManifestError(f"{artifact} is an int8 build: rebuilding it needs its calibration samples "
+                                f"(--calibration DATA.npz, sha256 {wanted_calibration[:12]})")
+        got = hashlib.sha256(Path(calibration).read_bytes()).hexdigest()
+        if got != wanted_calibration:
+            raise ManifestError(f"the calibration samples (sha256 {got[:12]}) are not the ones the artifact was "
+                                f"quantized on (sha256 {wanted_calibration[:12]})")
+        options["calibration"] = str(calibration)
     built = compile_model(data, target=manifest["target"]["spec"], **{
         **options, "input_shapes": {k: tuple(v) for k, v in options.get("input_shapes", {}).items()} or None,
         "tuning": TuningOptions(**tuning) if tuning is not None else None,

@@ -9,7 +9,7 @@ import pytest
 
 import core
 from core.driver.buckets import plan_buckets
-from core.driver.bucketed import find_padded
+from core.driver.shape_plan import find_padded
 from core.driver.shape_ranges import DimRange, parse_dim, parse_input_shape
 from core.errors import KilnError, ShapeError
 from core.frontend import import_onnx

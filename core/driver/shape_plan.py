@@ -1,0 +1,244 @@
+"""The shapes one compile builds for, asked by the pipeline at each stage: a single point (static shapes) or the
+buckets of declared ranges (one library over every bucket, validated at and between its buckets)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+
+from ..codegen.llvm_types import itemsize as element_bytes
+from ..errors import ShapeError
+from ..frontend import import_onnx
+from ..frontend.inspect import check_graph_sizes
+from ..graph.ir import Graph
+from ..graph.padding import NotPaddable, padded_output_axes
+from ..lowering.bucketed import merge_buckets
+from ..lowering.executable import Executable
+from ..target import Target
+from .bucket_masks import MaskedBuckets, between_bucket_samples, find_masked
+from .buckets import BucketPlan, plan_buckets
+from .numerics import ValidationOptions
+from .shape_ranges import has_ranges
+from .validate import index_bounds, random_inputs
+
+MAX_RANK = 16  # kiln_shaped.c's limit
+
+
+@dataclass(frozen=True)
+class Linked:
+    """What the build stage links into the library: its functions, the call plan, the weights, and the executable
+    whose kernels the report and the profile describe (the largest bucket's)."""
+
+    funcs: tuple
+    plan: Any
+    weights: bytes
+    arena_bytes: int
+    top: Executable
+
+
+def shape_plan(source, data: bytes, input_shapes: Optional[Mapping[str, Any]]):
+    """StaticShapes, or BucketedShapes when `input_shapes` declares a range (ShapeError for bad ranges)."""
+    if not has_ranges(input_shapes):
+        return StaticShapes(source, input_shapes)
+    return BucketedShapes(source, plan_buckets(onnx.load_from_string(data), input_shapes))
+
+
+def io_info(graph: Graph, names) -> list[dict]:
+    return [{"name": n, "shape": list(graph.type_of(n).shape), "dtype": graph.type_of(n).dtype} for n in names]
+
+
+class StaticShapes:
+    """One point: the model's shapes, with `input_shapes` fixing symbolic dims."""
+
+    ranged = False
+    no_bisect = ""
+
+    def __init__(self, source, input_shapes):
+        self.source, self.input_shapes = source, input_shapes
+
+    def refuse(self, target: Target, backend, checks: ValidationOptions) -> None:
+        """Nothing: every target and option takes static shapes."""
+
+    def import_graphs(self) -> list[Graph]:
+        graph = import_onnx(self.source, input_shapes=self.input_shapes)
+        check_graph_sizes(graph)  # an absurd input shape fails here, not after a whole build
+        return [graph]
+
+    def samples(self, checks: ValidationOptions, graphs: Sequence[Graph]):
+        """The user's samples, checked before minutes of building (None: validate() draws seeded random ones)."""
+        return checks.samples(graphs[-1]) if checks.enabled else None
+
+    def link(self, executables: Sequence[Executable], graphs: Sequence[Graph]) -> Linked:
+        (exe,) = executables
+        return Linked(exe.funcs, exe.plan, exe.weights, exe.memory.arena_bytes, exe)
+
+    def user_inputs(self, graph: Graph) -> tuple[str, ...]:
+        return graph.inputs
+
+    def benchmark_feeds(self, graph: Graph) -> dict[str, np.ndarray]:
+        return random_inputs(graph, 1, index_bounds(graph))
+
+    def metadata(self) -> dict:
+        return {}
+
+    def report(self, linked: Linked) -> dict:
+        return {}
+
+    def shapes_of(self, samples) -> dict:
+        return {}
+
+
+class BucketedShapes:
+    """Declared ranges: every bucket compiled, linked into one library with one weights file; the variables that
+    can be zero-padded, or run on masks with a run-time length, serve the sizes between buckets."""
+
+    ranged = True
+    no_bisect = "a shape-bucketed library is compared as a whole"
+
+    def __init__(self, source, plan: BucketPlan):
+        self.source, self.plan = source, plan
+        self.carried: dict = {}
+        self.refused: dict = {}
+        self.masks = MaskedBuckets(plan)
+        self.gathered: dict = {}
+
+    def refuse(self, target: Target, backend, checks: ValidationOptions) -> None:
+        """What ranges cannot be combined with yet, before anything is built."""
+        if not backend.host_code or backend.cannot_run_reason(target) is not None:
+            raise ShapeError(f"input-shape ranges are supported for CPU targets that run on this machine only, not "
+                             f"{target.name} yet: give fixed shapes")
+        if checks.inputs or checks.bisect:
+            raise ShapeError("input-shape ranges cannot be combined with validation inputs or --bisect yet")
+
+    def import_graphs(self) -> list[Graph]:
+        plan = self.plan
+        top = import_onnx(self.source, input_shapes=plan.input_shapes(len(plan.buckets) - 1))
+        check_graph_sizes(top)  # the largest bucket: an absurd range fails before any other bucket is imported
+        imported = [import_onnx(self.source, input_shapes=plan.input_shapes(b)) for b in range(len(plan.buckets) - 1)]
+        imported.append(top)
+        deep = [n for n in top.inputs + top.outputs if len(top.type_of(n).shape) > MAX_RANK]
+        if deep:
+            raise ShapeError(f"input-shape ranges support tensors of rank {MAX_RANK} at most; {deep} have more")
+        plan, self.carried, refused = find_padded(plan, imported)
+        self.masks = find_masked(plan, self.source, refused)
+        self.plan, self.refused = self.masks.plan, dict(self.masks.refused)
+        self.gathered = index_bounds(imported[-1])  # the ids each input indexes (masked graphs gather through masks)
+        return list(self.masks.graphs) or imported
+
+    def samples(self, checks: ValidationOptions, graphs: Sequence[Graph]):
+        """One sample at every bucket's shapes and at sizes between buckets."""
+        top = self._feeds(graphs[-1])
+        return [self._feeds(g) for g in graphs[:-1]] + [top] + between_bucket_samples(self.plan, top)
+
+    def _feeds(self, graph: Graph) -> dict[str, np.ndarray]:
+        feeds = random_inputs(graph, 0, self.gathered)
+        return {name: feeds[name] for name in self.user_inputs(graph)}
+
+    def link(self, executables: Sequence[Executable], graphs: Sequence[Graph]) -> Linked:
+        merged = merge_buckets(executables, _tables(self.plan, graphs, self.carried, self.masks),
+                               hidden_inputs=len(self.masks.length_variables))
+        top = dataclasses.replace(merged.buckets[-1], weights=merged.weights)
+        return Linked(merged.funcs, merged.plan, merged.weights, merged.plan.arena_bytes, top)
+
+    def user_inputs(self, graph: Graph) -> tuple[str, ...]:
+        """The model's inputs (the graph's without the run-time lengths that follow them)."""
+        return graph.inputs[:len(graph.inputs) - len(self.masks.length_variables)]
+
+    def benchmark_feeds(self, graph: Graph) -> dict[str, np.ndarray]:
+        return self._feeds(graph)
+
+    def describe(self) -> dict:
+        return {**self.plan.describe(), "padded_outputs": self.carried, "not_padded": self.refused,
+                "masked_outputs": {o: {a: {"variables": c, "constant": k} for a, (c, k) in axes.items()}
+                                   for o, axes in self.masks.outputs.items()}}
+
+    def metadata(self) -> dict:
+        return {"dynamic_shapes": self.describe()}
+
+    def report(self, linked: Linked) -> dict:
+        return {"dynamic_shapes": {**self.describe(), "kernels_compiled": len(linked.funcs),
+                                   "kernel_calls": sum(len(p.calls) for p in linked.plan.plans)}}
+
+    def shapes_of(self, samples) -> dict:
+        return {"shapes": [{n: list(a.shape) for n, a in s.items()} for s in samples]}
+
+
+def find_padded(plan: BucketPlan, graphs: list[Graph]
+                ) -> tuple[BucketPlan, dict[str, dict[str, list[int]]], dict[str, str]]:
+    """The plan with the variables that may be zero-padded (core/graph/padding.py on every bucket's imported
+    graph, the largest last); per padded variable the output axes it carries; per other variable why not."""
+    padded, carried, refused = set(), {}, {}
+    for var in plan.variables:
+        if len(var.sizes) == 1 and var.range.lo == var.range.hi:
+            continue
+        seeds: dict[str, set[int]] = {}
+        for name, axis in var.dims:
+            seeds.setdefault(name, set()).add(axis)
+        try:
+            name, axis = var.dims[0]
+            for graph in graphs:  # each bucket padded into (above lo) has its own folded shapes and indices
+                if graph is graphs[-1] or graph.type_of(name).shape[axis] > var.range.lo:
+                    outputs = padded_output_axes(graph, {n: frozenset(a) for n, a in seeds.items()})
+        except NotPaddable as why:
+            refused[var.name] = str(why)
+            continue
+        padded.add(var.name)
+        carried[var.name] = {o: sorted(a) for o, a in outputs.items() if a}
+    return replace(plan, padded=frozenset(padded)), carried, refused
+
+
+def _tables(plan: BucketPlan, graphs: Sequence[Graph], carried: dict[str, dict[str, list[int]]],
+            masks: MaskedBuckets) -> dict:
+    """The dispatch tables of core/codegen/bucket_entry.py."""
+    top, count = graphs[-1], len(plan.variables)
+    inputs = top.inputs[:len(top.inputs) - len(masks.length_variables)]
+    in_var, in_fixed, in_coef, in_const, out_var, out_coef, out_const, out_shapes = [], [], [], [], [], [], [], []
+    for name in inputs:
+        for axis, size in enumerate(top.type_of(name).shape):
+            var = plan.var_of(name, axis)
+            variables, constant = plan.derived.get((name, axis), ((), 0))
+            in_var.append(var if var is not None else -2 if variables else -1)  # -2: a sum of variables
+            in_fixed.append(size)
+            in_coef += [variables.count(k) for k in range(count)]
+            in_const.append(constant)
+    index = {v.name: k for k, v in enumerate(plan.variables)}
+    for name in top.outputs:
+        axes_var = {a: index[v] for v, outs in carried.items() for a in outs.get(name, [])}
+        lengths = masks.outputs.get(name, {})
+        for axis in range(len(top.type_of(name).shape)):
+            coefs, constant = lengths.get(axis, ({}, 0))
+            out_var.append(-2 if axis in lengths else axes_var.get(axis, -1))  # -2: its run-time length
+            out_coef += [coefs.get(v.name, 0) for v in plan.variables]
+            out_const.append(constant)
+    for graph in graphs:
+        out_shapes += [d for name in graph.outputs for d in graph.type_of(name).shape]
+    itemsize = lambda n: element_bytes(top.type_of(n).dtype)  # noqa: E731
+    return {
+        "num_buckets": ("i32", len(plan.buckets)), "num_vars": ("i32", len(plan.variables)),
+        "in_ndim": ("i32", tuple(len(top.type_of(n).shape) for n in inputs)),
+        "out_ndim": ("i32", tuple(len(top.type_of(n).shape) for n in top.outputs)),
+        "in_var": ("i32", tuple(in_var)), "in_fixed": ("i64", tuple(in_fixed)),
+        "out_var": ("i32", tuple(out_var)), "out_shapes": ("i64", tuple(out_shapes)),
+        "in_coef": ("i64", tuple(in_coef)), "in_const": ("i64", tuple(in_const)),
+        "out_coef": ("i64", tuple(out_coef)), "out_const": ("i64", tuple(out_const)),
+        "var_mode": ("i32", tuple(1 if v.name in plan.padded else 2 if v.name in plan.masked else 0
+                                  for v in plan.variables)),
+        "num_lengths": ("i32", len(masks.length_variables)), "length_var": ("i32", masks.length_variables),
+        "var_lo": ("i64", tuple(v.range.lo for v in plan.variables)),
+        "var_hi": ("i64", tuple(v.range.hi for v in plan.variables)),
+        "bucket_sizes": ("i64", tuple(s for combo in plan.buckets for s in combo)),
+        "in_itemsize": ("i32", tuple(itemsize(n) for n in inputs)),
+        "out_itemsize": ("i32", tuple(itemsize(n) for n in top.outputs)),
+        "in_names": ("str", tuple(inputs)), "var_names": ("str", tuple(v.name for v in plan.variables)),
+    }
+
+
+def shapes_option(input_shapes: Optional[Mapping[str, Any]]) -> dict:
+    """The manifest's `input_shapes`: JSON, ranges in their text form ("1..8"), read back by compile()."""
+    return {k: [d if isinstance(d, int) else str(d) for d in v] for k, v in sorted((input_shapes or {}).items())}
+
+
+__all__ = ["BucketedShapes", "Linked", "StaticShapes", "find_padded", "io_info", "shape_plan", "shapes_option"]
