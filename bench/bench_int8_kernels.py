@@ -52,7 +52,7 @@ def _pair(name, kind, shape, intrinsic, rng, weight_bound):
         a = rng.integers(0, 256, (m, k)).astype(np.uint8)
         b = rng.integers(-weight_bound, weight_bound, (k, n)).astype(np.int8)
         q = OpKernel(f"q{symbol}", "MatMulIntegerPacked",
-                     [a, pack_dot_weights(b, intrinsic.lanes), column_correction(b, zero)],
+                     [a, pack_dot_weights(b, intrinsic.lanes, intrinsic.depth), column_correction(b, zero)],
                      {"columns": n, "depth": k, "data_shift": 0, "intrinsic": intrinsic.name})
         af, bf = a.astype(np.float32), b.astype(np.float32)
         f = (OpKernel(f"f{symbol}", "MatMul", [af, pack_weights(bf)], {"packed_columns": n})
@@ -64,7 +64,7 @@ def _pair(name, kind, shape, intrinsic, rng, weight_bound):
     wt = rng.integers(-weight_bound, weight_bound, (o, c, r, r)).astype(np.int8)
     b = conv_weights_as_columns(wt)
     attrs = {"strides": (s, s), "pads": (p, p, p, p), "dilations": (1, 1)}
-    packed = [x, pack_dot_weights(b, intrinsic.lanes), column_correction(b, zero)]
+    packed = [x, pack_dot_weights(b, intrinsic.lanes, intrinsic.depth), column_correction(b, zero)]
     q = OpKernel(f"q{symbol}", "ConvIntegerPacked", packed,
                  {**attrs, "kernel": (r, r), "columns": o, "data_zero_point": zero, "data_shift": 0,
                   "intrinsic": intrinsic.name})
@@ -81,6 +81,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved samples per side")
     parser.add_argument("--seven-bit", action="store_true",
                         help="weights within +-64 (ONNX Runtime's reduce_range), which AVX2 multiplies in pairs")
+    parser.add_argument("--intrinsic", help="a dot-product intrinsic by name (default: the target's first exact one "
+                        "for u8 data and s8 weights)")
     parser.add_argument("names", nargs="*", help="workloads (default: all)")
     args = parser.parse_args()
 
@@ -89,8 +91,8 @@ def main() -> None:
     from core.te.tensorize import intrinsics_for
 
     target = get_target(args.target)
-    dots = intrinsics_for(target, lambda i: i.inputs[0].dtype == "uint8" and i.weight_dtype == "int8"
-                          and (args.seven_bit or i.weight_limit is None))
+    dots = intrinsics_for(target, lambda i: i.inputs[0].dtype in ("uint8", "int16") and i.weight_dtype == "int8"
+                          and (args.seven_bit or i.weight_limit is None) and args.intrinsic in (None, i.name))
     if not dots or not target.runs_on_host():
         sys.exit(f"target {target.name} has no u8 x s8 dot-product intrinsic this machine can run")
     intrinsic = dots[0]

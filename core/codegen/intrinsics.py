@@ -5,9 +5,11 @@ features it needs and its LLVM lowering. Chosen by features (`intrinsics_for(tar
 
 - x86 AVX-512-VNNI `vpdpbusd` on zmm (16 lanes) and AVX-VNNI on ymm (8 lanes): u8 x s8, exact int32.
 - x86 AVX2 (8 lanes): `vpmaddubsw` would saturate its int16 pair sums (255 * -128 * 2 < -32768, the
-  case MLAS leaves to 7-bit weights); the exact lowering widens both operands to int16 and uses
-  `vpmaddwd`, whose pair sums are int32. Weights within +-64 (ONNX Runtime's reduce_range) cannot
-  saturate, and get the twice-shorter `vpmaddubsw` + `vpmaddwd` lowering.
+  case MLAS leaves to 7-bit weights). Exact: int16 data (widened once, by the kernel's data stage) times
+  int8 weights sign-extended as loaded, two deep (`vpmaddwd`: pair sums in int32); or, from 8-bit data,
+  both operands widened per call. Weights within +-64 (ONNX Runtime's reduce_range) cannot saturate, and
+  get the `vpmaddubsw` + `vpmaddwd` lowering. (On AMD Zen 3 either multiply issues once a cycle against
+  two FMAs: 16 products a cycle, as float32's.)
 - AArch64 `sdot` (s8 x s8) and `udot` (u8 x u8) with +dotprod (4 lanes of a 128-bit register).
 - CUDA `dp4a` (s8 x s8 and u8 x s8, one lane: each GPU thread owns its accumulator; sm_61 and later).
 Beyond 8-bit dots: CUDA tensor cores' mma.sync (intrinsics_mma.py), AVX-512-BF16 (intrinsics_bf16.py).
@@ -24,13 +26,14 @@ from ..tir.stmt import IntrinsicCall
 from .arith import declare, splat
 from .llvm_types import I32
 
-DEPTH = 4  # 8-bit products summed into each int32 lane per instruction
+DEPTH = 4  # 8-bit products summed into each int32 lane per instruction (vpmaddwd's int16 ones: 2)
 
 
-def dot_declaration(lanes: int, a_dtype: str, b_dtype: str, name: str) -> tuple[te.Tensor, tuple[te.Tensor, ...]]:
-    a = te.placeholder((DEPTH,), a_dtype, "a")
-    b = te.placeholder((lanes, DEPTH), b_dtype, "b")
-    k = te.reduce_axis(DEPTH, "k")
+def dot_declaration(lanes: int, a_dtype: str, b_dtype: str, name: str,
+                    depth: int = DEPTH) -> tuple[te.Tensor, tuple[te.Tensor, ...]]:
+    a = te.placeholder((depth,), a_dtype, "a")
+    b = te.placeholder((lanes, depth), b_dtype, "b")
+    k = te.reduce_axis(depth, "k")
     c = te.compute((lanes,), lambda j: te.sum(cast("int32", a[k.var]) * cast("int32", b[j, k.var]), k), name=name)
     return c, (a, b)
 
@@ -88,6 +91,17 @@ def _emit_avx2_exact(b: ir.IRBuilder, pointers) -> None:
     _accumulate(b, c_ptr, 8, lambda acc: b.add(acc, b.add(even, odd)))
 
 
+def _emit_avx2_words(b: ir.IRBuilder, pointers) -> None:
+    """8 lanes x 2 deep: a's two int16 repeated in every lane (one 32-bit broadcast), b's 16 bytes sign-extended
+    (vpmovsxbw, once per weight load of a register tile), vpmaddwd: each lane's pair sum, exact in int32."""
+    c_ptr, a_ptr, b_ptr = pointers
+    i16x16 = _vector(16, 16)
+    pmadd = declare(b.module, "llvm.x86.avx2.pmadd.wd", _vector(8), [i16x16, i16x16])
+    acts = b.bitcast(_activations(b, a_ptr, 8), i16x16)
+    weights = b.sext(b.load(b_ptr, typ=_vector(16, 8), align=1), i16x16)
+    _accumulate(b, c_ptr, 8, lambda acc: b.add(acc, b.call(pmadd, [acts, weights])))
+
+
 def _emit_avx2_pairs(b: ir.IRBuilder, pointers) -> None:
     """8 lanes: vpmaddubsw sums the u8 x s8 products in pairs as int16, vpmaddwd by ones sums the pairs
     as int32. A pair sum saturates beyond 2 * 255 * 64, so this lowering is declared for |w| <= 64 only
@@ -103,8 +117,8 @@ def _emit_avx2_pairs(b: ir.IRBuilder, pointers) -> None:
 
 
 def _declare(name: str, lanes: int, a_dtype: str, b_dtype: str, arch: str, features: set[str], emit,
-             instructions: int = 1, weight_limit: int | None = None) -> None:
-    declaration, inputs = dot_declaration(lanes, a_dtype, b_dtype, name)
+             instructions: int = 1, weight_limit: int | None = None, depth: int = DEPTH) -> None:
+    declaration, inputs = dot_declaration(lanes, a_dtype, b_dtype, name, depth)
     register_intrinsic(TensorIntrinsic(name, declaration, inputs, arch, frozenset(features), emit, instructions,
                                        weight_limit))
 
@@ -114,6 +128,7 @@ _declare("x86_vnni_u8s8_16x4", 16, "uint8", "int8", "x86_64", {"avx512vnni", "av
 _declare("x86_avxvnni_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avxvnni"},
          _dot_instruction("llvm.x86.avx512.vpdpbusd.256", 8))
 _declare("x86_avx2_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avx2"}, _emit_avx2_exact, instructions=8)
+_declare("x86_avx2_s16s8_8x2", 8, "int16", "int8", "x86_64", {"avx2"}, _emit_avx2_words, instructions=2, depth=2)
 _declare("x86_avx2_u8s7_8x4", 8, "uint8", "int8", "x86_64", {"avx2"}, _emit_avx2_pairs, instructions=3,
          weight_limit=64)
 _declare("aarch64_sdot_s8s8_4x4", 4, "int8", "int8", "aarch64", {"dotprod"},

@@ -1,11 +1,11 @@
 """8-bit weights for the dot-product intrinsics (core/codegen/intrinsics.py): a [K, N] matrix as blocks
-[N/lanes][K/4][lanes][4] (each call's lanes x 4 weights are 64 contiguous bytes on AVX-512), padded
+[N/lanes][K/depth][lanes][depth] (each call's lanes x 4 weights are 64 contiguous bytes on AVX-512), padded
 with zeros to whole blocks, plus the per-column int32 correction that the zero points leave."""
 from __future__ import annotations
 
 import numpy as np
 
-DEPTH = 4  # weights per lane and call
+DEPTH = 4  # weights per lane and call (AVX2's vpmaddwd intrinsic: 2); conv channels are padded to groups of 4
 
 
 def shifted_weights(b: np.ndarray, zero_point: np.ndarray) -> np.ndarray | None:
@@ -17,13 +17,13 @@ def shifted_weights(b: np.ndarray, zero_point: np.ndarray) -> np.ndarray | None:
     return shifted.astype(np.int8)
 
 
-def pack_dot_weights(b: np.ndarray, lanes: int) -> np.ndarray:
-    """[K, N] -> [ceil(N/lanes), ceil(K/4), lanes, 4] of the same 8-bit dtype, zero padded."""
+def pack_dot_weights(b: np.ndarray, lanes: int, depth: int = DEPTH) -> np.ndarray:
+    """[K, N] -> [ceil(N/lanes), ceil(K/depth), lanes, depth] of the same 8-bit dtype, zero padded."""
     k, n = b.shape
-    kp, np_ = -(-k // DEPTH) * DEPTH, -(-n // lanes) * lanes
+    kp, np_ = -(-k // depth) * depth, -(-n // lanes) * lanes
     padded = np.zeros((kp, np_), b.dtype)
     padded[:k, :n] = b
-    return np.ascontiguousarray(padded.reshape(kp // DEPTH, DEPTH, np_ // lanes, lanes).transpose(2, 0, 3, 1))
+    return np.ascontiguousarray(padded.reshape(kp // depth, depth, np_ // lanes, lanes).transpose(2, 0, 3, 1))
 
 
 def unpack_dot_weights(packed: np.ndarray, k: int, n: int) -> np.ndarray:

@@ -1,12 +1,13 @@
 """Tuning templates of the 8-bit kernels: the packed ones' `int8_dot` register tile (rows x column blocks of
-intrinsic calls), ConvInteger's conv tiles and the channels-last depthwise conv's columns (schedules/integer.py)."""
+intrinsic calls) and loop order (weight panels outermost or not), ConvInteger's conv tiles and the channels-last
+depthwise conv's columns (schedules/integer.py)."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
 from ..kernels.integer_depthwise import PAD_TAG
 from ..kernels.schedules.integer import (MAX_DEPTHWISE_COLUMNS, MAX_DEPTHWISE_ROWS, schedule_conv_integer,
-                                         schedule_depthwise_blocked, schedule_packed_integer)
+                                         schedule_depthwise_blocked, schedule_packed_integer, weights_outweigh_data)
 from ..kernels.schedules.util import inputs_tagged
 from ..target import Target
 from ..te.schedule import Schedule, Split, Stage
@@ -33,18 +34,23 @@ def define_int8_dot(op: ComputeOp, target: Target, default: Mapping[str, int]) -
     space.define_knob("rows", sorted({r for r in range(1, MAX_TILE + 1) if rows % r == 0} | {default["rows"]}))
     space.define_knob("col_blocks", sorted({c for c in range(1, MAX_TILE + 1) if blocks % c == 0}
                                            | {default["col_blocks"]}))
+    space.define_knob("weights_outer", [0, 1])  # column blocks outermost: each tile's weight panels stay in L2
     return space
 
 
 def read_int8_dot_default(stage: Stage) -> dict:
+    op = stage.op
+    outer = int(op.attrs.get("conv_columns") is not None and weights_outweigh_data(op))  # the schedule's default
     if stage.attach is not None:  # computed per tile of the output (accumulate_in_output_tiles): the tile is its split
-        output, lanes = stage.attach[0], get_intrinsic(stage.op.attrs["intrinsic"]).lanes
+        output, lanes = stage.attach[0], get_intrinsic(op.attrs["intrinsic"]).lanes
         *_, x, o = output.op.axis
-        return {"rows": split_factor(output, x) or 1, "col_blocks": (split_factor(output, o) or lanes) // lanes}
-    *_, i, j = stage.op.axis
+        return {"rows": split_factor(output, x) or 1, "col_blocks": (split_factor(output, o) or lanes) // lanes,
+                "weights_outer": outer}
+    *_, i, j = op.axis
     blocks = next((r.outer for r in stage.relations if isinstance(r, Split) and r.parent is j), None)
     return {"rows": split_factor(stage, i) or 1,
-            "col_blocks": next((r.factor for r in stage.relations if isinstance(r, Split) and r.parent is blocks), 1)}
+            "col_blocks": next((r.factor for r in stage.relations if isinstance(r, Split) and r.parent is blocks), 1),
+            "weights_outer": outer}
 
 
 def int8_dot_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:

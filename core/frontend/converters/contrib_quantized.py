@@ -1,7 +1,9 @@
 """ONNX Runtime's com.microsoft quantized ops (QOperator form: QGemm, QLinearAdd, QLinearMul, QLinearConcat,
 QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool, QLinearGlobalAveragePool) as DequantizeLinear -> float op
 -> QuantizeLinear, the QDQ form: the integer rewrite (graph/passes/integer_qdq.py) turns QGemm into
-MatMulInteger + Requantize, and the elementwise ones fuse into one kernel on 8-bit data."""
+MatMulInteger + Requantize, and the elementwise ones fuse into one kernel on 8-bit data. DynamicQuantizeLSTM
+(quantize_dynamic's LSTM) is an LSTM whose two products quantize their float operand at run time
+(DynamicQuantizeLinear + MatMulInteger, as ONNX Runtime's kernel does)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +13,8 @@ import numpy as np
 from .contrib import MS
 from .linalg import gemm
 from .pool import average_pool, global_average_pool
+from .quantize import dynamic_quantize_linear
+from .recurrent import Products, convert_lstm, direction_slice
 from .registry import ConvertContext, converter
 
 
@@ -139,3 +143,34 @@ def qgemm(ctx: ConvertContext) -> str:
     if not ctx.has_input(7):
         return y
     return quantized(ctx, y, 7, 8, ctx.type_of(0).dtype)
+
+
+def _dynamic_product(ctx: ConvertContext, x: str, weights: str, scale: str, zero: str) -> str:
+    """x [rows, K] float times 8-bit weights [K, N]: x quantized to uint8 over its whole range (DynamicQuantizeLinear),
+    the int32 product (MatMulInteger, weights' zero point per tensor or per column), scaled back by x's scale times
+    the weights' (one value, or one per column)."""
+    xq, x_scale, x_zero = dynamic_quantize_linear(_with_inputs(ctx, [x]))
+    product = ctx.emit1("MatMulInteger", [xq, weights, x_zero, zero])
+    return ctx.emit1("Mul", [ctx.emit1("Cast", [product], to="float32"), ctx.emit1("Mul", [x_scale, scale])])
+
+
+@converter("DynamicQuantizeLSTM", since_version=1, domain=MS)
+def dynamic_quantize_lstm(ctx: ConvertContext) -> list:
+    """LSTM's inputs 0-7, with W [D, I, 4H] and R [D, H, 4H] 8-bit and already transposed, then W_scale,
+    W_zero_point, R_scale, R_zero_point, each [D] (per tensor) or [D, 4H] (per column). The input projection
+    quantizes every step's x at once, the recurrent product each step's h (ONNX Runtime's at one thread, or a
+    batch of one)."""
+    for index, what in ((1, "W"), (2, "R")):
+        if ctx.type_of(index).dtype not in ("int8", "uint8") or ctx.type_of(index).rank != 3:
+            ctx.fail(f"{what} must be 8-bit [directions, rows, 4 * hidden], got {ctx.type_of(index)}")
+    for index in range(8, 12):
+        if not ctx.has_input(index):
+            ctx.fail("W_scale, W_zero_point, R_scale and R_zero_point are required")
+
+    def per_direction(d: int) -> Products:
+        w, r = (direction_slice(ctx, ctx.input(i), d) for i in (1, 2))
+        w_scale, w_zero, r_scale, r_zero = (direction_slice(ctx, ctx.input(i), d) for i in range(8, 12))
+        return Products(lambda x: _dynamic_product(ctx, x, w, w_scale, w_zero),
+                        lambda h: _dynamic_product(ctx, h, r, r_scale, r_zero))
+
+    return convert_lstm(ctx, per_direction)

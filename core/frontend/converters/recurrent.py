@@ -103,13 +103,27 @@ class RecurrentInputs:
     w_bias: Optional[str]  # [G*H]
     r_bias: Optional[str]  # [G*H]
     seq_lens: Optional[str]   # [B] int32, None when every sequence is full
+    # x W^T and h R^T when they are not float MatMuls of w and r (DynamicQuantizeLSTM's integer products)
+    products: Optional["Products"] = None
+
+
+@dataclass(frozen=True)
+class Products:
+    """A direction's two products, each [rows, I or H] -> [rows, G*H] (an LSTM's)."""
+    times_w: Callable[[str], str]
+    times_r: Callable[[str], str]
+
+
+def direction_slice(ctx: ConvertContext, value: str, d: int) -> str:
+    """Direction d of a per-direction input (W, R, a scale...): its leading axis dropped."""
+    piece = _slice(ctx, value, 0, d, 1)
+    return ctx.reshape(piece, ctx.builder.type_of(piece).shape[1:])
 
 
 def _direction_inputs(ctx: ConvertContext, x: str, gates: int, hidden: int, d: int,
                       seq_lens: Optional[str]) -> RecurrentInputs:
     def weights(index: int) -> str:  # direction d of W or R: [G*H, I or H]
-        value = _slice(ctx, ctx.input(index), 0, d, 1)
-        return ctx.reshape(value, ctx.builder.type_of(value).shape[1:])
+        return direction_slice(ctx, ctx.input(index), d)
 
     w_bias = r_bias = None
     if ctx.has_input(3):
@@ -122,10 +136,13 @@ def _input_projection(ctx: ConvertContext, inp: RecurrentInputs, bias: Optional[
     """X W^T (+ bias) for every step at once: [S, B, G*H]."""
     seq, batch, size = ctx.builder.type_of(inp.x).shape
     flat = ctx.reshape(inp.x, (seq * batch, size))
-    projected = ctx.emit1("MatMul", [flat, ctx.emit1("Transpose", [inp.w], perm=(1, 0))])
+    if inp.products is not None:
+        projected = inp.products.times_w(flat)
+    else:
+        projected = ctx.emit1("MatMul", [flat, ctx.emit1("Transpose", [inp.w], perm=(1, 0))])
     if bias is not None:
         projected = ctx.emit1("Add", [projected, bias])
-    return ctx.reshape(projected, (seq, batch, ctx.builder.type_of(inp.w).shape[0]))
+    return ctx.reshape(projected, (seq, batch, ctx.builder.type_of(projected).shape[-1]))
 
 
 class _Steps:
@@ -240,7 +257,11 @@ def _lstm_direction(ctx: ConvertContext, inp: RecurrentInputs, acts, hidden: int
     f, g, h_act = acts
     couple_input_forget = bool(ctx.attr("input_forget", 0))
     projected = _input_projection(ctx, inp, _sum_bias(ctx, inp))
-    r_t = ctx.emit1("Transpose", [inp.r], perm=(1, 0))
+    if inp.products is not None:
+        times_r = inp.products.times_r
+    else:
+        r_t = ctx.emit1("Transpose", [inp.r], perm=(1, 0))
+        times_r = lambda h: ctx.emit1("MatMul", [h, r_t])  # noqa: E731
     p_i = p_o = p_f = None
     if peepholes is not None:
         p_i, p_o, p_f = _chunks(ctx, peepholes, 3)
@@ -248,8 +269,7 @@ def _lstm_direction(ctx: ConvertContext, inp: RecurrentInputs, acts, hidden: int
     h, c = state
     for t in steps.order:
         mask = steps.mask(t)
-        x_i, x_o, x_f, x_c = _chunks(ctx, ctx.emit1("Add", [steps.step_input(projected, t),
-                                                           ctx.emit1("MatMul", [h, r_t])]), 4)
+        x_i, x_o, x_f, x_c = _chunks(ctx, ctx.emit1("Add", [steps.step_input(projected, t), times_r(h)]), 4)
         peep = (lambda p, cell: None if p is None else ctx.emit1("Mul", [p, cell]))
         i = f(_clip(ctx, _add_all(ctx, x_i, peep(p_i, c))))
         forget = (ctx.emit1("Sub", [ctx.scalar_like(1, i), i]) if couple_input_forget
@@ -331,7 +351,9 @@ def _sequence_lengths(ctx: ConvertContext, seq: int) -> Optional[str]:
     return lens if ctx.type_of(4).dtype == "int32" else ctx.emit1("Cast", [lens], to="int32")
 
 
-def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind) -> list[Optional[str]]:
+def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind,
+                       products: Optional[Callable[[int], Products]] = None) -> list[Optional[str]]:
+    """`products`: direction -> its x W^T and h R^T, for weights that are not float (the layer then unrolls)."""
     hidden = int(ctx.attr("hidden_size", 0)) or ctx.shape(2)[-1]
     direction = ctx.attr("direction", "forward")
     direction = direction.decode() if isinstance(direction, bytes) else direction
@@ -346,7 +368,7 @@ def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind) -> list[Optiona
         x = ctx.emit1("Transpose", [x], perm=(1, 0, 2))
     seq, batch, _ = ctx.builder.type_of(x).shape
     dtype = ctx.type_of(0).dtype
-    fused = _fused_op(ctx, kind, dtype)
+    fused = _fused_op(ctx, kind, dtype) if products is None else None
     if not fused and seq * directions > MAX_UNROLLED_STEPS:
         ctx.unsupported(f"a sequence of {seq} steps x {directions} directions (unrolled up to {MAX_UNROLLED_STEPS})")
     seq_lens = _sequence_lengths(ctx, seq)
@@ -362,6 +384,8 @@ def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind) -> list[Optiona
     ys, finals = [], []
     for d in range(directions):
         inp = _direction_inputs(ctx, x, kind.gates, hidden, d, seq_lens)
+        if products is not None:
+            inp.products = products(d)
         state = tuple(_zeros(ctx, batch, hidden, dtype) if v is None else
                       ctx.reshape(_slice(ctx, v, 0, d, 1), (batch, hidden)) for v in initial)
         extra = {}
@@ -392,6 +416,12 @@ def _convert_recurrent(ctx: ConvertContext, kind: RecurrentKind) -> list[Optiona
             state = ctx.emit1("Transpose", [state], perm=(1, 0, 2))
         outputs.append(state)
     return outputs[:max(1, len(ctx.outputs_used))]
+
+
+def convert_lstm(ctx: ConvertContext, products: Callable[[int], Products]) -> list[Optional[str]]:
+    """An LSTM node's outputs whose two products per direction `products` makes (com.microsoft
+    DynamicQuantizeLSTM: contrib_quantized.py)."""
+    return _convert_recurrent(ctx, KINDS["LSTM"], products)
 
 
 def _register(op: str, since: int) -> None:

@@ -58,14 +58,14 @@ def _packed(node: Node, weights: np.ndarray, constants: dict, types: dict, candi
     if (a_zero is not None and a_zero.size != 1) or b_zero is None:
         return None
     b = shifted_weights(weights, b_zero)
-    same_data_first = sorted(candidates, key=lambda i: i.inputs[0].dtype != a_type.dtype)  # (a stable sort)
+    shifts = lambda i: i.inputs[0].dtype in ("int8", "uint8") and i.inputs[0].dtype != a_type.dtype  # noqa: E731
+    same_data_first = sorted(candidates, key=shifts)  # (a stable sort)
     intrinsic = next((i for i in same_data_first if b is not None and i.admits(b)), None)
     if intrinsic is None:
         return None
-    data_dtype = intrinsic.inputs[0].dtype
-    shift = 0 if a_type.dtype == data_dtype else (128 if a_type.dtype == "int8" else -128)
+    shift = (128 if a_type.dtype == "int8" else -128) if shifts(intrinsic) else 0  # int16 data holds either as it is
     names = []
-    made = (("packed", pack_dot_weights(b, intrinsic.lanes)),
+    made = (("packed", pack_dot_weights(b, intrinsic.lanes, intrinsic.depth)),
             ("correction", column_correction(b, 1 if a_zero is None else int(a_zero) + shift)))
     for stem, value in made:
         name = fresh_name(f"{node.inputs[1]}_{stem}", types)

@@ -22,6 +22,7 @@ INSTRUCTIONS = {
     "x86_avxvnni_u8s8_8x4": ("x86-64-v3", "+avxvnni", "{vex}\tvpdpbusd\t%ymm"),
     "x86_avx2_u8s8_8x4": ("x86-64-v3", "", "vpmaddwd\t%ymm"),
     "x86_avx2_u8s7_8x4": ("x86-64-v3", "", "vpmaddubsw\t%ymm"),
+    "x86_avx2_s16s8_8x2": ("x86-64-v3", "", "vpmaddwd\t%ymm"),
     "aarch64_sdot_s8s8_4x4": ("rpi5", "", "sdot\tv"),
     "aarch64_udot_u8u8_4x4": ("rpi5", "", "udot\tv"),
 }
@@ -32,9 +33,20 @@ rng = np.random.default_rng(4)
 def packed_kernel(name: str, a: np.ndarray, b: np.ndarray, zero: int, shift: int = 0) -> OpKernel:
     intrinsic = get_intrinsic(name)
     k, n = b.shape
-    inputs = [a, pack_dot_weights(b, intrinsic.lanes), column_correction(b, zero + shift)]
+    inputs = [a, pack_dot_weights(b, intrinsic.lanes, intrinsic.depth), column_correction(b, zero + shift)]
     attrs = {"columns": n, "depth": k, "data_shift": shift, "intrinsic": name}
     return OpKernel(f"k_{len(a)}_{k}_{n}_{a.dtype.name}", "MatMulIntegerPacked", inputs, attrs)
+
+
+def data_dtypes(intrinsic) -> list[str]:
+    """The 8-bit data types a packed kernel with this intrinsic reads: its own, or either (int16 holds both)."""
+    dtype = intrinsic.inputs[0].dtype
+    return [dtype] if dtype in LIMITS else list(LIMITS)
+
+
+def data_shift(intrinsic, data_dtype: str) -> int:
+    own = intrinsic.inputs[0].dtype
+    return 0 if data_dtype == own or own not in LIMITS else (128 if data_dtype == "int8" else -128)
 
 
 def with_features(spec: str, extra: str):
@@ -47,7 +59,7 @@ def test_each_intrinsic_lowers_to_its_instruction(name):
     spec, features, instruction = INSTRUCTIONS[name]
     target = with_features(spec, features)
     intrinsic = get_intrinsic(name)
-    a = np.zeros((4, 64), intrinsic.inputs[0].dtype)
+    a = np.zeros((4, 64), data_dtypes(intrinsic)[0])
     b = np.zeros((64, 2 * intrinsic.lanes), intrinsic.inputs[1].dtype)
     kernel = packed_kernel(name, a, b, 0)
     assert instruction in assembly([kernel.lower(target)], target)
@@ -83,7 +95,7 @@ def cases(data_dtype: str, weight_limit: int | None):
 def host_intrinsics():
     found = {i.name: "native" for i in intrinsics_for(get_target("native"), lambda i: i.weight_dtype == "int8")}
     if get_target("x86-64-v3").runs_on_host():  # the AVX2 lowerings, on every AVX2 host
-        found.update({name: "x86-64-v3" for name in ("x86_avx2_u8s8_8x4", "x86_avx2_u8s7_8x4")})
+        found.update({name: "x86-64-v3" for name in ("x86_avx2_u8s8_8x4", "x86_avx2_u8s7_8x4", "x86_avx2_s16s8_8x2")})
     return sorted(found.items())
 
 
@@ -93,7 +105,7 @@ def host_intrinsics():
 def test_packed_kernels_match_the_integer_reference(name, spec, data_dtype):
     target = get_target(spec)
     intrinsic = get_intrinsic(name)
-    shift = 0 if data_dtype == intrinsic.inputs[0].dtype else (128 if data_dtype == "int8" else -128)
+    shift = data_shift(intrinsic, data_dtype)
     kernels, expected = [], []
     made = cases(data_dtype, intrinsic.weight_limit)
     for cid, a, b, zero in made:

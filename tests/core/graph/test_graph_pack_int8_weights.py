@@ -37,6 +37,9 @@ def matmul_integer_model(data_dtype="uint8", weights=None, a_zero=3, b_zero=None
     return model
 
 
+AVX2 = ("x86_avx2_u8s7_8x4", "x86_avx2_s16s8_8x2", "x86_avx2_u8s8_8x4")  # x86-64-v3's, best first
+
+
 def packed_graph(model, intrinsics=("x86_avx2_u8s7_8x4", "x86_avx2_u8s8_8x4")):
     return pack_int8_weights(import_onnx(model.SerializeToString()), intrinsics=intrinsics)
 
@@ -64,13 +67,16 @@ def test_each_node_takes_the_first_intrinsic_exact_for_its_weights():
     seven_bit = rng.integers(-64, 65, (40, 24)).astype(np.int8)  # reduce_range weights: vpmaddubsw cannot saturate
     assert chosen(seven_bit) == "x86_avx2_u8s7_8x4"
     assert chosen(np.where(seven_bit == 0, -65, seven_bit).astype(np.int8)) == "x86_avx2_u8s8_8x4"
+    full = packed_graph(matmul_integer_model(weights=np.where(seven_bit == 0, -65, seven_bit).astype(np.int8)),
+                        intrinsics=AVX2).nodes
+    assert [n.attr("intrinsic") for n in full if n.op == "MatMulIntegerPacked"] == ["x86_avx2_s16s8_8x2"]
 
 
 def test_the_cpu_backend_picks_the_intrinsic_from_features():
     from core.backends import get_backend
 
     options = lambda spec: get_backend(get_target(spec)).pass_options(get_target(spec))["pack_int8_weights"]  # noqa
-    assert options("x86-64-v3") == {"intrinsics": ("x86_avx2_u8s7_8x4", "x86_avx2_u8s8_8x4")}
+    assert options("x86-64-v3") == {"intrinsics": AVX2}
     assert options("rpi5") == {"intrinsics": ("aarch64_sdot_s8s8_4x4",)}
     assert options("aarch64") == {"intrinsics": ()}
 

@@ -13,7 +13,8 @@ from core.packing.int8 import column_correction, conv_weights_as_columns, pack_d
 from core.target import get_target
 
 TARGET = get_target("x86-64-v3")
-INTRINSIC, LANES = "x86_avx2_u8s8_8x4", 8  # exact for any s8 weights; every x86-64-v3 host runs it
+# Exact for any s8 weights, on every x86-64-v3 host: 8-bit data widened per call, and int16 data (vpmaddwd, 2 deep)
+INTRINSIC, WORDS = "x86_avx2_u8s8_8x4", "x86_avx2_s16s8_8x2"
 rng = np.random.default_rng(33)
 pytestmark = pytest.mark.skipif(not TARGET.runs_on_host(), reason="needs an AVX2 host")
 LIMITS = {"uint8": (0, 255), "int8": (-128, 127)}
@@ -46,17 +47,19 @@ def depthwise(cid, shape, kernel=(3, 3), dtype="uint8", x_zero=128, w_zero=None,
 
 
 def packed(cid, shape, o, kernel=(1, 1), in_block=0, x_zero=3, fill=None, strides=(1, 1), pads=(0, 0, 0, 0),
-           dtype="uint8"):
-    """int8 data is shifted by 128 into the intrinsic's uint8 (pack_int8_weights' data_shift)."""
+           dtype="uint8", intrinsic=INTRINSIC):
+    """int8 data is shifted by 128 into the uint8 intrinsic's data (pack_int8_weights' data_shift); int16 data holds
+    it as it is."""
     x, w = data(shape, dtype, fill), data((o, shape[1], *kernel), "int8", "min" if fill else None)
-    columns, shift = conv_weights_as_columns(w), 128 if dtype == "int8" else 0
+    columns, shift = conv_weights_as_columns(w), 128 if dtype == "int8" and intrinsic == INTRINSIC else 0
     attrs = {"kernel": kernel, "strides": strides, "pads": pads, "dilations": (1, 1), "columns": o,
-             "data_zero_point": x_zero, "data_shift": shift, "intrinsic": INTRINSIC, "in_block": in_block}
+             "data_zero_point": x_zero, "data_shift": shift, "intrinsic": intrinsic, "in_block": in_block}
     want = conv_integer_reference([x, w, np.array(x_zero, dtype)], {"strides": strides, "pads": pads,
                                                                     "dilations": (1, 1), "group": 1})[0]
-    inputs = [blocked(x, in_block) if in_block else x, pack_dot_weights(columns, LANES),
+    depth = 2 if intrinsic == WORDS else 4
+    inputs = [blocked(x, in_block) if in_block else x, pack_dot_weights(columns, 8, depth),
               column_correction(columns, x_zero + shift)]
-    return Case(f"packed_{cid}", "ConvIntegerPackedNCHWc", inputs, attrs, lambda: [to_channels_last(want)],
+    return Case(f"packed_{cid}" + ("_words" if intrinsic == WORDS else ""), "ConvIntegerPackedNCHWc", inputs, attrs, lambda: [to_channels_last(want)],
                 rtol=0, atol=0)
 
 
@@ -76,6 +79,12 @@ CASES = [
     # More weight bytes than data bytes: column blocks outermost, each output tile's accumulators local
     packed("weights_outer_tiles", (1, 32, 4, 4), 24, kernel=(3, 3), in_block=8, pads=(1, 1, 1, 1), x_zero=255,
            fill="max"),
+    packed("blocked_in", (1, 16, 6, 6), 16, in_block=8, x_zero=255, fill="max", intrinsic=WORDS),
+    packed("channels_last_3x3_stride2", (1, 8, 9, 7), 24, kernel=(3, 3), in_block=8, strides=(2, 2),
+           pads=(1, 1, 1, 1), intrinsic=WORDS),
+    packed("s8_data_saturated_pads", (1, 8, 5, 6), 8, kernel=(3, 3), in_block=8, x_zero=127, fill="min",
+           pads=(1, 2, 0, 1), dtype="int8", intrinsic=WORDS),
+    packed("nchw_in_padded_columns", (1, 12, 5, 7), 20, intrinsic=WORDS),
 ]
 
 

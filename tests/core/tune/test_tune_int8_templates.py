@@ -14,8 +14,9 @@ from core.packing.int8 import column_correction, conv_weights_as_columns, pack_d
 from core.target import get_target
 from core.tune.templates import anchor_stage, get_template, tunable_ops
 
-TARGET = get_target("x86-64-v3")  # the AVX2 intrinsic: every x86-64-v3 host runs it
+TARGET = get_target("x86-64-v3")  # the AVX2 intrinsics: every x86-64-v3 host runs them
 INTRINSIC = "x86_avx2_u8s8_8x4"
+WORDS = "x86_avx2_s16s8_8x2"  # int16 data, 2 deep
 rng = np.random.default_rng(12)
 pytestmark = pytest.mark.skipif(not TARGET.runs_on_host(), reason="needs an AVX2 host")
 
@@ -27,12 +28,12 @@ def matmul_case():
     return "MatMulIntegerPacked", inputs, attrs, matmul_integer_reference([a, b, np.array(9, np.uint8)], {})[0]
 
 
-def conv_case():
+def conv_case(intrinsic=INTRINSIC):
     x, w = rng.integers(0, 256, (1, 8, 6, 8)).astype(np.uint8), rng.integers(-128, 128, (32, 8, 3, 3)).astype(np.int8)
     b = conv_weights_as_columns(w)
-    inputs = [x, pack_dot_weights(b, 8), column_correction(b, 5)]
+    inputs = [x, pack_dot_weights(b, 8, 2 if intrinsic == WORDS else 4), column_correction(b, 5)]
     attrs = {"kernel": (3, 3), "strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "columns": 32,
-             "data_zero_point": 5, "data_shift": 0, "intrinsic": INTRINSIC}
+             "data_zero_point": 5, "data_shift": 0, "intrinsic": intrinsic}
     return "ConvIntegerPacked", inputs, attrs, packed_conv_integer_reference(inputs, attrs)[0]
 
 
@@ -56,8 +57,9 @@ def depthwise_blocked_case():
 SCHEDULES = {"ConvInteger": schedule_conv_integer, "DepthwiseConvIntegerNCHWc": schedule_depthwise_blocked}
 
 
-@pytest.mark.parametrize("make", [matmul_case, conv_case, depthwise_case, depthwise_blocked_case],
-                         ids=["matmul", "conv", "depthwise", "depthwise_channels_last"])
+@pytest.mark.parametrize("make", [matmul_case, conv_case, lambda: conv_case(WORDS), depthwise_case,
+                                  depthwise_blocked_case],
+                         ids=["matmul", "conv", "conv_int16_data", "depthwise", "depthwise_channels_last"])
 def test_int8_dot_configs_compute_the_reference(make):
     op, inputs, attrs, want = make()
     assert op in tunable_ops(TARGET)
