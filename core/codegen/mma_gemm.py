@@ -208,7 +208,7 @@ def param_names(problem: GemmProblem, cfg: GemmConfig) -> list[str]:
 def emit_main_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: GemmConfig) -> LaunchConfig:
     """The block-tile kernel: the pipelined mainloop, then the epilogue (or, split, the float32 part)."""
     names = param_names(problem, cfg)
-    fn, params = _kernel_function(module, name, names if cfg.split_k == 1 else ["a", "b", "workspace"])
+    fn, params = _kernel_function(module, name, names)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     array = ir.ArrayType(ir.IntType(8), cfg.shared_bytes)
     tiles = ir.GlobalVariable(module, array, f"{name}.tiles", addrspace=SHARED)
@@ -320,8 +320,25 @@ class GemmKernels:
     launches: dict  # kernel name -> LaunchConfig, in launch order
     params: tuple[str, ...]
 
-    def workspace_bytes(self) -> int:
-        return 4 * self.config.split_k * self.problem.m * self.problem.n if self.config.split_k > 1 else 0
+    def param_shapes(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """(name, shape, dtype) of each parameter: what the launches take, in order."""
+        p, cfg = self.problem, self.config
+        shapes = {"a": ((p.m, p.k), p.dtype), "b": ((p.k, p.n), p.dtype), "bias": ((p.n,), p.out_dtype),
+                  "residual": ((p.m, p.n), p.out_dtype), "c": ((p.m, p.n), p.out_dtype),
+                  "workspace": ((cfg.split_k, p.m, p.n), "float32")}
+        return [(name, *shapes[name]) for name in self.params]
+
+    def signature(self, name: str) -> dict:
+        """The kernel signature CudaKernelLibrary checks arrays against (every kernel takes all parameters)."""
+        return {"name": name, "params": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.param_shapes()],
+                "num_inputs": self.params.index("c"), "num_outputs": 1}
+
+    def library(self):
+        """The kernels loaded on this machine's GPU (core/codegen/cuda_kernels.py): `.call(names, *arrays)`
+        with `names` = tuple(self.launches) runs the whole GEMM."""
+        from .cuda_kernels import CudaKernelLibrary
+
+        return CudaKernelLibrary(self.ptx, dict(self.launches), [self.signature(n) for n in self.launches])
 
 
 def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str = "kiln_gemm",

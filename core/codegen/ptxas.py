@@ -3,7 +3,9 @@ assembling generated PTX for a GPU architecture checks it without a GPU."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -38,3 +40,32 @@ def assemble(ptx: str, arch: str, ptxas: Optional[str] = None) -> bytes:
         src.write_text(ptx)
         run_tool([ptxas, f"-arch={arch}", "-o", str(out), str(src)], f"ptxas ({arch})")
         return out.read_bytes()
+
+
+_USAGE = re.compile(r"Compiling entry function '(\w+)'|(\d+) bytes spill stores, (\d+) bytes spill loads|"
+                    r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def assemble_with_usage(ptx: str, arch: str, ptxas: Optional[str] = None) -> tuple[bytes, dict[str, dict[str, int]]]:
+    """The cubin of `ptx` for `arch` and each kernel's registers, spill_stores, spill_loads and shared_bytes."""
+    ptxas = ptxas or find_ptxas()
+    if ptxas is None:
+        raise BuildError("ptxas not found: install nvidia-cuda-nvcc-cu12 or set KILN_PTXAS")
+    with tempfile.TemporaryDirectory(prefix="kiln-ptxas-") as tmp:
+        src, out = Path(tmp) / "kernels.ptx", Path(tmp) / "kernels.cubin"
+        src.write_text(ptx)
+        proc = subprocess.run([ptxas, f"-arch={arch}", "-v", "-o", str(out), str(src)], capture_output=True, text=True,
+                              timeout=300)
+        if proc.returncode != 0:
+            raise BuildError(f"ptxas ({arch}) failed: " + " | ".join(proc.stderr.strip().splitlines()[:20]))
+        usage: dict[str, dict[str, int]] = {}
+        kernel = None
+        for m in _USAGE.finditer(proc.stderr + proc.stdout):
+            if m.group(1):
+                kernel = m.group(1)
+                usage[kernel] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "shared_bytes": 0}
+            elif m.group(2) and kernel:
+                usage[kernel].update(spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+            elif m.group(4) and kernel:
+                usage[kernel].update(registers=int(m.group(4)), shared_bytes=int(m.group(5) or 0))
+        return out.read_bytes(), usage

@@ -45,7 +45,8 @@ def apply_epilogue(problem: GemmProblem, sums: np.ndarray, rows: np.ndarray, col
         elif step == "relu":
             out = np.maximum(out, 0)
         elif step == "sigmoid":
-            out = 1 / (1 + np.exp(-out))
+            with np.errstate(over="ignore"):  # exp(-x) overflows to inf for very negative x: sigmoid 0, as on the GPU
+                out = 1 / (1 + np.exp(-out))
         else:
             erf = np.vectorize(math.erf, otypes=[np.float64])
             out = (0.5 * out * (1 + erf(out / math.sqrt(2)))).astype(np.float32)
