@@ -50,6 +50,12 @@ class CudaBackend(Backend):
 
         return schedule_epilogue
 
+    def group_kernel(self, nodes, graph, target: Target, name: str, outputs, inputs):
+        """A float16/bfloat16 MatMul and its epilogue chain: the tensor-core GEMM (gemm_group.py)."""
+        from ..kernels.schedules.gpu.gemm_group import gemm_group_kernel
+
+        return gemm_group_kernel(nodes, graph, target, name, outputs, inputs)
+
     def load_templates(self) -> None:
         from ..tune import templates_gpu  # noqa: F401 (registers; CPU-only compiles never load the GPU schedules)
 

@@ -207,9 +207,17 @@ def param_names(problem: GemmProblem, cfg: GemmConfig) -> list[str]:
 
 def emit_main_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: GemmConfig) -> LaunchConfig:
     """The block-tile kernel: the pipelined mainloop, then the epilogue (or, split, the float32 part)."""
-    names = param_names(problem, cfg)
-    fn, params = _kernel_function(module, name, names)
+    fn, params = _kernel_function(module, name, param_names(problem, cfg))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    emit_gemm_body(b, params, problem, cfg, name)
+    b.ret_void()
+    return LaunchConfig(plan.grid(cfg, problem), (cfg.threads, 1, 1), cfg.shared_bytes)
+
+
+def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: GemmConfig, name: str) -> None:
+    """The main kernel's code at `b` (a kernel function's entry, launched on plan.grid x cfg.threads), `params`
+    the pointers by parameter name; it ends at a block that falls through (the caller returns)."""
+    module, fn = b.module, b.function
     array = ir.ArrayType(ir.IntType(8), cfg.shared_bytes)
     tiles = ir.GlobalVariable(module, array, f"{name}.tiles", addrspace=SHARED)
     tiles.linkage, tiles.initializer, tiles.align = "internal", ir.Constant(array, ir.Undefined), 128
@@ -284,8 +292,6 @@ def emit_main_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: Ge
                     _store_pair(b, params["c"], (g_row * problem.n + g_col).wide(), problem.out_dtype, out)
 
             _guarded(b, b.and_(g_row.lt(problem.m), g_col.lt(problem.n)), store)
-    b.ret_void()
-    return LaunchConfig(plan.grid(cfg, problem), (cfg.threads, 1, 1), cfg.shared_bytes)
 
 
 def emit_split_reduce(module: ir.Module, name: str, problem: GemmProblem, cfg: GemmConfig) -> LaunchConfig:
@@ -368,4 +374,4 @@ def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str 
     return GemmKernels(problem, cfg, ptx, launches, tuple(param_names(problem, cfg)))
 
 
-__all__ = ["build_gemm", "GemmKernels", "param_names", "emit_main_kernel", "emit_split_reduce", "Index"]
+__all__ = ["build_gemm", "GemmKernels", "param_names", "emit_main_kernel", "emit_gemm_body", "emit_split_reduce", "Index"]

@@ -203,6 +203,9 @@ def _target_machine(target: Target) -> llvm.TargetMachine:
 
 def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Module, dict[str, LaunchConfig]]:
     """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
+    from ..kernels.schedules.gpu.gemm_group import gemm_of
+    from .mma_gemm import emit_gemm_body
+
     if not get_backend(target).has_shared:
         raise CodegenError(f"target {target.name} is not a GPU target")
     module = ir.Module(name="kiln_gpu")
@@ -214,6 +217,14 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
         launches[func.name] = launch = verify_gpu_kernel(func, target)
         fn = declare_kernel(module, func)
         fn.calling_convention = "ptx_kernel"
+        gemm = gemm_of(func)
+        if gemm is not None:  # a whole group as the tensor-core GEMM: its loops only bind the launch
+            problem, cfg, where = gemm
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            emit_gemm_body(b, {role: fn.args[index] for role, index in where.items()}, problem, cfg, func.name)
+            b.ret_void()
+            launches[func.name] = LaunchConfig(launch.grid, launch.block, cfg.shared_bytes)
+            continue
         fe = NVPTXEmitter(ctx, fn, func.name, launch)
         for arg, buf in zip(fn.args, func.params):
             fe.bufs[buf] = arg

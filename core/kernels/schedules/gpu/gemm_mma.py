@@ -136,9 +136,10 @@ def config_error(cfg: GemmConfig, problem: GemmProblem, max_shared_bytes: int, m
     return None
 
 
-def default_config(problem: GemmProblem, max_shared_bytes: int, sm_count: int = 108) -> GemmConfig:
+def default_config(problem: GemmProblem, max_shared_bytes: int, sm_count: int = 108, split: bool = True) -> GemmConfig:
     """128x128x32, 3 stages, 4 warps of 64x64 (CUTLASS's sm_80 default shape class), shrunk for small products
-    and split along k when the output tiles would leave most SMs idle (tall and skinny: deep k, few tiles)."""
+    and split along k (unless `split` is off) when the output tiles would leave most SMs idle (tall and skinny:
+    deep k, few tiles)."""
     cfg = GemmConfig()
     if problem.m <= 64:
         cfg = replace(cfg, block_m=64, warps_m=1, warps_n=4 if problem.n >= 128 else 2)
@@ -146,10 +147,10 @@ def default_config(problem: GemmProblem, max_shared_bytes: int, sm_count: int = 
         cfg = replace(cfg, block_n=64, warps_n=2)
     tiles = -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n)
     k_slices = -(-problem.k // cfg.block_k)
-    split = 1
-    while tiles * split * 2 <= sm_count and k_slices // (split * 2) >= 8:
-        split *= 2
-    cfg = replace(cfg, split_k=split)
+    parts = 1
+    while split and tiles * parts * 2 <= sm_count and k_slices // (parts * 2) >= 8:
+        parts *= 2
+    cfg = replace(cfg, split_k=parts)
     if config_error(cfg, problem, max_shared_bytes):
         cfg = replace(cfg, stages=2)
     return cfg
