@@ -53,6 +53,9 @@ class Index:
     __lshift__ = lambda s, x: s._op("shl", x)  # noqa: E731
     __rshift__ = lambda s, x: s._op("lshr", x)  # noqa: E731
 
+    def minimum(self, x) -> "Index":
+        return Index(self.b, self.b.select(self.lt(x), self.v, self._of(x)))
+
     def lt(self, x) -> ir.Value:
         return self.b.icmp_unsigned("<", self.v, self._of(x))
 
@@ -222,7 +225,8 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
     tiles = ir.GlobalVariable(module, array, f"{name}.tiles", addrspace=SHARED)
     tiles.linkage, tiles.initializer, tiles.align = "internal", ir.Constant(array, ir.Undefined), 128
     k = _Kernel(b, cfg, problem, params, Index(b, b.ptrtoint(tiles, I32)))
-    tid, n_block, m_block, part = (_sreg(b, s) for s in ("tid.x", "ctaid.x", "ctaid.y", "ctaid.z"))
+    tid, bx, by, part = (_sreg(b, s) for s in ("tid.x", "ctaid.x", "ctaid.y", "ctaid.z"))
+    m_block, n_block = plan.block_tile(cfg, problem, bx, by)
     warp, lane = tid // plan.WARP, tid % plan.WARP
     m0, n0 = m_block * cfg.block_m, n_block * cfg.block_n
     slices = -(-problem.k // cfg.block_k)

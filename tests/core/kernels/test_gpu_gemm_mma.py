@@ -29,6 +29,8 @@ CASES = [  # (m, n, k, dtype, out dtype, epilogue, config)
      GemmConfig(block_m=64, block_n=64, block_k=16, warps_m=2, warps_n=2, stages=4)),
     (64, 128, 512, "float16", "float32", ("sigmoid",),  # split-K: 4 parts summed by the second kernel
      GemmConfig(block_m=64, block_n=128, block_k=64, warps_m=1, warps_n=4, stages=2, split_k=4)),
+    (640, 192, 32, "float16", "float32", ("bias",),  # 10 x 3 tiles: two groups of the block order, the last short
+     GemmConfig(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=2)),
     (128, 256, 96, "float16", "bfloat16", ("residual", "relu"),
      GemmConfig(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=2)),
 ]
@@ -111,6 +113,14 @@ def test_configs_the_plan_refuses_and_the_default_inside_the_space():
     assert default_config(GemmProblem(128, 256, 8192), CUDA.max_shared_bytes).split_k > 1
     with pytest.raises(ValueError, match="multiples of 8"):
         GemmProblem(64, 60, 64)
+
+
+def test_the_block_order_visits_every_tile_once_in_groups_of_tile_rows():
+    problem, cfg = GemmProblem(19 * 64, 5 * 64, 64), GemmConfig(block_m=64, block_n=64, warps_m=2, warps_n=2)
+    bx, by = np.meshgrid(np.arange(5), np.arange(19))
+    m_tile, n_tile = plan.block_tile(cfg, problem, bx.ravel(), by.ravel())
+    assert sorted(zip(m_tile.tolist(), n_tile.tolist())) == [(m, n) for m in range(19) for n in range(5)]
+    assert set(m_tile[:plan.GROUP_M * 5].tolist()) == set(range(plan.GROUP_M))  # the first blocks: 8 tile rows
 
 
 @needs_ptxas

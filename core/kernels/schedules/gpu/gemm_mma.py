@@ -20,10 +20,13 @@ import itertools
 from dataclasses import asdict, dataclass, replace
 from typing import Iterator, Optional
 
+import numpy as np
+
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 WARP = 32
 CHUNK = 8  # halves per 16-byte cp.async / ldmatrix row
 LINE_CHUNKS = 8  # 16-byte chunks per 128-byte shared-memory line (32 banks x 4 bytes)
+GROUP_M = 8  # tile rows per group of the block order (block_tile)
 EPILOGUE_STEPS = ("bias", "residual", "relu", "gelu", "sigmoid")
 OPERAND_DTYPES = ("float16", "bfloat16")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
@@ -227,6 +230,18 @@ def grid(cfg: GemmConfig, problem: GemmProblem) -> tuple[int, int, int]:
     return -(-problem.n // cfg.block_n), -(-problem.m // cfg.block_m), cfg.split_k
 
 
+def block_tile(cfg: GemmConfig, problem: GemmProblem, bx, by):
+    """(m tile, n tile) of launch block (bx, by): tiles taken GROUP_M tile rows at a time, down each column of
+    the group before the next, so the blocks resident together share A's rows and B's columns in L2."""
+    grid_n, grid_m, _ = grid(cfg, problem)
+    block = by * grid_n + bx
+    per_group = GROUP_M * grid_n
+    first_m = block // per_group * GROUP_M
+    rows = grid_m - first_m
+    rows = rows.minimum(GROUP_M) if hasattr(rows, "minimum") else np.minimum(rows, GROUP_M)
+    return first_m + block % per_group % rows, block % per_group // rows
+
+
 __all__ = ["GemmProblem", "GemmConfig", "config_error", "default_config", "config_space", "swizzle", "grid",
            "copy_a_chunk", "copy_b_chunk", "ldmatrix_a", "ldmatrix_b", "accumulator_position", "k_slice_range",
-           "warp_origin", "KNOB_CHOICES", "EPILOGUE_STEPS"]
+           "warp_origin", "block_tile", "KNOB_CHOICES", "EPILOGUE_STEPS"]

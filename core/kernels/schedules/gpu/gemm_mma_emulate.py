@@ -159,8 +159,9 @@ def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
     for z in range(parts):
         first = z * per
         count = max(0, min(per, slices - min(first, slices)))
-        for bm in range(grid_m):
-            for bn in range(grid_n):
+        for by in range(grid_m):
+            for bx in range(grid_n):
+                bm, bn = (int(t) for t in plan.block_tile(cfg, p, bx, by))
                 blk = _Block(cfg, p, a, b, stats)
                 m0, n0 = bm * cfg.block_m, bn * cfg.block_n
                 acc = np.zeros((cfg.mi, cfg.ni, cfg.threads // plan.WARP, plan.WARP, 4), np.float32)
