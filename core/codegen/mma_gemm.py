@@ -124,7 +124,7 @@ def _epilogue(b: ir.IRBuilder, problem: GemmProblem, params: dict, row: Index, c
     for step in problem.epilogue:
         if step in ("bias", "residual"):
             index = col.wide() if step == "bias" else (row * problem.n + col).wide()
-            extra = _load_pair(b, params[step], index, problem.out_dtype)
+            extra = _load_pair(b, params[step], index, problem.extras_dtype)
             values = [b.fadd(v, e) for v, e in zip(values, extra)]
         else:
             values = [_activation(b, step, v) for v in values]
@@ -333,8 +333,8 @@ class GemmKernels:
     def param_shapes(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(name, shape, dtype) of each parameter: what the launches take, in order."""
         p, cfg = self.problem, self.config
-        shapes = {"a": ((p.m, p.k), p.dtype), "b": ((p.k, p.n), p.dtype), "bias": ((p.n,), p.out_dtype),
-                  "residual": ((p.m, p.n), p.out_dtype), "c": ((p.m, p.n), p.out_dtype),
+        shapes = {"a": ((p.m, p.k), p.dtype), "b": ((p.k, p.n), p.dtype), "bias": ((p.n,), p.extras_dtype),
+                  "residual": ((p.m, p.n), p.extras_dtype), "c": ((p.m, p.n), p.out_dtype),
                   "workspace": ((cfg.split_k, p.m, p.n), "float32")}
         return [(name, *shapes[name]) for name in self.params]
 

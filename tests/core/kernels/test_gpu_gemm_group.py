@@ -23,7 +23,8 @@ F16 = onnx.TensorProto.FLOAT16
 
 
 def dense_model(batch: int, m: int, k: int, n: int, tail: tuple[str, ...]) -> onnx.ModelProto:
-    """x[batch, m, k] @ W[k, n] then `tail`: "bias" (+ bias[n]), "residual" (+ input r), an activation op."""
+    """x[batch, m, k] @ W[k, n] then `tail`: "bias" (+ bias[n]), "residual" (+ input r), an activation op,
+    "float32" (a Cast of the float16 result: what BERT's layers end with before their float32 LayerNorm)."""
     w = numpy_helper.from_array((rng.standard_normal((k, n)) * 0.1).astype(np.float16), "w")
     bias = numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float16), "bias")
     inputs = [helper.make_tensor_value_info("x", F16, [batch, m, k])]
@@ -34,11 +35,14 @@ def dense_model(batch: int, m: int, k: int, n: int, tail: tuple[str, ...]) -> on
         elif what == "residual":
             inputs.append(helper.make_tensor_value_info("r", F16, [batch, m, n]))
             nodes.append(helper.make_node("Add", ["r", current], [f"t{step}"]))
+        elif what == "float32":
+            nodes.append(helper.make_node("Cast", [current], [f"t{step}"], to=onnx.TensorProto.FLOAT))
         else:
             nodes.append(helper.make_node(what, [current], [f"t{step}"]))
         current = f"t{step}"
     nodes.append(helper.make_node("Identity", [current], ["y"]))
-    graph = helper.make_graph(nodes, "dense", inputs, [helper.make_tensor_value_info("y", F16, [batch, m, n])],
+    out = onnx.TensorProto.FLOAT if tail[-1:] == ("float32",) else F16
+    graph = helper.make_graph(nodes, "dense", inputs, [helper.make_tensor_value_info("y", out, [batch, m, n])],
                               [w, bias])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -49,13 +53,15 @@ def compiled(model: onnx.ModelProto, arch: str = "sm_80"):
     return graph, build_executable(graph, target), target
 
 
-@pytest.mark.parametrize("tail", [("bias", "Relu"), ("bias", "residual", "Relu"), ("Sigmoid",)])
+@pytest.mark.parametrize("tail", [("bias", "Relu"), ("bias", "residual", "Relu"), ("Sigmoid",),
+                                  ("bias", "residual", "float32")])
 def test_the_compiled_gemm_kernel_emulated_matches_onnxruntime(tail):
     model = dense_model(2, 96, 200, 136, tail)
     graph, exe, _ = compiled(model)
     (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
     problem, cfg, where = gemm_of(func)
-    assert (problem.m, problem.n, problem.k) == (192, 136, 200) and problem.out_dtype == "float16"
+    assert (problem.m, problem.n, problem.k) == (192, 136, 200) and problem.extras_dtype == "float16"
+    assert problem.out_dtype == ("float32" if "float32" in tail else "float16")
     (fused,) = [n for n in graph.nodes if n.op == "Fused"]
     values = group_inputs(list(fused.attr("body").nodes))
     feeds = {"x": (rng.standard_normal((2, 96, 200)) * 0.5).astype(np.float16)}

@@ -37,7 +37,7 @@ def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     m, k, n = math.prod(ta.shape[:-1]), ta.shape[-1], tb.shape[1]
     roles = {"a": mm.inputs[0], "b": mm.inputs[1]}
     produced = {o for node in nodes for o in node.outputs}
-    current, steps = mm.outputs[0], []
+    current, steps, extra_dtypes = mm.outputs[0], [], set()
     dtype = graph.type_of(current).dtype
     for node in nodes[1:]:
         if current not in node.inputs or len(node.outputs) != 1:
@@ -56,13 +56,14 @@ def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
                 return None
             roles[role] = other
             steps.append(role)
+            extra_dtypes.add(t.dtype)
         else:
             return None
         current = node.outputs[0]
-    if current != outputs[0] or (set(roles) - {"a", "b"} and graph.type_of(current).dtype != dtype):
+    if current != outputs[0] or len(extra_dtypes) > 1:  # bias and residual are read as one dtype
         return None
     try:
-        return GemmProblem(m, n, k, ta.dtype, graph.type_of(current).dtype, tuple(steps)), roles
+        return GemmProblem(m, n, k, ta.dtype, graph.type_of(current).dtype, tuple(steps), "".join(extra_dtypes)), roles
     except ValueError:  # k or n not whole 16-byte rows
         return None
 

@@ -35,7 +35,8 @@ OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 @dataclass(frozen=True)
 class GemmProblem:
     """What one kernel computes: shapes (row-major A[m, k], B[k, n], C[m, n]), dtypes and the fused epilogue,
-    applied in order (bias[n] added, residual[m, n] added, an activation)."""
+    applied in order (bias[n] added, residual[m, n] added, an activation); bias and residual are `extra_dtype`
+    (default: the output's)."""
 
     m: int
     n: int
@@ -43,9 +44,14 @@ class GemmProblem:
     dtype: str = "float16"
     out_dtype: str = "float32"
     epilogue: tuple[str, ...] = ()
+    extra_dtype: str = ""
+
+    @property
+    def extras_dtype(self) -> str:
+        return self.extra_dtype or self.out_dtype
 
     def __post_init__(self):
-        if self.dtype not in OPERAND_DTYPES or self.out_dtype not in OUTPUT_DTYPES:
+        if self.dtype not in OPERAND_DTYPES or {self.out_dtype, self.extras_dtype} - set(OUTPUT_DTYPES):
             raise ValueError(f"tensor-core GEMM: operands {self.dtype} / output {self.out_dtype} not supported")
         unknown = [s for s in self.epilogue if s not in EPILOGUE_STEPS]
         if unknown:
