@@ -1,6 +1,6 @@
 """GEMM throughput on the GPU against cuBLAS (through PyTorch): square products 1024..8192 in float16 and bfloat16
-(Kiln's tensor-core GEMM, core/codegen/mma_gemm.py: its default tiles and a few other configs of its space, the
-best kept) and float32 (Kiln's MatMul kernel as a model compiles it; cuBLAS without TF32). Data stays on the
+(Kiln's tensor-core GEMM, core/codegen/mma_gemm.py: its default tiles and a few other configs of its space, up to
+4 stages and 128x256 tiles in dynamic shared memory, the best kept) and float32 (Kiln's MatMul kernel as a model compiles it; cuBLAS without TF32). Data stays on the
 device; times are CUDA-event medians. Each Kiln result is checked against cuBLAS's before it is timed.
 
     python bench/bench_gpu_gemm.py [--sizes 1024 2048 4096 8192] [--dtypes fp16 bf16 fp32] [-t "cuda -arch=sm_90"]
@@ -26,17 +26,16 @@ DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 def candidates(problem, target):
     """The default config first, then a few others of the space (wider and deeper tiles, more stages)."""
-    from core.kernels.schedules.gpu.gemm_mma import GemmConfig, config_error, default_config
+    from core.kernels.schedules.gpu.gemm_mma import GemmConfig, config_error, default_config, shared_limit
 
     default = default_config(problem, target.max_shared_bytes, 132 if target.cpu == "sm_90" else 108)
-    others = [GemmConfig(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=2),
-              GemmConfig(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=2),
-              GemmConfig(block_m=128, block_n=128, block_k=16, warps_m=2, warps_n=2, stages=5),
-              GemmConfig(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=2),
+    wide, tall = GemmConfig(block_n=256, warps_n=4), GemmConfig(block_m=256, warps_m=4)
+    others = [replace(default, stages=4), replace(wide, stages=3), replace(tall, stages=3), replace(wide, stages=4),
+              GemmConfig(block_k=64, stages=3), replace(wide, stages=2), GemmConfig(block_k=16, stages=5),
               replace(default, split_k=1)]
     seen, out = set(), []
     for cfg in [default, *others]:
-        if cfg not in seen and config_error(cfg, problem, target.max_shared_bytes) is None:
+        if cfg not in seen and config_error(cfg, problem, shared_limit(target.cpu)) is None:
             seen.add(cfg)
             out.append(cfg)
     return out

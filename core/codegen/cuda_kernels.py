@@ -49,7 +49,7 @@ class CudaKernelLibrary:
     def _launch(self, name: "str | tuple[str, ...]", buffers: list[DeviceBuffer]) -> None:
         for kernel in (name,) if isinstance(name, str) else name:
             launch = self.launches[kernel]
-            self.module.launch(kernel, launch.grid, launch.block, buffers)
+            self.module.launch(kernel, launch.grid, launch.block, buffers, launch.dynamic_shared_bytes)
 
     def call(self, name: "str | tuple[str, ...]", *arrays: np.ndarray) -> None:
         """Run kernel `name` once (or kernels `name`, in order, on the same buffers): every array is copied to
@@ -96,6 +96,6 @@ def save_cuda_kernels(funcs: Sequence[PrimFunc], target: Target, path: "str | Pa
 
 def load_cuda_kernel_bundle(path: "str | Path") -> CudaKernelLibrary:
     data = json.loads(Path(path).read_text())
-    launches = {k: LaunchConfig(tuple(v["grid"]), tuple(v["block"]), v["shared_bytes"])
+    launches = {k: LaunchConfig(tuple(v["grid"]), tuple(v["block"]), v["shared_bytes"], v.get("dynamic_shared_bytes", 0))
                 for k, v in data["launches"].items()}
     return CudaKernelLibrary(data["ptx"], launches, data["signatures"])

@@ -208,22 +208,31 @@ def param_names(problem: GemmProblem, cfg: GemmConfig) -> list[str]:
     return ["a", "b", *extras, "c", *(["workspace"] if cfg.split_k > 1 else [])]
 
 
+def dynamic_shared(cfg: GemmConfig) -> int:
+    """The bytes a launch passes as dynamic shared memory: the stage buffers when static ones cannot hold them."""
+    return cfg.shared_bytes if cfg.shared_bytes > plan.STATIC_SHARED_BYTES else 0
+
+
 def emit_main_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: GemmConfig) -> LaunchConfig:
     """The block-tile kernel: the pipelined mainloop, then the epilogue (or, split, the float32 part)."""
     fn, params = _kernel_function(module, name, param_names(problem, cfg))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     emit_gemm_body(b, params, problem, cfg, name)
     b.ret_void()
-    return LaunchConfig(plan.grid(cfg, problem), (cfg.threads, 1, 1), cfg.shared_bytes)
+    return LaunchConfig(plan.grid(cfg, problem), (cfg.threads, 1, 1), cfg.shared_bytes, dynamic_shared(cfg))
 
 
 def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: GemmConfig, name: str) -> None:
     """The main kernel's code at `b` (a kernel function's entry, launched on plan.grid x cfg.threads), `params`
     the pointers by parameter name; it ends at a block that falls through (the caller returns)."""
     module, fn = b.module, b.function
-    array = ir.ArrayType(ir.IntType(8), cfg.shared_bytes)
-    tiles = ir.GlobalVariable(module, array, f"{name}.tiles", addrspace=SHARED)
-    tiles.linkage, tiles.initializer, tiles.align = "internal", ir.Constant(array, ir.Undefined), 128
+    if dynamic_shared(cfg):  # beyond the static 48 KiB: `.extern .shared`, sized by the launch
+        tiles = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), 0), f"{name}_tiles", addrspace=SHARED)
+        tiles.linkage, tiles.align = "external", 128
+    else:
+        array = ir.ArrayType(ir.IntType(8), cfg.shared_bytes)
+        tiles = ir.GlobalVariable(module, array, f"{name}.tiles", addrspace=SHARED)
+        tiles.linkage, tiles.initializer, tiles.align = "internal", ir.Constant(array, ir.Undefined), 128
     k = _Kernel(b, cfg, problem, params, Index(b, b.ptrtoint(tiles, I32)))
     tid, bx, by, part = (_sreg(b, s) for s in ("tid.x", "ctaid.x", "ctaid.y", "ctaid.z"))
     m_block, n_block = plan.block_tile(cfg, problem, bx, by)
@@ -359,7 +368,7 @@ def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str 
     from .llvm_env import LLVM_LOCK
     from .nvptx import _target_machine
 
-    error = error or plan.config_error(cfg, problem, target.max_shared_bytes)
+    error = error or plan.config_error(cfg, problem, plan.shared_limit(target.cpu))
     if error:
         raise ValueError(f"GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
     module = ir.Module(name="kiln_gemm")
@@ -378,4 +387,4 @@ def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str 
     return GemmKernels(problem, cfg, ptx, launches, tuple(param_names(problem, cfg)))
 
 
-__all__ = ["build_gemm", "GemmKernels", "param_names", "emit_main_kernel", "emit_gemm_body", "emit_split_reduce", "Index"]
+__all__ = ["build_gemm", "GemmKernels", "param_names", "dynamic_shared", "emit_main_kernel", "emit_gemm_body", "emit_split_reduce", "Index"]

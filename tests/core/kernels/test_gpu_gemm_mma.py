@@ -13,7 +13,8 @@ import core.kernels.schedules.gpu.gemm_mma as plan
 from core.codegen.mma_gemm import build_gemm
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.codegen.sass import sass_counts
-from core.kernels.schedules.gpu.gemm_mma import GemmConfig, GemmProblem, config_error, config_space, default_config
+from core.kernels.schedules.gpu.gemm_mma import (GemmConfig, GemmProblem, config_error, config_space, default_config,
+                                                 shared_limit)
 from core.kernels.schedules.gpu.gemm_mma_emulate import EmulationStats, apply_epilogue, emulate, half_bits, to_float32
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
@@ -33,6 +34,8 @@ CASES = [  # (m, n, k, dtype, out dtype, epilogue, config)
      GemmConfig(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=2)),
     (128, 256, 96, "float16", "bfloat16", ("residual", "relu"),
      GemmConfig(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=2)),
+    (256, 256, 320, "bfloat16", "float16", ("bias",),  # 4 stages: 64 KiB of dynamic shared memory
+     GemmConfig(stages=4)),
 ]
 
 
@@ -71,7 +74,7 @@ def case_problem(case) -> tuple[GemmProblem, GemmConfig]:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3]}-split{c[6].split_k}")
 def test_the_emulated_threads_compute_the_product_without_bank_conflicts(case):
     problem, cfg = case_problem(case)
-    assert config_error(cfg, problem, CUDA.max_shared_bytes) is None
+    assert config_error(cfg, problem, shared_limit("sm_80")) is None
     a, b, extras = operands(problem)
     stats = EmulationStats()
     got = emulate(problem, cfg, a, b, extras, stats)
@@ -147,6 +150,20 @@ def test_ptxas_takes_it_without_spills_and_the_sass_runs_on_tensor_cores(problem
     unrolled = sass["HMMA"] // per_slice  # mainloop bodies in the code (LLVM unrolls short known trip counts)
     assert sass["LDGSTS"] == copies * (cfg.stages - 1 + unrolled)  # the prologue's stages - 1 slices, a body's one
     assert ("kiln_gemm_reduce" in counts) == (cfg.split_k > 1)
+
+
+@needs_ptxas
+def test_beyond_48_kib_the_stages_live_in_dynamic_shared_memory():
+    """128x256x32 in 3 stages (72 KiB): `.extern .shared`, sized by the launch, which passes the bytes."""
+    problem, cfg = GemmProblem(1024, 1024, 1024), GemmConfig(block_n=256, warps_n=4, stages=3)
+    assert config_error(cfg, problem, CUDA.max_shared_bytes) and not config_error(cfg, problem, shared_limit("sm_90"))
+    kernels = build_gemm(problem, cfg, get_target("cuda -arch=sm_90"))
+    assert ".extern .shared .align 128 .b8 kiln_gemm_tiles[]" in kernels.ptx
+    assert kernels.launches["kiln_gemm"].dynamic_shared_bytes == cfg.shared_bytes == 72 * 1024
+    usage = assemble_with_usage(kernels.ptx, "sm_90")[1]["kiln_gemm"]
+    assert usage["shared_bytes"] == 0 and usage["spill_stores"] == 0
+    with pytest.raises(ValueError, match="shared memory"):
+        build_gemm(problem, cfg, get_target("cuda -arch=sm_75"))
 
 
 @needs_gpu

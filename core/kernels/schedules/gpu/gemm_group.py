@@ -13,7 +13,7 @@ from ....graph.ir import Graph, Node
 from ....target import Target
 from ....tir.expr import Buffer, IntImm, Var
 from ....tir.stmt import For, ForKind, PrimFunc, Seq
-from .gemm_mma import OPERAND_DTYPES, GemmConfig, GemmProblem, config_error, default_config, grid
+from .gemm_mma import OPERAND_DTYPES, GemmConfig, GemmProblem, config_error, default_config, grid, shared_limit
 
 ATTR = "gemm_mma"
 ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}
@@ -78,7 +78,7 @@ def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name:
         return None
     problem, roles = found
     cfg = default_config(problem, target.max_shared_bytes, SM_COUNTS.get(target.cpu, 108), split=False)
-    if config_error(cfg, problem, target.max_shared_bytes):
+    if config_error(cfg, problem, shared_limit(target.cpu)):
         return None
     params = [Buffer(f"in{i}", graph.type_of(v).shape, graph.type_of(v).dtype) for i, v in enumerate(inputs)]
     out_type = graph.type_of(outputs[0])

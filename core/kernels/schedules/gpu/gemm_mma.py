@@ -27,6 +27,10 @@ WARP = 32
 CHUNK = 8  # halves per 16-byte cp.async / ldmatrix row
 LINE_CHUNKS = 8  # 16-byte chunks per 128-byte shared-memory line (32 banks x 4 bytes)
 GROUP_M = 8  # tile rows per group of the block order (block_tile)
+STATIC_SHARED_BYTES = 48 * 1024  # more is dynamic shared memory, which a kernel must be allowed at load
+# Shared memory a block may have (dynamic, opted in) per architecture; CUDA's "maximum shared memory per block".
+SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
+                 "sm_90": 227 * 1024}
 EPILOGUE_STEPS = ("bias", "residual", "relu", "gelu", "sigmoid")
 OPERAND_DTYPES = ("float16", "bfloat16")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
@@ -165,6 +169,11 @@ def default_config(problem: GemmProblem, max_shared_bytes: int, sm_count: int = 
     return cfg
 
 
+def shared_limit(arch: str) -> int:
+    """The most shared memory a block may have on `arch` (48 KiB where the architecture is not known here)."""
+    return SHARED_LIMITS.get(arch, STATIC_SHARED_BYTES)
+
+
 def config_space(problem: GemmProblem, max_shared_bytes: int) -> Iterator[GemmConfig]:
     """Every valid config of the knob grid (the default among them)."""
     names = list(KNOB_CHOICES)
@@ -250,4 +259,4 @@ def block_tile(cfg: GemmConfig, problem: GemmProblem, bx, by):
 
 __all__ = ["GemmProblem", "GemmConfig", "config_error", "default_config", "config_space", "swizzle", "grid",
            "copy_a_chunk", "copy_b_chunk", "ldmatrix_a", "ldmatrix_b", "accumulator_position", "k_slice_range",
-           "warp_origin", "block_tile", "KNOB_CHOICES", "EPILOGUE_STEPS"]
+           "warp_origin", "block_tile", "shared_limit", "KNOB_CHOICES", "EPILOGUE_STEPS"]
