@@ -166,12 +166,32 @@ class _Kernel:
                     g_row, g_col, width, rows = k0 + row, n0 + chunk * plan.CHUNK, p.n, p.k
                 inside = b.and_(g_row.lt(rows), g_col.lt(width))
                 offset = b.select(inside, (g_row * width + g_col).v, ir.Constant(I32, 0))
+                dst = base + plan.swizzle(row, chunk, cpr) * 16
+                if operand == "a" and p.a_stored == "float32":
+                    self.convert_chunk(offset, inside, dst)
+                    continue
                 src = b.addrspacecast(_element(b, self.params[operand], b.zext(offset, I64), p.dtype),
                                       ir.PointerType(addrspace=GLOBAL))
-                dst = base + plan.swizzle(row, chunk, cpr) * 16
                 size = b.select(inside, ir.Constant(I32, 16), ir.Constant(I32, 0))
                 _asm(b, ir.VoidType(), "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
                      [dst.v, src, size])
+
+    def convert_chunk(self, offset: ir.Value, inside: ir.Value, dst: Index) -> None:
+        """Eight float32 of A rounded to the operand dtype and stored as one 16-byte chunk (zeros outside A): a
+        synchronous copy through registers, done before the barrier that publishes the stage like cp.async's."""
+        b, dtype = self.b, self.problem.dtype
+        vec8 = ir.VectorType(F32, 8)
+        loaded = b.load(_element(b, self.params["a"], b.zext(offset, I64), "float32"), typ=vec8, align=16)
+        values = b.select(inside, loaded, ir.Constant(vec8, [0.0] * 8))
+        if dtype == "float16":
+            chunk = b.fptrunc(values, ir.VectorType(F16, 8))
+        else:
+            chunk = ir.Constant(ir.VectorType(I16, 8), ir.Undefined)
+            for e in range(8):
+                bits = _to_bfloat16(b, b.extract_element(values, ir.Constant(I32, e)))
+                chunk = b.insert_element(chunk, bits, ir.Constant(I32, e))
+        shared = b.inttoptr(dst.v, ir.PointerType(addrspace=SHARED))
+        b.store(b.bitcast(chunk, ir.VectorType(I32, 4)), shared, align=16)
 
     def ldmatrix(self, address: Index, trans: bool) -> list[ir.Value]:
         text = f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 {{$0, $1, $2, $3}}, [$4];"
@@ -342,7 +362,7 @@ class GemmKernels:
     def param_shapes(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(name, shape, dtype) of each parameter: what the launches take, in order."""
         p, cfg = self.problem, self.config
-        shapes = {"a": ((p.m, p.k), p.dtype), "b": ((p.k, p.n), p.dtype), "bias": ((p.n,), p.extras_dtype),
+        shapes = {"a": ((p.m, p.k), p.a_stored), "b": ((p.k, p.n), p.dtype), "bias": ((p.n,), p.extras_dtype),
                   "residual": ((p.m, p.n), p.extras_dtype), "c": ((p.m, p.n), p.out_dtype),
                   "workspace": ((cfg.split_k, p.m, p.n), "float32")}
         return [(name, *shapes[name]) for name in self.params]

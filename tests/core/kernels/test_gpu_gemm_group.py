@@ -16,6 +16,7 @@ from core.graph.passes.manager import optimize
 from core.kernels.schedules.gpu.gemm_group import gemm_of
 from core.kernels.schedules.gpu.gemm_mma_emulate import emulate, to_float32
 from core.lowering.executable import build_executable, group_inputs
+from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
 
 rng = np.random.default_rng(3)
@@ -100,3 +101,69 @@ def test_groups_the_gemm_does_not_take_keep_their_loops():
         [helper.make_tensor_value_info("x", F16, [64, 64])], [helper.make_tensor_value_info("y", F16, [64, 64])],
         [numpy_helper.from_array(np.ones((64, 64), np.float16), "w")]), opset_imports=[helper.make_opsetid("", 20)])
     assert not any(gemm_of(f) for f in compiled(gelu)[1].funcs)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_half_precision_compile_of_a_float32_model_runs_its_gemm_in_half(precision):
+    """`--precision fp16|bf16` on cuda: the weight stored narrow is the GEMM's B as it is, the float32 activations
+    are rounded to it as they are copied, sums stay float32; the emulated kernel matches ONNX Runtime's float32
+    result at that format's tolerance."""
+    from core.backends import get_backend
+    from core.driver.precision import store_weights
+
+    f32 = onnx.TensorProto.FLOAT
+    w = numpy_helper.from_array((rng.standard_normal((256, 96)) * 0.1).astype(np.float32), "w")
+    bias = numpy_helper.from_array((rng.standard_normal(96) * 0.1).astype(np.float32), "bias")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "bias"], ["u"]),
+         helper.make_node("Relu", ["u"], ["y"])], "dense", [helper.make_tensor_value_info("x", f32, [80, 256])],
+        [helper.make_tensor_value_info("y", f32, [80, 96])], [w, bias]), opset_imports=[helper.make_opsetid("", 17)])
+    target = get_target("cuda -arch=sm_80")
+    graph = optimize(import_onnx(model.SerializeToString()), 3, target)
+    graph = store_weights(graph, precision, True, get_backend(target).weight_storage_dtypes(target), target)
+    (func,) = [f for f in build_executable(graph, target).funcs if gemm_of(f) is not None]
+    problem, cfg, where = gemm_of(func)
+    half = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+    assert (problem.dtype, problem.a_stored, problem.out_dtype, problem.epilogue) == (half, "float32", "float32",
+                                                                                       ("bias", "relu"))
+    (fused,) = [n for n in graph.nodes if n.op == "Fused"]
+    values = group_inputs(list(fused.attr("body").nodes))
+    x = rng.standard_normal((80, 256)).astype(np.float32)
+    arrays = [np.asarray(graph.constants[v]) if v in graph.constants else x for v in values]
+    weights = arrays[where["b"]]
+    assert weights.dtype.itemsize == 2  # stored narrow: the kernel's B as it is
+    got = emulate(problem, cfg, arrays[where["a"]], weights.view(np.uint16),
+                  {"bias": arrays[where["bias"]].astype(np.float32)})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    tolerance = 1e-2 if precision == "fp16" else 3e-2
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+    ptx, _ = emit_ptx([func], target)
+    assert "cvt.rn.f16x2.f32" in ptx or precision == "bf16"
+    if find_ptxas() is not None:
+        assert assemble_with_usage(ptx, "sm_80")[1][func.name]["spill_stores"] == 0
+
+
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU and driver")
+@pytest.mark.parametrize("precision", [None, "fp16"])
+def test_models_through_the_gemm_match_onnxruntime_on_the_gpu(tmp_path, precision):
+    """A float16 model (precision None) and a float32 one compiled at fp16, validated by compile() itself and
+    checked here against ONNX Runtime."""
+    import core
+    from core.runtime import load
+
+    if precision is None:
+        model, x = dense_model(2, 96, 200, 136, ("bias", "Relu")), rng.standard_normal((2, 96, 200)).astype(np.float16)
+    else:
+        f32 = onnx.TensorProto.FLOAT
+        w = numpy_helper.from_array((rng.standard_normal((200, 136)) * 0.1).astype(np.float32), "w")
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], "d",
+            [helper.make_tensor_value_info("x", f32, [192, 200])], [helper.make_tensor_value_info("y", f32, [192, 136])],
+            [w]), opset_imports=[helper.make_opsetid("", 17)])
+        x = rng.standard_normal((192, 200)).astype(np.float32)
+    artifact = core.compile(model.SerializeToString(), target="cuda", precision=precision)
+    artifact.save(tmp_path / "m.tar.gz")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with load(tmp_path / "m.tar.gz") as module:
+        got = module.run({"x": x})["y"]
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2, atol=2e-2)

@@ -1,5 +1,6 @@
-"""Fused groups the tensor-core GEMM computes whole: a float16/bfloat16 MatMul (A [..., m, k] @ B [k, n]) followed by a
-chain of Cast, bias or residual Add, Relu and Sigmoid. Such a group becomes a PrimFunc whose loops only bind the
+"""Fused groups the tensor-core GEMM computes whole: a float16/bfloat16 MatMul (A [..., m, k] @ B [k, n]; or a float32
+A times a weight stored in half precision, `--precision fp16|bf16`) followed by a chain of Cast, bias or residual
+Add, Relu and Sigmoid. Such a group becomes a PrimFunc whose loops only bind the
 launch grid and whose `gemm_mma` attribute (problem, tile config, which parameter plays which role) tells the
 NVPTX backend to emit core/codegen/mma_gemm.py's kernel in its place."""
 from __future__ import annotations
@@ -27,19 +28,28 @@ def _static(shape) -> bool:
 def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]) -> Optional[tuple[GemmProblem, dict]]:
     """(the problem, role -> graph value) when the group is a half-precision MatMul and an epilogue chain the
     kernel fuses; None otherwise (the group keeps its scheduled loops)."""
-    if len(outputs) != 1 or not nodes or nodes[0].op != "MatMul":
+    if len(outputs) != 1:
         return None
-    mm = nodes[0]
-    ta, tb = graph.type_of(mm.inputs[0]), graph.type_of(mm.inputs[1])
-    if (ta.dtype not in OPERAND_DTYPES or tb.dtype != ta.dtype or len(tb.shape) != 2 or len(ta.shape) < 2
-            or not _static(ta.shape) or not _static(tb.shape)):
+    # A half-precision compile stores weights narrow, widened by a Cast at the top of the body: the GEMM reads the
+    # narrow weight itself (and rounds a float32 A to it as it copies).
+    at = next((i for i, node in enumerate(nodes) if node.op == "MatMul"), None)
+    if at is None or any(node.op != "Cast" or graph.type_of(node.inputs[0]).dtype not in OPERAND_DTYPES
+                         for node in nodes[:at]):
+        return None
+    mm, widened = nodes[at], {node.outputs[0]: node.inputs[0] for node in nodes[:at]}
+    if set(widened) - {mm.inputs[1]}:  # a widening the MatMul's B does not use
+        return None
+    a, b = mm.inputs[0], widened.get(mm.inputs[1], mm.inputs[1])
+    ta, tb = graph.type_of(a), graph.type_of(b)
+    if (tb.dtype not in OPERAND_DTYPES or ta.dtype not in (tb.dtype, "float32") or len(tb.shape) != 2
+            or len(ta.shape) < 2 or not _static(ta.shape) or not _static(tb.shape)):
         return None
     m, k, n = math.prod(ta.shape[:-1]), ta.shape[-1], tb.shape[1]
-    roles = {"a": mm.inputs[0], "b": mm.inputs[1]}
+    roles = {"a": a, "b": b}
     produced = {o for node in nodes for o in node.outputs}
     current, steps, extra_dtypes = mm.outputs[0], [], set()
     dtype = graph.type_of(current).dtype
-    for node in nodes[1:]:
+    for node in nodes[at + 1:]:
         if current not in node.inputs or len(node.outputs) != 1:
             return None
         if node.op == "Cast":
@@ -63,7 +73,8 @@ def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     if current != outputs[0] or len(extra_dtypes) > 1:  # bias and residual are read as one dtype
         return None
     try:
-        return GemmProblem(m, n, k, ta.dtype, graph.type_of(current).dtype, tuple(steps), "".join(extra_dtypes)), roles
+        return GemmProblem(m, n, k, tb.dtype, graph.type_of(current).dtype, tuple(steps), "".join(extra_dtypes),
+                           ta.dtype if ta.dtype != tb.dtype else ""), roles
     except ValueError:  # k or n not whole 16-byte rows
         return None
 

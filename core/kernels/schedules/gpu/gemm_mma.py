@@ -40,7 +40,8 @@ OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 class GemmProblem:
     """What one kernel computes: shapes (row-major A[m, k], B[k, n], C[m, n]), dtypes and the fused epilogue,
     applied in order (bias[n] added, residual[m, n] added, an activation); bias and residual are `extra_dtype`
-    (default: the output's)."""
+    (default: the output's). A float32 A (`a_dtype`, a half-precision compile's activations) is rounded to
+    `dtype` as it is copied to shared memory."""
 
     m: int
     n: int
@@ -49,13 +50,19 @@ class GemmProblem:
     out_dtype: str = "float32"
     epilogue: tuple[str, ...] = ()
     extra_dtype: str = ""
+    a_dtype: str = ""
+
+    @property
+    def a_stored(self) -> str:
+        return self.a_dtype or self.dtype
 
     @property
     def extras_dtype(self) -> str:
         return self.extra_dtype or self.out_dtype
 
     def __post_init__(self):
-        if self.dtype not in OPERAND_DTYPES or {self.out_dtype, self.extras_dtype} - set(OUTPUT_DTYPES):
+        if (self.dtype not in OPERAND_DTYPES or {self.out_dtype, self.extras_dtype} - set(OUTPUT_DTYPES)
+                or self.a_stored not in (self.dtype, "float32")):
             raise ValueError(f"tensor-core GEMM: operands {self.dtype} / output {self.out_dtype} not supported")
         unknown = [s for s in self.epilogue if s not in EPILOGUE_STEPS]
         if unknown:

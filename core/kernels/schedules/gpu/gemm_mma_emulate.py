@@ -98,6 +98,8 @@ class _Block:
                 dst = plan.swizzle(row, chunk, cpr)
                 np.add.at(written, dst, 1)
                 data = source[offset[:, None] + np.arange(plan.CHUNK)] * inside[:, None]
+                if data.dtype == np.float32:  # a float32 A: rounded to the operand dtype on the way
+                    data = half_bits(data, p.dtype)
                 self.smem[base + dst] = data
                 self.stats.copies += cfg.threads
             if not (written == 1).all():
@@ -147,7 +149,7 @@ class _Block:
 def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
             extras: Optional[Mapping[str, np.ndarray]] = None, stats: Optional[EmulationStats] = None) -> np.ndarray:
     """C as the kernels compute it (float32 before rounding to problem.out_dtype). `a`, `b`: uint16 bit
-    patterns of problem.dtype, shapes [m, k] and [k, n]; extras: bias [n], residual [m, n] (float32 values)."""
+    patterns of problem.dtype, shapes [m, k] and [k, n] (`a` float32 values when problem.a_dtype is float32); extras: bias [n], residual [m, n] (float32 values)."""
     stats = stats if stats is not None else EmulationStats()
     extras = extras or {}
     p = problem
