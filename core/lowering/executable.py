@@ -165,6 +165,8 @@ def _read_from_output(func: PrimFunc, index: int) -> Optional[PrimFunc]:
     some store to the output does not read the input, such as a conv accumulating in the output
     buffer before its epilogue: it would overwrite the input too early."""
     src, dst = func.params[index], func.outputs[0]
+    if not any(isinstance(stmt, Store) for stmt in walk_stmt(func.body)):  # a hand-built kernel's body says nothing
+        return None
     for stmt in walk_stmt(func.body):
         if isinstance(stmt, Store) and stmt.buffer == dst and not any(
                 isinstance(e, Load) and e.buffer == src for e in walk_expr(stmt.value)):

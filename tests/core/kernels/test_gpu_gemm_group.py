@@ -167,3 +167,13 @@ def test_models_through_the_gemm_match_onnxruntime_on_the_gpu(tmp_path, precisio
     with load(tmp_path / "m.tar.gz") as module:
         got = module.run({"x": x})["y"]
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+def test_a_residual_gemm_keeps_its_parameters_through_the_whole_build():
+    """The residual Add is elementwise over the output's shape, so the executor would read it from the output
+    buffer (one fewer parameter); a GEMM kernel's parameters are its roles' and stay."""
+    graph, exe, target = compiled(dense_model(1, 64, 64, 64, ("bias", "residual", "Relu")))
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    _, _, where = gemm_of(func)
+    assert len(func.params) == 5 and sorted(where.values()) == list(range(5))
+    emit_ptx(list(exe.funcs), target)
