@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_gpu_gemm import torch_ms  # noqa: E402
+
 CONVNETS = ("resnet18", "resnet50", "mobilenet_v2")
 DEFAULT_RUNS = ["resnet50:fp16:32", "resnet18:fp32:32", "bert_base:fp16:32", "mobilenet_v2:fp32:32",
                 "resnet18:fp32:1", "resnet50:fp16:1", "bert_base:fp32:1", "mobilenet_v2:fp16:32",
@@ -56,20 +58,6 @@ def export(model, example, path: Path) -> bytes:
     except TypeError:  # a torch without the dynamo switch
         torch.onnx.export(model, (example,), str(path), **kwargs)
     return path.read_bytes()
-
-
-def cuda_ms(fn, repeat: int) -> float:
-    import torch
-
-    samples = []
-    for _ in range(repeat):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop))
-    return statistics.median(samples)
 
 
 def wall_ms(fn, repeat: int) -> float:
@@ -104,7 +92,7 @@ def torch_times(model, x: np.ndarray, conv: bool, rounds: int) -> tuple[float, f
             graph_model(static_x)
         for _ in range(3):
             graph.replay()
-        graphed = cuda_ms(graph.replay, rounds)
+        graphed = torch_ms(graph.replay, rounds, warmup=0)
     return eager, graphed, out.float().numpy()
 
 

@@ -160,10 +160,7 @@ class _Kernel:
             base = self.stage_base(operand, stage)
             for it in range(per_stage // cfg.threads):
                 row, chunk = chunk_of(cfg, tid, it)
-                if operand == "a":
-                    g_row, g_col, width, rows = m0 + row, k0 + chunk * plan.CHUNK, p.k, p.m
-                else:
-                    g_row, g_col, width, rows = k0 + row, n0 + chunk * plan.CHUNK, p.n, p.k
+                g_row, g_col, width, rows = plan.copy_source(p, operand, row, chunk, m0, n0, k0)
                 inside = b.and_(g_row.lt(rows), g_col.lt(width))
                 offset = b.select(inside, (g_row * width + g_col).v, ir.Constant(I32, 0))
                 dst = base + plan.swizzle(row, chunk, cpr) * 16

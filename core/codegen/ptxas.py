@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -32,14 +31,7 @@ def find_ptxas() -> Optional[str]:
 
 def assemble(ptx: str, arch: str, ptxas: Optional[str] = None) -> bytes:
     """The cubin that ptxas makes of `ptx` for `arch` (sm_80, ...); BuildError with its messages if it rejects it."""
-    ptxas = ptxas or find_ptxas()
-    if ptxas is None:
-        raise BuildError("ptxas not found: install nvidia-cuda-nvcc-cu12 or set KILN_PTXAS")
-    with tempfile.TemporaryDirectory(prefix="kiln-ptxas-") as tmp:
-        src, out = Path(tmp) / "kernels.ptx", Path(tmp) / "kernels.cubin"
-        src.write_text(ptx)
-        run_tool([ptxas, f"-arch={arch}", "-o", str(out), str(src)], f"ptxas ({arch})")
-        return out.read_bytes()
+    return assemble_with_usage(ptx, arch, ptxas)[0]
 
 
 _USAGE = re.compile(r"Compiling entry function '(\w+)'|(\d+) bytes spill stores, (\d+) bytes spill loads|"
@@ -47,17 +39,15 @@ _USAGE = re.compile(r"Compiling entry function '(\w+)'|(\d+) bytes spill stores,
 
 
 def assemble_with_usage(ptx: str, arch: str, ptxas: Optional[str] = None) -> tuple[bytes, dict[str, dict[str, int]]]:
-    """The cubin of `ptx` for `arch` and each kernel's registers, spill_stores, spill_loads and shared_bytes."""
+    """The cubin of `ptx` for `arch` and what `ptxas -v` says of each kernel: registers, spill_stores and
+    spill_loads (bytes), shared_bytes (static)."""
     ptxas = ptxas or find_ptxas()
     if ptxas is None:
         raise BuildError("ptxas not found: install nvidia-cuda-nvcc-cu12 or set KILN_PTXAS")
     with tempfile.TemporaryDirectory(prefix="kiln-ptxas-") as tmp:
         src, out = Path(tmp) / "kernels.ptx", Path(tmp) / "kernels.cubin"
         src.write_text(ptx)
-        proc = subprocess.run([ptxas, f"-arch={arch}", "-v", "-o", str(out), str(src)], capture_output=True, text=True,
-                              timeout=300)
-        if proc.returncode != 0:
-            raise BuildError(f"ptxas ({arch}) failed: " + " | ".join(proc.stderr.strip().splitlines()[:20]))
+        proc = run_tool([ptxas, f"-arch={arch}", "-v", "-o", str(out), str(src)], f"ptxas ({arch})")
         usage: dict[str, dict[str, int]] = {}
         kernel = None
         for m in _USAGE.finditer(proc.stderr + proc.stdout):

@@ -213,6 +213,14 @@ def copy_b_chunk(cfg: GemmConfig, tid, it):
     return index // cfg.b_chunks_per_row, index % cfg.b_chunks_per_row
 
 
+def copy_source(problem: GemmProblem, operand: str, row, chunk, m0, n0, k0):
+    """(row, column, row length, rows) in the whole matrix of chunk (row, chunk) of an `operand` ("a" or "b")
+    slice, for the block tile at (m0, n0) and the slice starting at k0."""
+    if operand == "a":
+        return m0 + row, k0 + chunk * CHUNK, problem.k, problem.m
+    return k0 + row, n0 + chunk * CHUNK, problem.n, problem.k
+
+
 def warp_origin(cfg: GemmConfig, warp):
     """(first row, first column) of a warp's tile within the block tile."""
     return (warp // cfg.warps_n) * cfg.warp_m, (warp % cfg.warps_n) * cfg.warp_n
@@ -265,5 +273,5 @@ def block_tile(cfg: GemmConfig, problem: GemmProblem, bx, by):
 
 
 __all__ = ["GemmProblem", "GemmConfig", "config_error", "default_config", "config_space", "swizzle", "grid",
-           "copy_a_chunk", "copy_b_chunk", "ldmatrix_a", "ldmatrix_b", "accumulator_position", "k_slice_range",
+           "copy_a_chunk", "copy_b_chunk", "copy_source", "ldmatrix_a", "ldmatrix_b", "accumulator_position", "k_slice_range",
            "warp_origin", "block_tile", "shared_limit", "KNOB_CHOICES", "EPILOGUE_STEPS"]

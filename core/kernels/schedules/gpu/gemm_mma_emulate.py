@@ -89,10 +89,7 @@ class _Block:
             written = np.zeros(per_stage, int)
             for it in range(per_stage // cfg.threads):
                 row, chunk = chunk_of(cfg, tid, it)
-                if operand == "a":
-                    g_row, g_col, width, rows = m0 + row, k0 + chunk * plan.CHUNK, p.k, p.m
-                else:
-                    g_row, g_col, width, rows = k0 + row, n0 + chunk * plan.CHUNK, p.n, p.k
+                g_row, g_col, width, rows = plan.copy_source(p, operand, row, chunk, m0, n0, k0)
                 inside = (g_row < rows) & (g_col < width)
                 offset = np.where(inside, g_row * width + g_col, 0)
                 dst = plan.swizzle(row, chunk, cpr)
