@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_gpu_gemm import torch_ms  # noqa: E402
 
 CONVNETS = ("resnet18", "resnet50", "mobilenet_v2")
-DEFAULT_RUNS = ["resnet50:fp16:32", "resnet18:fp32:32", "bert_base:fp16:32", "mobilenet_v2:fp32:32",
+DEFAULT_RUNS = ["bert_base:fp16:32", "resnet50:fp16:32", "resnet18:fp32:32", "mobilenet_v2:fp32:32",
                 "resnet18:fp32:1", "resnet50:fp16:1", "bert_base:fp32:1", "mobilenet_v2:fp16:32",
                 "resnet50:fp32:32", "resnet18:fp16:32", "bert_base:fp16:1", "mobilenet_v2:fp32:1"]
 

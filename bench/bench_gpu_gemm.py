@@ -123,7 +123,8 @@ def kiln_float32(size: int, target, a, b, want) -> tuple[float, str, float]:
         lib.close()
 
 
-def run(sizes, dtypes, target_name: str) -> list[dict]:
+def run(sizes, dtypes, target_name: str, json_path: Path | None = None) -> list[dict]:
+    """The table's rows (also written to `json_path` after each, so a run cut short keeps what it measured)."""
     import torch
 
     from core.target import get_target
@@ -152,6 +153,8 @@ def run(sizes, dtypes, target_name: str) -> list[dict]:
                        "config": config, "max_rel_err": err}
                 row["fraction"] = row["kiln_tflops"] / row["cublas_tflops"]
                 rows.append(row)
+                if json_path:
+                    json_path.write_text(json.dumps(rows, indent=1))
                 print(f"  {key} {size}: cuBLAS {row['cublas_tflops']:.1f} TFLOP/s, Kiln {row['kiln_tflops']:.1f} "
                       f"({100 * row['fraction']:.0f}%) {config}", file=sys.stderr, flush=True)
     return rows
@@ -176,10 +179,7 @@ def main() -> int:
     parser.add_argument("-t", "--target", default="cuda -arch=sm_90")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
-    rows = run(args.sizes, args.dtypes, args.target)
-    print_table(rows, args.target)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+    print_table(run(args.sizes, args.dtypes, args.target, args.json), args.target)
     return 0
 
 

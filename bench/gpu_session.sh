@@ -18,7 +18,7 @@ step "machine"
   > "$OUT/machine.txt" 2>&1
 
 step "GPU tests"
-timeout 150 $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
+timeout 120 $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
   tests/core/kernels/test_gpu_gemm_mma.py tests/core/kernels/test_gpu_gemm_group.py tests/core/codegen/test_sass.py \
   tests/core/kernels/test_gpu_tensorcore.py tests/core/codegen/test_nvptx_gpu.py tests/core/runtime/test_cuda_gpu.py \
   tests/core/kernels/test_gpu_models.py tests/core/kernels/test_gpu_integer.py tests/core/tune/test_tune_gpu.py \
@@ -30,11 +30,11 @@ timeout 60 $PY bench/bench_gpu_sass.py --archs sm_90 > "$OUT/sass.md" 2>&1
 step "sass exit $?"
 
 step "GEMM against cuBLAS"
-timeout 140 $PY bench/bench_gpu_gemm.py -t "cuda -arch=sm_90" --json "$OUT/gemm.json" > "$OUT/gemm.md" 2> "$OUT/gemm.log"
+timeout 130 $PY bench/bench_gpu_gemm.py -t "cuda -arch=sm_90" --json "$OUT/gemm.json" > "$OUT/gemm.md" 2> "$OUT/gemm.log"
 step "gemm exit $?"
 
 step "models against PyTorch"
-timeout 170 $PY bench/bench_gpu.py -t "cuda -arch=sm_90" --rounds 15 --budget-s 120 --json "$OUT/models.json" \
+timeout 150 $PY bench/bench_gpu.py -t "cuda -arch=sm_90" --rounds 15 --budget-s 100 --json "$OUT/models.json" \
   > "$OUT/models.md" 2> "$OUT/models.log"
 step "models exit $?"
 cat "$OUT/gemm.md" "$OUT/models.md" >> "$OUT/summary.txt" 2>/dev/null
