@@ -84,8 +84,9 @@ def test_the_model_ptx_runs_the_gemm_on_tensor_cores(arch):
     _, exe, target = compiled(dense_model(1, 256, 512, 256, ("bias", "Relu")), arch)
     ptx, launches = emit_ptx(list(exe.funcs), target)
     (func,) = exe.funcs
-    _, cfg, _ = gemm_of(func)
-    assert launches[func.name].block == (cfg.threads, 1, 1) and launches[func.name].grid == (2, 2, 1)
+    problem, cfg, _ = gemm_of(func)
+    assert (cfg.block_m, cfg.block_n) == (64, 64)  # 4 tiles of 128 x 128 would leave the GPU idle: 16 of 64 x 64
+    assert launches[func.name].block == (cfg.threads, 1, 1) and launches[func.name].grid == (4, 4, 1)
     for instruction in ("ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans",
                         "cp.async.cg.shared.global", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"):
         assert instruction in ptx

@@ -103,12 +103,15 @@ def test_the_emulation_catches_a_missing_swizzle_and_a_wrong_fragment(monkeypatc
 
 
 def test_configs_the_plan_refuses_and_the_default_inside_the_space():
-    problem = GemmProblem(1024, 1024, 1024)
+    problem = GemmProblem(4096, 4096, 4096)
     default = default_config(problem, CUDA.max_shared_bytes)
     assert (default.block_m, default.block_n, default.block_k, default.stages) == (128, 128, 32, 3)
     assert (default.mi, default.ni) == (4, 8)  # 4 x 8 mma tiles a warp: fragments reused in both M and N
+    small = default_config(GemmProblem(128, 768, 768), CUDA.max_shared_bytes, 132, split=False)
+    assert (small.block_m, small.block_n, small.stages) == (64, 64, 4)  # 24 tiles rather than 6 on 132 SMs
     space = list(config_space(problem, CUDA.max_shared_bytes))
-    assert default in space and len(space) > 20
+    assert default in space and len(space) > 20 and small in config_space(GemmProblem(128, 768, 768),
+                                                                          CUDA.max_shared_bytes)
     assert "shared memory" in config_error(replace(default, stages=4), problem, CUDA.max_shared_bytes)
     assert "block_k" in config_error(replace(default, block_k=128), problem, CUDA.max_shared_bytes)
     assert "warp tiles" in config_error(replace(default, warps_n=16), problem, CUDA.max_shared_bytes)

@@ -157,15 +157,16 @@ def config_error(cfg: GemmConfig, problem: GemmProblem, max_shared_bytes: int, m
 
 
 def default_config(problem: GemmProblem, max_shared_bytes: int, sm_count: int = 108, split: bool = True) -> GemmConfig:
-    """128x128x32, 3 stages, 4 warps of 64x64 (CUTLASS's sm_80 default shape class), shrunk for small products
-    and split along k (unless `split` is off) when the output tiles would leave most SMs idle (tall and skinny:
-    deep k, few tiles)."""
+    """128x128x32, 3 stages, 4 warps of 64x64 (CUTLASS's sm_80 default shape class); 64x64 tiles (4 warps of
+    32x32, 4 stages) when the large ones would leave more than half the SMs idle; then split along k (unless
+    `split` is off) while the tiles still leave most SMs idle over a deep k (tall and skinny)."""
+    def tiles_of(c: GemmConfig) -> int:
+        return -(-problem.m // c.block_m) * -(-problem.n // c.block_n)
+
     cfg = GemmConfig()
-    if problem.m <= 64:
-        cfg = replace(cfg, block_m=64, warps_m=1, warps_n=4 if problem.n >= 128 else 2)
-    if problem.n <= 64:
-        cfg = replace(cfg, block_n=64, warps_n=2)
-    tiles = -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n)
+    if tiles_of(cfg) < sm_count // 2:
+        cfg = GemmConfig(block_m=64, block_n=64, stages=4)
+    tiles = tiles_of(cfg)
     k_slices = -(-problem.k // cfg.block_k)
     parts = 1
     while split and tiles * parts * 2 <= sm_count and k_slices // (parts * 2) >= 8:
