@@ -1,5 +1,5 @@
 """What ptxas makes of Kiln's tensor-core GEMM, no GPU needed: per config and architecture, each kernel's registers,
-spills and shared memory (ptxas -v) and its SASS counts of HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async)
+spills and static shared memory (ptxas -v; 0 where the stages are dynamic shared memory) and its SASS counts of HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async)
 and BAR (cuobjdump -sass where nvdisasm is installed, else the cubin decoded: core/codegen/sass.py).
 
     python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90]
@@ -20,6 +20,8 @@ from core.target import get_target  # noqa: E402
 
 CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),
            ("128x256x32 2x4 warps, 2 stages", GemmConfig(block_n=256, warps_n=4, stages=2)),
+           ("128x128x32 2x2 warps, 4 stages (dynamic smem)", GemmConfig(stages=4)),
+           ("128x256x32 2x4 warps, 3 stages (dynamic smem)", GemmConfig(block_n=256, warps_n=4, stages=3)),
            ("256x128x32 4x2 warps, 2 stages", GemmConfig(block_m=256, warps_m=4, stages=2)),
            ("128x128x16 2x2 warps, 5 stages", GemmConfig(block_k=16, stages=5)),
            ("64x64x32 2x2 warps, 4 stages", GemmConfig(block_m=64, block_n=64, stages=4)),
