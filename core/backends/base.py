@@ -9,6 +9,7 @@ from ..target import Target
 
 if TYPE_CHECKING:
     from ..codegen.model_entry import ModelPlan
+    from ..graph.ir import Graph, Node
     from ..graph.passes.registry import GraphPass
     from ..kernels.registry import ScheduleFn
     from ..runtime.emulated import QemuUser
@@ -79,6 +80,12 @@ class Backend:
     def epilogue_schedule(self) -> "ScheduleFn":
         """How a fused kernel's epilogue (what follows a conv/matmul anchor) is placed."""
         raise NotImplementedError
+
+    def group_kernel(self, nodes: Sequence["Node"], graph: "Graph", target: Target, name: str,
+                     outputs: Sequence[str], inputs: Sequence[str]) -> Optional["PrimFunc"]:
+        """A hand-built kernel for a whole fused group (inputs, then outputs, as lower_group's), or None: the
+        group's computes are scheduled as usual."""
+        return None
 
     def load_templates(self) -> None:
         """Register this backend's tuning templates (the CPU's live in core/tune/templates.py itself)."""

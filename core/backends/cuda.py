@@ -33,6 +33,11 @@ class CudaBackend(Backend):
         at = names.index("fuse_ops") if "fuse_ops" in names else len(names)
         return names[:at] + ("half_matmul_operands",) + names[at:]
 
+    def weight_storage_dtypes(self, target: Target) -> tuple[str, ...]:
+        """float16 and bfloat16 weights widen in a conversion per load (cvt), and a half-precision MatMul feeds them
+        to the tensor cores as they are (gemm_group.py): `--precision fp16|bf16` computes its GEMMs in half."""
+        return ("float16", "bfloat16")
+
     def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
         from ..te.tensorize import intrinsics_for
 
@@ -49,6 +54,12 @@ class CudaBackend(Backend):
         from ..kernels.schedules.gpu.epilogue import schedule_epilogue
 
         return schedule_epilogue
+
+    def group_kernel(self, nodes, graph, target: Target, name: str, outputs, inputs):
+        """A float16/bfloat16 MatMul and its epilogue chain: the tensor-core GEMM (gemm_group.py)."""
+        from ..kernels.schedules.gpu.gemm_group import gemm_group_kernel
+
+        return gemm_group_kernel(nodes, graph, target, name, outputs, inputs)
 
     def load_templates(self) -> None:
         from ..tune import templates_gpu  # noqa: F401 (registers; CPU-only compiles never load the GPU schedules)

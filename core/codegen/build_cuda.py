@@ -103,7 +103,8 @@ def render_tables(plan: ModelPlan, funcs: Sequence[PrimFunc], ptx: str, launches
                                f"{MAX_ARGS}")
         cfg = launches[call.func]
         launch_rows.append(f"{{{kernel_index[call.func]}, {{{', '.join(map(str, cfg.grid))}}}, "
-                           f"{{{', '.join(map(str, cfg.block))}}}, {len(arg_rows)}, {len(call.args)}}}")
+                           f"{{{', '.join(map(str, cfg.block))}}}, {len(arg_rows)}, {len(call.args)}, "
+                           f"{cfg.dynamic_shared_bytes}}}")
         arg_rows += ["{%d, %d}" % layout.resolve(ref) for ref in call.args]
     ints = lambda values: [str(v) for v in values]  # noqa: E731
     return "\n".join([

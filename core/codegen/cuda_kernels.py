@@ -28,12 +28,16 @@ class CudaKernelLibrary:
     def names(self) -> list[str]:
         return list(self.signatures)
 
-    def _upload(self, name: str, arrays) -> list[DeviceBuffer]:
-        if name not in self.signatures:
-            raise KeyError(f"kernel {name!r} is not in this library; it has {', '.join(self.signatures)}")
+    def _signature(self, name: "str | tuple[str, ...]") -> dict:
+        first = name if isinstance(name, str) else name[0]
+        if first not in self.signatures:
+            raise KeyError(f"kernel {first!r} is not in this library; it has {', '.join(self.signatures)}")
+        return self.signatures[first]
+
+    def _upload(self, name: "str | tuple[str, ...]", arrays) -> list[DeviceBuffer]:
         buffers = []
         try:
-            for arr in checked_arrays(self.signatures[name], arrays):
+            for arr in checked_arrays(self._signature(name), arrays):
                 buffers.append(DeviceBuffer(arr.nbytes))
                 buffers[-1].upload(arr)
         except BaseException:
@@ -42,23 +46,25 @@ class CudaKernelLibrary:
             raise
         return buffers
 
-    def _launch(self, name: str, buffers: list[DeviceBuffer]) -> None:
-        launch = self.launches[name]
-        self.module.launch(name, launch.grid, launch.block, buffers)
+    def _launch(self, name: "str | tuple[str, ...]", buffers: list[DeviceBuffer]) -> None:
+        for kernel in (name,) if isinstance(name, str) else name:
+            launch = self.launches[kernel]
+            self.module.launch(kernel, launch.grid, launch.block, buffers, launch.dynamic_shared_bytes)
 
-    def call(self, name: str, *arrays: np.ndarray) -> None:
-        """Run kernel `name` once: every array is copied to the GPU, the outputs and workspaces back."""
+    def call(self, name: "str | tuple[str, ...]", *arrays: np.ndarray) -> None:
+        """Run kernel `name` once (or kernels `name`, in order, on the same buffers): every array is copied to
+        the GPU, the outputs and workspaces back."""
         buffers = self._upload(name, arrays)
         try:
             self._launch(name, buffers)
             self.module.synchronize()
-            for arr, buf in list(zip(arrays, buffers))[self.signatures[name]["num_inputs"]:]:
+            for arr, buf in list(zip(arrays, buffers))[self._signature(name)["num_inputs"]:]:
                 buf.download(arr)
         finally:
             for b in buffers:
                 b.free()
 
-    def time_ms(self, name: str, *arrays: np.ndarray, repeat: int = 10, number: int = 1, warmup: int = 1) -> float:
+    def time_ms(self, name: "str | tuple[str, ...]", *arrays: np.ndarray, repeat: int = 10, number: int = 1, warmup: int = 1) -> float:
         """Median device time of one launch in milliseconds, the data resident on the GPU."""
         buffers = self._upload(name, arrays)
         try:
@@ -90,6 +96,6 @@ def save_cuda_kernels(funcs: Sequence[PrimFunc], target: Target, path: "str | Pa
 
 def load_cuda_kernel_bundle(path: "str | Path") -> CudaKernelLibrary:
     data = json.loads(Path(path).read_text())
-    launches = {k: LaunchConfig(tuple(v["grid"]), tuple(v["block"]), v["shared_bytes"])
+    launches = {k: LaunchConfig(tuple(v["grid"]), tuple(v["block"]), v["shared_bytes"], v.get("dynamic_shared_bytes", 0))
                 for k, v in data["launches"].items()}
     return CudaKernelLibrary(data["ptx"], launches, data["signatures"])

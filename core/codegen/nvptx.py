@@ -39,18 +39,21 @@ class GPUScheduleError(ScheduleError):
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How the host launches one kernel: grid and block dimensions (x, y, z), static shared bytes."""
+    """How the host launches one kernel: grid and block dimensions (x, y, z), shared bytes (all of them) and how
+    many of those are dynamic (the launch passes them; beyond 48 KiB the kernel must be allowed them first)."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0
+    dynamic_shared_bytes: int = 0
 
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
     def to_json(self) -> dict:
-        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes,
+                "dynamic_shared_bytes": self.dynamic_shared_bytes}
 
 
 def _bound_loops(stmt: Stmt) -> Iterator[For]:
@@ -203,6 +206,9 @@ def _target_machine(target: Target) -> llvm.TargetMachine:
 
 def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Module, dict[str, LaunchConfig]]:
     """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
+    from ..kernels.schedules.gpu.gemm_group import gemm_of
+    from .mma_gemm import dynamic_shared, emit_gemm_body
+
     if not get_backend(target).has_shared:
         raise CodegenError(f"target {target.name} is not a GPU target")
     module = ir.Module(name="kiln_gpu")
@@ -214,6 +220,14 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
         launches[func.name] = launch = verify_gpu_kernel(func, target)
         fn = declare_kernel(module, func)
         fn.calling_convention = "ptx_kernel"
+        gemm = gemm_of(func)
+        if gemm is not None:  # a whole group as the tensor-core GEMM: its loops only bind the launch
+            problem, cfg, where = gemm
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            emit_gemm_body(b, {role: fn.args[index] for role, index in where.items()}, problem, cfg, func.name)
+            b.ret_void()
+            launches[func.name] = LaunchConfig(launch.grid, launch.block, cfg.shared_bytes, dynamic_shared(cfg))
+            continue
         fe = NVPTXEmitter(ctx, fn, func.name, launch)
         for arg, buf in zip(fn.args, func.params):
             fe.bufs[buf] = arg

@@ -3,6 +3,7 @@ assembling generated PTX for a GPU architecture checks it without a GPU."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,11 +31,31 @@ def find_ptxas() -> Optional[str]:
 
 def assemble(ptx: str, arch: str, ptxas: Optional[str] = None) -> bytes:
     """The cubin that ptxas makes of `ptx` for `arch` (sm_80, ...); BuildError with its messages if it rejects it."""
+    return assemble_with_usage(ptx, arch, ptxas)[0]
+
+
+_USAGE = re.compile(r"Compiling entry function '(\w+)'|(\d+) bytes spill stores, (\d+) bytes spill loads|"
+                    r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def assemble_with_usage(ptx: str, arch: str, ptxas: Optional[str] = None) -> tuple[bytes, dict[str, dict[str, int]]]:
+    """The cubin of `ptx` for `arch` and what `ptxas -v` says of each kernel: registers, spill_stores and
+    spill_loads (bytes), shared_bytes (static)."""
     ptxas = ptxas or find_ptxas()
     if ptxas is None:
         raise BuildError("ptxas not found: install nvidia-cuda-nvcc-cu12 or set KILN_PTXAS")
     with tempfile.TemporaryDirectory(prefix="kiln-ptxas-") as tmp:
         src, out = Path(tmp) / "kernels.ptx", Path(tmp) / "kernels.cubin"
         src.write_text(ptx)
-        run_tool([ptxas, f"-arch={arch}", "-o", str(out), str(src)], f"ptxas ({arch})")
-        return out.read_bytes()
+        proc = run_tool([ptxas, f"-arch={arch}", "-v", "-o", str(out), str(src)], f"ptxas ({arch})")
+        usage: dict[str, dict[str, int]] = {}
+        kernel = None
+        for m in _USAGE.finditer(proc.stderr + proc.stdout):
+            if m.group(1):
+                kernel = m.group(1)
+                usage[kernel] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "shared_bytes": 0}
+            elif m.group(2) and kernel:
+                usage[kernel].update(spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+            elif m.group(4) and kernel:
+                usage[kernel].update(registers=int(m.group(4)), shared_bytes=int(m.group(5) or 0))
+        return out.read_bytes(), usage

@@ -45,7 +45,8 @@ def find_compiler(target: Target) -> str:
                      f"or set KILN_CC to a compiler for {target.arch}")
 
 
-def run_tool(cmd: list[str], what: str) -> None:
+def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    """Run a build tool; its completed process (output captured as text), or BuildError with its messages."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except OSError as e:
@@ -59,6 +60,7 @@ def run_tool(cmd: list[str], what: str) -> None:
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()[:_STDERR_LINES]
         raise BuildError(f"{what} failed ({os.path.basename(cmd[0])} exit {proc.returncode}): " + " | ".join(lines))
+    return proc
 
 
 def compile_c(cc: str, source: Path, obj: Path, include_dirs: tuple[Path, ...] = ()) -> None:

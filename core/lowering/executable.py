@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ..backends import get_backend
 from ..codegen.kernel_objects import prefetch
 from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from ..graph.ir import Graph, Node
@@ -72,6 +73,9 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
     its loads unless the kernel reads it as scalars: then once per call into a workspace (`widen_once`,
     core/lowering/narrow_reads.py)."""
     inputs = group_inputs(nodes)
+    whole = None if anchor_schedule else get_backend(target).group_kernel(nodes, graph, target, name, outputs, inputs)
+    if whole is not None:  # a hand-built kernel (tuning never gives these groups a schedule: see group_task)
+        return whole, inputs
     tensors: dict[str, Tensor] = {}
     params: list[Tensor] = []
     for k, value in enumerate(inputs):
@@ -161,6 +165,8 @@ def _read_from_output(func: PrimFunc, index: int) -> Optional[PrimFunc]:
     some store to the output does not read the input, such as a conv accumulating in the output
     buffer before its epilogue: it would overwrite the input too early."""
     src, dst = func.params[index], func.outputs[0]
+    if not any(isinstance(stmt, Store) for stmt in walk_stmt(func.body)):  # a hand-built kernel's body says nothing
+        return None
     for stmt in walk_stmt(func.body):
         if isinstance(stmt, Store) and stmt.buffer == dst and not any(
                 isinstance(e, Load) and e.buffer == src for e in walk_expr(stmt.value)):

@@ -19,6 +19,7 @@ class CudaError(KilnError):
 
 _c = ctypes
 CUdeviceptr = _c.c_uint64
+STATIC_SHARED_LIMIT = 48 * 1024  # a kernel gets more dynamic shared memory only once allowed (cuFuncSetAttribute)
 
 
 class Driver:
@@ -118,6 +119,7 @@ class Module:
         if result != 0:
             self.drv._check(result, f"loading PTX ({log.value.decode(errors='replace').strip()[:400]})")
         self._functions: dict[str, _c.c_void_p] = {}
+        self._allowed: set[str] = set()  # functions allowed more than 48 KiB of dynamic shared memory
 
     def function(self, name: str) -> _c.c_void_p:
         if name not in self._functions:
@@ -127,11 +129,18 @@ class Module:
             self._functions[name] = fn
         return self._functions[name]
 
-    def launch(self, name: str, grid: Sequence[int], block: Sequence[int], buffers: Sequence[DeviceBuffer]) -> None:
+    def launch(self, name: str, grid: Sequence[int], block: Sequence[int], buffers: Sequence[DeviceBuffer],
+               dynamic_shared: int = 0) -> None:
+        """`dynamic_shared` bytes of dynamic shared memory (beyond 48 KiB the function is allowed them first)."""
+        if dynamic_shared > STATIC_SHARED_LIMIT and name not in self._allowed:
+            self.drv._check(self.drv.lib.cuFuncSetAttribute(self.function(name), 8, _c.c_int(dynamic_shared)),
+                            f"cuFuncSetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES={dynamic_shared})")
+            self._allowed.add(name)
         args = [CUdeviceptr(b.ptr.value) for b in buffers]
         params = (_c.c_void_p * len(args))(*[_c.cast(_c.byref(a), _c.c_void_p) for a in args])
         self.drv._check(self.drv.lib.cuLaunchKernel(self.function(name), *map(_c.c_uint, grid), *map(_c.c_uint, block),
-                                                    _c.c_uint(0), None, params, None), f"launching {name}")
+                                                    _c.c_uint(dynamic_shared), None, params, None),
+                        f"launching {name}")
 
     def synchronize(self) -> None:
         self.drv._check(self.drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")

@@ -50,6 +50,7 @@ enum { CU_JIT_ERROR_LOG_BUFFER = 5, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6 };
     X(ModuleLoadDataEx, "cuModuleLoadDataEx", CUresult, (CUmodule*, const void*, unsigned, int*, void**))    \
     X(ModuleUnload, "cuModuleUnload", CUresult, (CUmodule))                                                  \
     X(ModuleGetFunction, "cuModuleGetFunction", CUresult, (CUfunction*, CUmodule, const char*))              \
+    X(FuncSetAttribute, "cuFuncSetAttribute", CUresult, (CUfunction, int, int))                              \
     X(MemAlloc, "cuMemAlloc_v2", CUresult, (CUdeviceptr*, size_t))                                           \
     X(MemFree, "cuMemFree_v2", CUresult, (CUdeviceptr))                                                      \
     X(MemsetD8, "cuMemsetD8_v2", CUresult, (CUdeviceptr, unsigned char, size_t))                             \
@@ -203,6 +204,16 @@ static int load_module(const char* who) {
         snprintf(what, sizeof what, "cuModuleGetFunction(%s)", kiln_cuda_kernel_names[k]);
         if (CU_TRY(who, what, cu.ModuleGetFunction(&functions[k], module, kiln_cuda_kernel_names[k]))) return -1;
     }
+    for (int c = 0; c < kiln_graph_num_calls; c++) { /* more than 48 KiB of dynamic shared memory is opt-in */
+        const kiln_cuda_launch* l = &kiln_cuda_launches[c];
+        if (l->dynamic_shared <= 48 * 1024) continue;
+        char what[200];
+        snprintf(what, sizeof what, "cuFuncSetAttribute(%s, %u bytes of shared memory)",
+                 kiln_cuda_kernel_names[l->kernel], l->dynamic_shared);
+        if (CU_TRY(who, what, cu.FuncSetAttribute(functions[l->kernel], 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */,
+                                                  (int)l->dynamic_shared)))
+            return -1;
+    }
     return 0;
 }
 
@@ -314,7 +325,7 @@ static int32_t launch_all(CUdeviceptr arena, CUdeviceptr weights, const void* co
         char what[200];
         snprintf(what, sizeof what, "cuLaunchKernel(%s, call %d)", kiln_graph_call_names[c], c);
         if (CU_TRY(who, what, cu.LaunchKernel(functions[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
-                                              l->block[1], l->block[2], 0, NULL, params, NULL)))
+                                              l->block[1], l->block[2], l->dynamic_shared, NULL, params, NULL)))
             goto done;
         if (call_ms && CU_TRY(who, "cuEventRecord", cu.EventRecord(events[c + 1], NULL))) goto done;
     }

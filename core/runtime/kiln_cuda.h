@@ -22,6 +22,7 @@ typedef struct {
     uint32_t block[3];
     int32_t first_arg; /* this launch's arguments: kiln_cuda_args[first_arg .. first_arg + num_args) */
     int32_t num_args;
+    uint32_t dynamic_shared; /* bytes of dynamic shared memory (beyond 48 KiB: the kernel is allowed it at load) */
 } kiln_cuda_launch;
 
 extern const char kiln_cuda_ptx[];

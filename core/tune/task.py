@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..backends import get_backend
 from ..lowering.executable import lower_group
 from ..graph.ir import Graph, Node
 from ..graph.ops import get_op, node_flops
@@ -135,12 +136,14 @@ class Task:
 
 
 def group_task(node: Node, graph: Graph, target: Target) -> Optional[Task]:
-    """The task of the kernel `node` becomes, or None when its anchor has no template."""
+    """The task of the kernel `node` becomes, or None when its anchor has no template or the backend builds the
+    whole group's kernel itself (Backend.group_kernel)."""
     nodes, types = group_of(node, graph)
     template = get_template(anchor_of(nodes).op, target)
-    if template is None:
-        return None
     outputs = list(node.outputs)
+    if template is None or get_backend(target).group_kernel(nodes, types, target, "probe", outputs,
+                                                             group_inputs(nodes)) is not None:
+        return None
     desc = workload(nodes, types, outputs, target)
     constants = tuple(k for k, v in enumerate(group_inputs(nodes)) if v in graph.constants)
     return Task(workload_key(desc), desc, template, target, tuple(nodes), types, tuple(outputs),

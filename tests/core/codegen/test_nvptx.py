@@ -122,7 +122,8 @@ def test_kernel_bundle_carries_ptx_launches_and_signatures(tmp_path):
 
     path = save_cuda_kernels([tiled_matmul(32, 48, 80, tile=8, k_tile=8)], CUDA, tmp_path / "k.cuda.json")
     bundle = json.loads(path.read_text())
-    assert bundle["launches"]["mm_32_48_80"] == {"grid": [6, 4, 1], "block": [8, 8, 1], "shared_bytes": 512}
+    assert bundle["launches"]["mm_32_48_80"] == {"grid": [6, 4, 1], "block": [8, 8, 1], "shared_bytes": 512,
+                                                 "dynamic_shared_bytes": 0}
     assert [p["shape"] for p in bundle["signatures"][0]["params"]] == [[32, 80], [80, 48], [32, 48]]
     assemble(bundle["ptx"], "sm_80")
 

@@ -23,15 +23,15 @@ rng = np.random.default_rng(21)
 needs_gpu = pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU and driver")
 
 
-def matmul_model(m: int, k: int, n: int, dtype=np.float16) -> onnx.ModelProto:
-    """x[m, k] @ W[k, n] + bias, Relu: the epilogue a dense layer fuses."""
+def matmul_model(m: int, k: int, n: int, dtype=np.float16, batch=()) -> onnx.ModelProto:
+    """x[*batch, m, k] @ W[*batch, k, n] + bias, Relu: the epilogue a dense layer fuses."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    w = numpy_helper.from_array((rng.standard_normal((k, n)) * 0.1).astype(dtype), "w")
+    w = numpy_helper.from_array((rng.standard_normal(batch + (k, n)) * 0.1).astype(dtype), "w")
     bias = numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(dtype), "bias")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "bias"], ["z"]),
              helper.make_node("Relu", ["z"], ["y"])]
-    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", elem, [m, k])],
-                              [helper.make_tensor_value_info("y", elem, [m, n])], [w, bias])
+    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", elem, [*batch, m, k])],
+                              [helper.make_tensor_value_info("y", elem, [*batch, m, n])], [w, bias])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -133,11 +133,15 @@ def test_a_float16_model_on_tensor_cores_matches_onnxruntime(tmp_path):
 
 
 def test_tuning_explores_tensor_core_tiles():
-    """The float16 MatMul's task has the tensor-core knobs; its valid configs tensorize and ptxas takes them."""
+    """A batched float16 MatMul's task (one the whole-group GEMM of gemm_group.py does not take: its B is 3-D) has
+    the tensor-core knobs; its valid configs tensorize and ptxas takes them. A 2-D one has no task: the GEMM
+    kernel builds its group whole."""
     from core.tune.task import extract_tasks
 
     target = get_target("cuda")
     graph = optimize(import_onnx(matmul_model(64, 128, 64).SerializeToString()), 3, target)
+    assert not [t for t in extract_tasks(graph, target) if t.template.op == "MatMul"]
+    graph = optimize(import_onnx(matmul_model(64, 128, 64, batch=(2,)).SerializeToString()), 3, target)
     (task,) = [t for t in extract_tasks(graph, target) if t.template.op == "MatMul"]
     assert {"warps", "mma_m", "k_tile"} <= set(task.space.default.values) and task.valid(task.space.default)
     valid = [c for c in (task.space.get(i) for i in range(len(task.space))) if task.valid(c)]

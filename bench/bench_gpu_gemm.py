@@ -1,0 +1,187 @@
+"""GEMM throughput on the GPU against cuBLAS (through PyTorch): square products 1024..8192 in float16 and bfloat16
+(Kiln's tensor-core GEMM, core/codegen/mma_gemm.py: its default tiles and a few other configs of its space, up to
+4 stages and 128x256 tiles in dynamic shared memory, the best kept) and float32 (Kiln's MatMul kernel as a model compiles it; cuBLAS without TF32). Data stays on the
+device; times are CUDA-event medians. Each Kiln result is checked against cuBLAS's before it is timed.
+
+    python bench/bench_gpu_gemm.py [--sizes 1024 2048 4096 8192] [--dtypes fp16 bf16 fp32] [-t "cuda -arch=sm_90"]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
+def candidates(problem, target):
+    """The default config first, then a few others of the space (wider and deeper tiles, more stages)."""
+    from core.kernels.schedules.gpu.gemm_mma import GemmConfig, config_error, default_config, shared_limit
+
+    default = default_config(problem, target.max_shared_bytes, 132 if target.cpu == "sm_90" else 108)
+    wide, tall = GemmConfig(block_n=256, warps_n=4), GemmConfig(block_m=256, warps_m=4)
+    others = [replace(default, stages=4), replace(wide, stages=3), replace(tall, stages=3), replace(wide, stages=4),
+              GemmConfig(block_k=64, stages=3), replace(wide, stages=2), GemmConfig(block_k=16, stages=5),
+              replace(default, split_k=1)]
+    seen, out = set(), []
+    for cfg in [default, *others]:
+        if cfg not in seen and config_error(cfg, problem, shared_limit(target.cpu)) is None:
+            seen.add(cfg)
+            out.append(cfg)
+    return out
+
+
+def _build(args):
+    from core.codegen.mma_gemm import build_gemm
+    from core.target import get_target
+
+    problem, cfg, target_name = args
+    return build_gemm(problem, cfg, get_target(target_name))
+
+
+def torch_ms(fn, repeat: int = 20, warmup: int = 3) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop))
+    return statistics.median(samples)
+
+
+def kiln_half(size: int, dtype: str, target, pool, a_bits, b_bits, want) -> tuple[float, str, float]:
+    """(best ms, its config, its max relative error against cuBLAS)."""
+    from core.kernels.schedules.gpu.gemm_mma import GemmProblem
+
+    problem = GemmProblem(size, size, size, dtype, dtype)
+    configs = candidates(problem, target)
+    best = (float("inf"), "", float("nan"))
+    np_dtype = np.float16 if dtype == "float16" else np.uint16
+    a, b = a_bits.view(np_dtype), b_bits.view(np_dtype)
+    for cfg, kernels in zip(configs, pool.map(_build, [(problem, c, target.name) for c in configs])):
+        lib = kernels.library()
+        try:
+            c = np.zeros((size, size), np_dtype)
+            arrays = {"a": a, "b": b, "c": c, "workspace": np.zeros((cfg.split_k, size, size), np.float32)}
+            args = [arrays[p] for p in kernels.params]
+            names = tuple(kernels.launches)
+            lib.call(names, *args)
+            got = c.astype(np.float32) if dtype == "float16" else (c.astype(np.uint32) << 16).view(np.float32)
+            err = float(np.max(np.abs(got - want)) / max(1e-6, float(np.max(np.abs(want)))))
+            if err > 2e-2:
+                print(f"  {dtype} {size}: config {cfg} is WRONG (max rel err {err:.1e}); skipped", file=sys.stderr)
+                continue
+            ms = lib.time_ms(names, *args, repeat=20, warmup=3)
+        finally:
+            lib.close()
+        if ms < best[0]:
+            best = (ms, json.dumps(cfg.to_json(), separators=(",", ":")), err)
+    return best
+
+
+def kiln_float32(size: int, target, a, b, want) -> tuple[float, str, float]:
+    """Kiln's float32 MatMul kernel as a one-node model compiles it (the SIMT schedule)."""
+    import onnx
+    from onnx import helper
+
+    from core.codegen.cuda_kernels import load_cuda_kernels
+    from core.frontend import import_onnx
+    from core.graph.passes.manager import optimize
+    from core.lowering.executable import build_executable
+
+    f = onnx.TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "mm",
+                              [helper.make_tensor_value_info("a", f, [size, size]),
+                               helper.make_tensor_value_info("b", f, [size, size])],
+                              [helper.make_tensor_value_info("c", f, [size, size])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exe = build_executable(optimize(import_onnx(model.SerializeToString()), 3, target), target)
+    (func,) = exe.funcs
+    lib = load_cuda_kernels([func], target)
+    try:
+        c = np.zeros((size, size), np.float32)
+        lib.call(func.name, a, b, c)
+        err = float(np.max(np.abs(c - want)) / max(1e-6, float(np.max(np.abs(want)))))
+        return lib.time_ms(func.name, a, b, c, repeat=10, warmup=2), func.name, err
+    finally:
+        lib.close()
+
+
+def run(sizes, dtypes, target_name: str, json_path: Path | None = None) -> list[dict]:
+    """The table's rows (also written to `json_path` after each, so a run cut short keeps what it measured)."""
+    import torch
+
+    from core.target import get_target
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    target = get_target(target_name)
+    rows = []
+    with ProcessPoolExecutor(max_workers=8, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for key in dtypes:
+            dtype = DTYPES[key]
+            for size in sizes:
+                tdtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+                ta = torch.randn(size, size, device="cuda").to(tdtype)
+                tb = torch.randn(size, size, device="cuda").to(tdtype)
+                tc = torch.empty(size, size, device="cuda", dtype=tdtype)
+                cublas = torch_ms(lambda: torch.matmul(ta, tb, out=tc))
+                want = torch.matmul(ta.float(), tb.float()).cpu().numpy()
+                if dtype == "float32":
+                    ms, config, err = kiln_float32(size, target, ta.cpu().numpy(), tb.cpu().numpy(), want)
+                else:
+                    bits = lambda t: t.cpu().view(torch.int16).numpy().view(np.uint16)  # noqa: E731
+                    ms, config, err = kiln_half(size, dtype, target, pool, bits(ta), bits(tb), want)
+                flops = 2.0 * size ** 3
+                row = {"dtype": key, "size": size, "cublas_ms": cublas, "kiln_ms": ms,
+                       "cublas_tflops": flops / cublas / 1e9, "kiln_tflops": flops / ms / 1e9 if ms else 0.0,
+                       "config": config, "max_rel_err": err}
+                row["fraction"] = row["kiln_tflops"] / row["cublas_tflops"]
+                rows.append(row)
+                if json_path:
+                    json_path.write_text(json.dumps(rows, indent=1))
+                print(f"  {key} {size}: cuBLAS {row['cublas_tflops']:.1f} TFLOP/s, Kiln {row['kiln_tflops']:.1f} "
+                      f"({100 * row['fraction']:.0f}%) {config}", file=sys.stderr, flush=True)
+    return rows
+
+
+def print_table(rows, target_name: str) -> None:
+    import torch
+
+    print(f"\nGEMM, square, {target_name}, {torch.cuda.get_device_name()}; cuBLAS via torch {torch.__version__} "
+          f"(float32 without TF32); CUDA-event medians, data on the device\n")
+    print("| dtype | M=N=K | cuBLAS TFLOP/s | Kiln TFLOP/s | Kiln / cuBLAS | Kiln config | max rel err |")
+    print("|---|---:|---:|---:|---:|---|---:|")
+    for r in rows:
+        print(f"| {r['dtype']} | {r['size']} | {r['cublas_tflops']:.1f} | {r['kiln_tflops']:.1f} | "
+              f"{100 * r['fraction']:.0f}% | {r['config']} | {r['max_rel_err']:.1e} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["fp16", "bf16", "fp32"])
+    parser.add_argument("-t", "--target", default="cuda -arch=sm_90")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args()
+    print_table(run(args.sizes, args.dtypes, args.target, args.json), args.target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

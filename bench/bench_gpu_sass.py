@@ -1,0 +1,56 @@
+"""What ptxas makes of Kiln's tensor-core GEMM, no GPU needed: per config and architecture, each kernel's registers,
+spills and static shared memory (ptxas -v; 0 where the stages are dynamic shared memory) and its SASS counts of HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async)
+and BAR (cuobjdump -sass where nvdisasm is installed, else the cubin decoded: core/codegen/sass.py).
+
+    python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.codegen.mma_gemm import build_gemm  # noqa: E402
+from core.codegen.ptxas import assemble_with_usage  # noqa: E402
+from core.codegen.sass import sass_counts  # noqa: E402
+from core.kernels.schedules.gpu.gemm_mma import GemmConfig, GemmProblem  # noqa: E402
+from core.target import get_target  # noqa: E402
+
+CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),
+           ("128x256x32 2x4 warps, 2 stages", GemmConfig(block_n=256, warps_n=4, stages=2)),
+           ("128x128x32 2x2 warps, 4 stages (dynamic smem)", GemmConfig(stages=4)),
+           ("128x256x32 2x4 warps, 3 stages (dynamic smem)", GemmConfig(block_n=256, warps_n=4, stages=3)),
+           ("256x128x32 4x2 warps, 2 stages", GemmConfig(block_m=256, warps_m=4, stages=2)),
+           ("128x128x16 2x2 warps, 5 stages", GemmConfig(block_k=16, stages=5)),
+           ("64x64x32 2x2 warps, 4 stages", GemmConfig(block_m=64, block_n=64, stages=4)),
+           ("128x128x32, 3 stages, split-K 4", GemmConfig(split_k=4))]
+PROBLEMS = [("float16", "float16", ("bias", "relu")), ("bfloat16", "bfloat16", ("bias", "residual", "gelu"))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--archs", nargs="+", default=["sm_80", "sm_90"])
+    args = parser.parse_args()
+    print(f"GEMM {args.size}^3; registers, spill stores/loads (bytes), static shared bytes; SASS instruction counts\n")
+    print("| arch | operands, epilogue | config | kernel | regs | spills | smem | HMMA | LDSM | LDGSTS | BAR | read by |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for arch in args.archs:
+        target = get_target(f"cuda -arch={arch}")
+        for dtype, out, epilogue in PROBLEMS:
+            for name, cfg in CONFIGS:
+                kernels = build_gemm(GemmProblem(args.size, args.size, args.size, dtype, out, epilogue), cfg, target)
+                cubin, usage = assemble_with_usage(kernels.ptx, arch)
+                counts, how = sass_counts(cubin)
+                for kernel, u in usage.items():
+                    c = counts[kernel]
+                    print(f"| {arch} | {dtype} {'+'.join(epilogue)} | {name} | {kernel} | {u['registers']} | "
+                          f"{u['spill_stores']}/{u['spill_loads']} | {u['shared_bytes']} | {c['HMMA']} | {c['LDSM']} | "
+                          f"{c['LDGSTS']} | {c['BAR']} | {how} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

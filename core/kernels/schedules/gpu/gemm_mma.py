@@ -1,0 +1,278 @@
+"""The tile plan of Kiln's CUTLASS-class tensor-core GEMM (C = epilogue(A[M, K] @ B[K, N]), float16 or bfloat16
+operands, float32 sums): its knobs, which configs are valid, and every index function the kernel uses.
+
+A block computes a block_m x block_n tile with warps_m x warps_n warps, each a (block_m / warps_m) x
+(block_n / warps_n) warp tile of (mi x ni) mma.sync m16n8k16 instructions per 16-deep k step (several in both M
+and N, so each ldmatrix'd fragment feeds several mma). The k loop streams block_k-deep slices of A and B through
+`stages` shared-memory buffers filled by cp.async (16 bytes a thread, zero-filled past the matrix edges) that run
+`stages - 1` slices ahead of the tensor cores. Shared memory holds 16-byte chunks XOR-swizzled within each
+128-byte line (`swizzle`), so the eight row addresses of every ldmatrix phase hit distinct banks. Split-K
+(grid z) gives each z-slice a range of k slices; its float32 partial tiles go to a workspace that a second kernel
+sums before the epilogue.
+
+The index functions are written once over +, *, //, %, ^, &, <<, >> so that the NVPTX emitter
+(core/codegen/mma_gemm.py) evaluates them on LLVM values and the CPU emulator (gemm_mma_emulate.py) on numpy
+arrays: the CPU check runs the very addresses and fragment maps the GPU code uses.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, replace
+from typing import Iterator, Optional
+
+import numpy as np
+
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+WARP = 32
+CHUNK = 8  # halves per 16-byte cp.async / ldmatrix row
+LINE_CHUNKS = 8  # 16-byte chunks per 128-byte shared-memory line (32 banks x 4 bytes)
+GROUP_M = 8  # tile rows per group of the block order (block_tile)
+STATIC_SHARED_BYTES = 48 * 1024  # more is dynamic shared memory, which a kernel must be allowed at load
+# Shared memory a block may have (dynamic, opted in) per architecture; CUDA's "maximum shared memory per block".
+SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
+                 "sm_90": 227 * 1024}
+EPILOGUE_STEPS = ("bias", "residual", "relu", "gelu", "sigmoid")
+OPERAND_DTYPES = ("float16", "bfloat16")
+OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """What one kernel computes: shapes (row-major A[m, k], B[k, n], C[m, n]), dtypes and the fused epilogue,
+    applied in order (bias[n] added, residual[m, n] added, an activation); bias and residual are `extra_dtype`
+    (default: the output's). A float32 A (`a_dtype`, a half-precision compile's activations) is rounded to
+    `dtype` as it is copied to shared memory."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float16"
+    out_dtype: str = "float32"
+    epilogue: tuple[str, ...] = ()
+    extra_dtype: str = ""
+    a_dtype: str = ""
+
+    @property
+    def a_stored(self) -> str:
+        return self.a_dtype or self.dtype
+
+    @property
+    def extras_dtype(self) -> str:
+        return self.extra_dtype or self.out_dtype
+
+    def __post_init__(self):
+        if (self.dtype not in OPERAND_DTYPES or {self.out_dtype, self.extras_dtype} - set(OUTPUT_DTYPES)
+                or self.a_stored not in (self.dtype, "float32")):
+            raise ValueError(f"tensor-core GEMM: operands {self.dtype} / output {self.out_dtype} not supported")
+        unknown = [s for s in self.epilogue if s not in EPILOGUE_STEPS]
+        if unknown:
+            raise ValueError(f"tensor-core GEMM: unknown epilogue steps {unknown} (known: {EPILOGUE_STEPS})")
+        if min(self.m, self.n, self.k) < 1 or self.k % CHUNK or self.n % CHUNK:
+            raise ValueError(f"tensor-core GEMM {self.m}x{self.n}x{self.k}: k and n must be multiples of {CHUNK} "
+                             f"(16-byte rows for cp.async)")
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """The tuner's knobs."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 32
+    warps_m: int = 2
+    warps_n: int = 2
+    stages: int = 3
+    split_k: int = 1
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.warps_m * self.warps_n
+
+    @property
+    def warp_m(self) -> int:
+        return self.block_m // self.warps_m
+
+    @property
+    def warp_n(self) -> int:
+        return self.block_n // self.warps_n
+
+    @property
+    def mi(self) -> int:  # mma tiles per warp along M
+        return self.warp_m // MMA_M
+
+    @property
+    def ni(self) -> int:  # mma tiles per warp along N
+        return self.warp_n // MMA_N
+
+    @property
+    def a_chunks_per_row(self) -> int:
+        return self.block_k // CHUNK
+
+    @property
+    def b_chunks_per_row(self) -> int:
+        return self.block_n // CHUNK
+
+    @property
+    def a_stage_chunks(self) -> int:
+        return self.block_m * self.a_chunks_per_row
+
+    @property
+    def b_stage_chunks(self) -> int:
+        return self.block_k * self.b_chunks_per_row
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.stages * (self.a_stage_chunks + self.b_stage_chunks) * 16
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+KNOB_CHOICES = {"block_m": (64, 128, 256), "block_n": (64, 128, 256), "block_k": (16, 32, 64),
+                "warps_m": (1, 2, 4), "warps_n": (1, 2, 4), "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8)}
+
+
+def config_error(cfg: GemmConfig, problem: GemmProblem, max_shared_bytes: int, max_threads: int = 1024,
+                 max_accumulators: int = 128) -> Optional[str]:
+    """Why `cfg` cannot run `problem` (None when it can)."""
+    if cfg.block_m % (cfg.warps_m * MMA_M) or cfg.block_n % (cfg.warps_n * 2 * MMA_N):
+        return "warp tiles must be whole 16-row and 16-column (two n8 tiles: one ldmatrix.x4.trans) multiples"
+    if cfg.block_k % MMA_K or cfg.a_chunks_per_row > LINE_CHUNKS or cfg.b_chunks_per_row % min(cfg.b_chunks_per_row,
+                                                                                              LINE_CHUNKS):
+        return "block_k must be 16, 32 or 64 (a row of at most one 128-byte line)"
+    if (cfg.a_stage_chunks % cfg.threads or cfg.b_stage_chunks % cfg.threads) or cfg.threads > max_threads:
+        return f"{cfg.threads} threads must copy whole 16-byte chunks of each stage"
+    if cfg.stages < 2 or cfg.shared_bytes > max_shared_bytes:
+        return f"{cfg.stages} stages need {cfg.shared_bytes} bytes of shared memory (at most {max_shared_bytes})"
+    if cfg.mi * cfg.ni * 4 > max_accumulators:
+        return f"a warp tile of {cfg.warp_m}x{cfg.warp_n} holds {cfg.mi * cfg.ni * 4} accumulators a thread"
+    k_slices = -(-problem.k // cfg.block_k)
+    if cfg.split_k < 1 or cfg.split_k > k_slices:
+        return f"split_k {cfg.split_k} exceeds the {k_slices} k slices"
+    return None
+
+
+def default_config(problem: GemmProblem, max_shared_bytes: int, sm_count: int = 108, split: bool = True) -> GemmConfig:
+    """128x128x32, 3 stages, 4 warps of 64x64 (CUTLASS's sm_80 default shape class); 64x64 tiles (4 warps of
+    32x32, 4 stages) when the large ones would leave more than half the SMs idle; then split along k (unless
+    `split` is off) while the tiles still leave most SMs idle over a deep k (tall and skinny)."""
+    def tiles_of(c: GemmConfig) -> int:
+        return -(-problem.m // c.block_m) * -(-problem.n // c.block_n)
+
+    cfg = GemmConfig()
+    if tiles_of(cfg) < sm_count // 2:
+        cfg = GemmConfig(block_m=64, block_n=64, stages=4)
+    tiles = tiles_of(cfg)
+    k_slices = -(-problem.k // cfg.block_k)
+    parts = 1
+    while split and tiles * parts * 2 <= sm_count and k_slices // (parts * 2) >= 8:
+        parts *= 2
+    cfg = replace(cfg, split_k=parts)
+    if config_error(cfg, problem, max_shared_bytes):
+        cfg = replace(cfg, stages=2)
+    return cfg
+
+
+def shared_limit(arch: str) -> int:
+    """The most shared memory a block may have on `arch` (48 KiB where the architecture is not known here)."""
+    return SHARED_LIMITS.get(arch, STATIC_SHARED_BYTES)
+
+
+def config_space(problem: GemmProblem, max_shared_bytes: int) -> Iterator[GemmConfig]:
+    """Every valid config of the knob grid (the default among them)."""
+    names = list(KNOB_CHOICES)
+    for values in itertools.product(*(KNOB_CHOICES[n] for n in names)):
+        cfg = GemmConfig(**dict(zip(names, values)))
+        if cfg.block_m > max(64, 2 * problem.m) or cfg.block_n > max(64, 2 * problem.n):
+            continue
+        if config_error(cfg, problem, max_shared_bytes) is None:
+            yield cfg
+
+
+# -- index functions (ints, numpy arrays or the emitter's LLVM values) ------------------------------------------
+def swizzle(row, chunk, chunks_per_row: int):
+    """The physical 16-byte chunk of logical (row, chunk) in a row-major tile: the chunk's slot within its
+    128-byte line XOR the line's row index mod 8, so 8 consecutive rows at one chunk lie in 8 distinct bank
+    groups (ldmatrix reads 8 rows per phase) and a row's chunks stay in its own line."""
+    rows_per_line = max(1, LINE_CHUNKS // chunks_per_row)
+    linear = row * chunks_per_row + chunk
+    return linear - (linear & 7) + ((linear & 7) ^ ((row // rows_per_line) & 7))
+
+
+def copy_a_chunk(cfg: GemmConfig, tid, it):
+    """(row, chunk) of the A slice that thread `tid` copies in its `it`-th cp.async of a stage."""
+    index = it * cfg.threads + tid
+    return index // cfg.a_chunks_per_row, index % cfg.a_chunks_per_row
+
+
+def copy_b_chunk(cfg: GemmConfig, tid, it):
+    index = it * cfg.threads + tid
+    return index // cfg.b_chunks_per_row, index % cfg.b_chunks_per_row
+
+
+def copy_source(problem: GemmProblem, operand: str, row, chunk, m0, n0, k0):
+    """(row, column, row length, rows) in the whole matrix of chunk (row, chunk) of an `operand` ("a" or "b")
+    slice, for the block tile at (m0, n0) and the slice starting at k0."""
+    if operand == "a":
+        return m0 + row, k0 + chunk * CHUNK, problem.k, problem.m
+    return k0 + row, n0 + chunk * CHUNK, problem.n, problem.k
+
+
+def warp_origin(cfg: GemmConfig, warp):
+    """(first row, first column) of a warp's tile within the block tile."""
+    return (warp // cfg.warps_n) * cfg.warp_m, (warp % cfg.warps_n) * cfg.warp_n
+
+
+def ldmatrix_a(cfg: GemmConfig, warp, lane, tile_m, kk):
+    """(row, chunk) of the A slice whose address `lane` gives to ldmatrix.x4 for mma tile `tile_m` at k step
+    `kk`: matrices 0..3 = rows 0-7 / 8-15 at k 0-7, then at k 8-15 (a0..a3 of the m16n8k16 A fragment)."""
+    row0, _ = warp_origin(cfg, warp)
+    return row0 + tile_m * MMA_M + lane % 16, kk * 2 + lane // 16
+
+
+def ldmatrix_b(cfg: GemmConfig, warp, lane, pair, kk):
+    """(k row, chunk) of the B slice whose address `lane` gives to ldmatrix.x4.trans for n tiles 2 pair and
+    2 pair + 1 at k step `kk`: matrices k 0-7 / 8-15 of the first n tile, then of the second (b0b1, b2b3 each)."""
+    _, col0 = warp_origin(cfg, warp)
+    return kk * MMA_K + lane % 16, (col0 + pair * 2 * MMA_N) // CHUNK + lane // 16
+
+
+def accumulator_position(cfg: GemmConfig, warp, lane, tile_m, tile_n, slot):
+    """(row, column) within the block tile of accumulator `slot` (0..3) of mma tile (tile_m, tile_n): the
+    m16n8 D fragment gives lane 4g + t rows g and g + 8, columns 2t and 2t + 1."""
+    row0, col0 = warp_origin(cfg, warp)
+    return (row0 + tile_m * MMA_M + lane // 4 + 8 * (slot // 2),
+            col0 + tile_n * MMA_N + 2 * (lane % 4) + slot % 2)
+
+
+def k_slice_range(cfg: GemmConfig, problem: GemmProblem, z: int) -> tuple[int, int]:
+    """[first, end) of the block_k slices that split-K part `z` sums (python ints: the grid's z is known at
+    build time per launch, the range per part is computed in-kernel from the same formula)."""
+    slices = -(-problem.k // cfg.block_k)
+    per = -(-slices // cfg.split_k)
+    return min(slices, z * per), min(slices, (z + 1) * per)
+
+
+def grid(cfg: GemmConfig, problem: GemmProblem) -> tuple[int, int, int]:
+    return -(-problem.n // cfg.block_n), -(-problem.m // cfg.block_m), cfg.split_k
+
+
+def block_tile(cfg: GemmConfig, problem: GemmProblem, bx, by):
+    """(m tile, n tile) of launch block (bx, by): tiles taken GROUP_M tile rows at a time, down each column of
+    the group before the next, so the blocks resident together share A's rows and B's columns in L2."""
+    grid_n, grid_m, _ = grid(cfg, problem)
+    block = by * grid_n + bx
+    per_group = GROUP_M * grid_n
+    first_m = block // per_group * GROUP_M
+    rows = grid_m - first_m
+    rows = rows.minimum(GROUP_M) if hasattr(rows, "minimum") else np.minimum(rows, GROUP_M)
+    return first_m + block % per_group % rows, block % per_group // rows
+
+
+__all__ = ["GemmProblem", "GemmConfig", "config_error", "default_config", "config_space", "swizzle", "grid",
+           "copy_a_chunk", "copy_b_chunk", "copy_source", "ldmatrix_a", "ldmatrix_b", "accumulator_position", "k_slice_range",
+           "warp_origin", "block_tile", "shared_limit", "KNOB_CHOICES", "EPILOGUE_STEPS"]

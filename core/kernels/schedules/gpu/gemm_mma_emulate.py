@@ -1,0 +1,199 @@
+"""The tensor-core GEMM run on a CPU, thread by thread as the GPU would (numpy, every warp and lane at once):
+cp.async copies into the swizzled stage ring, ldmatrix's lane-to-fragment distribution, mma.sync's m16n8k16
+fragment semantics (PTX ISA, "Matrix Fragments for mma.m16n8k16") and the epilogue at each accumulator's position,
+all through gemm_mma's index functions. It checks what would fail silently on a GPU: two threads copying to one
+chunk, a chunk never filled, an output written twice or never, and bank conflicts of any ldmatrix phase."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+import numpy as np
+
+from . import gemm_mma as plan
+from .gemm_mma import GemmConfig, GemmProblem
+
+BANKS = 32
+
+
+def to_float32(bits: np.ndarray, dtype: str) -> np.ndarray:
+    """float16 / bfloat16 bit patterns (uint16) as float32."""
+    if dtype == "float16":
+        return bits.view(np.float16).astype(np.float32)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def half_bits(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values rounded to `dtype` (nearest even), as uint16 bit patterns."""
+    if dtype == "float16":
+        return x.astype(np.float16).view(np.uint16)
+    import ml_dtypes
+
+    return x.astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def apply_epilogue(problem: GemmProblem, sums: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                   extras: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The epilogue steps on float32 sums at (rows, cols), in float32 as the kernel does."""
+    out = sums.astype(np.float32)
+    for step in problem.epilogue:
+        if step == "bias":
+            out = out + extras["bias"].astype(np.float32)[cols]
+        elif step == "residual":
+            out = out + extras["residual"].astype(np.float32)[rows, cols]
+        elif step == "relu":
+            out = np.maximum(out, 0)
+        elif step == "sigmoid":
+            with np.errstate(over="ignore"):  # exp(-x) overflows to inf for very negative x: sigmoid 0, as on the GPU
+                out = 1 / (1 + np.exp(-out))
+        else:
+            erf = np.vectorize(math.erf, otypes=[np.float64])
+            out = (0.5 * out * (1 + erf(out / math.sqrt(2)))).astype(np.float32)
+    return out
+
+
+@dataclass
+class EmulationStats:
+    ldmatrix_phases: int = 0
+    bank_conflict_phases: int = 0
+    copies: int = 0
+    mma: int = 0
+    notes: list = field(default_factory=list)
+
+
+class _Block:
+    """One thread block's shared memory and registers."""
+
+    def __init__(self, cfg: GemmConfig, problem: GemmProblem, a: np.ndarray, b: np.ndarray, stats: EmulationStats):
+        self.cfg, self.problem, self.a, self.b, self.stats = cfg, problem, a.ravel(), b.ravel(), stats
+        self.smem = np.zeros((cfg.shared_bytes // 16, plan.CHUNK), np.uint16)
+        self.filled = np.zeros(cfg.shared_bytes // 16, bool)
+        self.warp = np.arange(cfg.threads // plan.WARP)[:, None]
+        self.lane = np.arange(plan.WARP)[None, :]
+
+    def stage_chunk(self, operand: str, stage: int) -> int:
+        cfg = self.cfg
+        if operand == "a":
+            return stage * cfg.a_stage_chunks
+        return cfg.stages * cfg.a_stage_chunks + stage * cfg.b_stage_chunks
+
+    def copy_slice(self, m0: int, n0: int, k_slice: int, stage: int) -> None:
+        cfg, p = self.cfg, self.problem
+        tid = np.arange(cfg.threads)
+        k0 = k_slice * cfg.block_k
+        for operand, per_stage, chunk_of, cpr, source in (
+                ("a", cfg.a_stage_chunks, plan.copy_a_chunk, cfg.a_chunks_per_row, self.a),
+                ("b", cfg.b_stage_chunks, plan.copy_b_chunk, cfg.b_chunks_per_row, self.b)):
+            base = self.stage_chunk(operand, stage)
+            written = np.zeros(per_stage, int)
+            for it in range(per_stage // cfg.threads):
+                row, chunk = chunk_of(cfg, tid, it)
+                g_row, g_col, width, rows = plan.copy_source(p, operand, row, chunk, m0, n0, k0)
+                inside = (g_row < rows) & (g_col < width)
+                offset = np.where(inside, g_row * width + g_col, 0)
+                dst = plan.swizzle(row, chunk, cpr)
+                np.add.at(written, dst, 1)
+                data = source[offset[:, None] + np.arange(plan.CHUNK)] * inside[:, None]
+                if data.dtype == np.float32:  # a float32 A: rounded to the operand dtype on the way
+                    data = half_bits(data, p.dtype)
+                self.smem[base + dst] = data
+                self.stats.copies += cfg.threads
+            if not (written == 1).all():
+                raise AssertionError(f"{operand} stage copy: chunks written {np.bincount(written)} times "
+                                     "(each must be written exactly once)")
+            self.filled[base:base + per_stage] = True
+
+    def ldmatrix(self, chunk: np.ndarray, trans: bool) -> np.ndarray:
+        """(warps, 32 lanes, 4 registers, 2 halves) from lane addresses `chunk` (warps, 32) in 16-byte units."""
+        if not self.filled[chunk].all():
+            raise AssertionError("ldmatrix reads shared memory no cp.async filled")
+        for j in range(4):  # one 8-address phase per matrix: 8 rows x 16 bytes must cover all 32 banks once
+            banks = ((chunk[:, 8 * j:8 * j + 8, None] * 4 + np.arange(4)) % BANKS).reshape(chunk.shape[0], 32)
+            self.stats.ldmatrix_phases += chunk.shape[0]
+            self.stats.bank_conflict_phases += int(sum(len(set(w)) < BANKS for w in banks.tolist()))
+        rows = self.smem[chunk]  # (warps, 32, 8): lane 8j + r gives row r of matrix j
+        matrices = rows.reshape(rows.shape[0], 4, 8, 8)  # (warps, matrix, row, column)
+        g, t = self.lane[0] // 4, self.lane[0] % 4
+        if trans:
+            pair = np.stack([matrices[:, :, 2 * t, g], matrices[:, :, 2 * t + 1, g]], -1)  # (warps, 4, 32, 2)
+        else:
+            pair = np.stack([matrices[:, :, g, 2 * t], matrices[:, :, g, 2 * t + 1]], -1)
+        return pair.transpose(0, 2, 1, 3)
+
+    def mma(self, a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
+        """m16n8k16 on every warp: a (warps, 32, 4, 2), b (warps, 32, 2, 2), acc (warps, 32, 4) float32."""
+        dtype = self.problem.dtype
+        warps = a.shape[0]
+        g, t = self.lane[0] // 4, self.lane[0] % 4
+        big_a = np.zeros((warps, 16, 16), np.float32)
+        big_b = np.zeros((warps, 16, 8), np.float32)
+        big_c = np.zeros((warps, 16, 8), np.float32)
+        af, bf = to_float32(a, dtype), to_float32(b, dtype)
+        for reg, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+            for e in (0, 1):
+                big_a[:, g + dr, 2 * t + dk + e] = af[:, :, reg, e]
+        for reg in (0, 1):
+            for e in (0, 1):
+                big_b[:, 2 * t + 8 * reg + e, g] = bf[:, :, reg, e]
+        for slot in range(4):
+            big_c[:, g + 8 * (slot // 2), 2 * t + slot % 2] = acc[:, :, slot]
+        d = big_c + np.matmul(big_a.astype(np.float64), big_b.astype(np.float64)).astype(np.float32)
+        self.stats.mma += warps
+        return np.stack([d[:, g + 8 * (slot // 2), 2 * t + slot % 2] for slot in range(4)], -1)
+
+
+def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
+            extras: Optional[Mapping[str, np.ndarray]] = None, stats: Optional[EmulationStats] = None) -> np.ndarray:
+    """C as the kernels compute it (float32 before rounding to problem.out_dtype). `a`, `b`: uint16 bit
+    patterns of problem.dtype, shapes [m, k] and [k, n] (`a` float32 values when problem.a_dtype is float32); extras: bias [n], residual [m, n] (float32 values)."""
+    stats = stats if stats is not None else EmulationStats()
+    extras = extras or {}
+    p = problem
+    grid_n, grid_m, parts = plan.grid(cfg, p)
+    partial = np.zeros((parts, p.m, p.n), np.float32)
+    written = np.zeros((parts, p.m, p.n), int)
+    slices = -(-p.k // cfg.block_k)
+    per = -(-slices // cfg.split_k)
+    for z in range(parts):
+        first = z * per
+        count = max(0, min(per, slices - min(first, slices)))
+        for by in range(grid_m):
+            for bx in range(grid_n):
+                bm, bn = (int(t) for t in plan.block_tile(cfg, p, bx, by))
+                blk = _Block(cfg, p, a, b, stats)
+                m0, n0 = bm * cfg.block_m, bn * cfg.block_n
+                acc = np.zeros((cfg.mi, cfg.ni, cfg.threads // plan.WARP, plan.WARP, 4), np.float32)
+                for s in range(cfg.stages - 1):
+                    if s < count:
+                        blk.copy_slice(m0, n0, first + s, s)
+                for kt in range(count):
+                    if kt + cfg.stages - 1 < count:  # refills the stage computed at kt - 1, before computing kt
+                        blk.copy_slice(m0, n0, first + kt + cfg.stages - 1, (kt + cfg.stages - 1) % cfg.stages)
+                    stage = kt % cfg.stages
+                    for kk in range(cfg.block_k // plan.MMA_K):
+                        a_frags = [blk.ldmatrix(blk.stage_chunk("a", stage) + plan.swizzle(
+                            *plan.ldmatrix_a(cfg, blk.warp, blk.lane, tm, kk), cfg.a_chunks_per_row), False)
+                            for tm in range(cfg.mi)]
+                        b_frags = [blk.ldmatrix(blk.stage_chunk("b", stage) + plan.swizzle(
+                            *plan.ldmatrix_b(cfg, blk.warp, blk.lane, pair, kk), cfg.b_chunks_per_row), True)
+                            for pair in range(cfg.ni // 2)]
+                        for tm in range(cfg.mi):
+                            for tn in range(cfg.ni):
+                                part_b = b_frags[tn // 2][:, :, 2 * (tn % 2):2 * (tn % 2) + 2]
+                                acc[tm, tn] = blk.mma(a_frags[tm], part_b, acc[tm, tn])
+                for tm in range(cfg.mi):
+                    for tn in range(cfg.ni):
+                        for slot in range(4):
+                            row, col = plan.accumulator_position(cfg, blk.warp, blk.lane, tm, tn, slot)
+                            g_row, g_col = (m0 + row).ravel(), (n0 + col).ravel()
+                            keep = (g_row < p.m) & (g_col < p.n)
+                            np.add.at(written[z], (g_row[keep], g_col[keep]), 1)
+                            partial[z, g_row[keep], g_col[keep]] = acc[tm, tn, :, :, slot].ravel()[keep]
+    if not (written == 1).all():
+        raise AssertionError(f"outputs written {np.unique(written)} times (each must be written once per part)")
+    rows, cols = np.indices((p.m, p.n))
+    return apply_epilogue(p, partial.sum(0), rows, cols, extras)
+
+
+__all__ = ["emulate", "EmulationStats", "to_float32", "half_bits", "apply_epilogue"]
