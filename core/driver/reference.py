@@ -38,7 +38,10 @@ def is_quantized(model) -> bool:
     """The model (an onnx.ModelProto) has quantized or integer-product ops anywhere, subgraphs included."""
     from .tolerance import QUANTIZED_OPS
 
-    return any(node.op_type in QUANTIZED_OPS or node.op_type in _REWRITES for node in _all_nodes(model.graph))
+    from .reference_ops import EVALUATED
+
+    return any(node.op_type in QUANTIZED_OPS or node.op_type in _REWRITES or node.op_type in EVALUATED
+               for node in _all_nodes(model.graph))
 
 
 def reference_session(model: "bytes | str | Path | onnx.ModelProto", threads: int):
@@ -90,16 +93,24 @@ def open_sessions(model_bytes: bytes, threads: int) -> Sessions:
 
 
 class ExactSession:
-    """ONNX Runtime on the exact rewrite, optimizations off, behind the part of a session validation uses."""
+    """ONNX Runtime on the exact rewrite, optimizations off, behind the part of a session validation uses; ONNX's
+    reference evaluator instead where the model has an op only an exact numpy evaluation expresses
+    (core/driver/reference_ops.py: DynamicQuantizeLSTM)."""
 
     reference_name = EXACT_REFERENCE
 
     def __init__(self, model, threads: int):
         import onnxruntime as ort
 
+        from .reference_ops import EVALUATED
+
         self.model = model
-        self._session = onnxruntime_session(model.SerializeToString(), threads,
-                                            optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        evaluated = {EVALUATED[n.op_type] for n in _all_nodes(model.graph) if n.op_type in EVALUATED}
+        if evaluated:
+            self._session = ReferenceEvaluatorSession(model.SerializeToString(), new_ops=sorted(evaluated, key=str))
+        else:
+            self._session = onnxruntime_session(model.SerializeToString(), threads,
+                                                optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
 
     def get_outputs(self):
         return self._session.get_outputs()

@@ -34,7 +34,7 @@ QUANTIZED_OUTLIER_FRACTION = 0.001  # the issue's bar for int8: one step on >= 9
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
                            "MatMulInteger", "ConvInteger", "QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat",
                            "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool",
-                           "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
+                           "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLSTM"})
 
 
 @dataclass(frozen=True)

@@ -285,11 +285,11 @@ class ReferenceEvaluatorSession:
 
     reference_name = "onnx.reference"
 
-    def __init__(self, model_bytes: bytes):
+    def __init__(self, model_bytes: bytes, new_ops=None):
         import onnx
         from onnx.reference import ReferenceEvaluator
 
-        self._evaluator = ReferenceEvaluator(onnx.load_from_string(model_bytes))
+        self._evaluator = ReferenceEvaluator(onnx.load_from_string(model_bytes), new_ops=new_ops)
 
     def get_outputs(self) -> list:
         from types import SimpleNamespace

@@ -148,3 +148,23 @@ def test_onnxruntime_saturates_where_kiln_is_exact(tmp_path):
     artifact = core.compile(model.SerializeToString(), target="native", validate="off", benchmark=False)
     with artifact.load() as module:
         np.testing.assert_allclose(module.run(feeds)["y"], exact, rtol=0, atol=2e-5)
+
+
+def test_a_default_compile_validates_against_the_exact_reference(tmp_path):
+    """The compile's own validation takes the exact evaluation (core/driver/reference_ops.py), not ONNX Runtime's
+    kernel: it passes on every host, and the reference agrees with this file's numpy evaluation."""
+    from core.driver.reference import EXACT_REFERENCE, reference_outputs
+
+    case = CASES["bidirectional"]
+    model = dynamically_quantized(lstm_model(**case, spread=lambda rng, shape: rng.uniform(-1, 1, shape)), tmp_path)
+    feeds = {"x": np.random.default_rng(5).uniform(0, 1, (case["seq"], case["batch"], case["size"])).astype(np.float32)}
+    np.testing.assert_allclose(reference_outputs(model, feeds)["y"], reference(model, feeds)[0], rtol=0, atol=1e-6)
+    artifact = core.compile(model.SerializeToString(), target="native", benchmark=False,
+                            validation_inputs=[_npz(tmp_path, feeds)])
+    assert artifact.report["validation"]["passed"] and artifact.report["validation"]["reference"] == EXACT_REFERENCE
+
+
+def _npz(folder, feeds) -> str:
+    path = folder / "inputs.npz"
+    np.savez(path, **feeds)
+    return str(path)
