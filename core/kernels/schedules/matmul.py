@@ -37,16 +37,18 @@ def row_tile(m: int, vectors: int) -> int:
 
 
 GEMV_SEGMENT = 4096  # most columns of one row of B a GEMV tile streams per k (its accumulators stay in L1)
+GEMV_MIN_SEGMENT = 256  # fewest columns per segment when cutting for cores (1 KB runs; B's bandwidth is shared)
 
 
 def gemv_columns(n: int, lanes: int, chunks: int = 1) -> int:
-    """One row (a vector-matrix product): B is read once, so the tile is a long segment of each row of
-    B, streamed, with `chunks` segments (one per core) or more: n split into the fewest equal parts
-    of at most GEMV_SEGMENT columns, each a whole number of vectors or at least 4 (the vectorized loop
-    runs a shorter last group). Measured on znver3, one thread, 1 x 1280 x 1000 (mobilenet_v2's
-    classifier, 5 MB of weights): 5-vector tiles read B at 3.2 GB/s (160-byte pieces of rows 4 KB
-    apart), whole rows at 12-14 GB/s; 1 x 768 x 3072: 3.9 GB/s against 11.2."""
-    for parts in range(max(1, chunks, -(-n // GEMV_SEGMENT)), n // lanes + 1):
+    """One row (a vector-matrix product): B is read once, so the tile is a long segment of each row
+    of B, streamed: n split into the fewest equal parts of at most GEMV_SEGMENT columns, `chunks` of
+    them or more (one per core, while segments keep GEMV_MIN_SEGMENT columns), each a whole number of
+    vectors or at least 4 (the vectorized loop runs a shorter last group). Measured on znver3, one
+    thread, 1 x 1280 x 1000 (mobilenet_v2's classifier, 5 MB of weights): 5-vector tiles read B at
+    3.2 GB/s (160-byte pieces of rows 4 KB apart), whole rows at 12-14 GB/s; 1 x 768 x 3072: 3.9
+    GB/s against 11.2."""
+    for parts in range(max(1, min(chunks, n // GEMV_MIN_SEGMENT), -(-n // GEMV_SEGMENT)), n // lanes + 1):
         jt = n // parts
         if n % parts == 0 and (jt % lanes == 0 or jt >= 4 * lanes):
             return jt

@@ -56,6 +56,7 @@ def test_matmul_matches_onnxruntime(case, results):
 def test_gemv_streams_long_row_segments_one_per_core(lanes):
     assert gemv_columns(1000, lanes) == 1000  # one pass over each row of B
     assert gemv_columns(1000, lanes, chunks=2) == 500  # one segment per core
+    assert gemv_columns(1000, lanes, chunks=64) == 250  # ... while segments stay long
     assert gemv_columns(3 * GEMV_SEGMENT, lanes) == GEMV_SEGMENT  # accumulators stay in L1
     assert gemv_columns(37, lanes) == (37 if lanes == 8 else 16)  # 4 vectors or more; else the plain tile
     assert gemv_columns(6, lanes) == 6  # narrower than a vector: the plain column tile
