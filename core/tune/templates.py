@@ -15,7 +15,7 @@ from ..kernels.schedules.conv2d import schedule_conv2d
 from ..kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, IC_OUTSIDE_WINDOW, schedule_conv2d_nchwc
 from ..kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
 from ..kernels.schedules.conv_nd import schedule_conv_nd
-from ..kernels.schedules.matmul import schedule_matmul
+from ..kernels.schedules.matmul import GEMV_SEGMENT, schedule_matmul
 from ..kernels.schedules.generic import extent, worth_parallel
 from ..kernels.schedules.util import find_ops
 from ..target import Target
@@ -324,6 +324,8 @@ def read_matmul_default(stage: Stage) -> dict:
 
 
 def matmul_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> bool:
+    if op.axis[-2].extent == 1 and not op.attrs.get("packed"):  # a GEMV's row segment is a loop over vectors
+        return cfg["col"] <= GEMV_SEGMENT
     return cfg["row"] * -(-cfg["col"] // target.lanes(op.dtype)) <= MAX_ACCUMULATOR_VECTORS
 
 

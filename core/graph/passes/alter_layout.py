@@ -273,6 +273,20 @@ def _concat(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
+@layout_rule("Interpolate")
+def _interpolate(rw: _Rewriter, node: Node) -> bool:
+    """A resize of the spatial axes of a blocked value resizes its blocked form along the same axes (N, C/x, H, W
+    keep their places): every tap is then a whole channel block, one vector load, where in NCHW each lane of a
+    row gathers its own column (a segmentation head's upsampling between blocked convs also needs no transforms)."""
+    block = rw.block_of(node.inputs[0])
+    if block is None or rw.graph.type_of(node.inputs[0]).rank != 4 or not set(node.attrs.get("axes") or ()) <= {2, 3}:
+        return False
+    if any(i and i not in rw.graph.constants for i in node.inputs[1:]):
+        return False  # tables computed at run time: left in NCHW
+    rw.emit_blocked(node, node.op, [rw.blocked[node.inputs[0]][0], *node.inputs[1:]], node.attrs, block)
+    return True
+
+
 def blocked_constant(value: np.ndarray, out: TensorType, block: int) -> Optional[np.ndarray]:
     """A constant operand of an NCHW elementwise op, broadcast the same way to the blocked value:
     scalars stay, per-channel vectors ((C,1,1), (1,C,1,1)) become (1, C/x, 1, 1, x); others None."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.kernels.schedules.matmul import GEMV_SEGMENT, gemv_columns
 from core.kernels.testing import Case, assert_matches, onnx_reference, run_cases
 
 rng = np.random.default_rng(5)
@@ -31,6 +32,8 @@ CASES = [
     matmul((2, 3, 7), (7,)),
     matmul((13,), (13,)),
     matmul((1, 512), (512, 1000)),  # a classifier: one row, K split into tiles
+    matmul((1, 300), (300, 1004)),  # one row in long segments of B's rows, each ending in a partial vector
+    matmul((3, 1, 64), (3, 64, 72)),  # one row per batch (a decoder step's attention)
     matmul((37, 300), (300, 29), both=True),  # ragged row and column tiles, K tiled with a remainder
     matmul((6, 11), (11, 8), dtype="int64"),
     matmul((3, 4, 5), (5, 6), dtype="int32"),
@@ -47,3 +50,13 @@ def test_matmul_matches_onnxruntime(case, results):
     expected = case.reference()
     for outputs in results[case.id]:
         assert_matches(case, outputs, expected)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_gemv_streams_long_row_segments_one_per_core(lanes):
+    assert gemv_columns(1000, lanes) == 1000  # one pass over each row of B
+    assert gemv_columns(1000, lanes, chunks=2) == 500  # one segment per core
+    assert gemv_columns(1000, lanes, chunks=64) == 250  # ... while segments stay long
+    assert gemv_columns(3 * GEMV_SEGMENT, lanes) == GEMV_SEGMENT  # accumulators stay in L1
+    assert gemv_columns(37, lanes) == (37 if lanes == 8 else 16)  # 4 vectors or more; else the plain tile
+    assert gemv_columns(6, lanes) == 6  # narrower than a vector: the plain column tile

@@ -65,3 +65,38 @@ def test_resize_10_rounds_nearest_as_ort(mode):
     # Resize-10: asymmetric coordinates; nearest rounds down when upsampling and up when downsampling.
     node = helper.make_node("Resize", ["x", "scales"], ["y"], mode=mode)
     assert_kiln_matches_ort(node, {"x": X}, {"scales": np.array([1, 1, 0.6, 2.5], np.float32)}, opset=10)
+
+
+def _conv_then_resize(tail_conv: bool):
+    """A segmentation head: conv, bilinear 2x upsampling, then either another conv or the model's output."""
+    from onnx import TensorProto, numpy_helper
+
+    w1 = numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((8, 16, 1, 1)) * 0.2).astype(np.float32), "w2")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Resize", ["r", "", "scales"], ["up" if tail_conv else "y"], mode="linear",
+                              coordinate_transformation_mode="half_pixel")]
+    if tail_conv:
+        nodes.append(helper.make_node("Conv", ["up", "w2"], ["y"]))
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8 if tail_conv else 16, 12, 14])],
+                              [w1, w2, scales])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("tail_conv", [False, True])
+def test_resize_between_blocked_convs_runs_on_channel_blocks(tail_conv):
+    from core.frontend import import_onnx
+    from core.graph.passes.manager import optimize
+    from core.target import get_target
+    from .spatial_cases import assert_model_matches
+
+    model = _conv_then_resize(tail_conv)
+    assert_model_matches(model, {"x": rng.standard_normal((1, 8, 6, 7)).astype(np.float32)})
+    for target in ("x86-64-v3", "x86-64-v4"):  # 8 and 16 lanes: the graph only, whatever the host
+        graph = optimize(import_onnx(model), 3, get_target(target))
+        (resize,) = [n for n in graph.nodes if "Interpolate" in n.attrs.get("ops", (n.op,))]
+        # resized in NCHW[x]c, and never fused with a transform back to NCHW (whose lanes would each gather a tap)
+        assert resize.attrs.get("ops", (resize.op,)) == ("Interpolate",)
+        assert graph.type_of(resize.inputs[0]).rank == graph.type_of(resize.outputs[0]).rank == 5
