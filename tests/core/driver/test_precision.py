@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import core
 from core.driver.precision import PrecisionError, model_precision, store_weights
+from core.errors import KilnError
 from core.frontend import import_onnx
 from core.graph.ir import TensorType
 from core.target import get_target
@@ -102,11 +103,14 @@ def test_model_precision_is_half_only_when_every_weight_is():
 
 
 def test_bad_precisions_are_one_clear_error():
-    with pytest.raises(PrecisionError, match="fp32, fp16, bf16") as err:
+    with pytest.raises(PrecisionError, match="fp32, fp16, bf16, int8") as err:
         compiled(mlp(), precision="fp8")
     assert err.value.code == "bad_precision"
-    with pytest.raises(PrecisionError, match="kiln quantize"):
+    with pytest.raises(KilnError, match="int8 needs calibration samples") as err:
         compiled(mlp(), precision="int8")
+    assert err.value.code == "bad_calibration"
+    with pytest.raises(PrecisionError, match="for precision int8 only"):
+        compiled(mlp(), precision="fp16", calibration="samples.npz")
     # a target whose kernels widen no narrow float (every named one does now: cuda feeds them to its tensor cores)
     with pytest.raises(PrecisionError, match="cannot store weights as float16"):
         store_weights(import_onnx(mlp()), "fp16", True, (), get_target("cuda"))
