@@ -23,7 +23,8 @@ BITWISE = ("bitand", "bitor", "bitxor", "shl", "shr")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "truncmod", "min", "max", "pow") + COMPARISONS \
     + LOGICAL + BITWISE
 INTRINSICS = ("exp", "log", "sqrt", "erf", "tanh", "abs", "floor", "ceil", "round", "isnan", "sin", "cos", "trunc",
-              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "reinterpret")
+              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "reinterpret",
+              "index_guard")  # index_guard: core/tir/index_guard.py (not pure: it records a bad index)
 
 
 def is_float(dtype: str) -> bool:
