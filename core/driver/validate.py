@@ -268,7 +268,8 @@ def explain_shape_mismatches(outputs: Sequence[OutputComparison], session, feeds
     model_bytes = getattr(session, "_model_bytes", None)
     model_path = getattr(session, "_model_path", None)
     try:
-        proto = onnx.load_from_string(model_bytes) if model_bytes else onnx.load(model_path)
+        proto = _with_external_data(onnx.load_from_string(model_bytes), model_bytes) if model_bytes \
+            else onnx.load(model_path)
     except Exception:  # noqa: BLE001 - the explanation is a courtesy: the mismatch stands without it
         return list(outputs)
     producers = {out: f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node of output {out!r}"
@@ -331,6 +332,9 @@ def onnxruntime_session(model_bytes: bytes, threads: int):
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    folder = getattr(model_bytes, "folder", None)  # core.frontend.model_loading.SerializedModel
+    if folder is not None:  # external data files resolve beside the model file, not in the working directory
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     try:
         return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnx may write a newer IR version than this ONNX Runtime reads
@@ -355,7 +359,7 @@ class ReferenceEvaluatorSession:
         from onnx.reference import ReferenceEvaluator
 
         self._model_bytes = model_bytes  # as ORT's session keeps it (explain_shape_mismatches reads it)
-        self._evaluator = ReferenceEvaluator(onnx.load_from_string(model_bytes))
+        self._evaluator = ReferenceEvaluator(_with_external_data(onnx.load_from_string(model_bytes), model_bytes))
 
     def get_outputs(self) -> list:
         from types import SimpleNamespace
@@ -364,6 +368,16 @@ class ReferenceEvaluatorSession:
 
     def run(self, names, feeds):
         return self._evaluator.run(list(names), dict(feeds))
+
+
+def _with_external_data(proto, model_bytes: bytes):
+    """`proto` with the weights of its external data files read in, from the folder its serialized form names."""
+    folder = getattr(model_bytes, "folder", None)  # core.frontend.model_loading.SerializedModel
+    if folder is not None:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(proto, str(folder))
+    return proto
 
 
 def _flat_reference(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
