@@ -147,14 +147,17 @@ def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Fu
 
     for pos, call in enumerate(plan.calls):
         args = [pointer(r) for r in call.args]
+        func = funcs.get(call.func)
+        record = args[func.params.index(INDEX_FAULT)] if func is not None and uses_index_fault(func) else None
+        if record is not None:
+            b.store(ir.Constant(I64, 0), record, align=8)  # its arena slot may hold another value's bytes
         start = b.call(now, []) if profile else None
         b.call(kernels[call.func], args)
         if profile:
             slot = b.gep(fn.args[4], [ir.Constant(I64, pos)], inbounds=True, source_etype=F64)
             b.store(b.fsub(b.call(now, []), start), slot)
-        func = funcs.get(call.func)
-        if func is not None and uses_index_fault(func):
-            _fail_on_index_fault(module, b, args[func.params.index(INDEX_FAULT)], call)
+        if record is not None:
+            _fail_on_index_fault(module, b, record, call)
     b.ret(ir.Constant(I32, 0))
     return fn
 

@@ -23,8 +23,7 @@ BITWISE = ("bitand", "bitor", "bitxor", "shl", "shr")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "truncmod", "min", "max", "pow") + COMPARISONS \
     + LOGICAL + BITWISE
 INTRINSICS = ("exp", "log", "sqrt", "erf", "tanh", "abs", "floor", "ceil", "round", "isnan", "sin", "cos", "trunc",
-              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "reinterpret",
-              "index_guard")  # index_guard: core/tir/index_guard.py (not pure: it records a bad index)
+              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "reinterpret")
 
 
 def is_float(dtype: str) -> bool:
@@ -130,7 +129,8 @@ class Select(Expr):
 
 @dataclass(frozen=True)
 class Call(Expr):
-    """A pure math intrinsic (one of INTRINSICS) applied elementwise."""
+    """A pure math intrinsic (one of INTRINSICS) applied elementwise; or core/tir/index_guard.py's run-time index
+    check (not pure: it records a bad index)."""
 
     name: str
     args: tuple[Expr, ...]

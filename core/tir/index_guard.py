@@ -3,14 +3,15 @@
 # end, as ONNX says). An index outside [-extent, extent) is an error: codegen clamps it (reads and writes stay
 # in bounds) and records it in the kernel's INDEX_FAULT workspace ([flag, index, extent]); the model runner
 # checks the flag after the call and fails the run, naming the node (core/codegen/model_entry.py).
-# lower() adds the workspace to every kernel that holds a check (`with_index_fault`), and zeroes it on entry.
+# lower() adds the workspace to every kernel that holds a check (`with_index_fault`); the CPU runner clears its flag
+# before the call (not the kernel: on a GPU that store would be every thread's, and nothing reads the record there).
 from __future__ import annotations
 
 from typing import Sequence
 
 from .expr import Buffer, Call, Expr, IntImm, Load, cast, const
 from .functor import rewrite_stmt, stmt_exprs, walk_expr, walk_stmt
-from .stmt import PrimFunc, Stmt, Store, seq
+from .stmt import PrimFunc, Stmt
 
 INDEX_GUARD = "index_guard"
 INDEX_FAULT = Buffer("index_fault", (3,), "int64")  # flag, the bad index, the axis extent
@@ -27,8 +28,8 @@ def has_index_checks(body: Stmt) -> bool:
 
 
 def with_index_fault(body: Stmt, params: Sequence[Buffer]) -> tuple[Stmt, tuple[Buffer, ...]]:
-    """`body` and `params` with the INDEX_FAULT workspace when the body checks indices: each check names it
-    (so that outlined parallel loops capture it) and the kernel clears its flag first."""
+    """`body` and `params` with the INDEX_FAULT workspace when the body checks indices: each check names it (so
+    that outlined parallel loops capture it)."""
     if not has_index_checks(body) or INDEX_FAULT in params:
         return body, tuple(params)
     fault = Load(INDEX_FAULT, IntImm(0))
@@ -38,8 +39,7 @@ def with_index_fault(body: Stmt, params: Sequence[Buffer]) -> tuple[Stmt, tuple[
             return Call(INDEX_GUARD, (*e.args, fault), e.dtype)
         return None
 
-    body = rewrite_stmt(body, attach)
-    return seq(Store(INDEX_FAULT, IntImm(0), IntImm(0)), body), (*params, INDEX_FAULT)
+    return rewrite_stmt(body, attach), (*params, INDEX_FAULT)
 
 
 def uses_index_fault(func: PrimFunc) -> bool:
