@@ -186,10 +186,11 @@ def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads
     from core.driver.precision import judged_as
     from core.driver.tolerance import origins_or_empty, parse_tolerance
     from core.driver.validate import onnxruntime_session, validate
+    from core.frontend.model_loading import serialized_model
 
     if not model.is_file():
         raise ValueError(f"no such model file: {model}")
-    data = model.read_bytes()
+    data = serialized_model(model)  # external data files are found beside the model
     session = onnxruntime_session(data, threads or os.cpu_count() or 1)
     # An artifact compiled at a half precision is judged at that format's tolerance, as its compile was.
     judged = judged_as(getattr(module, "metadata", {}).get("precision", "fp32"), True,

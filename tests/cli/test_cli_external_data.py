@@ -1,4 +1,5 @@
-"""`kiln compile model.onnx` reads the model's external data files beside it, from any working directory."""
+"""`kiln compile model.onnx` (and `kiln run --compare model.onnx`) read the model's external data files beside it,
+from any working directory."""
 from __future__ import annotations
 
 from tests.cli.test_cli import kiln
@@ -13,6 +14,8 @@ def test_cli_compiles_a_model_with_external_data(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "validation: max abs error" in run.stdout + run.stderr
     assert_artifact_matches_onnxruntime(tmp_path / "out.tar.gz", path, seed=5)
+    compared = kiln("run", tmp_path / "out.tar.gz", "--compare", path, cwd=tmp_path / "elsewhere")
+    assert compared.returncode == 0 and ": ok" in compared.stdout, compared.stderr[-2000:]
 
 
 def test_cli_refuses_a_location_outside_the_folder_in_one_line(tmp_path):
