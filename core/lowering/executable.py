@@ -172,7 +172,7 @@ def _read_from_output(func: PrimFunc, index: int) -> Optional[PrimFunc]:
 
 
 def _index_checks(info: KernelInfo) -> str:
-    """Who a kernel's failed index check names: its index-reading nodes, by op and ONNX name."""
+    """Who a kernel's failed index check names: its index-reading nodes, by op and the ONNX output they compute."""
     named = [f"{op} node of output '{name}'" for op, name in zip(info.ops, info.nodes) if op in CHECKS_INDICES]
     return ", ".join(named) + f" (kernel {info.name})" if named else ""
 
