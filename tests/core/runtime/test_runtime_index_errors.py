@@ -126,3 +126,16 @@ def test_scatter(op, tmp_path):
     _same_as_onnxruntime(model, module, {"data": data, **feeds})
     with pytest.raises(KilnRuntimeError, match=rf"index {6 if op == 'ScatterND' else -7} is out of range in {op} node"):
         module.run({"data": data, **bad})
+
+
+def test_the_shaped_entry_reports_it_too(tmp_path):
+    """A model compiled for a range of index counts: kiln_run_shaped runs a bucket, which fails the same way."""
+    model = _embedding()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    path = tmp_path / "ranged.tar.gz"
+    core.compile(model, target="x86-64-v3", input_shapes={"ids": "1..16"}, benchmark=False).save(path)
+    module = core.runtime.load(path)
+    _same_as_onnxruntime(model, module, {"ids": np.array([5, -5, 999], np.int64)})
+    with pytest.raises(KilnRuntimeError, match=r"index 1000 is out of range in Gather node of output 'rows'"):
+        module.run({"ids": np.array([5, 1000, 0, 1, 2], np.int64)})
