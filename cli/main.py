@@ -198,10 +198,11 @@ def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads
     from core.driver.tolerance import origins_or_empty, parse_tolerance
     from core.driver.reference import reference_session
     from core.driver.validate import validate
+    from core.frontend.model_loading import serialized_model
 
     if not model.is_file():
         raise ValueError(f"no such model file: {model}")
-    data = model.read_bytes()
+    data = serialized_model(model)  # external data files are found beside the model
     session = reference_session(data, threads or os.cpu_count() or 1)
     # An artifact compiled at a half precision is judged at that format's tolerance, as its compile was.
     judged = judged_as(getattr(module, "metadata", {}).get("precision", "fp32"), True,

@@ -44,9 +44,9 @@ def emit_bucketed_entry(module: ir.Module, plan: BucketedPlan, funcs: Mapping[st
     runners = []
     for b, bucket in enumerate(plan.plans):
         validate_plan(bucket, funcs)
-        runners.append(_emit_runner(module, bucket, kernels, profile=False, name=f"kiln_bucket_run_{b}"))
+        runners.append(_emit_runner(module, bucket, kernels, funcs, profile=False, name=f"kiln_bucket_run_{b}"))
     top = plan.plans[-1]
-    _emit_runner(module, top, kernels, profile=True, name="kiln_bucket_profile")  # kiln_shaped.c adds the lengths
+    _emit_runner(module, top, kernels, funcs, profile=True, name="kiln_bucket_profile")  # kiln_shaped.c adds the lengths
     emit_graph_globals(module, plan, top.calls)
     _global(module, "kiln_dyn_runners", ir.Constant(ir.ArrayType(PTR, len(runners)), runners))
     for name, (kind, values) in plan.tables.items():

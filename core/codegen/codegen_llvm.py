@@ -12,10 +12,11 @@ from ..errors import CodegenError
 from ..target import Target
 from ..tir.expr import BinOp, Buffer, Call, Cast, Expr, FloatImm, IntImm, Load, Not, Select, Var
 from ..tir.functor import walk_expr, walk_stmt
+from ..tir.index_guard import INDEX_GUARD
 from ..tir.simplify import specialize
 from ..tir.stmt import (Allocate, Barrier, For, ForKind, IfThenElse, IntrinsicCall, LetStmt, PrimFunc, Seq, Stmt,
                         Store)
-from . import arith, narrow, vecmath
+from . import arith, index_guard, narrow, vecmath
 from .analysis import check_store_dtype, const_int, may_trap
 from .intrinsics import emit_intrinsic_call
 from .llvm_types import I1, I64, PTR, VOID, const, is_bool, is_signed, itemsize, lanes_of, mem_type, reg_type
@@ -301,6 +302,8 @@ class FunctionEmitter:
         if isinstance(e, Call):
             if e.name == "reinterpret":
                 return arith.reinterpret(b, e.args[0].dtype, e.dtype, self.emit_expr(e.args[0]))
+            if e.name == INDEX_GUARD:
+                return index_guard.emit_scalar(self, e)
             return arith.intrinsic(b, e.name, e.args[0].dtype, [self.emit_expr(a) for a in e.args])
         raise CodegenError(f"kernel {self.kernel_name}: cannot generate code for expression {type(e).__name__}")
 
@@ -352,7 +355,7 @@ RESERVED_NAMES = frozenset({"kiln_graph_run", "kiln_graph_profile", "kiln_arena_
                             "kiln_load_from_memory", "kiln_arena_size", "kiln_weights_size",
                             "kiln_runtime_now_ms", "kiln_parallel_for", "kiln_pool_set_threads",
                             "kiln_pool_get_threads", "kiln_pool_enter", "kiln_pool_leave",
-                            "kiln_pool_worker_chunks"})
+                            "kiln_pool_worker_chunks", "kiln_runtime_index_error"})
 
 
 def declare_kernel(module: ir.Module, func: PrimFunc) -> ir.Function:

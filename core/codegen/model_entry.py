@@ -9,12 +9,14 @@
 # and a function, which is why the counts carry `graph_`.
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from llvmlite import ir
 
 from ..errors import CodegenError
+from ..tir.index_guard import INDEX_FAULT, uses_index_fault
 from ..tir.stmt import PrimFunc
 from .llvm_types import F64, I8, I32, I64, PTR, itemsize
 
@@ -33,6 +35,7 @@ class KernelCall:
     func: str  # the compiled function called (identical kernels share one)
     args: tuple[BufferRef, ...]
     label: str = ""  # the kernel's own name, for the profile's per-call names; `func` when empty
+    checks: str = ""  # the nodes whose indices the call checks, for kiln_last_error() (core/tir/index_guard.py)
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,8 @@ def emit_model_entry(module: ir.Module, plan: ModelPlan, funcs: Mapping[str, Pri
         if name in kernels:
             kernels[name].attributes.add("noinline")
     emit_graph_globals(module, plan, plan.calls)
-    _emit_runner(module, plan, kernels, profile=False)
-    _emit_runner(module, plan, kernels, profile=True)
+    _emit_runner(module, plan, kernels, funcs, profile=False)
+    _emit_runner(module, plan, kernels, funcs, profile=True)
 
 
 def emit_graph_globals(module: ir.Module, plan, calls) -> None:
@@ -123,8 +126,8 @@ def emit_graph_globals(module: ir.Module, plan, calls) -> None:
     _global(module, "kiln_graph_call_names", ir.Constant(ir.ArrayType(PTR, len(names)), names))
 
 
-def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Function], profile: bool,
-                 name: str = "") -> ir.Function:
+def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Function],
+                 funcs: Mapping[str, PrimFunc], profile: bool, name: str = "") -> ir.Function:
     params = [PTR, PTR, PTR, PTR] + ([PTR] if profile else [])
     fn = ir.Function(module, ir.FunctionType(I32, params), name or ("kiln_graph_profile" if profile else "kiln_graph_run"))
     fn.attributes.add("nounwind")
@@ -144,13 +147,32 @@ def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Fu
 
     for pos, call in enumerate(plan.calls):
         args = [pointer(r) for r in call.args]
+        func = funcs.get(call.func)
+        record = args[func.params.index(INDEX_FAULT)] if func is not None and uses_index_fault(func) else None
+        if record is not None:
+            b.store(ir.Constant(I64, 0), record, align=8)  # its arena slot may hold another value's bytes
         start = b.call(now, []) if profile else None
         b.call(kernels[call.func], args)
         if profile:
             slot = b.gep(fn.args[4], [ir.Constant(I64, pos)], inbounds=True, source_etype=F64)
             b.store(b.fsub(b.call(now, []), start), slot)
+        if record is not None:
+            _fail_on_index_fault(module, b, record, call)
     b.ret(ir.Constant(I32, 0))
     return fn
+
+
+def _fail_on_index_fault(module: ir.Module, b: ir.IRBuilder, record: ir.Value, call: KernelCall) -> None:
+    """After a call that checks indices: when it recorded a bad one, the runner stops and returns the runtime's
+    code, kiln_last_error() naming the nodes (the arena and outputs are then undefined)."""
+    report = module.globals.get("kiln_runtime_index_error") or ir.Function(
+        module, ir.FunctionType(I32, [PTR, PTR]), "kiln_runtime_index_error")
+    flag = b.load(record, typ=I64, align=8)
+    with b.if_then(b.icmp_unsigned("!=", flag, ir.Constant(I64, 0)), likely=False):
+        text = call.checks or f"kernel {call.label or call.func}"
+        name = f"kiln.index_check.{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+        where = module.globals.get(name) or _cstring(module, name, text)
+        b.ret(b.call(report, [where, record]))
 
 
 def _global(module: ir.Module, name: str, value: ir.Constant) -> None:

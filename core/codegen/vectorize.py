@@ -13,8 +13,9 @@ from llvmlite import ir
 
 from ..tir.expr import BinOp, Call, Cast, Expr, Load, Not, Select, Var
 from ..tir.functor import substitute
+from ..tir.index_guard import INDEX_GUARD
 from ..tir.stmt import For, ForKind, IfThenElse, LetStmt, Seq, Stmt, Store
-from . import arith
+from . import arith, index_guard
 from .analysis import check_store_dtype, const_int, may_trap, stride_of, uses_any
 from .llvm_types import I1, I32, I64, const, is_float, itemsize, lanes_of, mangle, mem_type, reg_type, scalar_type
 
@@ -231,6 +232,8 @@ class VectorBody:
         if isinstance(e, Call):
             if e.name == "reinterpret":
                 return arith.reinterpret(b, e.args[0].dtype, e.dtype, self.expr(e.args[0]))
+            if e.name == INDEX_GUARD:
+                return index_guard.emit_vector(self, e)
             args = arith.unify(b, *(self.expr(a) for a in e.args))
             return arith.intrinsic(b, e.name, e.args[0].dtype, args)
         return self.fe.emit_expr(e)  # constants

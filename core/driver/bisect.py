@@ -90,7 +90,9 @@ def reference_intermediates(model_bytes: bytes, names: list[str], feeds: Mapping
     model = onnx.load_from_string(model_bytes)
     present = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in present)
-    session = reference_session(model, threads)
+    changed = model.SerializeToString()
+    session = reference_session(model_bytes.sharing_folder(changed) if hasattr(model_bytes, "sharing_folder")
+                                else changed, threads)
     wanted = [o.name for o in session.get_outputs()]
     return {n: v for n, v in zip(wanted, session.run(wanted, dict(feeds))) if isinstance(v, np.ndarray)}
 

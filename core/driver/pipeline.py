@@ -24,6 +24,7 @@ from ..debug import DEBUG
 from ..errors import KilnError, ValidationError
 from ..lowering.executable import build_executable
 from ..frontend.inspect import onnx_node_names
+from ..frontend.model_loading import serialized_model
 from ..graph.passes.manager import optimize
 from ..narrow_dtypes import NARROW_DTYPES
 from ..report.schema import build_report
@@ -50,11 +51,7 @@ QUICK_NO_BENCHMARK = "a quick compile (--quick) skips the latency benchmark"
 
 
 def _model_bytes(model: ModelLike) -> bytes:
-    if isinstance(model, (str, Path)):
-        return Path(model).read_bytes()
-    if isinstance(model, (bytes, bytearray)):
-        return bytes(model)
-    return model.SerializeToString()
+    return serialized_model(model)  # a path's external data stays beside it, found by the reference runs
 
 
 def merged_tuning(outcomes) -> tuple[dict[str, Any], set[str]]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional
 import numpy as np
 
 from .tolerance import OutputOrigin
-from .validate import ReferenceEvaluatorSession, onnxruntime_session, session_outputs, validate
+from .validate import ReferenceEvaluatorSession, onnxruntime_session, session_outputs, validate, with_external_data
 
 if TYPE_CHECKING:
     import onnx
@@ -50,11 +50,13 @@ def reference_session(model: "bytes | str | Path | onnx.ModelProto", threads: in
     import onnx
 
     if isinstance(model, (str, Path)):
-        model = Path(model).read_bytes()
+        from ..frontend.model_loading import serialized_model
+
+        model = serialized_model(model)  # its external data stays beside it
     proto = onnx.load_from_string(model) if isinstance(model, bytes) else model
     if not is_quantized(proto):
         return onnxruntime_session(model if isinstance(model, bytes) else model.SerializeToString(), threads)
-    return ExactSession(exact_model(proto), threads)
+    return ExactSession(exact_model(with_external_data(proto, model)), threads)
 
 
 def reference_outputs(model: "bytes | str | Path | onnx.ModelProto", feeds: Mapping[str, np.ndarray], threads: int = 1) -> dict:
@@ -89,7 +91,9 @@ def open_sessions(model_bytes: bytes, threads: int) -> Sessions:
     import onnx
 
     model = onnx.load_from_string(model_bytes)
-    return Sessions(ExactSession(exact_model(model), threads) if is_quantized(model) else baseline, baseline)
+    if not is_quantized(model):
+        return Sessions(baseline, baseline)
+    return Sessions(ExactSession(exact_model(with_external_data(model, model_bytes)), threads), baseline)
 
 
 class ExactSession:

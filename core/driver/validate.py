@@ -129,6 +129,37 @@ def _fits(shape: tuple, wanted: tuple) -> bool:
 
 
 @dataclass(frozen=True)
+class ShapeMismatch:
+    """An output whose shape differs from the reference's: no element errors then, but both shapes, the node that
+    produced it, and the shape ONNX's reference evaluator (the spec) gives, when it could run."""
+
+    kiln: tuple[int, ...]
+    reference: tuple[int, ...]
+    spec: Optional[tuple[int, ...]] = None
+    node: str = ""  # "Slice node 'slice_1'": the ONNX node that produces the output
+
+    def follows_spec(self) -> str:
+        """Which side has the spec's shape: "kiln", "reference", "both", "neither" or "unknown"."""
+        if self.spec is None:
+            return "unknown"
+        sides = [side for side, shape in (("kiln", self.kiln), ("reference", self.reference)) if shape == self.spec]
+        return {0: "neither", 2: "both"}.get(len(sides), sides[0] if sides else "neither")
+
+    def as_report(self) -> dict:
+        return {"kiln": list(self.kiln), "reference": list(self.reference),
+                "spec": None if self.spec is None else list(self.spec), "node": self.node,
+                "follows_spec": self.follows_spec()}
+
+    def describe(self, name: str, against: str) -> str:
+        where = f" (made by {self.node})" if self.node else ""
+        text = f"output {name!r}{where} has shape {list(self.kiln)} in Kiln but {list(self.reference)} in {against}"
+        verdict = {"kiln": f"Kiln follows the spec, {against} does not",
+                   "reference": f"{against} follows the spec, Kiln does not",
+                   "neither": "neither follows it"}.get(self.follows_spec())
+        return text + (f"; ONNX's reference evaluator (the spec) gives {list(self.spec)}: {verdict}" if verdict else "")
+
+
+@dataclass(frozen=True)
 class OutputComparison:
     """One output against its reference, over every sample."""
 
@@ -143,6 +174,7 @@ class OutputComparison:
     tolerance: Tolerance
     top1: Optional[float] = None  # classifier-like outputs: share of rows whose argmax agrees
     top5: Optional[float] = None  # share of rows whose reference argmax is among Kiln's five largest
+    shape_mismatch: Optional[ShapeMismatch] = None  # then the errors are infinite: no element compares
 
     def as_report(self) -> dict:
         out = {"name": self.name, "dtype": self.dtype, "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
@@ -150,6 +182,8 @@ class OutputComparison:
                "tolerance": self.tolerance.as_report(), "rule": self.tolerance.describe()}
         if self.top1 is not None:
             out.update(top1=self.top1, top5=self.top5)
+        if self.shape_mismatch is not None:
+            out["shape_mismatch"] = self.shape_mismatch.as_report()
         return out
 
 
@@ -173,6 +207,8 @@ class Comparison:
         if worst is None:
             return "compiled model does not match the reference"
         against = "ONNX Runtime" if self.reference == "onnxruntime" else self.reference
+        if worst.shape_mismatch is not None:
+            return f"compiled model does not match {against}: {worst.shape_mismatch.describe(worst.name, against)}"
         return (f"compiled model does not match {against}: output {worst.name!r} max abs error {worst.max_abs_err:.3g}, "
                 f"max rel error {worst.max_rel_err:.3g}, {worst.mismatches} of {worst.size} elements out of tolerance "
                 f"({worst.tolerance.describe()})")
@@ -182,7 +218,7 @@ def compare_output(name: str, got: np.ndarray, ref: np.ndarray, tol: Tolerance) 
     got, ref = np.asarray(got), np.asarray(ref)
     if got.shape != ref.shape:
         return OutputComparison(name, str(ref.dtype), float("inf"), float("inf"), None, int(ref.size), int(ref.size),
-                                False, tol)
+                                False, tol, shape_mismatch=ShapeMismatch(tuple(got.shape), tuple(ref.shape)))
     g, r = got.astype(np.float64), ref.astype(np.float64)
     nan_match = np.isnan(g) == np.isnan(r)
     diff = np.where(np.isnan(r) | np.isnan(g), 0.0, np.abs(g - r))
@@ -219,6 +255,38 @@ def _cosine(g: np.ndarray, r: np.ndarray) -> Optional[float]:
     return float(np.dot(g, r) / norm)
 
 
+def explain_shape_mismatches(outputs: Sequence[OutputComparison], session, feeds: Mapping[str, np.ndarray]
+                             ) -> list[OutputComparison]:
+    """Outputs whose shapes differ, completed with their producing node and the spec's shape (ONNX's reference
+    evaluator on the same feeds, when it can run the reference's model); the others as they are."""
+    if all(o.shape_mismatch is None for o in outputs):
+        return list(outputs)
+    import dataclasses
+
+    import onnx
+
+    model_bytes = getattr(session, "_model_bytes", None)
+    model_path = getattr(session, "_model_path", None)
+    try:
+        proto = with_external_data(onnx.load_from_string(model_bytes), model_bytes) if model_bytes \
+            else onnx.load(model_path)
+    except Exception:  # noqa: BLE001 - the explanation is a courtesy: the mismatch stands without it
+        return list(outputs)
+    producers = {out: f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node of output {out!r}"
+                 for n in proto.graph.node for out in n.output}
+    wanted = [o.name for o in outputs if o.shape_mismatch is not None]
+    spec: dict[str, tuple] = {}
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        evaluator = ReferenceEvaluator(proto)  # onnx.load read any external data already
+        spec = {n: tuple(np.shape(v)) for n, v in zip(wanted, evaluator.run(wanted, dict(feeds)))}
+    except Exception:  # noqa: BLE001 - the spec's shape stays unknown (an op the evaluator lacks, a sequence output)
+        pass
+    return [o if o.shape_mismatch is None else dataclasses.replace(o, shape_mismatch=dataclasses.replace(
+        o.shape_mismatch, spec=spec.get(o.name), node=producers.get(o.name, ""))) for o in outputs]
+
+
 def _merge(parts: Sequence[OutputComparison]) -> OutputComparison:
     """One output over several samples: worst errors, lowest cosine, mean agreement."""
     first = parts[0]
@@ -228,7 +296,8 @@ def _merge(parts: Sequence[OutputComparison]) -> OutputComparison:
         first.name, first.dtype, max(p.max_abs_err for p in parts), max(p.max_rel_err for p in parts),
         min(cosines) if cosines else None, sum(p.mismatches for p in parts), sum(p.size for p in parts),
         all(p.passed for p in parts), first.tolerance,
-        float(np.mean([p.top1 for p in tops])) if tops else None, float(np.mean([p.top5 for p in tops])) if tops else None)
+        float(np.mean([p.top1 for p in tops])) if tops else None, float(np.mean([p.top5 for p in tops])) if tops else None,
+        next((p.shape_mismatch for p in parts if p.shape_mismatch is not None), None))
 
 
 def compare(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
@@ -266,6 +335,9 @@ def onnxruntime_session(model_bytes: bytes, threads: int, optimization=None):
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    folder = getattr(model_bytes, "folder", None)  # core.frontend.model_loading.SerializedModel
+    if folder is not None:  # external data files resolve beside the model file, not in the working directory
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     try:
         return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnx may write a newer IR version than this ONNX Runtime reads
@@ -289,7 +361,9 @@ class ReferenceEvaluatorSession:
         import onnx
         from onnx.reference import ReferenceEvaluator
 
-        self._evaluator = ReferenceEvaluator(onnx.load_from_string(model_bytes), new_ops=new_ops)
+        self._model_bytes = model_bytes  # as ORT's session keeps it (explain_shape_mismatches reads it)
+        self._evaluator = ReferenceEvaluator(with_external_data(onnx.load_from_string(model_bytes), model_bytes),
+                                             new_ops=new_ops)
 
     def get_outputs(self) -> list:
         from types import SimpleNamespace
@@ -298,6 +372,16 @@ class ReferenceEvaluatorSession:
 
     def run(self, names, feeds):
         return self._evaluator.run(list(names), dict(feeds))
+
+
+def with_external_data(proto, model_bytes: bytes):
+    """`proto` with the weights of its external data files read in, from the folder its serialized form names."""
+    folder = getattr(model_bytes, "folder", None)  # core.frontend.model_loading.SerializedModel
+    if folder is not None:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(proto, str(folder))
+    return proto
 
 
 def session_outputs(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -321,6 +405,7 @@ def validate(module, session, graph: Graph, seed: int = 0, *, samples: Optional[
         actual = module.run(feeds)
         tolerances = policy(expected, origins or {}, user_tolerance)
         outputs = [compare_output(name, actual[name], ref, tolerances[name]) for name, ref in expected.items()]
+        outputs = explain_shape_mismatches(outputs, session, feeds)
         per_sample.append(outputs)
         badness = (sum(not o.passed for o in outputs), max((o.max_abs_err for o in outputs), default=0.0))
         if worst[0] is None or badness > worst[0]:

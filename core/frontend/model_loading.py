@@ -47,8 +47,9 @@ def load_model(model: ModelSource, *, allow_external_data: bool = True,
     external = [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
     if external and not allow_external_data:
         raise InvalidModelError(f"not an ONNX model: tensor {external[0].name!r} keeps its data in an external "
-                                "file; an upload is a single file, so save the model with its weights inside "
-                                "(onnx.save(model, path, save_as_external_data=False))")
+                                "file; upload the model with its data files as a .zip or .tar(.gz) of its folder, "
+                                "or save it with its weights inside (onnx.save(model, path, "
+                                "save_as_external_data=False))")
     if external and folder is None:
         raise InvalidModelError(f"not an ONNX model: tensor {external[0].name!r} keeps its data in an external "
                                 "file, which needs the model to be loaded from its path")
@@ -152,6 +153,40 @@ def _parse(model: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
             raise InvalidModelError(f"not an ONNX model: cannot read {str(path)!r} ({err.strerror or err})") from None
         return _decode(data), path.absolute().parent
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}")
+
+
+class SerializedModel(bytes):
+    """A model file's bytes, and the folder its external data files lie in (`folder`: where their relative
+    locations resolve; None for a model given as bytes or a ModelProto, which carries its weights inside)."""
+
+    folder: Path | None = None
+
+    def sharing_folder(self, data: bytes) -> bytes:
+        """Other bytes of the same model (a changed copy) that resolve external data in this folder."""
+        copy = SerializedModel(data)
+        copy.folder = self.folder
+        return copy
+
+
+def serialized_model(model: ModelSource) -> bytes:
+    """The model's bytes for a reference runtime; a path keeps its external data where it is (never re-serialized:
+    a model over protobuf's 2 GB limit exists only as a graph file plus data files)."""
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        try:
+            out = SerializedModel(path.read_bytes())
+        except OSError as err:
+            raise InvalidModelError(f"not an ONNX model: cannot read {str(path)!r} ({err.strerror or err})") from None
+        out.folder = path.absolute().parent
+        return out
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    try:
+        return model.SerializeToString()
+    except ValueError as err:  # protobuf refuses a message over 2 GB
+        raise ModelTooLargeError(f"model too large to pass in memory ({_first_line(err)}): save it with its weights "
+                                 "as external data (onnx.save(model, 'model.onnx', save_as_external_data=True)) "
+                                 "and compile the path") from None
 
 
 def _decode(data: bytes) -> onnx.ModelProto:

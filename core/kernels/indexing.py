@@ -6,11 +6,15 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..tir.expr import Expr, cast, const, eq, maximum, minimum, select
+from ..tir.expr import Expr, cast, const, eq, select
+from ..tir.index_guard import checked_index
 from .common import require, typed_const
 from .registry import register_compute
 
 Inputs = Sequence[Optional[te.Tensor]]
+
+# Ops whose kernels check the indices they read at run time (core/tir/index_guard.py): an error names them.
+CHECKS_INDICES = frozenset({"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "RoiAlign"})
 
 
 def _i64(value: int) -> Expr:
@@ -21,11 +25,6 @@ def wrap_negative(idx: Expr, dim: int) -> Expr:
     """An index value as int64, negative ones counted from the end of an axis of `dim`."""
     idx = cast("int64", idx)
     return select(idx < _i64(0), idx + dim, idx)
-
-
-def clamp_index(idx: Expr, dim: int) -> Expr:
-    """Keeps reads in bounds for indices that ONNX leaves undefined (out of range)."""
-    return minimum(maximum(idx, _i64(0)), _i64(dim - 1))
 
 
 @register_compute("Trilu")
@@ -60,8 +59,7 @@ def gather_nd(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[TensorTy
 
     def body(*i: Expr) -> Expr:
         tuple_at = list(i[:outer])
-        picked = [clamp_index(wrap_negative(indices(*tuple_at, _i64(d)), data.shape[b + d]), data.shape[b + d])
-                  for d in range(depth)]
+        picked = [checked_index(indices(*tuple_at, _i64(d)), data.shape[b + d]) for d in range(depth)]
         return data(*i[:b], *picked, *i[outer:])
 
     return [te.compute(shape, body, name="gather_nd", tag="injective")]
@@ -96,4 +94,4 @@ def reverse_sequence(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[T
     return [te.compute(x.shape, body, name="reverse_sequence", tag="injective")]
 
 
-__all__ = ["wrap_negative", "clamp_index"]
+__all__ = ["CHECKS_INDICES", "wrap_negative"]

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ..graph.ir import TensorType
 from ..te import tensor as te
 from ..tir.expr import Expr, cast, const, logical_or, maximum, minimum, select
+from ..tir.index_guard import checked_index
 from .common import require
 from .registry import register_compute
 
@@ -43,7 +44,7 @@ def roi_align(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], o
         return low, high, 1.0 - frac, frac, outside
 
     def body(r: Expr, ch: Expr, py: Expr, px: Expr) -> Expr:
-        b = minimum(maximum(cast("int64", batch(r)), i64(0)), i64(x.shape[0] - 1))
+        b = checked_index(batch(r), x.shape[0])
         yl, yh, wyl, wyh, out_y = axis(r, 1, 3, py, riy.var, out_h, h)
         xl, xh, wxl, wxh, out_x = axis(r, 0, 2, px, rix.var, out_w, w)
         terms = [cast(acc, x(b, ch, yy, xx)) * (wy * wx)

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..graph.ir import TensorType
 from ..te import tensor as te
 from ..tir.expr import Buffer, Expr, Var, cast, const, logical_and, maximum, minimum, select
+from ..tir.index_guard import checked_index
 from ..tir.stmt import For, ForKind, Stmt, Store, seq
 from .common import prod, require
 from .registry import register_compute
@@ -29,14 +30,6 @@ def _i64(value: int) -> Expr:
 def _loop(name: str, extent: int, body_fn: Callable[[Var], Stmt]) -> Stmt:
     var = Var(name)
     return For(var, _i64(extent), ForKind.SERIAL, body_fn(var))
-
-
-def _target_index(value: Expr, dim: int) -> Expr:
-    """An index value as a position on an axis of `dim`: negatives count from the end; out-of-range
-    ones (undefined in ONNX) are clamped so that the program never writes outside the output."""
-    idx = cast("int64", value)
-    idx = select(idx < _i64(0), idx + dim, idx)
-    return minimum(maximum(idx, _i64(0)), _i64(dim - 1))
 
 
 def _unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
@@ -64,7 +57,7 @@ def scatter_elements_program(data: Buffer, indices: Buffer, updates: Buffer, out
 
     def apply(u: Var) -> Stmt:
         position = _unravel(u, indices.shape)
-        position[axis] = _target_index(indices.load(u), data.shape[axis])
+        position[axis] = checked_index(indices.load(u), data.shape[axis])
         at = _flatten(position, data.shape)
         return Store(out, at, combine(out.load(at), updates.load(u)))
 
@@ -78,7 +71,7 @@ def scatter_nd_program(data: Buffer, indices: Buffer, updates: Buffer, out: Buff
     width = prod(data.shape[depth:])  # elements each index tuple addresses
 
     def apply(q: Var) -> Stmt:
-        lead = [_target_index(indices.load(q * depth + a), data.shape[a]) for a in range(depth)]
+        lead = [checked_index(indices.load(q * depth + a), data.shape[a]) for a in range(depth)]
         base = _flatten(lead, data.shape[:depth]) * width
 
         def element(s: Var) -> Stmt:

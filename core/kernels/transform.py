@@ -7,6 +7,7 @@ from ..errors import ShapeError
 from ..graph.ir import TensorType
 from ..te import tensor as te
 from ..tir.expr import Expr, cast, const, logical_and, maximum, minimum, select
+from ..tir.index_guard import checked_index
 from .common import attr, broadcast_read, prod, require, typed_const
 from .registry import register_compute
 
@@ -106,13 +107,6 @@ def slice_(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[TensorType]
     return [te.compute(sizes, body, name="slice", tag="injective")]
 
 
-def _wrap_index(idx: Expr, dim: int) -> Expr:
-    """Negative indices count from the end (once); out-of-range ones are clamped so reads stay in bounds."""
-    idx = cast("int64", idx)
-    idx = select(idx < _i64(0), idx + dim, idx)
-    return minimum(maximum(idx, _i64(0)), _i64(dim - 1))
-
-
 @register_compute("Gather")
 def gather(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[TensorType]):
     data, indices = require(inputs, 2, "Gather")
@@ -122,7 +116,7 @@ def gather(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[TensorType]
     q = indices.ndim
 
     def body(*i: Expr) -> Expr:
-        idx = _wrap_index(indices(*i[axis:axis + q]) if q else indices(), data.shape[axis])
+        idx = checked_index(indices(*i[axis:axis + q]) if q else indices(), data.shape[axis])
         return data(*i[:axis], idx, *i[axis + q:])
 
     return [te.compute(shape, body, name="gather", tag="injective")]
@@ -138,7 +132,7 @@ def gather_elements(inputs: Inputs, attrs: Mapping[str, Any], out_types: list[Te
 
     def body(*i: Expr) -> Expr:
         idx = list(i)
-        idx[axis] = _wrap_index(indices(*i), data.shape[axis])
+        idx[axis] = checked_index(indices(*i), data.shape[axis])
         return data(*idx)
 
     return [te.compute(indices.shape, body, name="gather_elements", tag="injective")]

@@ -22,6 +22,7 @@ from .narrow_reads import scalar_reads, weight_widenings
 from ..graph.ops import Pattern, get_op, node_flops
 from .kernel_dedup import share_identical
 from .lowering_memo import derived_key, group_key, recall, remember
+from ..kernels.indexing import CHECKS_INDICES
 from ..kernels.registry import ScheduleFn, epilogue_schedule, get_compute, get_schedule
 from ..target import Target
 from ..te.lower import lower
@@ -176,6 +177,12 @@ def _read_from_output(func: PrimFunc, index: int) -> Optional[PrimFunc]:
     return dataclasses.replace(func, params=params, body=body, num_inputs=func.num_inputs - 1)
 
 
+def _index_checks(info: KernelInfo) -> str:
+    """Who a kernel's failed index check names: its index-reading nodes, by op and the ONNX output they compute."""
+    named = [f"{op} node of output '{name}'" for op, name in zip(info.ops, info.nodes) if op in CHECKS_INDICES]
+    return ", ".join(named) + f" (kernel {info.name})" if named else ""
+
+
 def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Sequence[Node]]] = None,
                      schedule_for: Optional[Callable[[str, Node], Optional[ScheduleFn]]] = None) -> Executable:
     """Kernels for each node (a Fused node's body is one kernel) or for the given node groups.
@@ -260,7 +267,7 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
     for func, info in zip(funcs, infos):
         args = [ref(v) for v in info.inputs] + [ref(v) for v in info.outputs]
         args += [BufferRef("arena", offset=memory.offsets[f"{info.name}/{b.name}"]) for b in func.workspaces]
-        calls.append(KernelCall(func.name, tuple(args), label=info.name))
+        calls.append(KernelCall(func.name, tuple(args), label=info.name, checks=_index_checks(info)))
     # Identical kernels (repeated layers, unrolled loops) are compiled once and called at each site.
     unique, called = share_identical(funcs)
     calls = [dataclasses.replace(c, func=f) for c, f in zip(calls, called)]

@@ -193,7 +193,19 @@ def _validation(report: dict, charts: Any) -> str:
                      _verdict(o.get("passed"))] for o in outputs]
         text += _table(["output", "dtype", "max abs", "max rel", "cosine", "top-1 / top-5", "tolerance and why", ""],
                        out_rows, numeric={2, 3, 4})
-    return text + _bisect(val, charts)
+    return text + "".join(_shape_mismatch(o) for o in outputs if o.get("shape_mismatch")) + _bisect(val, charts)
+
+
+def _shape_mismatch(output: dict) -> str:
+    """An output whose shape differs from the reference's: both shapes, its node, and which side the spec backs."""
+    m = output["shape_mismatch"]
+    follows = {"kiln": "Kiln follows the spec, the reference does not", "reference": "the reference follows the spec, "
+               "Kiln does not", "neither": "neither follows it", "both": "both follow it"}.get(m.get("follows_spec"))
+    spec = (f" ONNX's reference evaluator (the spec) gives {esc(m.get('spec'))}: {follows}." if follows else
+            " The spec's shape could not be computed.")
+    made = f", made by {esc(m['node'])}," if m.get("node") else ""
+    return (f"<p>Output <code>{esc(output.get('name', ''))}</code>{made} has shape {esc(m.get('kiln'))} in Kiln "
+            f"but {esc(m.get('reference'))} in the reference: no element compares.{spec}</p>")
 
 
 def _bisect(val: dict, charts: Any) -> str:

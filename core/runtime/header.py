@@ -31,7 +31,8 @@ kiln_model* kiln_load_from_memory(const void* data, int64_t size);
 /* Run the model once. inputs[i] points at input i, outputs[i] at the caller's buffer for output i,
  * each dense, row-major, of the dtype and element count #defined below. Pointers need only their
  * element type's natural alignment (nothing is copied). Returns 0 on success, nonzero on failure
- * (see kiln_last_error()). Calls on one model from several threads take turns; use one model per
+ * (see kiln_last_error()): 3 when an index read from a tensor (Gather, GatherElements, GatherND,
+ * ScatterElements, ScatterND, RoiAlign) lies outside [-n, n) of its axis; the outputs are then undefined. Calls on one model from several threads take turns; use one model per
  * thread to run in parallel. */
 int kiln_run(kiln_model* model, const void* const* inputs, void* const* outputs);
 

@@ -12,6 +12,9 @@ extern const int32_t kiln_graph_num_outputs;
 extern const int32_t kiln_graph_num_calls;
 extern const char* const kiln_graph_call_names[];
 
+/* What kiln_graph_run returns when a kernel read an index outside its axis (kiln_runtime_index_error). */
+#define KILN_INDEX_ERROR 3
+
 int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs);
 int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                            double* call_ms);

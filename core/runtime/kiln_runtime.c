@@ -46,6 +46,15 @@ const char* kiln_last_error(void) { return last_error; }
 /* For the device backend's messages. */
 void kiln_runtime_set_error(const char* message) { set_error("%s", message); }
 
+/* A kernel recorded an index outside its axis (record: flag, index, extent; core/tir/index_guard.py): the
+ * runner stops and returns this, `where` naming the nodes. */
+int32_t kiln_runtime_index_error(const char* where, const int64_t* record) {
+    long long index = (long long)record[1], extent = (long long)record[2];
+    set_error("index %lld is out of range in %s: the axis has %lld elements (valid indices: %lld to %lld)", index,
+              where, extent, -extent, extent - 1);
+    return KILN_INDEX_ERROR;
+}
+
 double kiln_runtime_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

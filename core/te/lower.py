@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 from ..errors import ScheduleError
 from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, logical_and
 from ..tir.functor import rewrite_expr, rewrite_stmt, substitute, walk_stmt
+from ..tir.index_guard import with_index_fault
 from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
@@ -483,7 +484,8 @@ def lower(sch: Schedule, args: Sequence[Tensor], name: str, num_outputs: int = 1
     for buf in low.locals:
         body = Allocate(buf, body)
     params = tuple(low.buffers[id(t.op)] for t in args) + tuple(low.workspaces)
-    func = PrimFunc(name, params, _tensorize_deferred(simplify_stmt(body)), len(args) - num_outputs, num_outputs)
+    body, params = with_index_fault(_tensorize_deferred(simplify_stmt(body)), params)
+    func = PrimFunc(name, params, body, len(args) - num_outputs, num_outputs)
     return func
 
 

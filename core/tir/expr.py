@@ -129,7 +129,8 @@ class Select(Expr):
 
 @dataclass(frozen=True)
 class Call(Expr):
-    """A pure math intrinsic (one of INTRINSICS) applied elementwise."""
+    """A pure math intrinsic (one of INTRINSICS) applied elementwise; or core/tir/index_guard.py's run-time index
+    check (not pure: it records a bad index)."""
 
     name: str
     args: tuple[Expr, ...]

@@ -27,17 +27,19 @@ class PreflightResult:
     unsupported_ops: list[dict[str, Any]] = field(default_factory=list)
 
 
-def inspect_command(path: Path, max_tensor_bytes: int) -> list[str]:
+def inspect_command(path: Path, max_tensor_bytes: int, with_data_files: bool = False) -> list[str]:
     """The child's command line (a test substitutes one that crashes or hangs)."""
-    return [sys.executable, "-m", "core.frontend.inspect", str(path), "--upload",
+    return [sys.executable, "-m", "core.frontend.inspect", str(path), *([] if with_data_files else ["--upload"]),
             "--max-tensor-bytes", str(max_tensor_bytes)]
 
 
-async def run_preflight(path: Path, timeout_s: float, max_tensor_bytes: int = 4 << 30) -> PreflightResult:
-    """Checks an uploaded file (no external data: an upload is one file) in a limited child process."""
+async def run_preflight(path: Path, timeout_s: float, max_tensor_bytes: int = 4 << 30,
+                        with_data_files: bool = False) -> PreflightResult:
+    """Checks an uploaded model in a limited child process: a single file has no external data; one unpacked from
+    an archive (`with_data_files`) may read data files inside its own folder."""
     limits = Limits(cpu_s=int(timeout_s) + 1, memory_bytes=_MEMORY_LIMIT, open_files=None)
     proc = await asyncio.create_subprocess_exec(
-        *inspect_command(path, max_tensor_bytes), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *inspect_command(path, max_tensor_bytes, with_data_files), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         cwd=str(path.parent), env=child_env(), preexec_fn=limits.apply, start_new_session=True)
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)

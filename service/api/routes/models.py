@@ -15,6 +15,7 @@ from service.core.job_state import ACTIVE
 from service.core.tables import Job, Model, new_id
 
 from ..deps import DbDep, SettingsDep, UserDep, owned
+from ..model_archive import archive_kind, unpack_model_archive
 from ..preflight import run_preflight
 from ..rate_limits import UploadAllowed
 from ..schemas.models import CalibrationOut, ModelBuildOut, ModelOut, ValidationInputsOut
@@ -34,9 +35,13 @@ def owned_model(db, user, model_id: str) -> Model:
                         429: {"description": "too many uploads: see Retry-After"}})
 async def upload_model(request: Request, response: Response, user: UserDep, _allowed: UploadAllowed, db: DbDep,
                        settings: SettingsDep) -> ModelOut:
-    """Upload an ONNX model as multipart field `file`. Checked (ONNX checker, op coverage, sizes) before it is kept."""
+    """Upload an ONNX model as multipart field `file`: the .onnx file, or a .zip or .tar(.gz) of its folder for a
+    model with external data. Checked (ONNX checker, op coverage, sizes) before it is kept."""
     upload = await receive_upload(request, settings.tmp_dir, settings.max_upload_bytes)
     try:
+        archived = archive_kind(upload.path) != ""
+        if archived:
+            await run_in_threadpool(unpack_model_archive, upload.path, upload.folder, settings.max_upload_bytes)
         # Database work runs in the thread pool and ends its transaction before the next await: an
         # upload waiting for its pre-flight check holds no pooled connection, and the event loop never
         # blocks on one (bench_load.py: 50 concurrent uploads deadlocked the pool before this).
@@ -45,7 +50,8 @@ async def upload_model(request: Request, response: Response, user: UserDep, _all
             response.status_code = status.HTTP_200_OK
             return ModelOut.of(existing, deduplicated=True)
         async with request.app.state.preflight_slots:
-            check = await run_preflight(upload.path, settings.preflight_timeout_s, settings.max_tensor_bytes)
+            check = await run_preflight(upload.path, settings.preflight_timeout_s, settings.max_tensor_bytes,
+                                        with_data_files=archived)
         if not check.ok:
             detail = {"message": check.message, "code": check.code}
             if check.unsupported_ops:
