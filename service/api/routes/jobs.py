@@ -20,6 +20,7 @@ from service.core.worker_beats import workers_seen
 from service.core.settings import Settings
 from service.core.tables import Job, Model, new_id
 
+from ..auth import bearer_token
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..events import job_events
 from ..rate_limits import JobAllowed
@@ -239,9 +240,11 @@ def finish_tuning(job_id: str, user: UserDep, db: DbDep) -> JobOut:
 @router.get("/{job_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}})
 def stream_events(job_id: str, request: Request, user: UserDep, db: DbDep, settings: SettingsDep) -> StreamingResponse:
-    """`event: progress` with the job as JSON at every change, until the job ends (`event: end`)."""
+    """`event: progress` with the job as JSON at every change, until the job ends (`event: end`); a stream whose
+    token is revoked ends too (`event: end` with status `unauthorized`)."""
     owned_job(db, user, job_id)
-    return StreamingResponse(job_events(request.app.state.db, job_id, request, settings.events_poll_s),
+    return StreamingResponse(job_events(request.app.state.db, job_id, bearer_token(request), request,
+                                        settings.events_poll_s),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
