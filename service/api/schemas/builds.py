@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class BaselineRequest(BaseModel):
     """Gate the new build against an earlier job's build of the same model, timed on the same worker in one run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     job_id: str = Field(min_length=1, max_length=64, description="a succeeded job of the same model (sha256)")
     max_slowdown: float = Field(default=0.05, ge=0, le=100,
                                 description="fail when the new build's median latency exceeds (1 + this) x the baseline's")

@@ -18,7 +18,7 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
 class TuningRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     trials: int = Field(default=0, ge=0, description="schedule tuning budget in measured trials (0: no tuning)")
     time_budget_s: Optional[float] = Field(default=None, gt=0, description="stop tuning after this many seconds")
 
@@ -26,7 +26,7 @@ class TuningRequest(BaseModel):
 class ValidationRequest(BaseModel):
     """How the compiled model is checked against ONNX Runtime (README: validation policy)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     mode: Literal["error", "warn", "off"] = Field(
         default="error", description="on a mismatch: fail the job (error), keep the artifact and report it (warn); "
                                      "or do not validate (off)")
@@ -58,7 +58,7 @@ class ValidationRequest(BaseModel):
 class QuantizationRequest(BaseModel):
     """How an int8 job quantizes the float32 model before compiling it (the options of `kiln quantize`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     calibration_id: str = Field(min_length=1, max_length=64,
                                 description="calibration samples uploaded with POST /models/{model_id}/calibration")
     per_channel: bool = Field(default=False, description="one scale per output channel of each weight")
@@ -78,7 +78,7 @@ class QuantizationRequest(BaseModel):
 
 
 class JobCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model_id: str = Field(min_length=1, max_length=64)
     target: str = Field(default="native", min_length=1, max_length=128, description="see GET /api/v1/targets")
     opt_level: int = Field(default=3, ge=0, le=3)
