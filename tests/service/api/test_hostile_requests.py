@@ -103,3 +103,25 @@ def test_uploads_a_killed_server_left_are_cleared_at_start(api):
     staging.mkdir()
     create_app(api.settings, enqueue=lambda job_id: None).state.db.dispose()
     assert not left.exists() and staging.exists()
+
+
+def test_answers_carry_no_server_paths(api, cnn):
+    """GET /models/{id}/jobs and the compare view answered options.validation_inputs and
+    options.quantization.calibration as absolute paths under the data dir."""
+    headers, model = cnn
+    buf = io.BytesIO()
+    np.savez(buf, image=np.zeros((3, 1, 3, 12, 12), np.float32))
+    inputs = upload(api, headers, model["id"], "validation-inputs", buf.getvalue()).json()
+    calibration = upload(api, headers, model["id"], "calibration", buf.getvalue()).json()
+    jobs = [api.client.post("/api/v1/jobs", headers=headers, json=body).json()["id"] for body in (
+        {"model_id": model["id"], "validation": {"inputs_id": inputs["id"]}},
+        {"model_id": model["id"], "precision": "int8", "quantization": {"calibration_id": calibration["id"]}})]
+    history = api.client.get(f"/api/v1/models/{model['id']}/jobs", headers=headers)
+    compare = api.client.get(f"/api/v1/jobs/{jobs[0]}/compare/{jobs[1]}", headers=headers)
+    assert history.status_code == compare.status_code == 200
+    for answer in (history, compare):
+        assert str(api.settings.data_dir.absolute()) not in answer.text and "/tmp" not in answer.text, answer.text
+    options = [build["options"] for build in history.json()]
+    assert options[0]["validation_inputs"] == storage.JOB_VALIDATION_INPUTS
+    assert options[1]["quantization"]["calibration"] == storage.JOB_CALIBRATION
+    assert compare.json()["b"]["options"]["quantization"]["calibration"] == storage.JOB_CALIBRATION
