@@ -119,7 +119,13 @@ def _tuning_options(args: argparse.Namespace, bar):
     """Tuning with --tune-trials N; records from --records, else the user's default file, which every
     compile consults when it exists (tuned once, every later compile gets the best configs)."""
     from core.tune import TuningOptions
+    from core.tune.options import TuningOptionsError
+    from service.core.queues import host_device_kinds, untunable_reason
 
+    reason = untunable_reason(args.target, host_device_kinds(), "nothing on this machine") if args.tune_trials else None
+    if reason:  # the service answers 422 for the same request: refuse before any work, not build untuned
+        raise TuningOptionsError(f"{reason}; compile without --tune-trials (a server with measuring workers of that "
+                                 f"kind can tune it: kiln submit)")
     records = args.records or str(default_records_path())
     if not args.tune_trials and not args.records and not Path(records).is_file():
         return None

@@ -32,6 +32,7 @@ from .artifact import WEIGHTS, Artifact, new_workdir, write_metadata
 from .benchmark import compare_latency, profile_kernels
 from .bucket_masks import MaskedBuckets, between_bucket_samples, find_masked
 from .buckets import BucketPlan, plan_buckets
+from .shape_ranges import check_ranges_supported
 from .numerics import ValidationOptions
 from .precision import judged_as, model_precision, store_weights
 from .stages import ProgressFn, Stage
@@ -130,11 +131,7 @@ def compile_bucketed(source, data: bytes, plan: BucketPlan, tgt: Target, backend
                      threads: Optional[int], precision: Optional[str] = None) -> Artifact:
     """compile() of the model (`source`: a path, or `data`, its bytes) for every bucket of `plan`; `precision`
     as compile()'s (core/driver/precision.py), the same weights in every bucket."""
-    if not backend.host_code or backend.cannot_run_reason(tgt) is not None:
-        raise ShapeError(f"input-shape ranges are supported for CPU targets that run on this machine only, not "
-                         f"{tgt.name} yet: give fixed shapes")
-    if checks.inputs or checks.bisect:
-        raise ShapeError("input-shape ranges cannot be combined with validation inputs or --bisect yet")
+    check_ranges_supported(tgt, backend, validation_inputs=bool(checks.inputs), bisect=bool(checks.bisect))
     timings: dict[str, float] = {}
 
     @contextmanager

@@ -11,11 +11,12 @@ from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from sqlalchemy import func, or_, select
 
 from core.backends import get_backend
-from core.driver.shape_ranges import parse_dim
+from core.driver.shape_ranges import check_ranges_supported, parse_dim
+from core.errors import ShapeError
 from core.errors import UnsupportedOnTargetError
 from service.core import storage
 from service.core.job_state import ACTIVE, cancel, finish
-from service.core.queues import announced_measure_kinds, device_kind, host_device_kinds
+from service.core.queues import announced_measure_kinds, host_device_kinds, untunable_reason
 from service.core.worker_beats import workers_seen
 from service.core.settings import Settings
 from service.core.tables import Job, Model, new_id
@@ -54,10 +55,9 @@ def _check_server_limits(body: JobCreate, settings: Settings) -> None:
     if body.tuning.trials > 0:
         kinds = settings.measure_kinds if settings.measure_kinds is not None else host_device_kinds()
         kinds = kinds + [k for k in announced_measure_kinds(workers_seen(settings.data_dir)) if k not in kinds]
-        kind = device_kind(body.resolved_target)
-        if kind not in kinds:
-            raise _refuse(f"no worker of this server can measure {kind} code, so target {body.target!r} cannot be "
-                          f"tuned here (tunable: {', '.join(kinds) or 'none'}); compile it with tuning.trials = 0")
+        reason = untunable_reason(body.target, kinds, "no worker of this server")
+        if reason:
+            raise _refuse(f"{reason}; compile it with tuning.trials = 0")
     budget = body.tuning.time_budget_s
     if budget is not None and budget > settings.job_soft_time_limit_s:
         raise _refuse(f"tuning.time_budget_s {budget:g} is over this server's job time limit of "
@@ -90,6 +90,18 @@ def _check_input_shapes(input_shapes: dict[str, list], summary: dict, settings: 
     unfixed = [n for n in summary.get("symbolic_inputs", []) if n not in input_shapes]
     if unfixed:
         raise _refuse(f"inputs {unfixed} have symbolic dimensions: give their shapes in input_shapes")
+
+
+def _check_ranges(body: JobCreate) -> None:
+    """Declared ranges: refused for what core.compile refuses them for, before anything is queued (the same check)."""
+    if not any(isinstance(d, str) for dims in body.input_shapes.values() for d in dims):
+        return
+    target = body.resolved_target
+    try:
+        check_ranges_supported(target, get_backend(target), validation_inputs=bool(body.validation.inputs_id),
+                               bisect=body.validation.bisect)
+    except ShapeError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"code": err.code, "message": str(err)}) from None
 
 
 def _check_target_ops(body: JobCreate, summary: dict) -> None:
@@ -151,6 +163,7 @@ def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAl
     model = owned_model(db, user, body.model_id)
     _check_server_limits(body, settings)
     _check_input_shapes(body.input_shapes, model.summary, settings)
+    _check_ranges(body)
     _check_target_ops(body, model.summary)
     job_id, options = new_id(), body.compile_options()
     if body.validation.inputs_id:
