@@ -50,6 +50,7 @@ class Database:
                 cursor = connection.cursor()
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.execute("PRAGMA busy_timeout=30000")
+                cursor.execute("PRAGMA synchronous=NORMAL")
                 cursor.execute("PRAGMA foreign_keys=ON")
                 cursor.close()
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
