@@ -30,7 +30,8 @@ from service.core.queues import measured_remotely
 from service.core.settings import Settings
 from service.core.tables import Job, utcnow
 
-from .compile_child import compile_into, compile_limits, finish_tuning_flag, publish, remove_staging, staging_dir
+from .compile_child import (compile_into, compile_limits, finish_tuning_flag, publish, remove_staging, staged_records,
+                            staging_dir)
 from .measure_dispatch import remote_measurement
 
 log = logging.getLogger("kiln.worker")
@@ -56,7 +57,34 @@ def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2, atte
     return report
 
 
-def _tuning_writer(db: Session, job: Job, attempt: int, staging: Path) -> Callable[[str, dict], None]:
+def publish_records(settings: Settings, db: Session, job_id: str, attempt: int, staging: Path) -> None:
+    """Moves the records the child staged into the shared records, if the job is still this attempt's and running:
+    checked and moved under the lock the API's cancel takes, so nothing is recorded after a cancel was answered."""
+    import fcntl
+
+    from core.tune.records import append_records, load_records
+
+    staged = staged_records(staging)
+    if not staged.is_file():
+        return
+    with storage.records_lock(settings):
+        db.expire_all()
+        job = db.get(Job, job_id)
+        db.commit()
+        if job is None or job.status != "running" or job.attempts != attempt:
+            return
+        with open(staged, "r+") as handle:  # the child appends under this file's lock
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                records = list(load_records(staged))
+                handle.truncate(0)
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        append_records(settings.records, records)
+
+
+def _tuning_writer(settings: Settings, db: Session, job: Job, attempt: int,
+                   staging: Path) -> Callable[[str, dict], None]:
     """Writes a tuning job's live state into Job.options["tuning_progress"] (trials, best GFLOP/s so far, seconds
     left, the estimate before it starts) and, once the user asked to finish now (Job.tuning["finish_now"], set by
     the API), tells the child to stop measuring through its flag file."""
@@ -77,6 +105,8 @@ def _tuning_writer(db: Session, job: Job, attempt: int, staging: Path) -> Callab
         if not transition(db, job.id, ("running",), attempt=attempt,
                           options={**(job.options or {}), "tuning_progress": dict(live)}):
             raise JobCancelled(job.id)
+        if kind == "tuning":  # a batch was measured: its records serve other jobs from now on
+            publish_records(settings, db, job.id, attempt, staging)
     return report
 
 
@@ -85,7 +115,7 @@ def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
     remove_staging(settings, job.id)  # what an earlier, killed attempt left behind
     staging = staging_dir(settings, job.id)
     progress = _progress_writer(db, job.id, attempt=attempt)
-    tuning = _tuning_writer(db, job, attempt, staging)
+    tuning = _tuning_writer(settings, db, job, attempt, staging)
     stage = {"name": "importing"}
 
     def on_message(kind: str, *message) -> None:
@@ -119,6 +149,7 @@ def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
         publish(staging, storage.job_dir(settings, job.id))
     finally:
         if _still_owned(db, job.id, attempt):  # else a later attempt (this worker was cut off) owns the staging
+            publish_records(settings, db, job.id, attempt, staging)  # the last batches; none once cancelled
             remove_staging(settings, job.id)
 
 

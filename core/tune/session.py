@@ -184,7 +184,7 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
     asked_to_stop = opts.should_stop or (lambda: False)
     outcome = TuningOutcome(graph, target)
     tasks = extract_tasks(graph, target)
-    db = RecordsDB(opts.records)
+    db = RecordsDB(opts.records, out=opts.records_out)
     entries: dict[str, dict] = {}
     cache_hits = 0
     todo: list[Task] = []

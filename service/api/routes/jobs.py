@@ -228,7 +228,8 @@ def cancel_job(job_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> 
         db.commit()
         storage.remove_job_outputs(settings, job_id)
         return Response(status_code=status.HTTP_204_NO_CONTENT)
-    cancel(db, job_id)
+    with storage.records_lock(settings):  # no tuning record of this job is published after the answer
+        cancel(db, job_id)
     db.refresh(job)
     if job.status == "cancelled":
         storage.remove_job_outputs(settings, job_id)
