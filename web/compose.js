@@ -373,9 +373,8 @@ export function mountCompose(container) {
         ...(await precision.read(selectedModelId)), ...(quickBox.checked ? { quick: true } : {}),
       });
       putJob(job);
-      const text = `Compile of ${store.models.get(job.model_id)?.filename ?? "the model"} for ${job.target} queued.`;
-      showMessage(jobNotice, { message: text }, "info");
-      announce(text);
+      announce(`Compile of ${store.models.get(job.model_id)?.filename ?? "the model"} for ${job.target} queued.`);
+      location.hash = `#/jobs/${job.id}`; // follow the new job on its own page
     } catch (err) {
       showMessage(jobError, new ApiError(err.status, `The job was not created: ${err.message}`, err.lines));
     } finally {

@@ -7,6 +7,7 @@ resource limits (workers.compile_child), so a crash in generated code fails only
 """
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import socket
@@ -83,6 +84,31 @@ def publish_records(settings: Settings, db: Session, job_id: str, attempt: int, 
         append_records(settings.records, records)
 
 
+MAX_CURVE_POINTS = 120  # per curve in Job.options["tuning_progress"]: every other point goes when it is full
+
+
+def _add_curve_points(live: dict, status: dict) -> None:
+    """The live chart's data: per task, best GFLOP/s against the job's trials so far; for the model, the tasks tuned
+    so far together (their FLOPs over their summed times at each one's best); and the best of any task."""
+    def append(points: list, point: list) -> None:
+        points.append(point)
+        if len(points) > MAX_CURVE_POINTS:
+            del points[1:-1:2]
+
+    best, flops = status.get("best_gflops"), status.get("flops")
+    if not isinstance(best, (int, float)) or best <= 0:
+        return
+    curves = live.setdefault("curves", {})
+    curve = curves.setdefault(status["workload"], {"flops": flops, "points": []})
+    append(curve["points"], [status["trials"], best])
+    tuned = [(c["flops"], c["points"][-1][1]) for c in curves.values() if c["flops"] and c["points"]]
+    if tuned:
+        model = sum(f for f, _ in tuned) / sum(f / g for f, g in tuned)
+        append(live.setdefault("model_points", []), [status["trials"], round(model, 3)])
+    if best >= (live.get("best_overall") or {}).get("gflops", 0):
+        live["best_overall"] = {"gflops": best, "workload": status["workload"]}
+
+
 def _tuning_writer(settings: Settings, db: Session, job: Job, attempt: int,
                    staging: Path) -> Callable[[str, dict], None]:
     """Writes a tuning job's live state into Job.options["tuning_progress"] (trials, best GFLOP/s so far, seconds
@@ -97,6 +123,7 @@ def _tuning_writer(settings: Settings, db: Session, job: Job, attempt: int,
                         left_s=status["estimate_s"], cache_hits=status["cache_hits"], best_gflops=None)
         else:
             live.update(status)
+            _add_curve_points(live, status)
         db.expire_all()
         current = db.get(Job, job.id)
         if current is not None and (current.tuning or {}).get("finish_now"):
@@ -147,10 +174,27 @@ def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
         if not transition(db, job.id, ("running",), attempt=attempt, stage="packaging", progress=0.99):
             raise JobCancelled(job.id)
         publish(staging, storage.job_dir(settings, job.id))
+        _keep_gate_verdict(settings, db, job.id, attempt)
     finally:
         if _still_owned(db, job.id, attempt):  # else a later attempt (this worker was cut off) owns the staging
             publish_records(settings, db, job.id, attempt, staging)  # the last batches; none once cancelled
             remove_staging(settings, job.id)
+
+
+def _keep_gate_verdict(settings: Settings, db: Session, job_id: str, attempt: int) -> None:
+    """A CI-gated job's verdict from its report into Job.options["gate"], so that lists show a failed gate (the job
+    itself succeeded: it built, and its artifact and report are there)."""
+    try:
+        baseline = json.loads((storage.job_dir(settings, job_id) / storage.REPORT_JSON).read_text()).get("baseline")
+    except (OSError, ValueError):
+        return
+    if not isinstance(baseline, dict):
+        return
+    db.expire_all()
+    options = dict(db.get(Job, job_id).options or {})
+    options["gate"] = {"passed": bool(baseline.get("passed")), "verdict": baseline.get("verdict"),
+                       "message": baseline.get("message")}
+    transition(db, job_id, ("running",), attempt=attempt, options=options)
 
 
 def _remote_measurement(settings: Settings, job: Job, attempt: int) -> Optional[RemoteMeasurement]:

@@ -174,6 +174,10 @@ class JobOut(BaseModel):
     finished_at: Optional[datetime]
     tuning_progress: Optional[dict[str, Any]] = Field(
         default=None, description="while it tunes: trials, planned, best_gflops so far, left_s, estimate_s, finishing")
+    precision: str = Field(default="fp32", description="fp32, fp16, bf16 or int8 (quantized by the job)")
+    gate: Optional[dict[str, Any]] = Field(
+        default=None, description="a CI-gated job's verdict against its baseline once it ended: {passed, verdict, "
+                                  "message}; a job that built but failed its gate is `succeeded` with passed false")
     links: dict[str, str]
 
     @classmethod
@@ -187,4 +191,5 @@ class JobOut(BaseModel):
                    error=row.error, error_code=row.error_code, attempts=row.attempts, worker=row.worker,
                    created_at=as_utc(row.created_at), started_at=as_utc(row.started_at),
                    finished_at=as_utc(row.finished_at), links=links,
-                   tuning_progress=(row.options or {}).get("tuning_progress"))
+                   tuning_progress=(row.options or {}).get("tuning_progress"),
+                   precision=(row.options or {}).get("precision") or "fp32", gate=(row.options or {}).get("gate"))
