@@ -55,5 +55,24 @@ def test_two_jobs_of_a_model_side_by_side(page, live_service):  # noqa: F811
     expect(manifest.locator("tr[data-row='options.opt_level']")).to_contain_text("3")
     expect(manifest.locator("tr[data-row='options.opt_level']")).to_contain_text("1")
     assert page.url.endswith(f"#/compare/{first}/{second}")
+    # The kernels' ratios as a chart: one bar per kernel both builds timed.
+    chart = page.get_by_test_id("compare-kernel-chart")
+    expect(chart).to_be_visible()
+    assert chart.locator("rect").count() == sum(1 for row in kernels.all_inner_texts() if not row.endswith("–"))
+    expect(page.get_by_test_id("compare-busy")).to_have_count(0)
     SCREENSHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "compare_jobs.png"), full_page=True)
+
+    # A build timed on a busy machine (its report says so: latency_ms.busy) is flagged. Which build was busy depends
+    # on the machine; the server's answer is marked here so that the view's warning is checked either way.
+    def busy_b(route):
+        answer = route.fetch().json()
+        answer["b"]["report"]["latency_ms"].update(busy=True, warning="the machine was busy: latencies varied a lot")
+        route.fulfill(json=answer)
+
+    page.route(f"**/api/v1/jobs/{first}/compare/{second}", busy_b)
+    page.reload()
+    warning = page.get_by_test_id("compare-busy")
+    expect(warning).to_contain_text("busy machine")
+    expect(warning).to_contain_text("B (the machine was busy")
+    page.screenshot(path=str(SCREENSHOTS / "compare_jobs_busy.png"), full_page=True)

@@ -58,9 +58,20 @@ def test_a_tuning_job_shows_its_best_so_far_and_finishes_now(page, live_service)
     # New trials planned: the budget less what the server's shared records already hold for these workloads.
     expect(live).to_contain_text(re.compile(r"tuning \d+/(\d+) trials"))
     expect(live).to_contain_text("GFLOP/s")
+    # The live chart: best GFLOP/s against trials per task, the tuned tasks together, and the best of all.
+    chart = page.get_by_test_id("tuning-chart")
+    expect(chart).to_be_visible()
+    expect(chart).to_contain_text(re.compile(r"Best so far: [\d.]+ GFLOP/s"))
+    expect(chart.locator("path[data-series='whole model (tasks tuned so far)']")).to_have_count(1)
+    progress = httpx.get(f"{live_service.url}/api/v1/jobs/{job['id']}", headers=live_service.headers).json()
+    tasks = progress["tuning_progress"]["curves"]
+    assert tasks and all(len(c["points"]) >= 1 and c["flops"] > 0 for c in tasks.values()), progress
+    expect(chart.locator("path")).to_have_count(len(tasks) + 1, timeout=60_000)
     page.screenshot(path=str(SCREENSHOTS / "job-page-tuning.png"), full_page=True)
 
     page.get_by_test_id("job-page-finish-tuning").click()
+    # Acknowledged at once, before the worker ends the batch it is measuring.
+    expect(page.get_by_test_id("finish-ack")).to_contain_text("Finishing now", timeout=1_000)
     expect(page.get_by_test_id("job-page-finish-tuning")).to_be_hidden()
     expect(page.get_by_test_id("job-page")).to_have_attribute("data-status", "succeeded", timeout=COMPILE_TIMEOUT_MS)
     expect(live).to_be_hidden()
