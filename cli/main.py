@@ -238,16 +238,20 @@ def cmd_targets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([t.describe() for t in targets], indent=2))
         return 0
+    rows = []
     for target in targets:
         t = target.describe()  # runs_on_host: a GPU target where this machine has the GPU and its driver
-        if get_backend(target).has_shared:
-            width = f"{t['cpu'] + ' PTX':<12}"
+        if get_backend(target).has_shared:  # a GPU: its code is PTX for a compute capability, not SIMD registers
+            code = f"{t['cpu']} PTX"
             runs = "runs here (GPU)" if t["runs_on_host"] else "build only: no GPU"
         else:
-            width = f"{t['vector_bits']:>3}-bit SIMD"
+            code = f"{t['vector_bits']}-bit SIMD"
             runs = ("runs here" if t["runs_on_host"] else f"validated under {t['emulator']}" if t["emulator"]
                     else "cross-compile only")
-        print(f"{t['name']:<12} {t['triple']:<28} {width}  {runs:<29} {t['description']}")
+        rows.append((t["name"], t["triple"], code, runs, t["description"]))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]  # every column as wide as its widest entry
+    for row in rows:
+        print("  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + "  " + row[4])
     return 0
 
 
