@@ -59,7 +59,9 @@ def test_two_jobs_of_a_model_side_by_side(page, live_service):  # noqa: F811
     chart = page.get_by_test_id("compare-kernel-chart")
     expect(chart).to_be_visible()
     assert chart.locator("rect").count() == sum(1 for row in kernels.all_inner_texts() if not row.endswith("–"))
-    expect(page.get_by_test_id("compare-busy")).to_have_count(0)
+    compared = httpx.get(f"{live_service.url}/api/v1/jobs/{first}/compare/{second}", headers=live_service.headers).json()
+    busy = [side for side in ("a", "b") if compared[side]["report"]["latency_ms"].get("busy")]
+    expect(page.get_by_test_id("compare-busy")).to_have_count(1 if busy else 0)  # as timed on this machine now
     SCREENSHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "compare_jobs.png"), full_page=True)
 
