@@ -48,3 +48,24 @@ def test_run_says_what_it_expects(artifact, arrays, needle):
     proc = kiln("run", artifact / "tiny.tar.gz", "--input", f"x={artifact / 'bad.npz'}")
     assert proc.returncode != 0 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1
+
+
+def test_the_artifacts_main_finds_its_weights_from_any_directory(artifact, tmp_path):
+    """main.c loaded "weights.bin" from the working directory: run from anywhere else, it failed."""
+    import subprocess
+    import tarfile
+
+    folder = tmp_path / "unpacked"
+    with tarfile.open(artifact / "tiny.tar.gz") as tar:
+        tar.extractall(folder, filter="data")
+    build = subprocess.run(["make", "-s"], cwd=folder, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    x = np.random.default_rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (tmp_path / "x.bin").write_bytes(x.tobytes())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ran = subprocess.run([str(folder / "main"), str(tmp_path / "x.bin")], cwd=elsewhere, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    printed = np.array(ran.stdout.split(":", 1)[1].split(), np.float32)
+    expected = onnxruntime.InferenceSession(str(artifact / "tiny.onnx")).run(None, {"x": x})[0].ravel()
+    np.testing.assert_allclose(printed, expected[:8], rtol=1e-4, atol=1e-4)
