@@ -9,7 +9,7 @@ function s(tag, attrs = {}, ...children) {
   for (const [key, value] of Object.entries(attrs)) {
     if (value !== null && value !== undefined) el.setAttribute(key, String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child !== null && child !== undefined) el.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
   return el;
@@ -41,8 +41,10 @@ export function lineChart(series, { title, xLabel, yLabel, testid, width = 640, 
   const lines = ordered.map((line) => {
     const color = line.emphasis ? "#111827" : COLORS[series.indexOf(line) % COLORS.length];
     const path = line.points.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join("");
-    return s("path", { d: path, fill: "none", stroke: color, "stroke-width": line.emphasis ? 3 : 1.5,
-      "data-series": line.label }, s("title", {}, line.label));
+    const [lastX, lastY] = line.points[line.points.length - 1] || [0, 0];
+    return [s("path", { d: path, fill: "none", stroke: color, "stroke-width": line.emphasis ? 3 : 1.5,
+      "data-series": line.label }, s("title", {}, line.label)),
+    s("circle", { cx: x(lastX), cy: y(lastY), r: line.emphasis ? 4 : 3, fill: color })]; // a first batch is one point
   });
   const legend = series.map((line, i) => s("text", {
     x: pad.left + 8, y: pad.top + 14 + i * 14, class: "chart-legend",
