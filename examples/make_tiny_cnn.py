@@ -8,7 +8,8 @@ from onnx import TensorProto, helper, numpy_helper, save
 
 
 def tiny_cnn() -> "onnx.ModelProto":  # noqa: F821 - onnx's type, named for the reader
-    """image[1,3,32,32] -> Conv 3x3 (16) -> Relu -> Conv 3x3 (16) -> Relu -> GlobalAveragePool -> Flatten -> Gemm (10)."""
+    """image[1,3,32,32] -> Conv 3x3 (16) -> Relu -> MaxPool 2x2 -> Conv 3x3 (16) -> Relu -> GlobalAveragePool -> Flatten
+    -> Gemm (10) -> Softmax: class probabilities."""
     rng = np.random.default_rng(0)
 
     def init(name, *shape):
@@ -16,11 +17,13 @@ def tiny_cnn() -> "onnx.ModelProto":  # noqa: F821 - onnx's type, named for the 
 
     nodes = [helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["r1"], ["m1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["m1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c2"], ["r2"]),
              helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
              helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "w3", "b3"], ["scores"], transB=1)]
+             helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
+             helper.make_node("Softmax", ["logits"], ["scores"], axis=1)]
     graph = helper.make_graph(nodes, "tiny_cnn", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
                               [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 10])],
                               [init("w1", 16, 3, 3, 3), init("b1", 16), init("w2", 16, 16, 3, 3), init("b2", 16),

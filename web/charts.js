@@ -35,7 +35,7 @@ export function lineChart(series, { title, xLabel, yLabel, testid, width = 640, 
     s("text", { x: pad.left - 6, y: y(t * yMax) + 4, "text-anchor": "end", class: "chart-tick" },
       +(t * yMax).toPrecision(3)),
     s("text", { x: x(t * xMax), y: height - pad.bottom + 16, "text-anchor": "middle", class: "chart-tick" },
-      Math.round(t * xMax)),
+      +(t * xMax).toPrecision(3)),
   ]);
   const ordered = [...series.filter((l) => !l.emphasis), ...series.filter((l) => l.emphasis)];
   const lines = ordered.map((line) => {

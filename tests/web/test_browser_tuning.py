@@ -58,7 +58,9 @@ def test_a_tuning_job_shows_its_best_so_far_and_finishes_now(page, live_service)
     # New trials planned: the budget less what the server's shared records already hold for these workloads.
     expect(live).to_contain_text(re.compile(r"tuning \d+/(\d+) trials"))
     expect(live).to_contain_text("GFLOP/s")
-    # The live chart: best GFLOP/s against trials per task, the tuned tasks together, and the best of all.
+    # The live chart: best GFLOP/s against trials per task, the tuned tasks together, and the best of all; a few
+    # batches in, it has lines to show.
+    expect(live).to_contain_text(re.compile(r"tuning (2[4-9]|[3-9]\d|\d{3,})/\d+ trials"), timeout=COMPILE_TIMEOUT_MS)
     chart = page.get_by_test_id("tuning-chart")
     expect(chart).to_be_visible()
     expect(chart).to_contain_text(re.compile(r"Best so far: [\d.]+ GFLOP/s"))
