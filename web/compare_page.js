@@ -74,6 +74,14 @@ function kernelRows(a, b) {
   return kernelTimes(a, b).map(([name, ta, tb]) => [name, ms(ta), ms(tb), ta && tb ? `${formatNumber(tb / ta, 2)}×` : "–"]);
 }
 
+// The kernels both builds have, B's time over A's as bars around 1×.
+function kernelChart(a, b) {
+  const both = kernelTimes(a, b).filter(([, ta, tb]) => ta && tb).map(([label, ta, tb]) => ({ label, ratio: tb / ta }));
+  return both.length ? ratioBars(both, { title: "Kernel time, B / A", testid: "compare-kernel-chart" })
+    : h("p", { class: "hint", testid: "compare-kernel-chart" }, "No kernel is in both builds (they fused the graph " +
+      "differently): there are no ratios to chart.");
+}
+
 // A build timed while the machine was busy (its report's latency_ms.busy) is no base for a comparison: say so.
 function busyWarning(a, b) {
   const busy = [["A", a], ["B", b]].filter(([, side]) => side.report?.latency_ms?.busy);
@@ -114,8 +122,7 @@ export function mountComparePage(container, idA, idB) {
         busyWarning(a, b),
         h("h3", {}, "Summary"), table("compare-summary", head, summaryRows(a, b)),
         h("h3", {}, "Time per kernel"),
-        ratioBars(kernelTimes(a, b).filter(([, ta, tb]) => ta && tb).map(([label, ta, tb]) => ({ label, ratio: tb / ta })),
-          { title: "Kernel time, B / A", testid: "compare-kernel-chart" }),
+        kernelChart(a, b),
         table("compare-kernels", ["kernel", "A", "B", "B / A"], kernelRows(a, b)),
         h("h3", {}, "Manifest differences"),
         diffs.length ? table("compare-manifest", ["entry", "A", "B"], diffs.map((d) => [d.key, short(d.a), short(d.b)]))
