@@ -51,6 +51,7 @@ def test_a_tuning_job_shows_its_best_so_far_and_finishes_now(page, live_service)
     row = page.locator(f"[data-job-id='{job['id']}']")
     expect(row.get_by_test_id("job-stage")).to_contain_text("GFLOP/s", timeout=COMPILE_TIMEOUT_MS)
     expect(row.get_by_test_id("job-stage")).to_contain_text("left")
+    expect(row.get_by_test_id("job-tag")).to_have_text("tuned 3000")  # the list's badge for a tuning job
     page.get_by_test_id("jobs-list").screenshot(path=str(SCREENSHOTS / "jobs-list-tuning.png"))
 
     row.get_by_test_id("job-open").click()
