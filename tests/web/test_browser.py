@@ -255,7 +255,7 @@ def test_too_large_upload_says_so(page, small_upload_service, models_dir):
 
 
 def test_progress_is_polled_when_the_event_stream_fails(page, live_service, models_dir):
-    """With the SSE endpoint unreachable the list still follows the job (by polling), then sign-out forgets the token."""
+    """With the SSE endpoint unreachable the new job's page still follows it (by polling), then sign-out forgets the token."""
     from playwright.sync_api import expect
 
     page.route("**/api/v1/jobs/*/events", lambda route: route.abort())
