@@ -32,10 +32,52 @@ def _parse_shape(spec: str) -> tuple[str, tuple]:
 
 
 def _parse_input(spec: str) -> tuple[str, Path]:
+    """NAME=FILE.npy, NAME=FILE.npz (its array named NAME, or its only one), or FILE.npz alone (an array per input,
+    by name: what --validation-inputs takes); a bare FILE.npz has the name ""."""
     name, sep, path = spec.partition("=")
+    if not sep and spec.endswith(".npz"):
+        return "", Path(spec)
     if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"bad --input {spec!r}: expected NAME=FILE.npy")
+        raise argparse.ArgumentTypeError(f"bad --input {spec!r}: expected NAME=FILE.npy, NAME=FILE.npz or FILE.npz "
+                                         f"(one array per input, named as the input)")
     return name, Path(path)
+
+
+def _input_arrays(given: list[tuple[str, Path]], inputs: list[dict]) -> dict:
+    """The arrays --input names, checked against the model's inputs (names, dtypes, shapes): one line for a mistake."""
+    import numpy as np
+
+    wanted = {i["name"]: (tuple(i["shape"]), np.dtype(i["dtype"])) for i in inputs}
+    arrays: dict = {}
+    for name, path in given:
+        if not path.is_file():
+            raise ValueError(f"--input {name + '=' if name else ''}{path}: no such file")
+        try:
+            loaded = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:
+            raise ValueError(f"--input {path}: not an .npy or .npz file ({err})") from None
+        if isinstance(loaded, np.ndarray):
+            arrays[name] = loaded
+            continue
+        with loaded:
+            files = loaded.files
+            if not name:
+                arrays.update({key: loaded[key] for key in files})
+            elif name in files or len(files) == 1:
+                arrays[name] = loaded[name if name in files else files[0]]
+            else:
+                raise ValueError(f"--input {name}={path}: the .npz holds {', '.join(files)}, none named {name!r}: "
+                                 f"name its array {name!r}, or give FILE.npz alone to feed every input by name")
+    unknown = [n for n in arrays if n not in wanted]
+    if unknown:
+        raise ValueError(f"unknown input(s) {', '.join(unknown)}; the model takes {', '.join(wanted)}")
+    for name, array in arrays.items():
+        shape, dtype = wanted[name]
+        if array.dtype != dtype or len(array.shape) != len(shape) or any(
+                isinstance(d, int) and d != g for d, g in zip(shape, array.shape)):
+            raise ValueError(f"--input {name}: {array.dtype}{list(array.shape)} given, the model takes "
+                             f"{dtype}{list(shape)}")
+    return arrays
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -130,7 +172,13 @@ def _tuning_options(args: argparse.Namespace, bar):
     """Tuning with --tune-trials N; records from --records, else the user's default file, which every
     compile consults when it exists (tuned once, every later compile gets the best configs)."""
     from core.tune import TuningOptions
+    from core.tune.options import TuningOptionsError
+    from service.core.queues import host_device_kinds, untunable_reason
 
+    reason = untunable_reason(args.target, host_device_kinds(), "nothing on this machine") if args.tune_trials else None
+    if reason:  # the service answers 422 for the same request: refuse before any work, not build untuned
+        raise TuningOptionsError(f"{reason}; compile without --tune-trials (a server with measuring workers of that "
+                                 f"kind can tune it: kiln submit)")
     records = args.records or str(default_records_path())
     if not args.tune_trials and not args.records and not Path(records).is_file():
         return None
@@ -157,20 +205,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.threads:
             module.set_num_threads(args.threads)
         feeds = {}
-        given = dict(args.input or [])
+        given = _input_arrays(args.input or [], module.inputs)
         rng = np.random.default_rng(0)
         for info in module.inputs:
             name, shape, dtype = info["name"], tuple(info["shape"]), np.dtype(info["dtype"])
             if name in given:
-                feeds[name] = np.load(given.pop(name))
+                feeds[name] = given[name]
             elif dtype.kind in "iu":
                 feeds[name] = rng.integers(0, 2, size=shape).astype(dtype)
             elif dtype.kind == "b":
                 feeds[name] = rng.random(shape) < 0.5
             else:
                 feeds[name] = rng.standard_normal(shape).astype(dtype)
-        if given:
-            raise ValueError(f"unknown input(s) {', '.join(given)}; the model takes {', '.join(i['name'] for i in module.inputs)}")
         if args.bench:
             stats = module.benchmark(feeds=feeds, repeat=args.repeat) if _takes_feeds(module) else module.benchmark(repeat=args.repeat)
             print(json.dumps(stats, indent=2) if args.json else _bench_table(stats, module.num_threads))
@@ -246,16 +292,20 @@ def cmd_targets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([t.describe() for t in targets], indent=2))
         return 0
+    rows = []
     for target in targets:
         t = target.describe()  # runs_on_host: a GPU target where this machine has the GPU and its driver
-        if get_backend(target).has_shared:
-            width = f"{t['cpu'] + ' PTX':<12}"
+        if get_backend(target).has_shared:  # a GPU: its code is PTX for a compute capability, not SIMD registers
+            code = f"{t['cpu']} PTX"
             runs = "runs here (GPU)" if t["runs_on_host"] else "build only: no GPU"
         else:
-            width = f"{t['vector_bits']:>3}-bit SIMD"
+            code = f"{t['vector_bits']}-bit SIMD"
             runs = ("runs here" if t["runs_on_host"] else f"validated under {t['emulator']}" if t["emulator"]
                     else "cross-compile only")
-        print(f"{t['name']:<12} {t['triple']:<28} {width}  {runs:<29} {t['description']}")
+        rows.append((t["name"], t["triple"], code, runs, t["description"]))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]  # every column as wide as its widest entry
+    for row in rows:
+        print("  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + "  " + row[4])
     return 0
 
 
@@ -321,8 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run an artifact: print its outputs, or time it with --bench")
     p.add_argument("artifact")
-    p.add_argument("--input", type=_parse_input, action="append", metavar="NAME=FILE.npy",
-                   help="an input from a .npy file (repeatable); missing inputs are seeded random")
+    p.add_argument("--input", type=_parse_input, action="append", metavar="NAME=FILE.npy|FILE.npz",
+                   help="an input from a .npy, or an .npz (its array named NAME, or its only one); FILE.npz alone feeds "
+                        "every input it names (repeatable); missing inputs are seeded random")
     p.add_argument("--bench", action="store_true", help="print latency statistics instead of outputs")
     p.add_argument("--repeat", type=int, default=50, help="timed runs for --bench")
     p.add_argument("--json", action="store_true", help="with --bench: print the statistics as JSON (for scripts)")

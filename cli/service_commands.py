@@ -106,8 +106,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # One machine serves every job, GPU ones included (built and, without a GPU, not run).
         command = [sys.executable, "-m", "cli.main", "worker", "--concurrency", str(args.concurrency),
                    "--queues", ",".join(default_queues(with_gpu=True))]
-        # The embedded worker must not outlive `kiln serve`, even if serve is killed with SIGKILL.
-        worker = subprocess.Popen(command, env=os.environ.copy(), preexec_fn=partial(die_with_parent, signal.SIGTERM))
+        # The embedded worker must not outlive `kiln serve`, even if serve is killed with SIGKILL. Its own session:
+        # a terminal's Ctrl+C reaches serve alone, which stops the worker in order (_stop_embedded_worker).
+        worker = subprocess.Popen(command, env=os.environ.copy(), preexec_fn=partial(die_with_parent, signal.SIGTERM),
+                                  start_new_session=True)
     url = f"http://{args.host}:{args.port}"
     print(f"Kiln {url}  (API {url}/api/v1, docs {url}/docs, data in {settings.data_dir})", flush=True)
     if first_token:
@@ -116,12 +118,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
     finally:
         if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+            _stop_embedded_worker(worker, settings)
     return 0
+
+
+def _stop_embedded_worker(worker: subprocess.Popen, settings) -> None:
+    """SIGTERM (Celery's warm shutdown: the running jobs may finish) for `settings.shutdown_grace_s`, then the
+    worker's whole process group is killed and the jobs it still ran are queued again at once, as a SIGTERM'd
+    pool process's are (Ctrl+C left them `running` until the next start's sweeper)."""
+    from service.api.enqueue import celery_enqueue
+    from service.api.sweeper import requeue_jobs_of_worker
+
+    worker.terminate()
+    try:
+        worker.wait(timeout=settings.shutdown_grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)  # the pool processes and their compiles too
+    except ProcessLookupError:
+        pass
+    worker.wait()
+    database = _database(settings)
+    try:
+        requeue_jobs_of_worker(database, f"kiln-{worker.pid}@", celery_enqueue(settings, database))
+    finally:
+        database.dispose()
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@
 
 import { api, ApiError } from "./api.js";
 import { jobsNewestFirst, modelName } from "./store.js";
+import { ratioBars } from "./charts.js";
 import { formatMs, formatNumber, formatSci, formatTime, h, showMessage } from "./ui.js";
 
 const quartileText = (q) => (Array.isArray(q) && q.length === 3 ? `${formatMs(q[0])} – ${formatMs(q[2])}` : "–");
@@ -61,17 +62,34 @@ function kernelKeys(kernels) {
   });
 }
 
-function kernelRows(a, b) {
+function kernelTimes(a, b) {
   const times = (side) => new Map(kernelKeys(side.report?.kernels || []));
   const ka = times(a);
   const kb = times(b);
-  const names = [...new Set([...ka.keys(), ...kb.keys()])];
-  const total = (k) => (k?.time_ms ?? null);
-  return names.map((name) => {
-    const ta = total(ka.get(name));
-    const tb = total(kb.get(name));
-    return [name, ms(ta), ms(tb), ta && tb ? `${formatNumber(tb / ta, 2)}×` : "–"];
-  });
+  return [...new Set([...ka.keys(), ...kb.keys()])].map((name) => [name, ka.get(name)?.time_ms ?? null,
+    kb.get(name)?.time_ms ?? null]);
+}
+
+function kernelRows(a, b) {
+  return kernelTimes(a, b).map(([name, ta, tb]) => [name, ms(ta), ms(tb), ta && tb ? `${formatNumber(tb / ta, 2)}×` : "–"]);
+}
+
+// The kernels both builds have, B's time over A's as bars around 1×.
+function kernelChart(a, b) {
+  const both = kernelTimes(a, b).filter(([, ta, tb]) => ta && tb).map(([label, ta, tb]) => ({ label, ratio: tb / ta }));
+  return both.length ? ratioBars(both, { title: "Kernel time, B / A", testid: "compare-kernel-chart" })
+    : h("p", { class: "hint", testid: "compare-kernel-chart" }, "No kernel is in both builds (they fused the graph " +
+      "differently): there are no ratios to chart.");
+}
+
+// A build timed while the machine was busy (its report's latency_ms.busy) is no base for a comparison: say so.
+function busyWarning(a, b) {
+  const busy = [["A", a], ["B", b]].filter(([, side]) => side.report?.latency_ms?.busy);
+  if (!busy.length) return null;
+  return h("p", { class: "busy-warning", testid: "compare-busy", role: "note" },
+    `Measured on a busy machine: ${busy.map(([name, side]) => `${name} (${side.report.latency_ms.warning ||
+      "other work ran while it was timed"})`).join("; ")}. Its latencies and kernel times may be off; compare them ` +
+    "again on an idle machine.");
 }
 
 export function mountComparePage(container, idA, idB) {
@@ -101,8 +119,11 @@ export function mountComparePage(container, idA, idB) {
     api.compareJobs(idA, idB).then(({ a, b, manifest_differences: diffs }) => {
       const head = ["", `A: ${a.id.slice(0, 8)}`, `B: ${b.id.slice(0, 8)}`];
       body.replaceChildren(
+        busyWarning(a, b),
         h("h3", {}, "Summary"), table("compare-summary", head, summaryRows(a, b)),
-        h("h3", {}, "Time per kernel"), table("compare-kernels", ["kernel", "A", "B", "B / A"], kernelRows(a, b)),
+        h("h3", {}, "Time per kernel"),
+        kernelChart(a, b),
+        table("compare-kernels", ["kernel", "A", "B", "B / A"], kernelRows(a, b)),
         h("h3", {}, "Manifest differences"),
         diffs.length ? table("compare-manifest", ["entry", "A", "B"], diffs.map((d) => [d.key, short(d.a), short(d.b)]))
           : h("p", { testid: "compare-manifest-same" }, "The manifests agree: same model, compiler, target and options."));

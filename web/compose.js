@@ -245,7 +245,8 @@ export function mountCompose(container) {
 
   function describeTarget() {
     const t = store.targets.find((x) => x.name === targetSelect.value);
-    targetHint.textContent = !t ? "" : `${t.description} · ${t.triple}, ${t.vector_bits}-bit vectors` +
+    const code = t?.kind === "cuda" ? `${t.cpu} PTX` : `${t?.vector_bits}-bit vectors`; // a GPU has no SIMD width
+    targetHint.textContent = !t ? "" : `${t.description} · ${t.triple}, ${code}` +
       (t.runs_on_host ? "" : t.emulator
         ? ` · validated here under ${t.emulator} (emulated: correctness only, not benchmarked)`
         : " · this server cannot run it, so the result is not validated or benchmarked here");
@@ -373,9 +374,8 @@ export function mountCompose(container) {
         ...(await precision.read(selectedModelId)), ...(quickBox.checked ? { quick: true } : {}),
       });
       putJob(job);
-      const text = `Compile of ${store.models.get(job.model_id)?.filename ?? "the model"} for ${job.target} queued.`;
-      showMessage(jobNotice, { message: text }, "info");
-      announce(text);
+      announce(`Compile of ${store.models.get(job.model_id)?.filename ?? "the model"} for ${job.target} queued.`);
+      location.hash = `#/jobs/${job.id}`; // follow the new job on its own page
     } catch (err) {
       showMessage(jobError, new ApiError(err.status, `The job was not created: ${err.message}`, err.lines));
     } finally {

@@ -5,10 +5,10 @@
 import { api, ApiError, downloadFile } from "./api.js";
 import { modelName, putJob, store, subscribe } from "./store.js";
 import {
-  elapsedText, formatBytes, formatMs, formatNumber, formatSci, formatTime, h, isActive, percent, progressBar,
-  setProgress, showMessage, statusBadge,
+  elapsedText, formatBytes, formatMs, formatNumber, formatSci, formatTime, h, isActive, jobBadges, percent,
+  progressBar, setProgress, showMessage,
 } from "./ui.js";
-import { canFinishTuning, tuningText } from "./tuning.js";
+import { canFinishTuning, tuningChart, tuningText } from "./tuning.js";
 
 function tile(label, value, testid, note = "") {
   return h("div", { class: "tile" },
@@ -47,7 +47,9 @@ function summaryTiles(report) {
     tile("Memory arena", formatBytes(memory.arena_bytes), "report-arena",
       saved !== null ? `vs ${formatBytes(memory.naive_bytes)} unplanned (${Math.round(saved * 100)}% saved)` : ""),
     tile("Compile time", `${formatNumber(report.timings_s?.total, 1)} s`, "report-compile-time",
-      report.tuning?.trials ? `${report.tuning.trials} tuning trials` : "no tuning"));
+      report.tuning?.trials ? `${report.tuning.trials} tuning trials` : "no tuning"),
+    report.baseline ? tile("CI gate", report.baseline.passed ? "passed" : "FAILED", "report-gate",
+      report.baseline.message || "") : null);
 }
 
 export function mountJobPage(container, jobId) {
@@ -67,6 +69,8 @@ export function mountJobPage(container, jobId) {
     hidden: true, title: "Stop measuring and build with the best configurations found so far" },
     "Finish now with the best so far");
   const tuningLine = h("p", { class: "job-page-tuning", testid: "job-page-tuning", hidden: true });
+  const tuningFigure = h("figure", { class: "tuning-live", testid: "tuning-live", hidden: true });
+  const finishNote = h("p", { class: "hint", testid: "finish-ack", role: "status", hidden: true });
   const downloadNote = h("span", { class: "hint", "aria-live": "polite" });
   const compareLink = h("a", { href: `#/compare/${jobId}`, class: "button button-quiet", testid: "compare-link",
     hidden: true }, "Compare with another build");
@@ -77,8 +81,9 @@ export function mountJobPage(container, jobId) {
     h("div", { class: "card" },
       h("div", { class: "job-page-head" }, title, badge),
       h("div", { class: "job-bar" }, bar, pctText),
-      statusText, tuningLine, errorBox, facts,
-      h("div", { class: "actions" }, downloadButton, compareLink, finishButton, cancelButton, downloadNote), actionError),
+      statusText, tuningLine, tuningFigure, errorBox, facts,
+      h("div", { class: "actions" }, downloadButton, compareLink, finishButton, cancelButton, downloadNote), finishNote,
+      actionError),
     reportSection));
 
   let job = store.jobs.get(jobId) || null;
@@ -88,7 +93,7 @@ export function mountJobPage(container, jobId) {
     if (!job) return;
     container.firstElementChild.dataset.status = job.status;
     title.textContent = `${modelName(job.model_id)} → ${job.target}`;
-    badge.replaceChildren(statusBadge(job.status, "job-page-badge"));
+    badge.replaceChildren(...jobBadges(job, "job-page-badge"));
     const pct = percent(job);
     setProgress(bar, pct, job.status);
     pctText.textContent = `${pct}%`;
@@ -110,6 +115,10 @@ export function mountJobPage(container, jobId) {
     const tuning = tuningText(job);
     tuningLine.hidden = !tuning;
     tuningLine.textContent = tuning || "";
+    const chart = isActive(job) ? tuningChart(job) : null;
+    tuningFigure.hidden = !chart;
+    tuningFigure.replaceChildren(...(chart ? [chart] : []));
+    if (!isActive(job)) finishNote.hidden = true;
     if (job.status === "succeeded" && !reportLoaded) loadReport();
   }
 
@@ -121,9 +130,11 @@ export function mountJobPage(container, jobId) {
       h("p", { class: "hint" }, "Loading the report…"));
     try {
       const [report, html] = await Promise.all([api.report(jobId), api.reportHtml(jobId)]);
-      // No allow-scripts and no allow-same-origin: the page is shown, never given this app's token.
-      const frame = h("iframe", { class: "report-frame", sandbox: "", title: "Compile report with charts",
-        testid: "report-frame", loading: "eager" });
+      // No allow-scripts: nothing in the report runs, so it can never read this app's token. allow-same-origin
+      // only lets this page measure the report, which is shown inline at its full height (no inner scrollbar).
+      const frame = h("iframe", { class: "report-frame", sandbox: "allow-same-origin", title: "Compile report with charts",
+        testid: "report-frame", loading: "eager", scrolling: "no" });
+      frame.addEventListener("load", () => fitToContent(frame));
       frame.srcdoc = html;
       const saveHtml = h("button", { type: "button", class: "button button-small button-quiet", testid: "save-report" },
         "Save report (HTML)");
@@ -168,9 +179,14 @@ export function mountJobPage(container, jobId) {
   finishButton.addEventListener("click", async () => {
     finishButton.disabled = true;
     showMessage(actionError, null);
+    // Acknowledged at once: the worker stops at the end of the batch it is measuring, which may take a while.
+    finishNote.textContent = "Finishing now: the batch being measured ends, then the model is built with the best " +
+      "configurations found so far.";
+    finishNote.hidden = false;
     try {
       putJob(await api.finishTuning(jobId));
     } catch (err) {
+      finishNote.hidden = true;
       showMessage(actionError, err); // 409: it ended or stopped tuning meanwhile
       api.job(jobId).then(putJob).catch(() => {});
     } finally {
@@ -205,6 +221,15 @@ export function mountJobPage(container, jobId) {
     unsubscribe();
     clearInterval(ticker);
   };
+}
+
+// The report's own height, now and whenever its width changes (the window resized, the layout changed).
+function fitToContent(frame) {
+  const doc = frame.contentDocument;
+  if (!doc?.documentElement) return;
+  const fit = () => { frame.style.height = `${doc.documentElement.scrollHeight}px`; };
+  fit();
+  new ResizeObserver(fit).observe(doc.documentElement);
 }
 
 function saveBlob(text, name) {

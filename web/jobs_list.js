@@ -6,7 +6,7 @@
 import { api } from "./api.js";
 import { forgetJob, jobsNewestFirst, modelName, putJob, store, subscribe } from "./store.js";
 import {
-  elapsedText, h, isActive, percent, progressBar, setProgress, shortId, showMessage, statusBadge,
+  elapsedText, h, isActive, jobBadges, percent, progressBar, setProgress, shortId, showMessage,
 } from "./ui.js";
 import { tuningText } from "./tuning.js";
 
@@ -47,7 +47,7 @@ function updateRow(row, job) {
   row.dataset.status = job.status;
   row.querySelector(".job-title").textContent = modelName(job.model_id);
   row.querySelector(".job-meta").textContent = `${job.target} · ${OPT_NAMES[job.opt_level] ?? job.opt_level} · #${shortId(job.id)}`;
-  row.querySelector(".job-badge").replaceChildren(statusBadge(job.status, "job-status"));
+  row.querySelector(".job-badge").replaceChildren(...jobBadges(job, "job-status"));
   const pct = percent(job);
   setProgress(row.querySelector(".bar"), pct, job.status);
   row.querySelector(".job-percent").textContent = `${pct}%`;

@@ -32,8 +32,10 @@ function emit(job) {
 }
 
 function sameState(a, b) {
+  // tuning (finish_now), tuning_progress (the live chart) and gate change without the stage changing
+  const same = (key) => JSON.stringify(a[key]) === JSON.stringify(b[key]);
   return a && b && a.status === b.status && a.stage === b.stage && a.progress === b.progress &&
-    a.error === b.error && a.finished_at === b.finished_at;
+    a.error === b.error && a.finished_at === b.finished_at && same("tuning") && same("tuning_progress") && same("gate");
 }
 
 export function jobsNewestFirst() {

@@ -113,6 +113,21 @@ export function statusBadge(status, testid) {
   return h("span", { class: `badge badge-${status}`, testid }, status);
 }
 
+// A job's status, marked when it built but failed its CI gate (JobOut.gate), then what kind of build it is.
+export function jobBadges(job, testid) {
+  const gateFailed = job.gate && job.gate.passed === false;
+  const tags = [];
+  if (job.precision && job.precision !== "fp32") tags.push(job.precision);
+  if (Object.values(job.input_shapes || {}).some((dims) => dims.some((d) => typeof d === "string"))) tags.push("ranges");
+  if ((job.tuning?.trials ?? 0) > 0) tags.push(`tuned ${job.tuning.trials}`);
+  return [
+    statusBadge(job.status, testid),
+    gateFailed ? h("span", { class: "badge badge-gate-failed", testid: "gate-failed", title: job.gate.message || "" },
+      "gate failed") : null,
+    ...tags.map((tag) => h("span", { class: "badge badge-tag", testid: "job-tag" }, tag)),
+  ].filter(Boolean);
+}
+
 // Show an error (message + optional lines, e.g. unsupported ops) in a box, or clear it with null.
 export function showMessage(box, error, kind = "error") {
   box.replaceChildren();

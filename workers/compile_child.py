@@ -42,6 +42,12 @@ def finish_tuning_flag(staging: Path) -> Path:
     return staging / "finish-tuning"
 
 
+def staged_records(staging: Path) -> Path:
+    """Where the child appends its tuning records; the worker publishes them to the shared records while the job
+    stands (workers.compile_job.publish_records), never after it was cancelled."""
+    return staging / "records.jsonl"
+
+
 def remove_staging(settings: Settings, job_id: str) -> None:
     shutil.rmtree(staging_dir(settings, job_id), ignore_errors=True)
 
@@ -55,7 +61,7 @@ def compile_limits(settings: Settings) -> Limits:
 
 def tuning_options(tuning: Optional[dict], records: str, timing_lock: Optional[str] = None,
                    report: Optional[Callable] = None, finish_flag: Optional[Path] = None,
-                   remote: Optional[RemoteMeasurement] = None) -> TuningOptions:
+                   remote: Optional[RemoteMeasurement] = None, records_out: Optional[Path] = None) -> TuningOptions:
     """A job's tuning: every job reads the shared records (cache hits cost no trials); a job with a budget tunes,
     tells `report` its plan ("tuning_plan") and every batch ("tuning"), and stops early once `finish_flag` exists."""
     tuning = tuning or {}
@@ -64,7 +70,8 @@ def tuning_options(tuning: Optional[dict], records: str, timing_lock: Optional[s
     plan = (lambda status: report("tuning_plan", status)) if tells else None
     batch = (lambda status: report("tuning", status)) if tells else None
     return TuningOptions(trials=trials, time_budget_s=tuning.get("time_budget_s") or None,
-                         records=records, timing_lock=timing_lock, on_plan=plan, on_batch=batch,
+                         records=records, records_out=str(records_out) if records_out else None,
+                         timing_lock=timing_lock, on_plan=plan, on_batch=batch,
                          should_stop=finish_flag.exists if finish_flag is not None else None, remote=remote)
 
 
@@ -95,7 +102,7 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
             check_graph_sizes(import_onnx(model_path, input_shapes=largest_shapes(input_shapes)), budget)
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
                                 tuning=tuning_options(tuning, records, timing_lock, report, finish_tuning_flag(folder),
-                                                      remote) if records else None,
+                                                      remote, staged_records(folder)) if records else None,
                                 progress=lambda stage, done, detail: report("progress", stage, done, detail),
                                 threads=threads, name=options.get("name"), validate=options.get("validate", True),
                                 tolerance=options.get("tolerance"), bisect=options.get("bisect", False),

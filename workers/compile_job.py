@@ -7,6 +7,7 @@ resource limits (workers.compile_child), so a crash in generated code fails only
 """
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import socket
@@ -30,7 +31,8 @@ from service.core.queues import measured_remotely
 from service.core.settings import Settings
 from service.core.tables import Job, utcnow
 
-from .compile_child import compile_into, compile_limits, finish_tuning_flag, publish, remove_staging, staging_dir
+from .compile_child import (compile_into, compile_limits, finish_tuning_flag, publish, remove_staging, staged_records,
+                            staging_dir)
 from .measure_dispatch import remote_measurement
 
 log = logging.getLogger("kiln.worker")
@@ -56,7 +58,59 @@ def _progress_writer(db: Session, job_id: str, min_interval_s: float = 0.2, atte
     return report
 
 
-def _tuning_writer(db: Session, job: Job, attempt: int, staging: Path) -> Callable[[str, dict], None]:
+def publish_records(settings: Settings, db: Session, job_id: str, attempt: int, staging: Path) -> None:
+    """Moves the records the child staged into the shared records, if the job is still this attempt's and running:
+    checked and moved under the lock the API's cancel takes, so nothing is recorded after a cancel was answered."""
+    import fcntl
+
+    from core.tune.records import append_records, load_records
+
+    staged = staged_records(staging)
+    if not staged.is_file():
+        return
+    with storage.records_lock(settings):
+        db.expire_all()
+        job = db.get(Job, job_id)
+        db.commit()
+        if job is None or job.status != "running" or job.attempts != attempt:
+            return
+        with open(staged, "r+") as handle:  # the child appends under this file's lock
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                records = list(load_records(staged))
+                handle.truncate(0)
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        append_records(settings.records, records)
+
+
+MAX_CURVE_POINTS = 120  # per curve in Job.options["tuning_progress"]: every other point goes when it is full
+
+
+def _add_curve_points(live: dict, status: dict) -> None:
+    """The live chart's data: per task, best GFLOP/s against the job's trials so far; for the model, the tasks tuned
+    so far together (their FLOPs over their summed times at each one's best); and the best of any task."""
+    def append(points: list, point: list) -> None:
+        points.append(point)
+        if len(points) > MAX_CURVE_POINTS:
+            del points[1:-1:2]
+
+    best, flops = status.get("best_gflops"), status.get("flops")
+    if not isinstance(best, (int, float)) or best <= 0:
+        return
+    curves = live.setdefault("curves", {})
+    curve = curves.setdefault(status["workload"], {"flops": flops, "points": []})
+    append(curve["points"], [status["trials"], best])
+    tuned = [(c["flops"], c["points"][-1][1]) for c in curves.values() if c["flops"] and c["points"]]
+    if tuned:
+        model = sum(f for f, _ in tuned) / sum(f / g for f, g in tuned)
+        append(live.setdefault("model_points", []), [status["trials"], round(model, 3)])
+    if best >= (live.get("best_overall") or {}).get("gflops", 0):
+        live["best_overall"] = {"gflops": best, "workload": status["workload"]}
+
+
+def _tuning_writer(settings: Settings, db: Session, job: Job, attempt: int,
+                   staging: Path) -> Callable[[str, dict], None]:
     """Writes a tuning job's live state into Job.options["tuning_progress"] (trials, best GFLOP/s so far, seconds
     left, the estimate before it starts) and, once the user asked to finish now (Job.tuning["finish_now"], set by
     the API), tells the child to stop measuring through its flag file."""
@@ -69,6 +123,7 @@ def _tuning_writer(db: Session, job: Job, attempt: int, staging: Path) -> Callab
                         left_s=status["estimate_s"], cache_hits=status["cache_hits"], best_gflops=None)
         else:
             live.update(status)
+            _add_curve_points(live, status)
         db.expire_all()
         current = db.get(Job, job.id)
         if current is not None and (current.tuning or {}).get("finish_now"):
@@ -77,6 +132,8 @@ def _tuning_writer(db: Session, job: Job, attempt: int, staging: Path) -> Callab
         if not transition(db, job.id, ("running",), attempt=attempt,
                           options={**(job.options or {}), "tuning_progress": dict(live)}):
             raise JobCancelled(job.id)
+        if kind == "tuning":  # a batch was measured: its records serve other jobs from now on
+            publish_records(settings, db, job.id, attempt, staging)
     return report
 
 
@@ -85,7 +142,7 @@ def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
     remove_staging(settings, job.id)  # what an earlier, killed attempt left behind
     staging = staging_dir(settings, job.id)
     progress = _progress_writer(db, job.id, attempt=attempt)
-    tuning = _tuning_writer(db, job, attempt, staging)
+    tuning = _tuning_writer(settings, db, job, attempt, staging)
     stage = {"name": "importing"}
 
     def on_message(kind: str, *message) -> None:
@@ -117,9 +174,27 @@ def _compile(settings: Settings, job: Job, db: Session, attempt: int) -> None:
         if not transition(db, job.id, ("running",), attempt=attempt, stage="packaging", progress=0.99):
             raise JobCancelled(job.id)
         publish(staging, storage.job_dir(settings, job.id))
+        _keep_gate_verdict(settings, db, job.id, attempt)
     finally:
         if _still_owned(db, job.id, attempt):  # else a later attempt (this worker was cut off) owns the staging
+            publish_records(settings, db, job.id, attempt, staging)  # the last batches; none once cancelled
             remove_staging(settings, job.id)
+
+
+def _keep_gate_verdict(settings: Settings, db: Session, job_id: str, attempt: int) -> None:
+    """A CI-gated job's verdict from its report into Job.options["gate"], so that lists show a failed gate (the job
+    itself succeeded: it built, and its artifact and report are there)."""
+    try:
+        baseline = json.loads((storage.job_dir(settings, job_id) / storage.REPORT_JSON).read_text()).get("baseline")
+    except (OSError, ValueError):
+        return
+    if not isinstance(baseline, dict):
+        return
+    db.expire_all()
+    options = dict(db.get(Job, job_id).options or {})
+    options["gate"] = {"passed": bool(baseline.get("passed")), "verdict": baseline.get("verdict"),
+                       "message": baseline.get("message")}
+    transition(db, job_id, ("running",), attempt=attempt, options=options)
 
 
 def _remote_measurement(settings: Settings, job: Job, attempt: int) -> Optional[RemoteMeasurement]:

@@ -21,7 +21,7 @@ from ..target import Target
 from .bucket_masks import MaskedBuckets, between_bucket_samples, find_masked
 from .buckets import BucketPlan, plan_buckets
 from .numerics import ValidationOptions
-from .shape_ranges import has_ranges
+from .shape_ranges import check_ranges_supported, has_ranges
 from .validate import index_bounds, random_inputs
 
 MAX_RANK = 16  # kiln_shaped.c's limit
@@ -106,12 +106,8 @@ class BucketedShapes:
         self.gathered: dict = {}
 
     def refuse(self, target: Target, backend, checks: ValidationOptions) -> None:
-        """What ranges cannot be combined with yet, before anything is built."""
-        if not backend.host_code or backend.cannot_run_reason(target) is not None:
-            raise ShapeError(f"input-shape ranges are supported for CPU targets that run on this machine only, not "
-                             f"{target.name} yet: give fixed shapes")
-        if checks.inputs or checks.bisect:
-            raise ShapeError("input-shape ranges cannot be combined with validation inputs or --bisect yet")
+        """What ranges cannot be combined with yet, before anything is built (the API asks the same at job creation)."""
+        check_ranges_supported(target, backend, validation_inputs=bool(checks.inputs), bisect=bool(checks.bisect))
 
     def import_graphs(self) -> list[Graph]:
         plan = self.plan

@@ -10,7 +10,22 @@ _MAIN = """\
  * {macro}_INPUT_*_CTYPE; inputs without a file are zeros). Prints each output's first values. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include "{header}"
+
+/* weights.bin next to this program, so that it runs from any working directory ($KILN_WEIGHTS: another file). */
+static const char* weights_path(char* buffer, size_t size) {{
+    const char* given = getenv("KILN_WEIGHTS");
+    if (given) return given;
+    ssize_t n = readlink("/proc/self/exe", buffer, size - sizeof("weights.bin"));
+    if (n <= 0 || (size_t)n >= size - sizeof("weights.bin")) return "weights.bin"; /* unknown, or cut short */
+    buffer[n] = '\0';
+    char* slash = strrchr(buffer, '/');
+    if (!slash) return "weights.bin";
+    strcpy(slash + 1, "weights.bin");
+    return buffer;
+}}
 
 static void* read_or_zeros(const char* path, size_t bytes) {{
     void* data = calloc(bytes ? bytes : 1, 1);
@@ -26,7 +41,8 @@ static void* read_or_zeros(const char* path, size_t bytes) {{
 }}
 
 int main(int argc, char** argv) {{
-    {p}_model* model = {p}_load("weights.bin");
+    char path[4096];
+    {p}_model* model = {p}_load(weights_path(path, sizeof path));
     if (!model) {{
         fprintf(stderr, "{p}_load: %s\\n", {p}_last_error());
         return 1;

@@ -22,6 +22,7 @@ class TuningOptions:
     trials: int = 0
     time_budget_s: Optional[float] = None
     records: Optional[str] = None
+    records_out: Optional[str] = None  # where new records are appended (default: records), read with them
     progress: Optional[Callable[[int, int], None]] = None  # (trials measured, trials planned), from 0 to the plan
     on_plan: Optional[Callable[[dict], None]] = None  # told tasks, trials and the estimate before measuring
     on_batch: Optional[Callable[[dict], None]] = None  # told trials done, best GFLOP/s so far, seconds left per batch

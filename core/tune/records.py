@@ -124,13 +124,16 @@ class RecordsDB:
     """Records by (workload, target, measurement kind) of one compiler version, from an optional JSON-lines file.
     Its queries take `measured`, the asking job's kind (NATIVE unless said), and see only records of that kind."""
 
-    def __init__(self, path: "str | Path | None" = None, compiler_version: str = __version__):
+    def __init__(self, path: "str | Path | None" = None, compiler_version: str = __version__,
+                 out: "str | Path | None" = None):
         self.path = Path(path).expanduser() if path else None
+        # Where new records go (default: `path`): a service job stages its own, published while the job stands.
+        self.out = Path(out).expanduser() if out else self.path
         self.compiler_version = compiler_version
         self._by_key: dict[tuple[str, str, str], list[Record]] = {}  # (workload, target, measured)
         self.skipped = 0  # records of another compiler version
-        if self.path is not None:
-            for rec in load_records(self.path):
+        for source in dict.fromkeys(p for p in (self.path, self.out) if p is not None):
+            for rec in load_records(source):
                 self._index(rec)
 
     def _index(self, rec: Record) -> None:
@@ -140,12 +143,12 @@ class RecordsDB:
         self._by_key.setdefault((rec.workload, rec.target, rec.measured), []).append(rec)
 
     def add(self, records: Iterable[Record]) -> None:
-        """Keep `records` in memory and append them to the file (if any)."""
+        """Keep `records` in memory and append them to the `out` file (if any)."""
         records = list(records)
         for rec in records:
             self._index(rec)
-        if self.path is not None:
-            append_records(self.path, records)
+        if self.out is not None:
+            append_records(self.out, records)
 
     def records(self, workload: str, target: str, measured: str = NATIVE) -> list[Record]:
         return list(self._by_key.get((workload, target, measured), []))

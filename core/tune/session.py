@@ -184,7 +184,7 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
     asked_to_stop = opts.should_stop or (lambda: False)
     outcome = TuningOutcome(graph, target)
     tasks = extract_tasks(graph, target)
-    db = RecordsDB(opts.records)
+    db = RecordsDB(opts.records, out=opts.records_out)
     entries: dict[str, dict] = {}
     cache_hits = 0
     todo: list[Task] = []
@@ -258,7 +258,7 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
                 trials = min(planned, base + res.trials)
                 if opts.on_batch is not None:
                     now = time.monotonic()
-                    opts.on_batch({"trials": trials, "planned": planned, "workload": task.name,
+                    opts.on_batch({"trials": trials, "planned": planned, "workload": task.name, "flops": task.flops,
                                    "best_gflops": round(max(res.best_gflops, recorded_best), 3),
                                    "elapsed_s": round(now - measuring_since, 1), "estimate_s": estimate,
                                    "left_s": seconds_left(now - measuring_since, trials, planned, estimate,

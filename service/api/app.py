@@ -19,6 +19,7 @@ from .errors import add_error_handlers
 from .rate_limits import Limiter
 from .routes import builds, health, jobs, models, targets
 from .sweeper import sweep_forever
+from .uploads import clear_abandoned_uploads
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 API_PREFIX = "/api/v1"
@@ -32,6 +33,7 @@ def create_app(settings: Optional[Settings] = None, enqueue: Optional[Callable[[
     (default: over Celery; tests capture the jobs instead)."""
     settings = settings or get_settings()
     settings.ensure_dirs()
+    clear_abandoned_uploads(settings.tmp_dir)
     database = Database(settings.database)
     database.upgrade_schema()
 

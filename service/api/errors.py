@@ -2,6 +2,7 @@
 401 first for any request without a valid token."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Optional
 
 from fastapi import FastAPI, HTTPException, Request, status
@@ -34,8 +35,20 @@ def error_detail(status_code: int, detail: Any) -> dict[str, Any]:
     return {"code": default_code, "message": str(detail)}
 
 
+def _json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinity as its JSON5 spelling: an error may echo a request's `NaN`, which
+    strict JSON (what the answer is written as) has no number for."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def error_response(status_code: int, detail: Any, headers: Optional[Mapping[str, str]] = None) -> JSONResponse:
-    return JSONResponse({"detail": error_detail(status_code, detail)}, status_code=status_code,
+    return JSONResponse({"detail": _json_safe(error_detail(status_code, detail))}, status_code=status_code,
                         headers=dict(headers) if headers else None)
 
 

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.core.db import Database
 from service.core.job_state import TERMINAL
+from service.core.security import user_for_token
 from service.core.tables import Job
 
 from .schemas.jobs import JobOut
@@ -18,8 +19,11 @@ from .schemas.jobs import JobOut
 KEEPALIVE_S = 15.0
 
 
-def _read(database: Database, job_id: str):
+def _read(database: Database, job_id: str, token: str):
+    """The job, or None when it is gone; False when the token that opened the stream is no longer valid."""
     with database.session() as db:
+        if user_for_token(db, token) is None:
+            return False
         job = db.get(Job, job_id)
         return JobOut.of(job) if job else None
 
@@ -28,12 +32,17 @@ def _event(name: str, payload: str) -> str:
     return f"event: {name}\ndata: {payload}\n\n"
 
 
-async def job_events(database: Database, job_id: str, request: Request, poll_s: float) -> AsyncIterator[str]:
-    """Polls the job every `poll_s` (workers write progress to the database; a poll is one primary-key read)."""
+async def job_events(database: Database, job_id: str, token: str, request: Request,
+                     poll_s: float) -> AsyncIterator[str]:
+    """Polls the job every `poll_s` (workers write progress to the database; a poll is two indexed reads: the job,
+    and the token that opened the stream, so that revoking it ends the stream within a poll)."""
     yield "retry: 2000\n\n"
     last, quiet_since = None, time.monotonic()
     while not await request.is_disconnected():
-        job = await run_in_threadpool(_read, database, job_id)
+        job = await run_in_threadpool(_read, database, job_id, token)
+        if job is False:
+            yield _event("end", '{"status": "unauthorized"}')
+            return
         if job is None:
             yield _event("end", '{"status": "deleted"}')
             return

@@ -14,6 +14,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from service.core.storage import MODEL_FILE
 
 FIELD = "file"
+UPLOAD_PREFIX = "upload-"  # an upload's private folder under the data dir's tmp/
 _MULTIPART_SLACK = 64 * 1024  # boundaries and part headers around the file itself
 
 
@@ -102,7 +103,7 @@ async def receive_upload(request: Request, tmp_dir: Path, limit: int) -> Upload:
     if declared and declared.isdigit() and int(declared) > limit + _MULTIPART_SLACK:
         raise _too_large(limit)  # before reading a single byte of the body
     # A private folder per upload: nothing in a model (external-data paths) can reach another upload.
-    folder = Path(tempfile.mkdtemp(prefix="upload-", dir=tmp_dir))
+    folder = Path(tempfile.mkdtemp(prefix=UPLOAD_PREFIX, dir=tmp_dir))
     try:
         with open(folder / MODEL_FILE, "wb") as out:
             part = _FilePart(out, limit)
@@ -125,3 +126,10 @@ async def receive_upload(request: Request, tmp_dir: Path, limit: int) -> Upload:
     except Exception as err:  # a malformed multipart body, or the client went away
         shutil.rmtree(folder, ignore_errors=True)
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"malformed multipart upload ({type(err).__name__})") from err
+
+
+def clear_abandoned_uploads(tmp_dir: Path) -> None:
+    """Removes the folders of uploads that a killed API left half-received (one API process serves a data dir:
+    at its start, no upload is in flight)."""
+    for folder in tmp_dir.glob(UPLOAD_PREFIX + "*"):
+        shutil.rmtree(folder, ignore_errors=True)

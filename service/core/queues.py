@@ -5,7 +5,7 @@ A tuning job for another CPU family (an Arm preset on x86 hosts) compiles on the
 candidates' measurements to `measure.<kind>` in batches (workers.measure_dispatch)."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Optional, Sequence
 
 from core.backends import all_backends, get_backend
 from core.backends.cuda import CudaBackend
@@ -44,6 +44,17 @@ def measured_remotely(target: "str | Target", trials: int) -> bool:
     """Whether a job tuning `trials` for `target` sends its measurements to measure.<kind> from the compile worker."""
     backend = get_backend(get_target(target))
     return trials > 0 and not backend.device_queue and backend.measures_remotely(get_target(target))
+
+
+def untunable_reason(target: str, measuring_kinds: Sequence[str], measurers: str) -> Optional[str]:
+    """Why a compile for `target` (as the user spelled it) cannot be tuned where `measurers` ("no worker of this
+    server", "this machine") measure only `measuring_kinds`; None when it can. The one rule the API (422) and
+    `kiln compile` (exit 2) both apply before any work: a tuning run nothing can time would build untuned."""
+    kind = device_kind(target)
+    if kind in measuring_kinds:
+        return None
+    return (f"{measurers} can measure {kind} code, so target {target!r} cannot be tuned here "
+            f"(tunable: {', '.join(measuring_kinds) or 'none'})")
 
 
 def announced_measure_kinds(workers: Iterable[dict]) -> list[str]:

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(default=5.0, gt=0)
     stale_after_s: float = Field(default=45.0, gt=0)
     sweep_interval_s: float = Field(default=10.0, gt=0)
+    # `kiln serve` stopping (Ctrl+C, SIGTERM): how long its embedded worker may finish running jobs before it is
+    # killed and they are queued again.
+    shutdown_grace_s: float = Field(default=20.0, ge=0)
 
     @property
     def models_dir(self) -> Path:

@@ -1,9 +1,12 @@
 """Where models and job outputs live on disk, and atomic writes into place (no half-written file is served)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from core.files.atomic import write_atomic  # noqa: F401 - job outputs are written with it, as storage.write_atomic
 
@@ -48,3 +51,17 @@ def remove_job_outputs(settings: Settings, job_id: str) -> None:
 
 def remove_model(settings: Settings, model_id: str) -> None:
     shutil.rmtree(settings.models_dir / model_id, ignore_errors=True)
+
+
+@contextmanager
+def records_lock(settings: Settings) -> Iterator[None]:
+    """Held while a worker publishes a job's tuning records (after checking that the job still runs) and while the
+    API cancels a job: once a cancel is answered, nothing more is recorded for that job."""
+    path = Path(f"{settings.records}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -70,3 +70,16 @@ def test_targets_lists_the_x86_levels():
     assert proc.returncode == 0
     for name in ("native", "x86-64-v3", "x86-64-v4"):
         assert name in proc.stdout
+
+
+def test_targets_stay_aligned_and_a_gpu_has_no_simd_width():
+    """sapphirerapids (14 characters) pushed its row out of the 12-wide name column."""
+    import json as json_module
+
+    lines = kiln("targets").stdout.splitlines()
+    listed = json_module.loads(kiln("targets", "--json").stdout)
+    assert len(lines) == len(listed)
+    starts = {(line.index(t["triple"]), line.index(t["description"])) for line, t in zip(lines, listed)}
+    assert len(starts) == 1, lines  # every row's triple and description start in the same column
+    cuda = next(line for line in lines if line.startswith("cuda "))
+    assert "-bit" not in cuda and "sm_80 PTX" in cuda

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -70,3 +72,48 @@ def test_task_delivered_twice_over_redis_makes_one_artifact(redis_url, start_kil
         assert sorted(results) in (["succeeded", "succeeded"], ["duplicate", "succeeded"])
         assert client.get(f"/api/v1/jobs/{job['id']}").json()["finished_at"] == final["finished_at"]
     assert _outputs(service, job["id"]) == ["artifact.tar.gz", "report.html", "report.json"]
+
+
+def test_ctrl_c_of_kiln_serve_queues_the_running_job_again_at_once(start_kiln, make_model, fast_sweep, wait_for_job,
+                                                                   ended):
+    """Ctrl+C of `make serve` ended every process but left the job `running` until the next start's sweeper."""
+    from service.core.db import Database
+    from service.core.tables import Job
+    from tests.conftest import ROOT, free_port, wait_until
+
+    env = {**fast_sweep, "KILN_SHUTDOWN_GRACE_S": "1"}
+    service = start_kiln(env)
+    with httpx.Client(base_url=service.url, headers=service.headers, timeout=60) as client:
+        model = client.post("/api/v1/models", files={"file": ("m.onnx", make_model(seed=2))}).json()
+        job = client.post("/api/v1/jobs", json={"model_id": model["id"],
+                                                "tuning": {"trials": 4000, "time_budget_s": 20}}).json()
+        running = wait_for_job(client, job["id"], lambda j: j["status"] == "running")
+    # What a terminal's Ctrl+C does: SIGINT to serve and to the worker (once in serve's process group).
+    service.process.send_signal(signal.SIGINT)
+    os.kill(int(re.search(r"kiln-(\d+)@", running["worker"]).group(1)), signal.SIGINT)
+    assert service.process.wait(timeout=90) == 0
+    database = Database(Settings(data_dir=service.data_dir).database)
+    with database.session() as db:
+        row = db.get(Job, job["id"])
+        assert (row.status, row.worker) == ("queued", None), (row.status, row.stage, row.worker)
+    database.dispose()
+
+    port = free_port()  # the queued job is in the broker: the next start runs it
+    again = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--data-dir",
+                              str(service.data_dir), "--log-level", "warning"], cwd=ROOT, env={**os.environ, **env},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=service.headers, timeout=60) as client:
+            wait_until(lambda: _answers(client), 60, "kiln serve answering again")
+            final = wait_for_job(client, job["id"], ended)
+        assert final["status"] == "succeeded" and final["attempts"] == 2, final
+    finally:
+        again.send_signal(signal.SIGINT)
+        again.wait(timeout=60)
+
+
+def _answers(client) -> bool:
+    try:
+        return client.get("/api/v1/health").status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -23,3 +23,9 @@ def test_fp16_reaches_the_job(page, live_service, tmp_path):  # noqa: F811
     assert created.value.status == 201, created.value.text()
     sent = created.value.request.post_data_json
     assert sent["precision"] == "fp16" and "quantization" not in sent
+    # The new job's page, and the list, badge it fp16.
+    expect(page.get_by_test_id("job-page")).to_be_visible()
+    expect(page.get_by_test_id("job-page").get_by_test_id("job-tag")).to_have_text("fp16")
+    page.get_by_test_id("back-to-jobs").click()
+    row = page.locator(f"[data-testid=job-row][data-job-id='{created.value.json()['id']}']")
+    expect(row.get_by_test_id("job-tag")).to_have_text("fp16")

@@ -51,6 +51,7 @@ def test_a_tuning_job_shows_its_best_so_far_and_finishes_now(page, live_service)
     row = page.locator(f"[data-job-id='{job['id']}']")
     expect(row.get_by_test_id("job-stage")).to_contain_text("GFLOP/s", timeout=COMPILE_TIMEOUT_MS)
     expect(row.get_by_test_id("job-stage")).to_contain_text("left")
+    expect(row.get_by_test_id("job-tag")).to_have_text("tuned 3000")  # the list's badge for a tuning job
     page.get_by_test_id("jobs-list").screenshot(path=str(SCREENSHOTS / "jobs-list-tuning.png"))
 
     row.get_by_test_id("job-open").click()
@@ -58,9 +59,22 @@ def test_a_tuning_job_shows_its_best_so_far_and_finishes_now(page, live_service)
     # New trials planned: the budget less what the server's shared records already hold for these workloads.
     expect(live).to_contain_text(re.compile(r"tuning \d+/(\d+) trials"))
     expect(live).to_contain_text("GFLOP/s")
+    # The live chart: best GFLOP/s against trials per task, the tuned tasks together, and the best of all; a few
+    # batches in, it has lines to show.
+    expect(live).to_contain_text(re.compile(r"tuning (2[4-9]|[3-9]\d|\d{3,})/\d+ trials"), timeout=COMPILE_TIMEOUT_MS)
+    chart = page.get_by_test_id("tuning-chart")
+    expect(chart).to_be_visible()
+    expect(chart).to_contain_text(re.compile(r"Best so far: [\d.]+ GFLOP/s"))
+    expect(chart.locator("path[data-series='whole model (tasks tuned so far)']")).to_have_count(1)
+    progress = httpx.get(f"{live_service.url}/api/v1/jobs/{job['id']}", headers=live_service.headers).json()
+    tasks = progress["tuning_progress"]["curves"]
+    assert tasks and all(len(c["points"]) >= 1 and c["flops"] > 0 for c in tasks.values()), progress
+    assert chart.locator("path").count() >= 2  # at least one task's line and the model's
     page.screenshot(path=str(SCREENSHOTS / "job-page-tuning.png"), full_page=True)
 
     page.get_by_test_id("job-page-finish-tuning").click()
+    # Acknowledged at once, before the worker ends the batch it is measuring.
+    expect(page.get_by_test_id("finish-ack")).to_contain_text("Finishing now", timeout=1_000)
     expect(page.get_by_test_id("job-page-finish-tuning")).to_be_hidden()
     expect(page.get_by_test_id("job-page")).to_have_attribute("data-status", "succeeded", timeout=COMPILE_TIMEOUT_MS)
     expect(live).to_be_hidden()

@@ -63,3 +63,45 @@ def test_measuring_workers_announce_their_kinds_in_their_beats():
     beats = [{"name": "a", "queues": ["compile", "measure.x86-64-v3"]}, {"name": "b", "queues": ["measure.rpi5"]},
              {"name": "c", "queues": ["measure.rpi5", "gpu"]}]
     assert announced_measure_kinds(beats) == ["rpi5", "x86-64-v3"]
+
+
+def _record_lines(api) -> int:
+    path = api.settings.records
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def test_nothing_is_recorded_for_a_job_after_its_cancel_was_answered(api, make_model, monkeypatch):
+    """The child appended each measured batch to the shared records itself: a cancel answered while a batch was
+    being measured still got that batch's records (8 after "cancelled")."""
+    headers = api.auth()
+    model = api.upload(headers, make_model()).json()
+    job_id = _tuned_job(api, headers, model["id"], trials=400)
+    batches: list[str] = []
+    at_answer: list[int] = []
+    real_tuning_writer, real_progress_writer = compile_job._tuning_writer, compile_job._progress_writer
+
+    def counting_tuning_writer(*args):
+        report = real_tuning_writer(*args)
+
+        def wrapped(kind, status):
+            report(kind, status)
+            batches.append(kind)
+        return wrapped
+
+    def cancelling_progress_writer(*args, **kwargs):
+        report = real_progress_writer(*args, **kwargs)
+
+        def wrapped(stage, fraction, detail=""):
+            report(stage, fraction, detail)
+            if "tuning" in batches and not at_answer:  # the next batch is being measured now: cancel
+                answer = api.client.delete(f"/api/v1/jobs/{job_id}", headers=headers)
+                assert answer.status_code == 200 and answer.json()["status"] == "cancelled", answer.text
+                at_answer.append(_record_lines(api))
+        return wrapped
+
+    monkeypatch.setattr(compile_job, "_tuning_writer", counting_tuning_writer)
+    monkeypatch.setattr(compile_job, "_progress_writer", cancelling_progress_writer)
+    assert run_compile_job(job_id, api.settings, api.app.state.db) == "cancelled"
+    assert at_answer and at_answer[0] > 0  # the batch measured before the cancel was published
+    assert _record_lines(api) == at_answer[0]
+    assert not list(api.settings.tmp_dir.iterdir())  # the staged records went with the staging folder

@@ -13,7 +13,7 @@ from service.core.tables import Job, Model, new_id
 
 from ..deps import DbDep, SettingsDep, UserDep
 from ..rate_limits import JobAllowed
-from ..schemas.builds import Comparison, JobSide
+from ..schemas.builds import Comparison, JobSide, public_options
 from ..schemas.jobs import JobOut
 from .jobs import owned_job, queue_job
 
@@ -65,8 +65,8 @@ def rebuild_job(job_id: str, request: Request, user: UserDep, _allowed: JobAllow
 
 
 def _side(settings, job: Job) -> JobSide:
-    shown = {k: v for k, v in (job.options or {}).items() if k != "tuning_progress"}
-    return JobSide(id=job.id, target=job.target, opt_level=job.opt_level, status=job.status, options=shown,
+    return JobSide(id=job.id, target=job.target, opt_level=job.opt_level, status=job.status,
+                   options=public_options(job.options),
                    report=_report(settings, job))
 
 

@@ -11,15 +11,17 @@ from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from sqlalchemy import func, or_, select
 
 from core.backends import get_backend
-from core.driver.shape_ranges import parse_dim
+from core.driver.shape_ranges import check_ranges_supported, parse_dim
+from core.errors import ShapeError
 from core.errors import UnsupportedOnTargetError
 from service.core import storage
 from service.core.job_state import ACTIVE, cancel, finish
-from service.core.queues import announced_measure_kinds, device_kind, host_device_kinds
+from service.core.queues import announced_measure_kinds, host_device_kinds, untunable_reason
 from service.core.worker_beats import workers_seen
 from service.core.settings import Settings
 from service.core.tables import Job, Model, new_id
 
+from ..auth import bearer_token
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..events import job_events
 from ..rate_limits import JobAllowed
@@ -53,10 +55,9 @@ def _check_server_limits(body: JobCreate, settings: Settings) -> None:
     if body.tuning.trials > 0:
         kinds = settings.measure_kinds if settings.measure_kinds is not None else host_device_kinds()
         kinds = kinds + [k for k in announced_measure_kinds(workers_seen(settings.data_dir)) if k not in kinds]
-        kind = device_kind(body.resolved_target)
-        if kind not in kinds:
-            raise _refuse(f"no worker of this server can measure {kind} code, so target {body.target!r} cannot be "
-                          f"tuned here (tunable: {', '.join(kinds) or 'none'}); compile it with tuning.trials = 0")
+        reason = untunable_reason(body.target, kinds, "no worker of this server")
+        if reason:
+            raise _refuse(f"{reason}; compile it with tuning.trials = 0")
     budget = body.tuning.time_budget_s
     if budget is not None and budget > settings.job_soft_time_limit_s:
         raise _refuse(f"tuning.time_budget_s {budget:g} is over this server's job time limit of "
@@ -89,6 +90,18 @@ def _check_input_shapes(input_shapes: dict[str, list], summary: dict, settings: 
     unfixed = [n for n in summary.get("symbolic_inputs", []) if n not in input_shapes]
     if unfixed:
         raise _refuse(f"inputs {unfixed} have symbolic dimensions: give their shapes in input_shapes")
+
+
+def _check_ranges(body: JobCreate) -> None:
+    """Declared ranges: refused for what core.compile refuses them for, before anything is queued (the same check)."""
+    if not any(isinstance(d, str) for dims in body.input_shapes.values() for d in dims):
+        return
+    target = body.resolved_target
+    try:
+        check_ranges_supported(target, get_backend(target), validation_inputs=bool(body.validation.inputs_id),
+                               bisect=body.validation.bisect)
+    except ShapeError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"code": err.code, "message": str(err)}) from None
 
 
 def _check_target_ops(body: JobCreate, summary: dict) -> None:
@@ -150,6 +163,7 @@ def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAl
     model = owned_model(db, user, body.model_id)
     _check_server_limits(body, settings)
     _check_input_shapes(body.input_shapes, model.summary, settings)
+    _check_ranges(body)
     _check_target_ops(body, model.summary)
     job_id, options = new_id(), body.compile_options()
     if body.validation.inputs_id:
@@ -214,7 +228,8 @@ def cancel_job(job_id: str, user: UserDep, db: DbDep, settings: SettingsDep) -> 
         db.commit()
         storage.remove_job_outputs(settings, job_id)
         return Response(status_code=status.HTTP_204_NO_CONTENT)
-    cancel(db, job_id)
+    with storage.records_lock(settings):  # no tuning record of this job is published after the answer
+        cancel(db, job_id)
     db.refresh(job)
     if job.status == "cancelled":
         storage.remove_job_outputs(settings, job_id)
@@ -239,9 +254,11 @@ def finish_tuning(job_id: str, user: UserDep, db: DbDep) -> JobOut:
 @router.get("/{job_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}})
 def stream_events(job_id: str, request: Request, user: UserDep, db: DbDep, settings: SettingsDep) -> StreamingResponse:
-    """`event: progress` with the job as JSON at every change, until the job ends (`event: end`)."""
+    """`event: progress` with the job as JSON at every change, until the job ends (`event: end`); a stream whose
+    token is revoked ends too (`event: end` with status `unauthorized`)."""
     owned_job(db, user, job_id)
-    return StreamingResponse(job_events(request.app.state.db, job_id, request, settings.events_poll_s),
+    return StreamingResponse(job_events(request.app.state.db, job_id, bearer_token(request), request,
+                                        settings.events_poll_s),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

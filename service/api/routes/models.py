@@ -16,6 +16,7 @@ from service.core.tables import Job, Model, new_id
 
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..model_archive import archive_kind, unpack_model_archive
+from ..npz_headers import check_npz_headers
 from ..preflight import run_preflight
 from ..rate_limits import UploadAllowed
 from ..schemas.models import CalibrationOut, ModelBuildOut, ModelOut, ValidationInputsOut
@@ -75,7 +76,7 @@ async def upload_validation_inputs(model_id: str, request: Request, user: UserDe
     """Upload real inputs to validate a job on (multipart field `file`): an .npz with one array per model input,
     named as the input, of its shape and dtype (a leading axis holds several samples). Checked before it is kept."""
     return await _keep_samples(request, user, db, settings, model_id, _check_validation_inputs, ValidationInputsOut,
-                               storage.validation_inputs_path)
+                               storage.validation_inputs_path, "bad_validation_inputs")
 
 
 @router.post("/{model_id}/calibration", status_code=status.HTTP_201_CREATED, response_model=CalibrationOut,
@@ -86,26 +87,42 @@ async def upload_calibration(model_id: str, request: Request, user: UserDep, _al
     """Upload calibration samples for an int8 job (multipart field `file`): an .npz with one array per model input,
     named as the input, with a leading axis of samples (at least 2: 20% are held back to measure the accuracy cost)."""
     return await _keep_samples(request, user, db, settings, model_id, _check_calibration, CalibrationOut,
-                               storage.calibration_path)
+                               storage.calibration_path, "bad_calibration")
 
 
-async def _keep_samples(request: Request, user, db, settings, model_id: str, check, out_type, path_of):
+async def _keep_samples(request: Request, user, db, settings, model_id: str, check, out_type, path_of, code: str):
     """Receive an .npz of samples of a model's inputs, `check` it (-> the sample count), keep it where `path_of`
-    says and describe it as `out_type`; the upload is discarded whatever happens."""
+    says and describe it as `out_type` (`code`: a refusal's); the upload is discarded whatever happens. A model
+    deleted meanwhile takes the file with it (404): nothing is left that no API reaches."""
     from core.driver.validate import MAX_VALIDATION_INPUT_BYTES
 
     model = await run_in_threadpool(_owned_and_released, db, user, model_id)
     limit = min(settings.max_upload_bytes, MAX_VALIDATION_INPUT_BYTES)
     upload = await receive_upload(request, settings.tmp_dir, limit)
     try:
+        await run_in_threadpool(check_npz_headers, upload.path, limit, code)
         samples = await run_in_threadpool(check, upload.path, model.summary, limit)
         row = out_type(id=new_id(), model_id=model.id, samples=samples, size_bytes=upload.size, sha256=upload.sha256)
-        destination = path_of(settings, model.id, row.id)
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(upload.path, destination)
+        await run_in_threadpool(_keep_with_model, db, user, settings, model.id, upload.path,
+                                path_of(settings, model.id, row.id))
         return row
     finally:
         upload.discard()
+
+
+def _keep_with_model(db, user, settings, model_id: str, upload_path, destination) -> None:
+    """Moves the upload into the model's folder, and takes it back out if the model was deleted meanwhile (its
+    DELETE removes the row, then the folder: whichever order the two ran in, nothing stays behind)."""
+    try:
+        destination.parent.mkdir(exist_ok=True)  # not its parents: a deleted model's folder is not made again
+        os.replace(upload_path, destination)
+    except FileNotFoundError:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model {model_id!r}") from None
+    db.expire_all()
+    if db.get(Model, model_id) is None:
+        storage.remove_model(settings, model_id)
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model {model_id!r}")
+    db.commit()
 
 
 def _check_calibration(path, summary: dict, limit: int) -> int:

@@ -19,7 +19,7 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
 class TuningRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     trials: int = Field(default=0, ge=0, description="schedule tuning budget in measured trials (0: no tuning)")
     time_budget_s: Optional[float] = Field(default=None, gt=0, description="stop tuning after this many seconds")
 
@@ -27,7 +27,7 @@ class TuningRequest(BaseModel):
 class ValidationRequest(BaseModel):
     """How the compiled model is checked against ONNX Runtime (README: validation policy)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     mode: Literal["error", "warn", "off"] = Field(
         default="error", description="on a mismatch: fail the job (error), keep the artifact and report it (warn); "
                                      "or do not validate (off)")
@@ -59,7 +59,7 @@ class ValidationRequest(BaseModel):
 class QuantizationRequest(BaseModel):
     """How an int8 job quantizes the float32 model before compiling it (the options of `kiln quantize`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     calibration_id: str = Field(min_length=1, max_length=64,
                                 description="calibration samples uploaded with POST /models/{model_id}/calibration")
     per_channel: bool = Field(default=False, description="one scale per output channel of each weight")
@@ -79,7 +79,7 @@ class QuantizationRequest(BaseModel):
 
 
 class JobCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model_id: str = Field(min_length=1, max_length=64)
     target: str = Field(default="native", min_length=1, max_length=128, description="see GET /api/v1/targets")
     opt_level: int = Field(default=3, ge=0, le=3)
@@ -175,6 +175,10 @@ class JobOut(BaseModel):
     finished_at: Optional[datetime]
     tuning_progress: Optional[dict[str, Any]] = Field(
         default=None, description="while it tunes: trials, planned, best_gflops so far, left_s, estimate_s, finishing")
+    precision: str = Field(default="fp32", description="fp32, fp16, bf16 or int8 (quantized by the job)")
+    gate: Optional[dict[str, Any]] = Field(
+        default=None, description="a CI-gated job's verdict against its baseline once it ended: {passed, verdict, "
+                                  "message}; a job that built but failed its gate is `succeeded` with passed false")
     links: dict[str, str]
 
     @classmethod
@@ -188,4 +192,5 @@ class JobOut(BaseModel):
                    error=row.error, error_code=row.error_code, attempts=row.attempts, worker=row.worker,
                    created_at=as_utc(row.created_at), started_at=as_utc(row.started_at),
                    finished_at=as_utc(row.finished_at), links=links,
-                   tuning_progress=(row.options or {}).get("tuning_progress"))
+                   tuning_progress=(row.options or {}).get("tuning_progress"),
+                   precision=(row.options or {}).get("precision") or "fp32", gate=(row.options or {}).get("gate"))

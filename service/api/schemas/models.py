@@ -8,6 +8,8 @@ from pydantic import BaseModel
 
 from service.core.tables import as_utc
 
+from .builds import public_options
+
 
 class TensorInfo(BaseModel):
     name: str
@@ -83,7 +85,7 @@ class ModelBuildOut(BaseModel):
         validation = report.get("validation") or {}
         return cls(job_id=row.id, status=row.status, error_code=row.error_code, target=row.target,
                    opt_level=row.opt_level, tuning=row.tuning, input_shapes=row.input_shapes,
-                   options=row.options or {}, attempts=row.attempts, created_at=as_utc(row.created_at),
+                   options=public_options(row.options), attempts=row.attempts, created_at=as_utc(row.created_at),
                    finished_at=as_utc(row.finished_at),
                    latency_ms=latency if latency and "skipped" not in latency else None,
                    max_abs_err=validation.get("max_abs_err"), max_rel_err=validation.get("max_rel_err"))

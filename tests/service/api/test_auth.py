@@ -70,3 +70,33 @@ def test_targets_with_overridden_user(api):
     finally:
         api.app.dependency_overrides.clear()
     assert {"native", "x86-64-v3", "x86-64-v4", "aarch64"} <= set(names)
+
+
+def test_revoking_a_token_ends_its_open_event_stream(api, make_model):
+    """The stream checked the token once: after a revoke it kept sending a queued job's keep-alives for minutes."""
+    import threading
+
+    from service.core.tables import Job
+
+    headers = api.auth("dave")
+    model = api.upload(headers, make_model()).json()
+    job = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model["id"]}).json()
+    answer: dict = {}
+    # The test client answers a streaming response once its body has ended: read it in a thread.
+    reader = threading.Thread(target=lambda: answer.update(
+        text=api.client.get(f"/api/v1/jobs/{job['id']}/events", headers=headers).text), daemon=True)
+    reader.start()
+    reader.join(1.0)
+    assert reader.is_alive()  # the queued job's stream is open
+    with api.app.state.db.session() as db:
+        assert revoke_tokens(db, "dave") == 1
+    reader.join(5.0)
+    try:
+        assert not reader.is_alive(), "the stream stayed open after its token was revoked"
+        assert answer["text"].rstrip().endswith('event: end\ndata: {"status": "unauthorized"}')
+    finally:
+        if reader.is_alive():  # end the stream the only other way, so that the client can stop
+            with api.app.state.db.session() as db:
+                db.query(Job).filter(Job.id == job["id"]).delete()
+                db.commit()
+            reader.join(10)

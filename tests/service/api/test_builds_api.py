@@ -26,13 +26,19 @@ def test_the_gate_fails_an_O0_build_against_its_O3_baseline_and_passes_the_same_
     model = api.upload(headers, elementwise_chain()).json()["id"]
     base = _job(api, headers, model_id=model, opt_level=3)
     _run(api, base)
-    slower = _run(api, _job(api, headers, model_id=model, opt_level=0,
-                            baseline={"job_id": base, "max_slowdown": 0.05, "max_error_growth": 2}))["baseline"]
+    gated = _job(api, headers, model_id=model, opt_level=0,
+                 baseline={"job_id": base, "max_slowdown": 0.05, "max_error_growth": 2})
+    slower = _run(api, gated)["baseline"]
     assert slower["verdict"] == "fail" and slower["ratio"] > 1.05
     assert slower["message"].startswith("gate failed: ") and f"slower than baseline job {base}" in slower["message"]
     assert slower["candidate_max_abs_err"] < 1e-5 and slower["baseline_max_abs_err"] < 1e-5
     same = _run(api, _job(api, headers, model_id=model, opt_level=3, baseline={"job_id": base, "max_slowdown": 1.0}))
     assert same["baseline"]["verdict"] == "pass", same["baseline"]["message"]
+    # Lists and job pages mark a failed gate (the job itself succeeded: it built); the baseline has no gate.
+    jobs = {j["id"]: j for j in api.client.get("/api/v1/jobs", headers=headers).json()}
+    assert jobs[gated]["status"] == "succeeded" and jobs[gated]["gate"]["passed"] is False
+    assert jobs[gated]["gate"]["message"] == slower["message"] and jobs[base]["gate"] is None
+    assert [j["gate"]["passed"] for j in jobs.values() if j["gate"] and j["id"] != gated] == [True]
 
 
 def test_a_baseline_must_be_a_succeeded_build_of_the_same_model(api, make_model):
