@@ -99,3 +99,9 @@ def load_cuda_kernel_bundle(path: "str | Path") -> CudaKernelLibrary:
     launches = {k: LaunchConfig(tuple(v["grid"]), tuple(v["block"]), v["shared_bytes"], v.get("dynamic_shared_bytes", 0))
                 for k, v in data["launches"].items()}
     return CudaKernelLibrary(data["ptx"], launches, data["signatures"])
+
+
+def gemm_library(kernels) -> CudaKernelLibrary:
+    """A tensor-core GEMM's kernels (core/codegen/mma_gemm.GemmKernels) loaded on this machine's GPU:
+    `.call(tuple(kernels.launches), *arrays)` runs the whole GEMM."""
+    return CudaKernelLibrary(kernels.ptx, dict(kernels.launches), [kernels.signature(n) for n in kernels.launches])

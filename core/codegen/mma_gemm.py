@@ -19,7 +19,7 @@ from ..target import Target
 from . import gpu_math
 from .arith import declare
 from .llvm_types import F16, F32, I32, I64, PTR
-from .nvptx import SHARED, LaunchConfig
+from .nvptx_target import SHARED, LaunchConfig, target_machine
 
 GLOBAL = 1
 I16 = ir.IntType(16)
@@ -369,13 +369,6 @@ class GemmKernels:
         return {"name": name, "params": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.param_shapes()],
                 "num_inputs": self.params.index("c"), "num_outputs": 1}
 
-    def library(self):
-        """The kernels loaded on this machine's GPU (core/codegen/cuda_kernels.py): `.call(names, *arrays)`
-        with `names` = tuple(self.launches) runs the whole GEMM."""
-        from .cuda_kernels import CudaKernelLibrary
-
-        return CudaKernelLibrary(self.ptx, dict(self.launches), [self.signature(n) for n in self.launches])
-
 
 def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str = "kiln_gemm",
                error: Optional[str] = None) -> GemmKernels:
@@ -383,19 +376,18 @@ def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str 
     import llvmlite.binding as llvm
 
     from .llvm_env import LLVM_LOCK
-    from .nvptx import _target_machine
 
     error = error or plan.config_error(cfg, problem, plan.shared_limit(target.cpu))
     if error:
         raise ValueError(f"GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
     module = ir.Module(name="kiln_gemm")
     module.triple = target.triple
-    module.data_layout = str(_target_machine(target).target_data)
+    module.data_layout = str(target_machine(target).target_data)
     launches = {name: emit_main_kernel(module, name, problem, cfg)}
     if cfg.split_k > 1:
         launches[f"{name}_reduce"] = emit_split_reduce(module, f"{name}_reduce", problem, cfg)
     with LLVM_LOCK:
-        tm = _target_machine(target)
+        tm = target_machine(target)
         mod = llvm.parse_assembly(str(module))
         mod.verify()
         pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))

@@ -6,7 +6,6 @@ or shared memory, a barrier some threads of a block skip) with one message namin
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import llvmlite.binding as llvm
@@ -22,38 +21,19 @@ from ..tir.stmt import (Allocate, Barrier, For, ForKind, IfThenElse, IntrinsicCa
                         Store)
 from .analysis import const_int
 from .codegen_llvm import FunctionEmitter, ModuleContext, declare_kernel
-from .llvm_env import LLVM_LOCK, initialize_llvm, print_ir
+from .llvm_env import LLVM_LOCK, print_ir
 from .llvm_types import I32, I64, PTR, itemsize, mem_type
+from .nvptx_target import SHARED, LaunchConfig, target_machine
 
 GRID_LIMITS = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
 BLOCK_LIMITS = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
 _SREG = {"threadIdx": "tid", "blockIdx": "ctaid"}
-SHARED = 3  # NVPTX address space of a block's shared memory
 
 
 class GPUScheduleError(ScheduleError):
     """A kernel scheduled for a GPU that cannot run there as written."""
 
     code = "invalid_gpu_schedule"
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """How the host launches one kernel: grid and block dimensions (x, y, z), shared bytes (all of them) and how
-    many of those are dynamic (the launch passes them; beyond 48 KiB the kernel must be allowed them first)."""
-
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_bytes: int = 0
-    dynamic_shared_bytes: int = 0
-
-    @property
-    def threads(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
-
-    def to_json(self) -> dict:
-        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes,
-                "dynamic_shared_bytes": self.dynamic_shared_bytes}
 
 
 def _bound_loops(stmt: Stmt) -> Iterator[For]:
@@ -197,13 +177,6 @@ class NVPTXEmitter(FunctionEmitter):
         self.b.call(fn, [])
 
 
-def _target_machine(target: Target) -> llvm.TargetMachine:
-    with LLVM_LOCK:
-        initialize_llvm()
-        return llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features,
-                                                                            opt=3)
-
-
 def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Module, dict[str, LaunchConfig]]:
     """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
     from ..kernels.schedules.gpu.gemm_group import gemm_of
@@ -213,7 +186,7 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
         raise CodegenError(f"target {target.name} is not a GPU target")
     module = ir.Module(name="kiln_gpu")
     module.triple = target.triple
-    module.data_layout = str(_target_machine(target).target_data)
+    module.data_layout = str(target_machine(target).target_data)
     ctx = ModuleContext(module, target)
     launches: dict[str, LaunchConfig] = {}
     for func in funcs:
@@ -241,7 +214,7 @@ def emit_ptx(funcs: Sequence[PrimFunc], target: Target) -> tuple[str, dict[str, 
     DEBUG=3 prints the optimized LLVM IR to stderr."""
     module, launches = lower_gpu_module(funcs, target)
     with LLVM_LOCK:
-        tm = _target_machine(target)
+        tm = target_machine(target)
         try:
             mod = llvm.parse_assembly(str(module))
             mod.verify()

@@ -12,7 +12,8 @@ import numpy as np
 from ..errors import ValidationError, ValidationInputError
 from ..graph.ir import Graph
 from .tolerance import parse_tolerance
-from .validate import Comparison, load_validation_inputs
+from ..files.npz import load_validation_inputs
+from .validate import Comparison
 
 log = logging.getLogger(__name__)
 MODES = ("error", "warn", "off")

@@ -1,24 +1,17 @@
-"""Validation against a reference runtime: the inputs (seeded random or the user's npz), both runs, per-output errors.
+"""Validation against a reference runtime: seeded random inputs, both runs, per-output errors.
 
-ONNX Runtime is the reference for every compiled model (ONNX's reference evaluator where ORT has no kernel);
-each output is judged under core/driver/tolerance.py's policy.
+The reference is chosen by core/driver/reference.py (ONNX Runtime; exact for quantized models); each output is judged
+under core/driver/tolerance.py's policy. The user's own inputs are read by core/files/npz.py.
 """
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..errors import ValidationInputError
 from ..graph.ir import Graph
 from .tolerance import OutputOrigin, Tolerance, tolerance_for
-
-MAX_VALIDATION_INPUT_BYTES = 256 << 20  # uncompressed, all files together
-InputSource = Union[str, Path, bytes]
-
 
 def random_inputs(graph: Graph, seed: int = 0, index_bounds: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
     """Normal floats; integers in [0, bound) where bound keeps Gather indices in range; random bools."""
@@ -45,87 +38,6 @@ def index_bounds(graph: Graph) -> dict[str, int]:
             name = node.inputs[1]
             bounds[name] = min(bounds.get(name, dim), dim)
     return bounds
-
-
-def load_validation_inputs(sources: "InputSource | Sequence[InputSource]", inputs: Mapping[str, tuple[tuple, str]],
-                           max_bytes: int = MAX_VALIDATION_INPUT_BYTES) -> list[dict[str, np.ndarray]]:
-    """Samples from .npz files (paths or bytes) keyed by input name; `inputs` maps each model input to (shape, dtype).
-    An array of the input's shape is one sample; one more leading axis holds several. Anything else is one
-    ValidationInputError naming the file and the input."""
-    if isinstance(sources, (str, Path, bytes, bytearray)):
-        sources = [sources]
-    if not sources:
-        raise ValidationInputError("no validation inputs were given")
-    samples: list[dict[str, np.ndarray]] = []
-    budget = max_bytes
-    for number, source in enumerate(sources):
-        label = str(source) if isinstance(source, (str, Path)) else f"validation inputs #{number + 1}"
-        arrays = _read_npz(source, label, budget)
-        budget -= sum(a.nbytes for a in arrays.values())
-        samples.extend(_samples_of(arrays, inputs, label))
-    return samples
-
-
-def _read_npz(source: InputSource, label: str, budget: int) -> dict[str, np.ndarray]:
-    import io
-
-    try:
-        if isinstance(source, (str, Path)):
-            if Path(source).stat().st_size > budget:
-                raise ValidationInputError(f"{label}: larger than the {budget >> 20} MiB allowed for validation inputs")
-            handle = open(source, "rb")
-        else:
-            handle = io.BytesIO(bytes(source))
-        with handle, zipfile.ZipFile(handle) as archive:
-            members = archive.infolist()
-            if sum(m.file_size for m in members) > budget:  # a zip bomb stops here, before anything inflates
-                raise ValidationInputError(f"{label}: its arrays take more than the {budget >> 20} MiB allowed "
-                                           f"for validation inputs")
-            names = [m.filename for m in members]
-            bad = [n for n in names if not n.endswith(".npy")]
-            if bad:
-                raise ValidationInputError(f"{label}: not an .npz of arrays (it holds {', '.join(bad[:3])})")
-            handle.seek(0)
-            with np.load(handle, allow_pickle=False) as npz:
-                return {key: npz[key] for key in npz.files}
-    except ValidationInputError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
-        raise ValidationInputError(f"{label}: not a readable .npz file ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-
-
-def _samples_of(arrays: Mapping[str, np.ndarray], inputs: Mapping[str, tuple[tuple, str]], label: str) -> list[dict]:
-    missing = [n for n in inputs if n not in arrays]
-    unknown = [n for n in arrays if n not in inputs]
-    if missing or unknown:
-        parts = ([f"missing input(s) {', '.join(map(repr, missing))}"] if missing else []) + (
-            [f"unknown name(s) {', '.join(map(repr, unknown))}"] if unknown else [])
-        raise ValidationInputError(f"{label}: {'; '.join(parts)}; the model takes {', '.join(map(repr, inputs))}")
-    counts = {}
-    for name, (shape, dtype) in inputs.items():
-        arr = arrays[name]
-        if arr.dtype != np.dtype(dtype):
-            raise ValidationInputError(f"{label}: input {name!r} is {arr.dtype}, the model takes {np.dtype(dtype)}")
-        if _fits(arr.shape, shape):
-            counts[name] = None
-        elif arr.ndim == len(shape) + 1 and _fits(arr.shape[1:], shape) and arr.shape[0] > 0:
-            counts[name] = arr.shape[0]
-        else:
-            raise ValidationInputError(f"{label}: input {name!r} has shape {list(arr.shape)}, the model takes "
-                                       f"{list(shape)} (or [N, {', '.join(map(str, shape))}] for N samples)")
-    stacked = {c for c in counts.values() if c is not None}
-    if len(stacked) > 1:
-        raise ValidationInputError(f"{label}: inputs hold different numbers of samples ({sorted(stacked)})")
-    n = stacked.pop() if stacked else None
-    if n is None:
-        return [{name: np.ascontiguousarray(arrays[name]) for name in inputs}]
-    return [{name: np.ascontiguousarray(arrays[name][i] if counts[name] is not None else arrays[name]) for name in inputs}
-            for i in range(n)]
-
-
-def _fits(shape: tuple, wanted: tuple) -> bool:
-    """`shape` is `wanted`, where a dimension that is not a number (a symbolic one, before it is fixed) fits any size."""
-    return len(shape) == len(wanted) and all(not isinstance(w, int) or s == w for s, w in zip(shape, wanted))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnxruntime.quantization import CalibrationDataReader
 
-from ..driver.validate import MAX_VALIDATION_INPUT_BYTES, load_validation_inputs
+from ..files.npz import MAX_VALIDATION_INPUT_BYTES, load_validation_inputs
 from ..errors import ValidationInputError
 from .errors import CalibrationError
 

@@ -16,7 +16,6 @@ from service.core.tables import Job, Model, new_id
 
 from ..deps import DbDep, SettingsDep, UserDep, owned
 from ..model_archive import archive_kind, unpack_model_archive
-from ..npz_headers import check_npz_headers
 from ..preflight import run_preflight
 from ..rate_limits import UploadAllowed
 from ..schemas.models import CalibrationOut, ModelBuildOut, ModelOut, ValidationInputsOut
@@ -94,13 +93,12 @@ async def _keep_samples(request: Request, user, db, settings, model_id: str, che
     """Receive an .npz of samples of a model's inputs, `check` it (-> the sample count), keep it where `path_of`
     says and describe it as `out_type` (`code`: a refusal's); the upload is discarded whatever happens. A model
     deleted meanwhile takes the file with it (404): nothing is left that no API reaches."""
-    from core.driver.validate import MAX_VALIDATION_INPUT_BYTES
+    from core.files.npz import MAX_VALIDATION_INPUT_BYTES
 
     model = await run_in_threadpool(_owned_and_released, db, user, model_id)
     limit = min(settings.max_upload_bytes, MAX_VALIDATION_INPUT_BYTES)
     upload = await receive_upload(request, settings.tmp_dir, limit)
     try:
-        await run_in_threadpool(check_npz_headers, upload.path, limit, code)
         samples = await run_in_threadpool(check, upload.path, model.summary, limit)
         row = out_type(id=new_id(), model_id=model.id, samples=samples, size_bytes=upload.size, sha256=upload.sha256)
         await run_in_threadpool(_keep_with_model, db, user, settings, model.id, upload.path,
@@ -144,7 +142,7 @@ def _owned_and_released(db, user, model_id: str) -> Model:
 
 def _check_validation_inputs(path, summary: dict, limit: int) -> int:
     """The number of samples in the upload; 422 with core's one-line message for anything unusable."""
-    from core.driver.validate import load_validation_inputs
+    from core.files.npz import load_validation_inputs
     from core.errors import ValidationInputError
 
     wanted = {i["name"]: (tuple(i["shape"] or ()), i["dtype"]) for i in summary["inputs"]}

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import core
 from core.driver.bisect import to_reference_layout
-from core.driver.validate import load_validation_inputs
+from core.files.npz import load_validation_inputs
 from core.errors import ValidationError, ValidationInputError
 
 INPUTS = {"x": ((2, 3), "float32"), "ids": ((2,), "int64")}
@@ -74,8 +74,15 @@ def test_oversized_and_pickled_npz_are_refused(tmp_path):
         load_validation_inputs(path, INPUTS, max_bytes=16)
     pickled = io.BytesIO()
     np.savez(pickled, x=np.array([{"a": 1}], dtype=object), ids=np.zeros(2, np.int64))
-    with pytest.raises(ValidationInputError, match="not a readable .npz"):
+    with pytest.raises(ValidationInputError, match="holds Python objects"):
         load_validation_inputs(pickled.getvalue(), INPUTS)
+    lying = io.BytesIO()  # a 1 KB header declaring 10**11 floats: numpy would try to allocate 400 GB
+    with zipfile.ZipFile(lying, "w") as archive:
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**11,)})
+        archive.writestr("x.npy", header.getvalue() + bytes(16))
+    with pytest.raises(ValidationInputError, match="declare more than"):
+        load_validation_inputs(lying.getvalue(), INPUTS)
     stray = io.BytesIO()
     with zipfile.ZipFile(stray, "w") as archive:
         archive.writestr("x.txt", "hello")

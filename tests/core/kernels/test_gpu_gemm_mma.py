@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import core.kernels.schedules.gpu.gemm_mma as plan
+from core.codegen.cuda_kernels import gemm_library
 from core.codegen.mma_gemm import build_gemm
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.codegen.sass import sass_counts
@@ -181,7 +182,7 @@ def test_the_kernels_match_numpy_on_the_gpu(case):
               "c": device_array(np.zeros((problem.m, problem.n), np.float32), out),
               "workspace": np.zeros((cfg.split_k, problem.m, problem.n), np.float32)}
     extras = {k: host_values(arrays[k], out) for k in extras}  # the values the GPU sees, rounded to `out`
-    lib = kernels.library()
+    lib = gemm_library(kernels)
     try:
         lib.call(tuple(kernels.launches), *[arrays[name] for name in kernels.params])
     finally:
