@@ -43,11 +43,14 @@ def _parse_input(spec: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def _input_arrays(given: list[tuple[str, Path]], inputs: list[dict]) -> dict:
-    """The arrays --input names, checked against the model's inputs (names, dtypes, shapes): one line for a mistake."""
+def _input_arrays(given: list[tuple[str, Path]], inputs: list[dict], ranged: Optional[list] = None) -> dict:
+    """The arrays --input names, checked against the model's inputs (names, dtypes, shapes; one line for a mistake).
+    `ranged`: an artifact's declared ranges (metadata `dynamic_shapes.inputs`): their sizes are the runtime's to
+    check, which names the dim and its range."""
     import numpy as np
 
     wanted = {i["name"]: (tuple(i["shape"]), np.dtype(i["dtype"])) for i in inputs}
+    ranged_inputs = {r["name"] for r in ranged or ()}
     arrays: dict = {}
     for name, path in given:
         if not path.is_file():
@@ -73,10 +76,10 @@ def _input_arrays(given: list[tuple[str, Path]], inputs: list[dict]) -> dict:
         raise ValueError(f"unknown input(s) {', '.join(unknown)}; the model takes {', '.join(wanted)}")
     for name, array in arrays.items():
         shape, dtype = wanted[name]
-        if array.dtype != dtype or len(array.shape) != len(shape) or any(
-                isinstance(d, int) and d != g for d, g in zip(shape, array.shape)):
+        if array.dtype != dtype or len(array.shape) != len(shape) or (name not in ranged_inputs and any(
+                isinstance(d, int) and d != g for d, g in zip(shape, array.shape))):
             raise ValueError(f"--input {name}: {array.dtype}{list(array.shape)} given, the model takes "
-                             f"{dtype}{list(shape)}")
+                             f"{dtype}{list(shape)}" + (" (its largest shape in range)" if name in ranged_inputs else ""))
     return arrays
 
 
@@ -205,7 +208,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.threads:
             module.set_num_threads(args.threads)
         feeds = {}
-        given = _input_arrays(args.input or [], module.inputs)
+        given = _input_arrays(args.input or [], module.inputs,
+                              (getattr(module, "metadata", {}).get("dynamic_shapes") or {}).get("inputs"))
         rng = np.random.default_rng(0)
         for info in module.inputs:
             name, shape, dtype = info["name"], tuple(info["shape"]), np.dtype(info["dtype"])

@@ -61,7 +61,7 @@ def merged_tuning(outcomes) -> tuple[dict[str, Any], set[str]]:
     if not present:
         return {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}, set()
     if len(outcomes) == 1:
-        return present[0][1].report, set(present[0][1].tuned_kernels)
+        return present[0][1].report, present[0][1].tuned_kernels
     report: dict[str, Any] = {"trials": 0, "time_s": 0.0, "cache_hits": 0, "tasks": []}
     for _, outcome in present:
         for key in ("trials", "time_s", "cache_hits", "tasks"):
@@ -161,7 +161,6 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             outcomes = [tune_graph(g, tgt, replace(tuning, progress=tune_progress)) for g in graphs]
     else:
         timings["tune"] = 0.0
-    tuning_report, tuned_kernels = merged_tuning(outcomes)
     workdir = new_workdir()
     with stage(Stage.BUILD), building(kernel_cache) as build_stats:
         linked = shapes.link([build_executable(g, tgt, schedule_for=o.schedule_for if o else None)
@@ -169,6 +168,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         build_library(list(linked.funcs), tgt, workdir / names.library,
                       plan=linked.plan if names.is_default else replace(linked.plan, export_prefix=names.prefix))
         (workdir / WEIGHTS).write_bytes(linked.weights)
+    tuning_report, tuned_kernels = merged_tuning(outcomes)  # after the build: it names the kernels tuned configs made
     graph, exe = graphs[-1], linked.top
     metadata = {
         "format": "kiln-artifact", "version": 1, "compiler_version": __version__, "target": tgt.name,

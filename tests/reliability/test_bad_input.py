@@ -152,7 +152,7 @@ def test_missing_or_empty_file_is_422(api, files, words):
 
 def test_checker_killed_by_a_signal_is_422(api, make_model, monkeypatch):
     crash = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
-    monkeypatch.setattr(preflight, "inspect_command", lambda path, limit: crash)
+    monkeypatch.setattr(preflight, "inspect_command", lambda path, limit, with_data_files=False: crash)
     response = api.upload(api.auth(), make_model())
     assert response.status_code == 422
     detail = _detail(response)
@@ -163,7 +163,7 @@ def test_checker_killed_by_a_signal_is_422(api, make_model, monkeypatch):
 def test_checker_that_hangs_is_stopped(api, make_model, monkeypatch):
     monkeypatch.setattr(api.settings, "preflight_timeout_s", 1.0)
     hang = [sys.executable, "-c", "import time; time.sleep(60)"]
-    monkeypatch.setattr(preflight, "inspect_command", lambda path, limit: hang)
+    monkeypatch.setattr(preflight, "inspect_command", lambda path, limit, with_data_files=False: hang)
     response = api.upload(api.auth(), make_model())
     assert response.status_code == 422
     detail = _detail(response)
