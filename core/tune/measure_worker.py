@@ -9,7 +9,6 @@ starts a fresh one for the next candidate.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import time
 
@@ -121,12 +120,10 @@ def _timing_lock(path: "str | None"):
     if not path:
         yield
         return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    from ..files.lock import exclusive_lock
+
+    with exclusive_lock(path):
+        yield
 
 
 def main() -> None:

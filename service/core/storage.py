@@ -1,13 +1,13 @@
 """Where models and job outputs live on disk, and atomic writes into place (no half-written file is served)."""
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from core.files.lock import exclusive_lock
 from core.files.atomic import write_atomic  # noqa: F401 - job outputs are written with it, as storage.write_atomic
 
 from .settings import Settings
@@ -59,9 +59,5 @@ def records_lock(settings: Settings) -> Iterator[None]:
     API cancels a job: once a cancel is answered, nothing more is recorded for that job."""
     path = Path(f"{settings.records}.lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with exclusive_lock(path):
+        yield
