@@ -93,10 +93,12 @@ def test_memory_hog_hits_the_memory_limit(api, job, monkeypatch):
         return bytearray(8 << 30)
 
     monkeypatch.setattr(pipeline, "build_executable", hog)
-    monkeypatch.setattr(api.settings, "job_memory_limit_bytes", 4 << 30)
+    # 6 GiB of address space: the 8 GiB hog cannot fit, while the stages before it keep their room (under 4 GiB the
+    # tuning stage's threads once failed to start: a SystemError, not the hog's MemoryError)
+    monkeypatch.setattr(api.settings, "job_memory_limit_bytes", 6 << 30)
     failed = _run(api, job())
     assert (failed.status, failed.error_code) == ("failed", "out_of_memory"), failed.error
-    assert "ran out of memory (limit 4,294,967,296 bytes) while building" in failed.error
+    assert "ran out of memory (limit 6,442,450,944 bytes) while building" in failed.error
     assert_no_outputs(api, failed.id)
 
 
