@@ -29,11 +29,6 @@ SAT_NOTE = ("ONNX Runtime's int8 kernels differ from the exact result on this ho
             "u8 x s8 kernels saturate 16-bit pair sums); Kiln is checked against the exact reference")
 
 
-def integer_product_ops() -> frozenset[str]:
-    """The ops whose integer products ONNX Runtime may compute inexactly (rewritten here)."""
-    return frozenset(_REWRITES)
-
-
 def is_quantized(model) -> bool:
     """The model (an onnx.ModelProto) has quantized or integer-product ops anywhere, subgraphs included."""
     from .tolerance import QUANTIZED_OPS
@@ -235,13 +230,12 @@ def _attr(node, name: str, default=None):
     return helper.get_attribute_value(found) if found is not None else default
 
 
-def _span(b: _Builder, q: str, zero: str, per_channel_axis: Optional[int] = None) -> float:
+def _span(b: _Builder, q: str, zero: str) -> float:
     """The largest |q - zero| the operand can take: from its values when constant, else from its dtype's range."""
     z = b.value(zero)
     values = b.value(q)
     if values is not None:
-        zz = 0 if z is None else (z.reshape((-1,) + (1,) * (values.ndim - 1)) if per_channel_axis == 0 and z.size > 1 else z)
-        return float(np.max(np.abs(values.astype(np.int64) - np.asarray(zz, np.int64)), initial=0))
+        return float(np.max(np.abs(values.astype(np.int64) - np.asarray(0 if z is None else z, np.int64)), initial=0))
     info = np.iinfo(np.uint8 if z is None else z.dtype)
     return float(max(abs(info.max), abs(info.min)) + (np.max(np.abs(z.astype(np.int64))) if z is not None else 0))
 
@@ -271,18 +265,19 @@ def _exact_conv(b: _Builder, node, x: str, x_zero: str, w: str, w_zero: str) -> 
         w_float = b.const(centered_w.astype(np.float32), "weight")
     else:
         w_dtype_span = _span(b, w, w_zero)
-        weight_sum = w_dtype_span * float(np.prod(attrs.get("kernel_shape") or [1])) * 4096  # unknown: assume wide
+        # weights computed at run time: their sums are bounded by assuming at most 4096 input channels
+        weight_sum = w_dtype_span * float(np.prod(attrs.get("kernel_shape") or [1])) * 4096
         w_float = b.centered(w, w_zero, np.float32,
                              lambda v: v.reshape((-1,) + (1,) * (_spatial(b, node) + 1)) if v.size > 1 else v)
     x_span = _span(b, x, x_zero)
     if weight_sum >= FLOAT_EXACT:
         raise ValueError(f"{node.op_type} {node.name!r}: its weights' sums ({weight_sum:.0f}) are too large for an "
                          f"exact float32 reference")
-    bits = next(k for k in (9, 4, 2, 1) if (2 ** k - 1 if k < 9 else x_span) * weight_sum < FLOAT_EXACT)
     x_float = b.centered(x, x_zero, np.float32)
     conv_attrs = {k: v for k, v in attrs.items() if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
-    if bits == 9:  # no split: the whole conv is exact in float32
+    if x_span * weight_sum < FLOAT_EXACT:  # no split: the whole conv is exact in float32
         return b.op("Cast", [b.op("Conv", [x_float, w_float], **conv_attrs)], to=_onnx_type(np.float64))
+    bits = next(k for k in (4, 2, 1) if (2 ** k - 1) * weight_sum < FLOAT_EXACT)  # the widest exact digit
     sign = b.op("Sign", [x_float])
     rest = b.op("Abs", [x_float])
     base = b.const(np.array(2.0 ** bits, np.float32), "base")
@@ -454,5 +449,5 @@ class _Named:
         return session_outputs(self.session, dict(feeds))
 
 
-__all__ = ["EXACT_REFERENCE", "ExactSession", "Sessions", "exact_model", "integer_product_ops", "is_quantized",
+__all__ = ["EXACT_REFERENCE", "ExactSession", "Sessions", "exact_model", "is_quantized",
            "onnxruntime_on_host", "open_sessions", "reference_outputs", "reference_session"]
