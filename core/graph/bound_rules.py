@@ -1,7 +1,7 @@
 """The bound rules: for each graph op, what it does with an input whose length along one axis is known
 only at run time (core/graph/bounded.py). `GraphBuilder.add_node` sends every op with such an input
-(through core/graph/bound_dispatch.py): BOUND_RULES by op name, the elementwise and broadcast patterns by
-default, and a clear refusal naming the op for the rest."""
+(through core/graph/bound_dispatch.py): each op's Fact.BOUND rule (core/graph/op_facts.py), the elementwise and
+broadcast patterns by default, and a clear refusal naming the op for the rest."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,7 +12,7 @@ import numpy as np
 from core.errors import ShapeError
 from core.graph.bounded import (Bound, arithmetic, fill_value, length_constant, masked, set_bound)
 from core.graph.ir import TensorType
-from core.graph.ops import Pattern, get_op
+from core.graph.op_facts import Fact, elementwise_rule, op_rule, rule_for
 
 if TYPE_CHECKING:
     from core.graph.builder import GraphBuilder
@@ -55,23 +55,16 @@ class BoundedNode:
 
 
 Rule = Callable[[BoundedNode], list[str]]
-BOUND_RULES: dict[str, Rule] = {}
 
 
 def bound_rule(*ops: str) -> Callable[[Rule], Rule]:
-    def wrap(rule: Rule) -> Rule:
-        for op in ops:
-            BOUND_RULES[op] = rule
-        return rule
-
-    return wrap
+    """Registers the one-axis rule of `ops`: their Fact.BOUND (core/graph/op_facts.py)."""
+    return op_rule(Fact.BOUND, *ops)
 
 
 def one_axis_rule(node: BoundedNode) -> Rule:
     """The rule of a node whose inputs are bounded along one axis (core/graph/bound_dispatch.py asks)."""
-    rule = BOUND_RULES.get(node.op)
-    if rule is None and get_op(node.op).pattern in (Pattern.ELEMWISE, Pattern.BROADCAST):
-        rule = _broadcast
+    rule = rule_for(node.op, Fact.BOUND)
     if rule is None:
         raise node.refuse("Kiln has no run-time-length rule for this op (those it has: elementwise ops, Shape, "
                           "Reshape, Transpose, Slice, Gather*, Scatter*, Concat, reductions, Softmax, TopK, ArgMax, "
@@ -85,6 +78,7 @@ def _with_axis(bound: Bound, axis: Optional[int]) -> Optional[Bound]:
 
 
 # -- the rules ------------------------------------------------------------------------------------
+@elementwise_rule(Fact.BOUND)
 def _broadcast(node: BoundedNode) -> list[str]:
     """Elementwise with numpy broadcasting: an input's axis lines up with the output's from the right."""
     outputs = node.emit()

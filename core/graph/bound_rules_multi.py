@@ -10,19 +10,15 @@ import numpy as np
 
 from core.graph.bound_rules import BoundedNode, reshaped_bound, sliced_bound
 from core.graph.bounded import Bound, MultiBound, combined, fill_value, masked, parts_of, set_bound
+from core.graph.op_facts import Fact, decline, elementwise_rule, op_rule, rule_for
 from core.graph.ops import Pattern, get_op
 
 MultiRule = Callable[[BoundedNode], list[str]]
-MULTI_RULES: dict[str, MultiRule] = {}
 
 
 def multi_rule(*ops: str) -> Callable[[MultiRule], MultiRule]:
-    def wrap(rule: MultiRule) -> MultiRule:
-        for op in ops:
-            MULTI_RULES[op] = rule
-        return rule
-
-    return wrap
+    """Registers the several-axes rule of `ops`: their Fact.MULTI_BOUND (core/graph/op_facts.py)."""
+    return op_rule(Fact.MULTI_BOUND, *ops)
 
 
 def _parts(node: BoundedNode, index: int) -> tuple[Bound, ...]:
@@ -31,6 +27,9 @@ def _parts(node: BoundedNode, index: int) -> tuple[Bound, ...]:
 
 def _elementwise(op: str) -> bool:
     return get_op(op).pattern in (Pattern.ELEMWISE, Pattern.BROADCAST) and op != "Expand"
+
+
+decline(Fact.MULTI_BOUND, "Expand", why="refused")  # not an _elementwise op here, so not the broadcast rule either
 
 
 def needs_multi(node: BoundedNode) -> bool:
@@ -44,7 +43,7 @@ def needs_multi(node: BoundedNode) -> bool:
 
 
 def add_multi_bounded_node(node: BoundedNode) -> list[str]:
-    rule = MULTI_RULES.get(node.op) or (_broadcast if _elementwise(node.op) else None)
+    rule = rule_for(node.op, Fact.MULTI_BOUND)
     if rule is None:
         raise node.refuse("its input has run-time lengths along several axes, which Kiln follows through "
                           "elementwise ops, MatMul, Softmax, LayerNormalization, Transpose, Reshape, Slice, "
@@ -70,6 +69,7 @@ def _masked_along(node: BoundedNode, index: int, axes: Sequence[int], fill) -> s
 
 
 # -- the rules ------------------------------------------------------------------------------------
+@elementwise_rule(Fact.MULTI_BOUND)
 def _broadcast(node: BoundedNode) -> list[str]:
     outputs = node.emit()
     out = node.builder.type_of(outputs[0])
@@ -178,4 +178,4 @@ def _data_only(node: BoundedNode) -> None:
         raise node.refuse("only its data input may have run-time lengths along several axes")
 
 
-__all__ = ["MULTI_RULES", "add_multi_bounded_node", "needs_multi", "multi_rule"]
+__all__ = ["add_multi_bounded_node", "needs_multi", "multi_rule"]

@@ -2,6 +2,7 @@
 
 Ops are registered by the modules under `core/graph/op_defs/`, which core/graph/__init__ imports;
 everything else (frontend, passes, kernels) looks them up here by name instead of branching on op names.
+The passes' own per-op rules (layouts, padding, bounds, ...) are registered in core/graph/op_facts.py.
 """
 from __future__ import annotations
 

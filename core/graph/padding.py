@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .ir import Graph, Node
-from .ops import Pattern, get_op
+from .op_facts import Fact, decline, elementwise_rule, op_rule, op_rules, own_rule, rule_for
 
 
 class NotPaddable(Exception):
@@ -23,8 +23,8 @@ class NotPaddable(Exception):
 Carried = Sequence[frozenset[int]]  # per node input, its carried axes
 Rule = Callable[[Node, Graph, Carried], list[frozenset[int]]]  # per node output, its carried axes
 # A merged axis (Flatten of [batch, seq] into [batch*seq]) carries the rows as blocks: (axis, block) says
-# position p of that axis belongs to row p // block; block 1 is the plain axis. Only the rules in
-# _BLOCK_RULES see blocks; every other op refuses a merged axis.
+# position p of that axis belongs to row p // block; block 1 is the plain axis. Only the Fact.PADDING_MERGED
+# rules see blocks; every other op refuses a merged axis.
 Blocks = Sequence[frozenset[tuple[int, int]]]
 
 
@@ -103,6 +103,7 @@ def _product(dims) -> int:
     return n
 
 
+@op_rule(Fact.PADDING_MERGED, "Reshape")
 def _reshape(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
     """The rows stay an outer factor when the dims before the axis multiply to the dims before its new place
     and each row spans whole positions of the new axis (row r: elements [r*b*inner, (r+1)*b*inner))."""
@@ -142,6 +143,7 @@ def _slice(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
     return [frozenset(carried[0])] * len(node.outputs)
 
 
+@op_rule(Fact.PADDING_MERGED, "Gather")
 def _gather(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
     rank = len(_shape(graph, node.inputs[0]))
     axis = int(node.attrs.get("axis", 0)) % rank
@@ -178,18 +180,16 @@ _RULES: dict[str, Rule] = {
     "MatMul": _matmul, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
     "Expand": _broadcast, "Where": _broadcast,
     "Softmax": _first_input_only(_axis_attr_not()), "LogSoftmax": _first_input_only(_axis_attr_not()),
-    "Hardmax": _first_input_only(_axis_attr_not()),
     "LayerNormalization": _first_input_only(lambda node, a, rank: a < int(node.attr("axis")) % rank),
-    "InstanceNormalization": _first_input_only(lambda node, a, rank: a < 2),
-    "LpNormalization": _first_input_only(_axis_attr_not()),
     **{op: _first_input_only(_batch_only) for op in (
-        "Conv", "ConvND", "ConvTranspose", "MaxPool", "AveragePool", "PoolND", "GlobalAveragePool",
-        "GlobalMaxPool", "LpPool", "GlobalLpPool", "LRN", "GroupNormalization", "Interpolate")},
-    **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-                              "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin")},
+        "Conv", "ConvND", "MaxPool", "AveragePool", "PoolND", "GlobalAveragePool", "GlobalMaxPool", "Interpolate")},
+    **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax", "ArgMin")},
 }
+op_rules(Fact.PADDING, _RULES)
+decline(Fact.PADDING_MERGED, *_RULES, why="lifts padding")  # _block_rule: their plain rule, refusing merged axes
 
 
+@elementwise_rule(Fact.PADDING_MERGED)
 def _broadcast_blocks(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
     out_rank = len(_shape(graph, node.outputs[0]))
     pairs = {(a + out_rank - len(_shape(graph, v)), b) for v, mine in zip(node.inputs, carried) if v for a, b in mine}
@@ -198,16 +198,11 @@ def _broadcast_blocks(node: Node, graph: Graph, carried: Blocks) -> list[frozens
 
 def _block_rule(op: str):
     """The rule of `op` over (axis, block) pairs: its own when it handles merged axes, else its plain rule
-    lifted (refusing merged axes)."""
-    if op == "Reshape":
-        return _reshape
-    if op == "Gather":
-        return _gather
-    rule = _RULES.get(op)
-    if rule is None and get_op(op).pattern <= Pattern.BROADCAST:
-        return _broadcast_blocks
-    if rule is None:
-        return None
+    lifted (refusing merged axes), else the elementwise one."""
+    merged = rule_for(op, Fact.PADDING_MERGED)
+    rule = own_rule(op, Fact.PADDING)
+    if merged is not None or rule is None:
+        return merged
 
     def plain(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
         if any(b != 1 for pairs in carried for _, b in pairs):

@@ -9,7 +9,8 @@ import numpy as np
 
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.op_defs.blocked import BLOCKED_VARIANTS
-from core.graph.ops import Pattern, get_op
+from core.graph.op_facts import Fact, elementwise_rule, op_rule, rule_for
+from core.graph.ops import get_op
 from core.packing.blocked import block_for, expand_groups, grouped_blocking, pack_channel_vector, pack_weights
 from core.packing.winograd import winograd_weights
 
@@ -93,17 +94,7 @@ class _Rewriter:
             self.types[o] = self.graph.type_of(o)
 
 
-Rule = Callable[[_Rewriter, Node], bool]  # rewrites node into the blocked layout (True) or declines
-_RULES: dict[str, Rule] = {}
-
-
-def layout_rule(*ops: str) -> Callable[[Rule], Rule]:
-    def wrap(fn: Rule) -> Rule:
-        for op in ops:
-            _RULES[op] = fn
-        return fn
-
-    return wrap
+Rule = Callable[[_Rewriter, Node], bool]  # a Fact.LAYOUT rule: rewrites node into the blocked layout (True) or declines
 
 
 # A conv whose output block is narrower than this share of a vector computes partial vectors: NCHW wins.
@@ -178,11 +169,11 @@ def losing_regions(graph: Graph, lanes: int) -> set[str]:
 
     producers = graph.producers()
     for node in graph.nodes:
-        if node.op != "Conv" and rule_for(node) is None:
+        if node.op != "Conv" and rule_for(node.op, Fact.LAYOUT) is None:
             continue
         for i in node.inputs:
             src = producers.get(i)
-            if src is not None and (src.op == "Conv" or rule_for(src) is not None):
+            if src is not None and (src.op == "Conv" or rule_for(src.op, Fact.LAYOUT) is not None):
                 parent[root(node.outputs[0])] = root(src.outputs[0])
     convs = [(n, conv_blocks(n, graph, lanes)) for n in graph.nodes if n.op == "Conv"]
     regions: dict[str, _RegionConvs] = {}
@@ -224,7 +215,7 @@ def winograd_tile(node: Node, graph: Graph, ib: int, ob: int, depthwise: bool) -
     return 4 if min(graph.type_of(node.outputs[0]).shape[2:]) >= WINOGRAD_4X4_MIN_SIZE else 2
 
 
-@layout_rule("Conv")
+@op_rule(Fact.LAYOUT, "Conv")
 def _conv(rw: _Rewriter, node: Node) -> bool:
     blocks = conv_blocks(node, rw.graph, rw.lanes)
     if blocks is None or node.outputs[0] in rw.keep_nchw:
@@ -252,7 +243,7 @@ def _conv(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
-@layout_rule(*BLOCKED_VARIANTS)
+@op_rule(Fact.LAYOUT, *BLOCKED_VARIANTS)
 def _pool(rw: _Rewriter, node: Node) -> bool:
     """Pools stay blocked inside a region; they never start one."""
     block = rw.block_of(node.inputs[0])
@@ -262,7 +253,7 @@ def _pool(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
-@layout_rule("Concat")
+@op_rule(Fact.LAYOUT, "Concat")
 def _concat(rw: _Rewriter, node: Node) -> bool:
     """Concat along channels of values blocked alike is a Concat of their channel blocks."""
     blocks = {rw.block_of(i) for i in node.inputs}
@@ -273,7 +264,7 @@ def _concat(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
-@layout_rule("Interpolate")
+@op_rule(Fact.LAYOUT, "Interpolate")
 def _interpolate(rw: _Rewriter, node: Node) -> bool:
     """A resize of the spatial axes of a blocked value resizes its blocked form along the same axes (N, C/x, H, W
     keep their places): every tap is then a whole channel block, one vector load, where in NCHW each lane of a
@@ -300,6 +291,7 @@ def blocked_constant(value: np.ndarray, out: TensorType, block: int) -> Optional
     return pack_channel_vector(value.reshape(-1), block).reshape(1, -1, 1, 1, block)
 
 
+@elementwise_rule(Fact.LAYOUT)
 def _elementwise(rw: _Rewriter, node: Node) -> bool:
     """Elementwise ops on a blocked value stay blocked: other data operands of the same shape or per
     channel (N, C, 1, 1) are blocked too, constants re-laid out when they broadcast per channel or are scalars."""
@@ -334,30 +326,19 @@ def _elementwise(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
-def rule_for(node: Node) -> Optional[Rule]:
-    rule = _RULES.get(node.op)
-    if rule is not None:
-        return rule
-    try:
-        pattern = get_op(node.op).pattern
-    except KeyError:
-        return None
-    return _elementwise if pattern <= Pattern.BROADCAST else None
-
-
 @register_pass("alter_layout")
 def alter_layout(graph: Graph, *, lanes: int) -> Graph:
     """Conv regions in NCHW[x]c blocks of up to `lanes` channels (the target's float lanes: its Backend binds them)."""
-    return rewrite_regions(graph, _Rewriter(graph, lanes, keep_nchw=losing_regions(graph, lanes)), rule_for)
+    return rewrite_regions(graph, _Rewriter(graph, lanes, keep_nchw=losing_regions(graph, lanes)), Fact.LAYOUT)
 
 
-def rewrite_regions(graph: Graph, rw: "_Rewriter", rules: Callable[[Node], Optional[Callable]]) -> Graph:
-    """`graph` with every node offered to the layout rule `rules` gives it (kept as it is when none applies or the
+def rewrite_regions(graph: Graph, rw: "_Rewriter", fact: Fact) -> Graph:
+    """`graph` with every node offered to its rule for the layout `fact` (kept as it is when it has none or the
     rule declines) and its outputs back in plain layout: the walk alter_layout and alter_layout_3d share."""
     rw.types.update(graph.types)
     rw.constants.update(graph.constants)
     for node in graph.nodes:
-        rule = rules(node)
+        rule = rule_for(node.op, fact)
         if rule is None or not rule(rw, node):
             rw.keep(node)
     for out in graph.outputs:

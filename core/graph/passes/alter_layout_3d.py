@@ -2,12 +2,12 @@
 the target's float lanes) with weights packed at compile time; LayoutTransforms only where a region starts or ends."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
 from core.graph.ir import Graph, Node
-from core.graph.ops import Pattern, get_op
+from core.graph.op_facts import Fact, elementwise_rule, op_rule
 from core.packing.blocked import block_for, grouped_blocking, pack_channel_vector, pack_weights
 
 from .alter_layout import MIN_BLOCK_SHARE, _Rewriter, rewrite_regions
@@ -39,9 +39,7 @@ def conv_nd_blocks(node: Node, graph: Graph, lanes: int) -> Optional[tuple[int, 
     return (ob if depthwise else block_for(ic, lanes)), ob, depthwise, group
 
 
-Rule = Callable[[_Rewriter, Node], bool]
-
-
+@op_rule(Fact.LAYOUT_3D, "ConvND")
 def _conv(rw: _Rewriter, node: Node) -> bool:
     blocks = conv_nd_blocks(node, rw.graph, rw.lanes)
     if blocks is None:
@@ -59,6 +57,7 @@ def _conv(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
+@op_rule(Fact.LAYOUT_3D, "PoolND")
 def _pool(rw: _Rewriter, node: Node) -> bool:
     """Max and average pools stay blocked inside a region (a U-Net's down-sampling); they never start one."""
     block = rw.block_of(node.inputs[0])
@@ -68,6 +67,7 @@ def _pool(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
+@op_rule(Fact.LAYOUT_3D, "Concat")
 def _concat(rw: _Rewriter, node: Node) -> bool:
     """A channel Concat of values blocked alike is a Concat of their channel blocks."""
     blocks = {rw.block_of(i) for i in node.inputs}
@@ -90,6 +90,7 @@ def _blocked_constant(value: np.ndarray, channels: int, block: int) -> Optional[
     return pack_channel_vector(value.reshape(-1), block).reshape((1, -1) + (1,) * (RANK - 2) + (block,))
 
 
+@elementwise_rule(Fact.LAYOUT_3D)
 def _elementwise(rw: _Rewriter, node: Node) -> bool:
     """Elementwise ops on a blocked value stay blocked when their other operands are blocked values of the
     same shape, scalars or per-channel constants (a residual Add, the ReLU after a conv)."""
@@ -118,22 +119,10 @@ def _elementwise(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
-_RULES: dict[str, Rule] = {"ConvND": _conv, "PoolND": _pool, "Concat": _concat}
-
-
-def rule_for(node: Node) -> Optional[Rule]:
-    if node.op in _RULES:
-        return _RULES[node.op]
-    try:
-        return _elementwise if get_op(node.op).pattern <= Pattern.BROADCAST else None
-    except KeyError:
-        return None
-
-
 @register_pass("alter_layout_3d")
 def alter_layout_3d(graph: Graph, *, lanes: int) -> Graph:
     """3-D conv regions in NCDHW[x]c blocks of up to `lanes` channels (the target's float lanes: its Backend
     binds them)."""
     if not any(n.op == "ConvND" and conv_nd_blocks(n, graph, lanes) for n in graph.nodes):
         return graph  # no region to start: every other graph comes out as it went in
-    return rewrite_regions(graph, _Rewriter(graph, lanes), rule_for)
+    return rewrite_regions(graph, _Rewriter(graph, lanes), Fact.LAYOUT_3D)

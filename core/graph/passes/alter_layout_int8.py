@@ -6,9 +6,10 @@ import numpy as np
 
 from core.graph.ir import Graph, Node
 from core.graph.op_defs.blocked import BLOCKED_VARIANTS
+from core.graph.op_facts import Fact, op_rule
 from core.graph.ops import Pattern, get_op
 
-from .alter_layout import _Rewriter, layout_rule
+from .alter_layout import _Rewriter
 
 
 def feeds_int8_conv(graph: Graph, value: str) -> bool:
@@ -32,7 +33,7 @@ def feeds_int8_conv(graph: Graph, value: str) -> bool:
     return False
 
 
-@layout_rule("ConvIntegerPacked")
+@op_rule(Fact.LAYOUT, "ConvIntegerPacked")
 def _packed_conv(rw: _Rewriter, node: Node) -> bool:
     """Its output as [n, 1, oh, ow, O]: each pixel's channels contiguous, as the `int8_dot` tile holds them (NCHW
     scattered every tile's stores across O planes), when it feeds another 8-bit conv. It reads blocked input of
@@ -53,7 +54,7 @@ def _constant(rw: _Rewriter, node: Node, index: int):
     return np.zeros((), np.int32) if not name else rw.graph.constants.get(name)
 
 
-@layout_rule("ConvInteger")
+@op_rule(Fact.LAYOUT, "ConvInteger")
 def _depthwise_conv(rw: _Rewriter, node: Node) -> bool:
     """A depthwise ConvInteger whose input is blocked already (a packed conv's output) runs channels-last
     with its weights minus their zero points as int32 [kh, kw, C]; a lone one would pay two transforms."""
@@ -75,7 +76,7 @@ def _depthwise_conv(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
-@layout_rule("LookupTable")
+@op_rule(Fact.LAYOUT, "LookupTable")
 def _lookup_table(rw: _Rewriter, node: Node) -> bool:
     """A table lookup is elementwise in its data alone: a blocked input stays blocked, the table as it is."""
     x, table = node.inputs

@@ -9,6 +9,7 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from core.graph.ir import Graph, Node, TensorType
+from core.graph.op_facts import Fact, op_rule, own_rule
 
 from .registry import register_pass
 from .rewrite import fresh_name, use_counts
@@ -65,16 +66,7 @@ class Folded:
     constants: dict
 
 
-FoldFn = Callable[[Node, Affine, Graph, Mapping[str, np.ndarray]], Optional[Folded]]
-_FOLDERS: dict[str, FoldFn] = {}
-
-
-def folder(op: str) -> Callable[[FoldFn], FoldFn]:
-    def wrap(fn: FoldFn) -> FoldFn:
-        _FOLDERS[op] = fn
-        return fn
-
-    return wrap
+FoldFn = Callable[[Node, Affine, Graph, Mapping[str, np.ndarray]], Optional[Folded]]  # a Fact.FOLD_SCALE_BIAS rule
 
 
 def _new_constant(base: str, value: np.ndarray, taken: set[str], out: dict) -> str:
@@ -86,8 +78,7 @@ def _new_constant(base: str, value: np.ndarray, taken: set[str], out: dict) -> s
     return name
 
 
-@folder("Conv")
-@folder("ConvND")
+@op_rule(Fact.FOLD_SCALE_BIAS, "Conv", "ConvND")
 def _fold_into_conv(conv: Node, affine: Affine, graph: Graph, constants: Mapping[str, np.ndarray]) -> Optional[Folded]:
     if conv.inputs[1] not in constants or (len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in constants):
         return None
@@ -117,7 +108,7 @@ def _fold_into_conv(conv: Node, affine: Affine, graph: Graph, constants: Mapping
     return Folded(dataclasses.replace(conv, inputs=tuple(inputs)), new)
 
 
-@folder("MatMul")
+@op_rule(Fact.FOLD_SCALE_BIAS, "MatMul")
 def _fold_into_matmul(matmul: Node, affine: Affine, graph: Graph,
                       constants: Mapping[str, np.ndarray]) -> Optional[Folded]:
     """A per-column scale folds into a constant right operand; a shift stays (it is the fused epilogue)."""
@@ -147,7 +138,7 @@ def fold_scale_bias(graph: Graph) -> Graph:
         affine = _as_affine(node, constants)
         anchor_at = position.get(affine.value) if affine else None
         anchor = nodes[anchor_at] if anchor_at is not None else None
-        fold = _FOLDERS.get(anchor.op) if anchor is not None else None
+        fold = own_rule(anchor.op, Fact.FOLD_SCALE_BIAS) if anchor is not None else None
         if fold is not None and uses.get(affine.value, 0) == 1 and len(anchor.outputs) == 1 \
                 and types[node.outputs[0]] == types[affine.value]:
             folded = fold(anchor, affine, graph.replace(types=types), constants)

@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Union
 import numpy as np
 
 from core.graph.ir import Graph, Node, TensorType
+from core.graph.op_facts import Fact, op_rule, own_rules
 
 from .registry import register_pass
 from .rewrite import fresh_name, rename_inputs
@@ -31,39 +32,26 @@ class Expansion:
 
 
 Rewrite = Union[Alias, Node, Expansion, None]  # None: keep the node as it is
-RuleFn = Callable[[Node, Graph, Mapping[str, Node]], Rewrite]
-
-_RULES: dict[str, list[RuleFn]] = {}
+RuleFn = Callable[[Node, Graph, Mapping[str, Node]], Rewrite]  # a Fact.SIMPLIFY rule (core/graph/op_facts.py)
 
 
-def rule(*ops: str) -> Callable[[RuleFn], RuleFn]:
-    """Registers a simplification rule for the given ops (tried in registration order)."""
-
-    def wrap(fn: RuleFn) -> RuleFn:
-        for op in ops:
-            _RULES.setdefault(op, []).append(fn)
-        return fn
-
-    return wrap
-
-
-@rule("Identity")
+@op_rule(Fact.SIMPLIFY, "Identity")
 def _identity(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
     return Alias(node.inputs[0])
 
 
-@rule("Reshape", "Expand")
+@op_rule(Fact.SIMPLIFY, "Reshape", "Expand")
 def _same_shape(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
     same = graph.type_of(node.inputs[0]) == graph.type_of(node.outputs[0])
     return Alias(node.inputs[0]) if same else None
 
 
-@rule("Cast")
+@op_rule(Fact.SIMPLIFY, "Cast")
 def _same_dtype(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
     return Alias(node.inputs[0]) if graph.type_of(node.inputs[0]).dtype == node.attr("to") else None
 
 
-@rule("Reshape")
+@op_rule(Fact.SIMPLIFY, "Reshape")
 def _reshape_chain(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
     """Reshape(Reshape(x)) is one Reshape of x (Flatten, Squeeze and Unsqueeze import as Reshape)."""
     inner = producers.get(node.inputs[0])
@@ -74,7 +62,7 @@ def _reshape_chain(node: Node, graph: Graph, producers: Mapping[str, Node]) -> R
     return dataclasses.replace(node, inputs=(inner.inputs[0],))
 
 
-@rule("Transpose")
+@op_rule(Fact.SIMPLIFY, "Transpose")
 def _transpose(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
     """A permutation that keeps every axis is a no-op; two Transposes in a row are one (or none)."""
     perm = tuple(node.attr("perm"))
@@ -95,7 +83,7 @@ _FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
 _MAX_POWER = 4  # |n| up to 4: at most two multiplies, each rounding once (x*x alone is exactly pow(x, 2))
 
 
-@rule("Pow")
+@op_rule(Fact.SIMPLIFY, "Pow")
 def _small_power(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
     """x ** n for a constant integer 1 <= |n| <= 4 as multiplies (and a Reciprocal for n < 0) instead of
     a libm pow per element: x ** 1 is x, x ** 2 is x * x (bit-exact), x ** 3 is (x * x) * x as ONNX
@@ -134,7 +122,7 @@ def _small_power(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rew
 
 def _rewrite(node: Node, graph: Graph, producers: Mapping[str, Node]) -> Rewrite:
     result: Rewrite = None
-    for fn in _RULES.get(node.op, ()):
+    for fn in own_rules(node.op, Fact.SIMPLIFY):
         result = fn(node, graph, producers)
         if isinstance(result, (Alias, Expansion)):
             return result
