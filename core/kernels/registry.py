@@ -1,7 +1,8 @@
 """Kernel registries: per graph op, one compute (what) and per target kind a default schedule (how).
 
 The graph executor looks ops up here; ops without a dedicated schedule get their target's Backend's
-generic one that matches their fusion Pattern (injective or reduction).
+generic one that matches their fusion Pattern (injective or reduction). The op modules register into these
+tables when core/kernels/__init__ imports them (kernels/ops.py), before anything can look an op up.
 """
 from __future__ import annotations
 
@@ -64,7 +65,6 @@ def register_schedule(op: str, target_kind: str = CpuBackend.kind) -> Callable[[
 
 def get_compute(op: str, target_kind: str = CpuBackend.kind) -> ComputeFn:
     """The op's compute for targets of `target_kind` (its own one if registered, else the default)."""
-    _load()
     override = _KIND_COMPUTES.get((op, target_kind))
     if override is not None:
         return override
@@ -76,7 +76,6 @@ def get_compute(op: str, target_kind: str = CpuBackend.kind) -> ComputeFn:
 
 def get_schedule(op: str, target: Target) -> ScheduleFn:
     """The op's schedule for `target.kind`, else its Backend's generic schedule of the op's fusion pattern."""
-    _load()
     fn = _SCHEDULES.get((op, target.kind))
     if fn is not None:
         return fn
@@ -94,13 +93,7 @@ def get_schedule(op: str, target: Target) -> ScheduleFn:
 
 
 def registered_ops() -> list[str]:
-    _load()
     return sorted(_COMPUTES)
-
-
-def _load() -> None:
-    # Importing the op modules registers every compute and schedule exactly once.
-    from . import ops  # noqa: F401
 
 
 __all__ = ["ComputeFn", "ScheduleFn", "MissingKernelError", "register_compute", "register_schedule",

@@ -3,7 +3,7 @@
 Each compute op gets a Stage whose leaf iteration variables start as its axes and are reshaped by
 primitives (split, fuse, reorder, tile) and annotated (vectorize, parallel, unroll, pragma); stages
 can be inlined into their consumers (compute_inline) or nested inside them (compute_at), padded
-(storage_align), and given a scratch copy (Schedule.cache_read / cache_write, in cache.py); a loop
+(storage_align), and given a scratch copy (Schedule.cache_read / cache_write, at the end); a loop
 nest that computes a hardware instruction's declaration becomes that instruction (tensorize, tensorize.py).
 On a GPU, loops are bound to the launch grid (bind) and copies live in "shared" or "local" memory.
 """
@@ -14,8 +14,9 @@ from typing import Callable, Optional, Sequence
 
 from ..errors import ScheduleError
 from ..tir.expr import Expr, IntImm, Var
+from ..tir.functor import rewrite_expr, substitute
 from ..tir.stmt import ForKind
-from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor, TensorRead
+from .tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead, _ids
 
 
 # Producer point (one index per producer axis) -> consumer point and the condition (None: always)
@@ -73,8 +74,6 @@ class Stage:
 
     @property
     def reduce_axis(self) -> tuple[IterVar, ...]:
-        from .tensor import Reduce
-
         return self.body.axis if isinstance(self.body, Reduce) else ()
 
     def _check_leaf(self, iv: IterVar) -> int:
@@ -243,8 +242,7 @@ class Stage:
         self.point_map = point_map
 
     def set_scope(self, scope: str) -> None:
-        if scope not in SCOPES:
-            raise ScheduleError(f"unknown memory scope {scope!r} (known: {', '.join(SCOPES)})")
+        _check_scope(scope)
         self.scope = scope
 
 
@@ -280,13 +278,9 @@ class Schedule:
             raise ScheduleError(f"{tensor.name} is not part of this schedule") from None
 
     def cache_write(self, tensor: Tensor, scope: str = "local") -> Tensor:
-        from .cache import cache_write
-
         return cache_write(self, tensor, scope)
 
     def cache_read(self, tensor: Tensor, scope: str, readers: Sequence[Tensor]) -> Tensor:
-        from .cache import cache_read
-
         return cache_read(self, tensor, scope, readers)
 
     def add_stage(self, stage: Stage, before: Stage) -> None:
@@ -331,3 +325,78 @@ def reads_at_own_axes(sch: Schedule, consumer: ComputeOp, producer: ComputeOp, a
 
 def create_schedule(outputs: "Tensor | Sequence[Tensor]") -> Schedule:
     return Schedule([outputs] if isinstance(outputs, Tensor) else list(outputs))
+
+
+# -- cache_read / cache_write: a stage's input or output given a scratch copy (TVM te semantics) --------------
+# Both add a stage and redirect reads to it; compute_at then places that stage inside a consumer's tile so that
+# the copy is only the tile's region (a local accumulator, a packed panel).
+def _fresh_axes(axes: Sequence[IterVar], suffix: str) -> tuple[IterVar, ...]:
+    # Vars compare by name, so every new loop variable needs a name no other stage uses.
+    uid = next(_ids)
+    return tuple(IterVar(Var(f"{iv.var.name}.{suffix}{uid}", iv.var.dtype), iv.extent, iv.kind) for iv in axes)
+
+
+def _check_scope(scope: str) -> None:
+    if scope not in SCOPES:
+        raise ScheduleError(f"unknown memory scope {scope!r} (known: {', '.join(SCOPES)})")
+
+
+def _unscheduled(stage: Stage, primitive: str) -> None:
+    if stage.relations or stage.annotations or stage.pragmas or stage.attach is not None or stage.inlined:
+        raise ScheduleError(f"{primitive}: apply it to {stage.op.name} before splitting, annotating, "
+                            f"attaching or inlining that stage")
+
+
+def cache_write(sch: Schedule, tensor: Tensor, scope: str = "local") -> Tensor:
+    """A new stage `tensor.scope` that computes what `tensor` did (its reduction accumulates
+    there); `tensor`'s stage becomes a copy of it. Returns the cache tensor, whose stage is
+    usually compute_at'd inside a tile of `tensor`'s loops: the tile then accumulates in a small
+    local buffer and is written to `tensor` once."""
+    _check_scope(scope)
+    stage = sch[tensor]
+    _unscheduled(stage, "cache_write")
+    op = stage.op
+    body = stage.body
+    axes = _fresh_axes(op.axis, scope[0])
+    mapping = {old.var: new.var for old, new in zip(op.axis, axes)}
+    if isinstance(body, Reduce):
+        raxes = _fresh_axes(body.axis, scope[0])
+        mapping.update({old.var: new.var for old, new in zip(body.axis, raxes)})
+        new_body = Reduce(body.combiner, substitute(body.source, mapping), raxes, body.init)
+    else:
+        raxes = ()
+        new_body = substitute(body, mapping)
+    cache_op = ComputeOp(f"{op.name}.{scope}", op.shape, op.dtype, axes, new_body)
+    cache_stage = Stage(cache_op, list(axes) + list(raxes), scope=scope)
+    sch.add_stage(cache_stage, before=stage)
+    stage.body_override = TensorRead(Tensor(cache_op), tuple(iv.var for iv in op.axis))
+    stage.leaf_iter_vars = list(op.axis)
+    return Tensor(cache_op)
+
+
+def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers: Sequence[Tensor]) -> Tensor:
+    """A new stage `tensor.scope` that copies `tensor`; `readers` read the copy instead. Returns
+    the copy, usually compute_at'd inside a reader's loop so that it holds only that loop's
+    region (a panel that stays in cache, a contiguous packed tile)."""
+    _check_scope(scope)
+    if not readers:
+        raise ScheduleError(f"cache_read of {tensor.name}: name at least one reader")
+    axes = _fresh_axes(tuple(IterVar(Var(f"ax{k}"), d) for k, d in enumerate(tensor.shape)), scope[0])
+    cache_op = ComputeOp(f"{tensor.name}.{scope}", tensor.shape, tensor.dtype, axes,
+                         TensorRead(tensor, tuple(iv.var for iv in axes)))
+    cache_tensor = Tensor(cache_op)
+    reader_stages = [sch[r] for r in readers]
+
+    def redirect(e):
+        if isinstance(e, TensorRead) and e.tensor.op is tensor.op:
+            return TensorRead(cache_tensor, e.indices)
+        return None
+
+    for stage in reader_stages:
+        new_body = rewrite_expr(stage.body, redirect)
+        if new_body is stage.body:
+            raise ScheduleError(f"cache_read: {stage.op.name} does not read {tensor.name}")
+        stage.body_override = new_body
+    first = min(reader_stages, key=sch.stages.index)
+    sch.add_stage(Stage(cache_op, list(axes), scope=scope), before=first)
+    return cache_tensor

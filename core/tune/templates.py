@@ -340,9 +340,6 @@ register_template(Template("Conv2dNCHWc", "conv2d_nchwc", define_conv_nchwc, app
 register_template(Template("Conv2dWinogradNCHWc", "winograd_gemm", define_winograd, apply_winograd,
                            read_winograd_default, winograd_valid))
 register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid))
-from . import templates_int8  # noqa: E402,F401 (registers the tensorized 8-bit kernels' templates)
-from . import templates_trees  # noqa: E402,F401 (registers TreeEnsemble's walk and layout template)
-from . import templates_3d  # noqa: E402,F401 (registers the blocked 3-D conv's template)
 
 
 def anchor_stage(sch: Schedule, outs: Sequence[Tensor], template: Template) -> Optional[Stage]:

@@ -27,7 +27,7 @@ from ...registry import register_compute
 from ...transform import pad
 from ..util import find_op, inputs_tagged
 from . import conv2d_pointwise as pointwise
-from .launch import inline_intermediates, output_stages, reject_extern, thread_tiles
+from .launch import cooperative_fetch, inline_intermediates, output_stages, reject_extern, thread_tiles
 from .reduce import one_thread_per_output
 
 SHARED_BUDGET = 24 * 1024  # bytes of shared memory per block: two blocks fit each SM's 48 KB at least
@@ -194,17 +194,6 @@ def _reads(sch: Schedule, stage: Stage) -> list[Stage]:
     from .launch import reduction_producers
 
     return reduction_producers(sch, stage.op)
-
-
-def cooperative_fetch(stage: Stage, threads: Sequence[tuple[str, int]]) -> None:
-    """All of the block's threads copy the stage's region: its axes fused (the innermost one is
-    contiguous in memory), split by the block's thread extents, innermost threadIdx.x; `threads`
-    (tag, extent) are exactly the consumer's so no thread loop is shorter than the block."""
-    fused = stage.fuse(*stage.op.axis) if len(stage.op.axis) > 1 else stage.op.axis[0]
-    rest = fused
-    for tag, extent in reversed(threads):  # x first (innermost), then y, z
-        rest, inner = stage.split(rest, extent)
-        stage.bind(inner, tag)
 
 
 def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target, **knobs: int) -> None:

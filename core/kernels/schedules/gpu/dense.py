@@ -28,8 +28,8 @@ from ...registry import register_compute
 from ..util import find_op
 from . import dense_tensorcore as tensorcore
 from . import gemv
-from .conv2d import cooperative_fetch
-from .launch import inline_intermediates, output_stages, reduction_producers, reject_extern, thread_tiles
+from .launch import (cooperative_fetch, inline_intermediates, output_stages, reduction_producers, reject_extern,
+                     thread_tiles)
 from .reduce import one_thread_per_output
 
 TARGET_BLOCKS = 132  # one block per SM of an H100 at least, before register tiles grow

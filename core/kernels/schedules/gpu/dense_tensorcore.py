@@ -18,7 +18,7 @@ from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, Tensor, TensorRead
 from ....te.tensorize import TensorIntrinsic, intrinsics_for
 from ....tir.functor import walk_expr
-from .conv2d import cooperative_fetch
+from .launch import cooperative_fetch
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 LANES = 32

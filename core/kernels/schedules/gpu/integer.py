@@ -16,8 +16,7 @@ from ....te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorRead
 from ....te.tensorize import get_intrinsic
 from ....tir.functor import walk_expr
 from ..util import find_op
-from .conv2d import cooperative_fetch
-from .launch import inline_intermediates, output_stages, reject_extern, thread_tiles
+from .launch import cooperative_fetch, inline_intermediates, output_stages, reject_extern, thread_tiles
 from .reduce import one_thread_per_output
 
 TARGET_BLOCKS = 132

@@ -115,3 +115,14 @@ def output_stages(sch: Schedule, outs: Sequence[Tensor]) -> list[Stage]:
 
 def is_scheduled(stage: Stage) -> bool:
     return bool(stage.inlined or stage.bindings or stage.attach is not None)
+
+
+def cooperative_fetch(stage: Stage, threads: Sequence[tuple[str, int]]) -> None:
+    """All of the block's threads copy the stage's region: its axes fused (the innermost one is
+    contiguous in memory), split by the block's thread extents, innermost threadIdx.x; `threads`
+    (tag, extent) are exactly the consumer's so no thread loop is shorter than the block."""
+    fused = stage.fuse(*stage.op.axis) if len(stage.op.axis) > 1 else stage.op.axis[0]
+    rest = fused
+    for tag, extent in reversed(threads):  # x first (innermost), then y, z
+        rest, inner = stage.split(rest, extent)
+        stage.bind(inner, tag)
