@@ -41,7 +41,7 @@ WORKLOADS = [
 def _pair(name, kind, shape, intrinsic, rng, weight_bound):
     """(int8 kernel, float32 kernel, numpy integer reference of the int8 one, flops)."""
     from core.graph.op_defs.integer import conv_integer_reference, matmul_integer_reference
-    from core.kernels.testing import OpKernel
+    from tests.helpers.kernel_runs import OpKernel
     from core.packing.int8 import column_correction, conv_weights_as_columns, pack_dot_weights
     from core.packing.panels import pack_weights, worth_packing
 
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="workloads (default: all)")
     args = parser.parse_args()
 
-    from core.kernels.testing import build_kernels
+    from tests.helpers.kernel_runs import build_kernels
     from core.target import get_target
     from core.te.tensorize import intrinsics_for
 

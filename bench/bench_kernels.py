@@ -56,7 +56,7 @@ WORKLOADS = [
 
 def _kernels(chosen, rng):
     from core.packing.panels import micro_tile, pack_weights, worth_packing
-    from core.kernels.testing import OpKernel, build_kernels
+    from tests.helpers.kernel_runs import OpKernel, build_kernels
     from core.target import get_target
 
     target = get_target("native")

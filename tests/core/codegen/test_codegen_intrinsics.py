@@ -11,7 +11,7 @@ import pytest
 
 from core.codegen.build import assembly
 from core.graph.op_defs.integer import matmul_integer_reference
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.int8 import column_correction, pack_dot_weights
 from core.target import get_target
 from core.te.tensorize import get_intrinsic, intrinsics_for

@@ -14,7 +14,7 @@ from core.errors import ScheduleError
 from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
-from core.te.testing import elementwise_on_grid, tiled_matmul
+from tests.helpers.gpu_prim_funcs import elementwise_on_grid, tiled_matmul
 from core.target import get_target
 from core.tir.expr import INTRINSICS, binop, call
 from core.tir.functor import walk_stmt

@@ -11,7 +11,7 @@ import pytest
 from core.codegen.cuda_kernels import load_cuda_kernels
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
-from core.te.testing import elementwise_on_grid, tiled_matmul
+from tests.helpers.gpu_prim_funcs import elementwise_on_grid, tiled_matmul
 
 pytestmark = pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU and driver")
 CUDA = get_target("cuda")

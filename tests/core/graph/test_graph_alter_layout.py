@@ -9,7 +9,7 @@ from core.graph.interpret import evaluate
 from core.graph.ir import TensorType
 from core.graph.passes import fuse_ops, get_pass, run_passes
 from core.graph.passes.alter_layout import alter_layout
-from core.graph.testing import CONV, assert_same_meaning, conv, image_builder, ops, rng
+from tests.helpers.graphs import CONV, assert_same_meaning, conv, image_builder, ops, rng
 from core.packing.blocked import from_blocked, grouped_blocking, pack_weights, to_blocked
 
 

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import core
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.passes.flatten_matmul_rows import flatten_matmul_rows
-from core.graph.testing import F32, assert_same_meaning, ops
+from tests.helpers.graphs import F32, assert_same_meaning, ops
 from core.packing.panels import TILE_ROWS
 
 rng = np.random.default_rng(5)

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.passes.fuse_attention import fuse_attention
-from core.graph.testing import F32, assert_same_meaning, ops
+from tests.helpers.graphs import F32, assert_same_meaning, ops
 
 rng = np.random.default_rng(11)
 LOWEST = np.finfo(np.float32).min

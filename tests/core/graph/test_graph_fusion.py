@@ -11,7 +11,7 @@ from core.graph.ir import Graph, Node, TensorType
 from core.graph.ops import Pattern
 from core.graph.passes import fuse_ops, fusion_groups, run_passes
 from core.graph.passes.dominators import forward_graph, post_dominators
-from core.graph.testing import F32, assert_same_meaning, conv, image_builder, ops
+from tests.helpers.graphs import F32, assert_same_meaning, conv, image_builder, ops
 
 
 def _elementwise(nodes, outputs=("y",)) -> Graph:

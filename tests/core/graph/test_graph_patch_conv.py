@@ -6,7 +6,7 @@ import numpy as np
 
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.passes.patch_conv_as_matmul import patch_conv_as_matmul
-from core.graph.testing import F32, assert_same_meaning, ops
+from tests.helpers.graphs import F32, assert_same_meaning, ops
 
 rng = np.random.default_rng(3)
 

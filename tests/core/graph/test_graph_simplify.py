@@ -7,7 +7,7 @@ import pytest
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.passes import eliminate_common_subexpressions, eliminate_dead_code, simplify
-from core.graph.testing import F32, assert_same_meaning, ops
+from tests.helpers.graphs import F32, assert_same_meaning, ops
 
 
 def _chain(nodes, types, outputs=("y",), constants=None) -> Graph:

@@ -7,7 +7,7 @@ import numpy as np
 from core.graph.passes import get_pass, run_passes
 from core.graph.passes.alter_layout import alter_layout
 from core.graph.interpret import evaluate
-from core.graph.testing import CONV, conv, feeds_for, image_builder, rng
+from tests.helpers.graphs import CONV, conv, feeds_for, image_builder, rng
 
 
 def _optimized(graph):

@@ -15,7 +15,7 @@ from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble, find_ptxas
 from core.graph.ir import TensorType
 from core.kernels.registry import get_compute, get_schedule
-from core.kernels.testing import onnx_reference
+from tests.helpers.kernel_runs import onnx_reference
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower

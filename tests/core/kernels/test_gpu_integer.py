@@ -106,7 +106,7 @@ def test_dp4a_matmul_matches_onnxruntime_on_the_gpu(tmp_path):
 
 
 def packed_conv(name: str, x: np.ndarray, w: np.ndarray, zero: int, strides, pads, **knobs):
-    from core.kernels.testing import onnx_reference
+    from tests.helpers.kernel_runs import onnx_reference
     from core.packing.int8 import conv_weights_as_columns
 
     columns = conv_weights_as_columns(w)

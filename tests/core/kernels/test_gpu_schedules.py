@@ -121,7 +121,7 @@ def test_conv_tiles_in_shared_memory_with_register_tiles():
     assert any(isinstance(s, Barrier) for s in walk_stmt(func.body))
     local = [s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate) and s.buffer.scope == "local"]
     assert local and local[0].numel == 4  # each thread accumulates 2 channels x 2 columns
-    from core.kernels.testing import onnx_reference
+    from tests.helpers.kernel_runs import onnx_reference
 
     from .test_gpu_harness import run_on_cpu
 
@@ -151,7 +151,7 @@ def test_conv_knobs_keep_results():
     funcs = [lower_gpu(f"cv{k}", "Conv", [x, w], attrs, types, schedule_conv2d, **knobs) for k, knobs in enumerate([
         dict(f_threads=4, f_reg=4, y_threads=4, y_reg=2, x_threads=4, x_reg=3, rc_tile=3),
         dict(f_threads=2, f_reg=1, y_threads=8, y_reg=1, x_threads=8, x_reg=1, rc_tile=10)])]
-    from core.kernels.testing import onnx_reference
+    from tests.helpers.kernel_runs import onnx_reference
     from .test_gpu_harness import run_on_cpu
 
     (want,) = onnx_reference("Conv", [x, w], {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})

@@ -9,7 +9,7 @@ import pytest
 
 from core.graph.op_defs.attention import attention_reference, causal_bias
 from core.kernels.attention import row_block
-from core.kernels.testing import Case, assert_matches, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, run_cases
 
 rng = np.random.default_rng(23)
 

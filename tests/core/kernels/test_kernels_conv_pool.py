@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.kernels.testing import Case, assert_matches, onnx_reference, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, onnx_reference, run_cases
 
 rng = np.random.default_rng(7)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from core.kernels.testing import Case, assert_matches, onnx_reference, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, onnx_reference, run_cases
 
 rng = np.random.default_rng(1234)
 

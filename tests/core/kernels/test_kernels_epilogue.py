@@ -15,7 +15,7 @@ from core.kernels.elementwise import unary
 from core.kernels.schedules.conv2d import schedule_conv2d
 from core.kernels.schedules.epilogue import schedule_epilogue
 from core.kernels.schedules.matmul import schedule_matmul
-from core.kernels.testing import onnx_reference
+from tests.helpers.kernel_runs import onnx_reference
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.graph.op_defs.integer import conv_integer_reference, matmul_integer_reference
-from core.kernels.testing import Case, assert_matches, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, run_cases
 
 rng = np.random.default_rng(21)
 LIMITS = {"uint8": (0, 255), "int8": (-128, 127)}

@@ -8,7 +8,7 @@ import pytest
 
 from core.graph.op_defs.integer import conv_integer_reference
 from core.graph.op_defs.integer_blocked import to_channels_last
-from core.kernels.testing import Case, assert_matches, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, run_cases
 from core.packing.int8 import column_correction, conv_weights_as_columns, pack_dot_weights
 from core.target import get_target
 
@@ -110,7 +110,7 @@ def test_constant_folding_computes_the_same(case):
 def test_exact_output_tiles_accumulate_in_a_local_tile():
     """Tiles that divide the output: the int32 dot is a per-tile local buffer, not a whole-output workspace; padded
     channels keep the workspace (the epilogue skips the padding)."""
-    from core.kernels.testing import OpKernel
+    from tests.helpers.kernel_runs import OpKernel
     from core.target import get_target
 
     def workspaces(case):

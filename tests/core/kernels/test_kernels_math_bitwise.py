@@ -8,7 +8,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from core.narrow_dtypes import int_range  # importing it teaches numpy bfloat16, float8 and int4 by name
-from core.kernels.testing import Case, assert_matches, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, run_cases
 
 rng = np.random.default_rng(77)
 

@@ -19,7 +19,7 @@ from core.kernels.matmul_packed import micro_rows
 from core.kernels.schedules.epilogue import schedule_epilogue
 from core.kernels.schedules.matmul import schedule_matmul
 from core.kernels.schedules.matmul_blocked import row_block_tiles
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.panels import PANEL, micro_tile, pack_weights
 from core.target import get_target
 from core.te import tensor as te

@@ -8,7 +8,7 @@ import pytest
 
 from core.graph.ops import get_op
 from core.kernels.schedules.conv2d_nchwc import schedule_conv2d_nchwc
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.blocked import block_for, expand_groups, from_blocked, grouped_blocking, pack_weights, to_blocked
 
 rng = np.random.default_rng(11)

@@ -9,7 +9,7 @@ import pytest
 from core.errors import ShapeError
 from core.graph.ir import TensorType
 from core.graph.ops import get_op
-from core.kernels.testing import Case, assert_matches, onnx_reference, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, onnx_reference, run_cases
 
 rng = np.random.default_rng(8)
 RANGES = {"int8": (-128, 127), "uint8": (0, 255)}

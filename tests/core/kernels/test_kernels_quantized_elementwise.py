@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.graph.op_defs.quantize import QUANT_INT_RANGES, quantized_binary_reference
-from core.kernels.testing import Case, assert_matches, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, run_cases
 
 rng = np.random.default_rng(2121)
 
@@ -78,7 +78,7 @@ def test_lookup_table_uses_byte_permutes_with_avx512_vbmi():
     import dataclasses
 
     from core.codegen.build import assembly
-    from core.kernels.testing import OpKernel
+    from tests.helpers.kernel_runs import OpKernel
     from core.target import get_target
 
     x, table = data((4, 8, 64), "uint8"), data(256, "uint8")

@@ -7,7 +7,7 @@ import pytest
 
 from core.graph.op_defs.recurrent import (GRU_GATES, LSTM_GATES, gru_reference, lstm_reference,
                                           pack_recurrent_weight, unit_block)
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 
 rng = np.random.default_rng(5)
 

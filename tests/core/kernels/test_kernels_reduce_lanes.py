@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.kernels.reduce_lanes import LANES, MIN_EXTENT, lane_split_applies
-from core.kernels.testing import Case, assert_matches, onnx_reference, run_cases
+from tests.helpers.kernel_runs import Case, assert_matches, onnx_reference, run_cases
 from core.te import tensor as te
 
 rng = np.random.default_rng(5)

@@ -15,7 +15,7 @@ from core.kernels import (MissingKernelError, get_compute, get_schedule, registe
                           registered_ops, schedule_injective, schedule_reduce)
 from core.kernels.elementwise import unary
 from core.kernels.schedules.conv2d import schedule_conv2d
-from core.kernels.testing import onnx_reference
+from tests.helpers.kernel_runs import onnx_reference
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.graph.op_defs.ml import node_table, tree_ensemble_fold
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.kernels.tree_ensemble import BRANCH_FREE, BRANCHY, TreeLayout, chunk_slots, tree_layout
 
 

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import core
 from core.kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
-from core.kernels.testing import OpKernel, build_kernels, onnx_reference
+from tests.helpers.kernel_runs import OpKernel, build_kernels, onnx_reference
 from core.packing.blocked import from_blocked, to_blocked
 from core.packing.winograd import winograd_weights
 from core.driver.validate import compare, index_bounds, onnxruntime_session, random_inputs

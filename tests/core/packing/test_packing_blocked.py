@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.graph.testing import rng
+from tests.helpers.graphs import rng
 from core.packing.blocked import (block_for, expand_groups, from_blocked, pack_channel_vector, pack_weights, relayout,
                                   to_blocked, unpack_weights)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.graph.testing import rng
+from tests.helpers.graphs import rng
 from core.packing.winograd import TRANSFORMS, transforms_for_positions, winograd_weights, weights_from_winograd
 
 

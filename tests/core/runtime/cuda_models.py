@@ -15,7 +15,7 @@ from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
-from core.te.testing import tiled_matmul as cooperative_matmul
+from tests.helpers.gpu_prim_funcs import tiled_matmul as cooperative_matmul
 from core.tir.expr import maximum
 
 M, K, N = 64, 128, 96

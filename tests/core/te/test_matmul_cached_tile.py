@@ -12,7 +12,7 @@ from core.codegen.kernel_library import load_kernels
 from core.kernels.registry import get_compute
 from core.kernels.schedules.epilogue import schedule_epilogue
 from core.kernels.schedules.matmul import schedule_matmul
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower

@@ -635,7 +635,7 @@ def test_memory_primitives_misuse_raises_schedule_errors():
 def test_matmul_template_exposes_the_unroll_pragma_as_a_knob():
     from core.codegen.build import lower_to_llvm_ir
     from core.kernels.schedules.matmul import schedule_matmul
-    from core.kernels.testing import OpKernel, build_kernels
+    from tests.helpers.kernel_runs import OpKernel, build_kernels
     from core.tune.templates import get_template
 
     rng = np.random.default_rng(1)

@@ -9,7 +9,7 @@ import pytest
 
 from core.graph.op_defs.conv_nd import conv_nd_fold
 from core.kernels.schedules.conv_nd_nchwc import schedule_conv_nd_nchwc
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.blocked import from_blocked, pack_weights, to_blocked
 from core.target import get_target
 from core.tune.templates import anchor_stage, get_template

@@ -9,7 +9,7 @@ import pytest
 
 from core.graph.op_defs.integer import conv_integer_reference, matmul_integer_reference, packed_conv_integer_reference
 from core.kernels.schedules.integer import schedule_conv_integer, schedule_depthwise_blocked, schedule_packed_integer
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.int8 import column_correction, conv_weights_as_columns, pack_dot_weights
 from core.target import get_target
 from core.tune.templates import anchor_stage, get_template, tunable_ops

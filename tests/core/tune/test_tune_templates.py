@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from core.kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, schedule_conv2d_nchwc
 from core.kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.blocked import block_for, from_blocked, pack_weights, to_blocked
 from core.packing.winograd import winograd_weights
 from core.target import get_target

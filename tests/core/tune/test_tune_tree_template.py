@@ -11,7 +11,7 @@ import pytest
 
 from core.graph.op_defs.ml import tree_ensemble_fold
 from core.kernels.registry import get_schedule
-from core.kernels.testing import OpKernel, build_kernels
+from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.kernels.tree_ensemble import BRANCH_FREE, BRANCHY, LAYOUT_ATTR, WALKS, tree_layout
 from core.target import get_target
 from core.tune import templates_trees  # noqa: F401 (registers the template)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..tir.expr import Expr
-from ..tir.stmt import PrimFunc
-from . import tensor as te
-from .lower import lower
-from .schedule import create_schedule
+from core.tir.expr import Expr
+from core.tir.stmt import PrimFunc
+from core.te import tensor as te
+from core.te.lower import lower
+from core.te.schedule import create_schedule
 
 
 def tiled_matmul(m: int, n: int, k: int, tile: int = 16, k_tile: int = 16, name: str = "") -> PrimFunc:

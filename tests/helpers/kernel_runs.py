@@ -1,4 +1,4 @@
-"""Build single-op kernels from numpy inputs and run them: for tests, benchmarks and debugging.
+"""Build single-op kernels from numpy inputs and run them: for tests and the kernel benchmarks in bench/.
 
 `OpKernel` holds one lowered kernel; `build_kernels` compiles many into one library (one LLVM build
 is the slow part), and `KernelRun.run()` allocates outputs and workspaces and calls it.
@@ -12,13 +12,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..graph.ir import TensorType
-from ..target import Target, get_target
-from ..te import tensor as te
-from ..te.lower import lower
-from ..te.schedule import Schedule, create_schedule
-from ..tir.stmt import PrimFunc
-from .registry import get_compute, get_schedule
+from core.graph.ir import TensorType
+from core.target import Target, get_target
+from core.te import tensor as te
+from core.te.lower import lower
+from core.te.schedule import Schedule, create_schedule
+from core.tir.stmt import PrimFunc
+from core.kernels.registry import get_compute, get_schedule
 
 
 @dataclass
@@ -69,8 +69,8 @@ class KernelRun:
 def build_kernels(kernels: Sequence[OpKernel], target: "Target | str" = "native",
                   out_dir: "str | Path | None" = None) -> list[KernelRun]:
     """Lower every kernel, compile them all into one shared library and load it."""
-    from ..codegen.build import build_library
-    from ..codegen.kernel_library import load_kernels
+    from core.codegen.build import build_library
+    from core.codegen.kernel_library import load_kernels
 
     target = get_target(target)
     funcs = [k.lower(target) for k in kernels]

@@ -1,18 +1,22 @@
 """Kernel benchmark: default-schedule GFLOP/s of hot ops (resnet18 convs, matmuls) next to ONNX Runtime;
 convs also in the blocked layout (Conv2dNCHWc, what -O3 compiles them to).
 
-Run by hand, never from tests: `python -m core.kernels.benchmark [--threads 2] [name ...]`.
+Run by hand, never from tests: `python bench/bench_default_schedules.py [--threads 2] [name ...]`.
 Both sides get the same thread count; each number is the best median over a few rounds.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # core and tests.helpers from this checkout
 
 
 @dataclass
@@ -92,10 +96,10 @@ def _ort_ms(w: Workload, arrays: list[np.ndarray], threads: int) -> Optional[flo
 
 def _blocked_kernel(w: Workload, arrays: list[np.ndarray]):
     """The conv as -O3 compiles it: Conv2dNCHWc on blocked data with packed weights (None if it stays NCHW)."""
-    from ..packing.blocked import block_for, expand_groups, grouped_blocking, pack_weights, to_blocked
-    from ..graph.passes.alter_layout import MIN_BLOCK_SHARE
-    from ..target import host_target
-    from .testing import OpKernel
+    from core.packing.blocked import block_for, expand_groups, grouped_blocking, pack_weights, to_blocked
+    from core.graph.passes.alter_layout import MIN_BLOCK_SHARE
+    from core.target import host_target
+    from tests.helpers.kernel_runs import OpKernel
 
     if w.op != "Conv":
         return None
@@ -125,7 +129,7 @@ def _best_ms(kernel_run) -> float:
 
 
 def run(names: list[str], threads: int) -> list[dict[str, Any]]:
-    from .testing import OpKernel, build_kernels
+    from tests.helpers.kernel_runs import OpKernel, build_kernels
 
     chosen = [w for w in WORKLOADS if not names or w.name in names]
     rng = np.random.default_rng(0)
