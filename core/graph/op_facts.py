@@ -1,24 +1,22 @@
-"""Op facts: each pass's per-op rules, registered in one table and read from it (`op_facts(op)` lists an op's)."""
+"""Op facts: each pass's per-op rules, registered in one table and read from it (op_facts_table.py lists them)."""
 from __future__ import annotations
 
 import enum
-import importlib
-from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, TypeVar
 
-from .ops import OpDef, Pattern, all_ops, get_op, one_per_output_element
+from .ops import Pattern, all_ops
 
 RuleT = TypeVar("RuleT", bound=Callable)
 
 
 class Fact(enum.Enum):
     """One question a pass asks about an op beyond its OpDef (core/graph/ops.py: type inference, fusion pattern,
-    constant folding, FLOPs): what it asks and the modules whose rules answer it (imported to list them).
+    constant folding, FLOPs): what it asks and the modules whose rules answer it.
 
     A pass registers its rules here (`@op_rule(Fact.LAYOUT, "Conv")`, the function staying in the pass's module) and
     looks them up here (`rule_for(op, Fact.LAYOUT)`). A fact may have an elementwise default, the rule of every
-    ELEMWISE or BROADCAST op without its own, which an op may `decline`. `python -m core.graph.op_facts` prints the
-    table of every op's facts (docs/op_facts.md, kept true by tests/core/graph/test_graph_op_facts.py)."""
+    ELEMWISE or BROADCAST op without its own, which an op may `decline`. `python -m core.graph.op_facts_table`
+    prints the table of every op's facts (docs/op_facts.md, kept true by tests/core/graph/test_graph_op_facts.py)."""
 
     SIMPLIFY = ("algebraic rewrites of the node, several tried in order", "core.graph.passes.simplify")
     FOLD_SCALE_BIAS = ("absorbs the per-channel Mul or Add after it into its constant weights",
@@ -89,6 +87,11 @@ def decline(fact: Fact, *ops: str, why: str) -> None:
         _DECLINED[(fact, op)] = why
 
 
+def declined(op: str) -> dict[Fact, str]:
+    """The facts `op` declines, with why."""
+    return {fact: why for (fact, name), why in _DECLINED.items() if name == op}
+
+
 def ops_with_facts() -> set[str]:
     """Every op name that some rule or decline names (each should be a registered op)."""
     return {op for _, op in (*_RULES, *_DECLINED)}
@@ -112,75 +115,3 @@ def rule_for(op: str, fact: Fact) -> Optional[Callable]:
         return rule
     op_def = all_ops().get(op)
     return _ELEMENTWISE[fact] if op_def is not None and op_def.pattern <= Pattern.BROADCAST else None
-
-
-@dataclass(frozen=True)
-class OpFacts:
-    """Everything one op declares: its OpDef and, per fact, the rule that answers it ("module.function")."""
-
-    op_def: OpDef
-    rules: Mapping[Fact, str]  # facts without a rule are absent
-    elementwise: frozenset[Fact]  # those answered by the fact's elementwise default
-    declined: Mapping[Fact, str]  # fact -> why not
-
-
-def load_all() -> None:
-    """Imports every module that registers rules (a pass registers its own when it is imported)."""
-    for fact in Fact:
-        for module in fact.modules:
-            importlib.import_module(module)
-
-
-def _where(rule: Callable) -> str:
-    """"module.function"; a rule made by a function of the module names its maker ("padding._first_input_only()")."""
-    maker, made = rule.__qualname__.split(".<locals>.")[0], "<locals>" in rule.__qualname__
-    return f"{rule.__module__.rpartition('.')[2]}.{maker}{'()' if made else ''}"
-
-
-def op_facts(op: str) -> OpFacts:
-    """Every fact `op` has, once every rule module is loaded."""
-    load_all()
-    rules, elementwise = {}, set()
-    for fact in Fact:
-        rule = rule_for(op, fact)
-        if rule is not None:
-            rules[fact] = " + ".join(_where(r) for r in own_rules(op, fact)) or _where(rule)
-            if not own_rules(op, fact):
-                elementwise.add(fact)
-    declined = {fact: why for (fact, name), why in _DECLINED.items() if name == op}
-    return OpFacts(get_op(op), rules, frozenset(elementwise), declined)
-
-
-def facts_table() -> str:
-    """Every registered op and its facts as a Markdown table (docs/op_facts.md); `*` marks an elementwise default."""
-    header = ["op", "pattern", "fold", "flops"] + [fact.name.lower() for fact in Fact]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for op in sorted(all_ops()):
-        facts = op_facts(op)
-        cells = [op, facts.op_def.pattern.name, "yes" if facts.op_def.fold else "",
-                 "" if facts.op_def.flops is one_per_output_element else "own"]
-        for fact in Fact:
-            cell = facts.rules.get(fact, "")
-            cells.append(f"{cell}*" if fact in facts.elementwise else facts.declined.get(fact, cell))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def facts_document() -> str:
-    """docs/op_facts.md: what each fact asks and where its rules live, then the table."""
-    legend = "\n".join(f"- `{fact.name.lower()}`: {fact.question} ({', '.join(f'`{m}`' for m in fact.modules)})"
-                       for fact in Fact)
-    return (f"# Op facts\n\nGenerated by `python -m core.graph.op_facts > docs/op_facts.md` (core/graph/op_facts.py); "
-            f"README \"Adding an op\" says what to do with it.\n\n- `pattern`, `fold`, `flops`: the op's OpDef "
-            f"(core/graph/op_defs/): fusion kind, numpy constant folding, FLOPs counted its own way (blank: one per "
-            f"output element)\n{legend}\n\nA cell names the rule (`module.function`); `*` marks the fact's "
-            f"elementwise default, other words why an op has none. A blank cell: the pass keeps the node as it is, "
-            f"or refuses it by name.\n\n"
-            + facts_table())
-
-
-if __name__ == "__main__":
-    # As a script this file is __main__, a second copy: the passes register into core.graph.op_facts.
-    from core.graph.op_facts import facts_document as document
-
-    print(document(), end="")

@@ -1,27 +1,27 @@
 """Op facts: the table of every op's facts (docs/op_facts.md) is current, rules name real ops, every op has a kernel."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from core.graph.op_facts import (Fact, decline, elementwise_rule, facts_document, load_all, op_facts, op_rule,
-                                 ops_with_facts, rule_for)
+from core.graph.op_facts import Fact, decline, elementwise_rule, op_rule, ops_with_facts, rule_for
+from core.graph.op_facts_table import facts_document, op_facts
 from core.graph.ops import all_ops
 from core.kernels.registry import MissingKernelError, get_compute
+from tests.test_layering import ROOT, imported_names
 
-TABLE = Path(__file__).resolve().parents[3] / "docs" / "op_facts.md"
+TABLE = ROOT / "docs" / "op_facts.md"
 
 
 def test_the_table_of_every_ops_facts_is_current():
     """Adding an op (or a rule) changes this table: regenerate it and read your op's row, column by column."""
     assert TABLE.read_text() == facts_document(), \
-        "docs/op_facts.md is stale: run `python -m core.graph.op_facts > docs/op_facts.md` and review your op's row"
+        "docs/op_facts.md is stale: run `python -m core.graph.op_facts_table > docs/op_facts.md`, review your op's row"
 
 
-def test_every_rule_names_a_registered_op():
-    load_all()
+def test_every_rule_names_a_registered_op_and_the_table_reads_every_rule_module():
     assert ops_with_facts() - set(all_ops()) == set()
+    table_reads = {name for name, _ in imported_names(ROOT / "core" / "graph" / "op_facts_table.py")}
+    assert {name for fact in Fact for name in fact.modules} <= table_reads
 
 
 def test_the_table_lists_each_facts_answer():
@@ -35,7 +35,6 @@ def test_the_table_lists_each_facts_answer():
 
 
 def test_an_op_gets_its_own_rule_else_the_elementwise_one_unless_it_declines():
-    load_all()
     assert rule_for("Add", Fact.LAYOUT).__name__ == "_elementwise"  # BROADCAST pattern, no rule of its own
     assert rule_for("Softmax", Fact.LAYOUT) is None  # OPAQUE: no default
     assert rule_for("Expand", Fact.BOUND).__name__ == "_broadcast" and rule_for("Expand", Fact.MULTI_BOUND) is None
