@@ -49,6 +49,13 @@ class CpuBackend(Backend):
     def build_candidate(self, funcs: Sequence, target: Target, directory: Path, name: str) -> Path:
         return self.build_library(funcs, target, Path(directory) / f"{name}.so")
 
+    def runtime_metadata(self, target: Target) -> dict[str, Any]:
+        """A multi-ISA target's variants (the library picks one at load; its cpu_features is what all of them need)."""
+        if not target.isa_variants:
+            return {}
+        return {"isa_variants": {name: {"cpu": variant.cpu, "cpu_features": variant.features}
+                                 for name, variant in target.isa_variants}}
+
     def has_device(self, target: Target) -> bool:
         """Same ISA as the host, and every feature the target's code uses present."""
         host = host_target()

@@ -21,6 +21,7 @@ POOL_SOURCE = "kiln_threadpool.c"
 MODEL_SOURCE = "kiln_runtime.c"
 CUDA_SOURCE = "kiln_cuda.c"
 SHAPED_SOURCE = "kiln_shaped.c"
+ISA_SOURCE = "kiln_isa.c"  # a multi-ISA library's variant choice (core/codegen/isa_dispatch.py)
 
 _objects: dict[tuple[str, str], bytes] = {}
 _lock = threading.Lock()
@@ -63,10 +64,10 @@ def _object_bytes(cc: str, source: Path) -> bytes:
 
 
 def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = False,
-                    with_shapes: bool = False) -> list[Path]:
+                    with_shapes: bool = False, with_isa: bool = False) -> list[Path]:
     """Write the runtime's object files into `out_dir` and return their paths (to pass to the linker)."""
     names = [POOL_SOURCE] + ([MODEL_SOURCE] if with_model else []) + ([CUDA_SOURCE] if with_cuda else [])
-    names += [SHAPED_SOURCE] if with_shapes else []
+    names += ([SHAPED_SOURCE] if with_shapes else []) + ([ISA_SOURCE] if with_isa else [])
     paths = []
     for name in names:
         path = out_dir / (Path(name).stem + ".o")
