@@ -135,8 +135,7 @@ def _x86_multi_isa(opts: dict[str, str]) -> Target:
                 ("avx512", Target("x86-64-v4-vnni", "cpu", "x86_64-unknown-linux-gnu", "x86-64-v4", _X86_V4_VNNI, 512,
                                   "x86-64 with AVX-512 and VNNI")))
     return Target("x86-64", "cpu", "x86_64-unknown-linux-gnu", "haswell", _X86_V3, 256,
-                  "any x86-64 with AVX2 and FMA: one library holding each kernel for AVX2 and for AVX-512 with "
-                  "VNNI, the variant picked by CPUID at load ($KILN_ISA=avx2|avx512 forces one)",
+                  "any x86-64 with AVX2+FMA: each kernel for AVX2 and AVX-512+VNNI, picked by CPUID at load",
                   isa_variants=variants)
 
 
