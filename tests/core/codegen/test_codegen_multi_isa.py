@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 
 import core
+from core.backends import get_backend
 from core.codegen.build import build_library
+from core.frontend import import_onnx
+from core.graph.passes.manager import optimize
+from core.lowering.executable import build_executable
 from core.driver.reference import reference_session
 from core.runtime import loader
 from core.target import get_target, host_target
@@ -124,15 +128,25 @@ def test_the_isa_option_of_a_single_isa_artifact_is_refused(tmp_path):
         assert module.isa is None
 
 
-def test_kernels_without_a_model_dispatch_too(tmp_path):
-    """A library of kernels alone (tuning candidates): each exported kernel is its dispatcher."""
-    from core.frontend import import_onnx
-    from core.graph.passes.manager import optimize
-    from core.lowering.executable import build_executable
+def cnn_kernels(target):
+    return build_executable(optimize(import_onnx(small_cnn().SerializeToString()), 3, target), target).funcs
 
+
+def test_kernels_without_a_model_dispatch_too(tmp_path):
+    """A library of kernels alone: each exported kernel is its dispatcher."""
     target = get_target("x86-64")
-    exe = build_executable(optimize(import_onnx(small_cnn().SerializeToString()), 3, target), target)
-    library = build_library(exe.funcs, target, tmp_path / "kernels.so")
+    funcs = cnn_kernels(target)
+    library = build_library(funcs, target, tmp_path / "kernels.so")
     symbols = subprocess.run(["nm", "-D", str(library)], capture_output=True, text=True, check=True).stdout
     assert "kiln_isa_dispatch_" in symbols and " T kiln_isa\n" in symbols
-    assert all(f" T {f.name}\n" in symbols for f in exe.funcs)
+    assert all(f" T {f.name}\n" in symbols for f in funcs)
+
+
+def test_a_tuning_candidate_is_built_for_the_variant_that_runs_here(tmp_path):
+    target = get_target("x86-64")
+    backend = get_backend(target)
+    assert backend.measured_variant(target).name == ("x86-64-v4-vnni" if HOST_HAS_AVX512 else "x86-64-v3")
+    first = cnn_kernels(target)[0]
+    library = backend.build_candidate([first], target, tmp_path, "candidate")
+    symbols = subprocess.run(["nm", "-D", str(library)], capture_output=True, text=True, check=True).stdout
+    assert f" T {first.name}\n" in symbols and "kiln_isa" not in symbols  # one variant: no dispatch
