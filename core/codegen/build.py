@@ -117,7 +117,8 @@ def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
         shaped = isinstance(plan, BucketedPlan)  # input-shape ranges: kiln_run_shaped and its queries too
         objects += runtime_objects(cc, Path(tmp), with_model=plan is not None, with_shapes=shaped,
                                    with_isa=len(variants) > 1)
-        shim, script = prefixed_exports(cc, Path(tmp), plan.export_prefix if plan is not None else None, shaped)
+        shim, script = prefixed_exports(cc, Path(tmp), plan.export_prefix if plan is not None else None, shaped,
+                                        isa=len(variants) > 1)
         objects += shim
         with atomic_path(out_path) as partial:
             link_shared(cc, objects, partial, libs, script)

@@ -76,15 +76,26 @@ def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = 
     return paths
 
 
-def prefixed_exports(cc: str, out_dir: Path, prefix: Optional[str],
-                     shaped: bool = False) -> tuple[list[Path], Optional[Path]]:
+# A multi-ISA library's variant choice (kiln_isa.c) under a named artifact's prefix.
+_ISA_SHIM = """const char* kiln_isa(void);
+int kiln_set_isa(const char* name);
+const char* kiln_isa_refusal(void);
+const char* {p}_isa(void) {{ return kiln_isa(); }}
+int {p}_set_isa(const char* name) {{ return kiln_set_isa(name); }}
+const char* {p}_isa_refusal(void) {{ return kiln_isa_refusal(); }}
+"""
+
+
+def prefixed_exports(cc: str, out_dir: Path, prefix: Optional[str], shaped: bool = False,
+                     isa: bool = False) -> tuple[list[Path], Optional[Path]]:
     """For a named artifact (`prefix`): the object exporting the model ABI as PREFIX_load, PREFIX_run, ...
-    and the linker version script that exports only those, so the runtime's kiln_ names and the kernels
-    stay internal and libraries of several models link into one program. None: nothing ([], None)."""
+    (and a multi-ISA library's PREFIX_isa, PREFIX_set_isa, PREFIX_isa_refusal when `isa`) and the linker version
+    script that exports only those, so the runtime's kiln_ names and the kernels stay internal and libraries of
+    several models link into one program. None: nothing ([], None)."""
     if prefix is None:
         return [], None
     source = out_dir / f"{prefix}_api.c"
-    source.write_text(render_api_shim(prefix, shaped))
+    source.write_text(render_api_shim(prefix, shaped) + (_ISA_SHIM.format(p=prefix) if isa else ""))
     obj = source.with_suffix(".o")
     compile_c(cc, source, obj)
     script = out_dir / f"{prefix}.map"

@@ -292,24 +292,27 @@ class Module:
         self._run_entry.restype = ctypes.c_int
 
     def _choose_isa(self, isa: str | None) -> None:
-        """A multi-ISA library's kernel variant: `isa` when given (kiln_set_isa), else what it chose when it loaded."""
+        """A multi-ISA library's kernel variant: `isa` when given (PREFIX_set_isa), else what it chose when it loaded."""
+        prefix = self.metadata.get("symbol_prefix", "kiln")
         try:
-            self._lib.kiln_isa.restype = ctypes.c_char_p
-        except AttributeError:  # one ISA (or a named artifact, which exports its prefix's names only)
+            self._isa = getattr(self._lib, prefix + "_isa")
+        except AttributeError:  # one ISA
+            self._isa = None
             if isa not in (None, "auto"):
                 raise KilnRuntimeError(f"this artifact (target {self.metadata.get('target')}) has one ISA variant: "
                                        f"the isa option ({isa!r}) applies to multi-ISA (x86-64) artifacts") from None
             return
+        self._isa.restype = ctypes.c_char_p
         if isa is not None:
-            self._lib.kiln_set_isa.argtypes, self._lib.kiln_isa_refusal.restype = [ctypes.c_char_p], ctypes.c_char_p
-            if self._lib.kiln_set_isa(isa.encode()) != 0:
-                raise KilnRuntimeError(self._lib.kiln_isa_refusal().decode(errors="replace"))
+            choose, refusal = getattr(self._lib, prefix + "_set_isa"), getattr(self._lib, prefix + "_isa_refusal")
+            choose.argtypes, refusal.restype = [ctypes.c_char_p], ctypes.c_char_p
+            if choose(isa.encode()) != 0:
+                raise KilnRuntimeError(refusal().decode(errors="replace"))
 
     @property
     def isa(self) -> str | None:
         """The kernel variant a multi-ISA (x86-64) artifact runs ("avx2" or "avx512"); None for a single-ISA one."""
-        fn = getattr(self._lib, "kiln_isa", None)
-        return fn().decode() if fn is not None else None
+        return self._isa().decode() if self._isa is not None else None
 
     def _bind_shaped(self) -> None:
         prefix = self.metadata.get("symbol_prefix", "kiln")

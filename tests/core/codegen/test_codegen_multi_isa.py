@@ -111,6 +111,19 @@ def test_forcing_a_variant_this_cpu_lacks_is_refused_cleanly(cnn_artifact, monke
         assert module.isa == "avx2"
 
 
+def test_a_named_artifact_exports_the_choice_under_its_name(tmp_path):
+    path = tmp_path / "named.tar.gz"
+    core.compile(small_cnn().SerializeToString(), target="x86-64", name="edge_cnn", benchmark=False).save(path)
+    x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
+    want = reference_session(small_cnn().SerializeToString(), 1).run(None, {INPUT: x})[0]
+    with loader.load(path, isa="avx2") as module:
+        assert module.isa == "avx2"
+        np.testing.assert_allclose(module.run({INPUT: x})["scores"], want, rtol=1e-4, atol=1e-4)
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library_of(path, tmp_path).with_name("libedge_cnn.so"))],
+                             capture_output=True, text=True, check=True).stdout
+    assert " T edge_cnn_set_isa\n" in symbols and " kiln_isa" not in symbols  # its names only
+
+
 def test_an_unknown_variant_is_refused(cnn_artifact, monkeypatch):
     with pytest.raises(loader.KilnRuntimeError, match="unknown ISA variant 'sse2'"):
         loader.load(cnn_artifact, isa="sse2")
