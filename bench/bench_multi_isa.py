@@ -3,6 +3,7 @@ validated) once per target, then timed in the same interleaved rounds (x86-64 on
 to AVX2, x86-64-v3, ONNX Runtime); prints the library sizes and each variant's kernel code size.
 
     .venv/bin/python bench/bench_multi_isa.py [--models resnet18 mobilenet_v2] [--rounds 9] [--threads 2]
+    .venv/bin/python bench/bench_multi_isa.py --threads 1 --cpu-clock   # on a busy machine: each call's CPU time
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,14 +38,19 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2"])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--cpu-clock", action="store_true",
+                        help="time the calling thread's CPU time (with --threads 1: preemption adds nothing)")
     args = parser.parse_args()
+    if args.cpu_clock and args.threads != 1:
+        parser.error("--cpu-clock measures the calling thread alone: it needs --threads 1")
 
     import onnxruntime as ort
 
     import core
     from core.runtime import loader
 
-    print(f"load: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs; {args.rounds} interleaved rounds, medians")
+    print(f"load: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs; {args.rounds} interleaved rounds, medians "
+          f"of {'CPU' if args.cpu_clock else 'wall'} time, {args.threads} threads")
     with tempfile.TemporaryDirectory(prefix="kiln-multi-isa-") as tmp:
         for name in args.models:
             path = MODELS_DIR / f"{name}.onnx"
@@ -82,7 +89,7 @@ def main() -> int:
             session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             runners = {k: (lambda m=m: m.run(feeds)) for k, m in modules.items()}
             runners["onnxruntime"] = lambda: session.run(None, feeds)
-            ms = interleaved(runners, args.rounds)
+            ms = interleaved(runners, args.rounds, clock=time.thread_time if args.cpu_clock else time.perf_counter)
             print(f"{name}: " + ", ".join(f"{k} {v:.3f} ms ({v / ms['onnxruntime']:.2f}x ORT)" for k, v in ms.items()))
             for m in modules.values():
                 m.close()
