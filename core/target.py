@@ -32,6 +32,10 @@ class Target:
     max_threads_per_block: int = 0
     max_shared_bytes: int = 0  # static shared memory per block
     warp_size: int = 0
+    # A multi-ISA target: each kernel is also compiled for these (name, target) variants into the same library,
+    # which picks one by CPUID when it loads (core/runtime/kiln_isa.c). The graph, layouts and schedules are
+    # this target's own (its features are what every variant has); empty: kernels are compiled for it alone.
+    isa_variants: tuple[tuple[str, "Target"], ...] = ()
 
     def lanes(self, dtype: str = "float32") -> int:
         """How many elements of `dtype` fit in one vector register."""
@@ -47,6 +51,10 @@ class Target:
     def vector_registers(self) -> int:
         """Architectural SIMD registers: 32 with AVX-512 and on AArch64, else 16 (SSE, AVX2)."""
         return 32 if self.arch == "aarch64" or self.vector_bits >= 512 else 16
+
+    def compiled_for(self) -> tuple["Target", ...]:
+        """The targets each kernel's object code is built for: the ISA variants, else this target alone."""
+        return tuple(variant for _, variant in self.isa_variants) or (self,)
 
     def runs_on_host(self) -> bool:
         """Whether this machine has the hardware code for this target executes on (its Backend says)."""
@@ -65,7 +73,8 @@ class Target:
         runs_on_host = self.runs_on_host()
         return {"name": self.name, "kind": self.kind, "triple": self.triple, "cpu": self.cpu,
                 "features": self.features, "vector_bits": self.vector_bits, "description": self.description,
-                "runs_on_host": runs_on_host, "emulator": None if runs_on_host else self.emulator()}
+                "runs_on_host": runs_on_host, "emulator": None if runs_on_host else self.emulator(),
+                **({"isa_variants": [name for name, _ in self.isa_variants]} if self.isa_variants else {})}
 
     def __str__(self) -> str:
         return self.name
@@ -113,6 +122,21 @@ def _x86_v3(opts: dict[str, str]) -> Target:
 def _x86_v4(opts: dict[str, str]) -> Target:
     return Target("x86-64-v4", "cpu", "x86_64-unknown-linux-gnu", "skylake-avx512", _X86_V4, 512,
                   "x86-64 with AVX-512 (F, BW, CD, DQ, VL)")
+
+
+# The AVX-512 variant of the multi-ISA x86-64 target: AVX-512 with VNNI (Ice Lake, Sapphire Rapids, Zen 4/5).
+_X86_V4_VNNI = _X86_V4 + ",+avx512vnni"
+
+
+@register_target("x86-64")
+def _x86_multi_isa(opts: dict[str, str]) -> Target:
+    # Variant order and names are kiln_isa.c's table (index 0: avx2, 1: avx512).
+    variants = (("avx2", _x86_v3(opts)),
+                ("avx512", Target("x86-64-v4-vnni", "cpu", "x86_64-unknown-linux-gnu", "x86-64-v4", _X86_V4_VNNI, 512,
+                                  "x86-64 with AVX-512 and VNNI")))
+    return Target("x86-64", "cpu", "x86_64-unknown-linux-gnu", "haswell", _X86_V3, 256,
+                  "any x86-64 with AVX2+FMA: each kernel for AVX2 and AVX-512+VNNI, picked by CPUID at load",
+                  isa_variants=variants)
 
 
 _SAPPHIRE_RAPIDS = _X86_V4 + ",+avx512vnni,+avx512bf16,+avx512fp16,+avxvnni,+amx-tile,+amx-int8,+amx-bf16"

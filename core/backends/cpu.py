@@ -47,7 +47,20 @@ class CpuBackend(Backend):
         return build_cpu_library(funcs, target, out_path, plan)
 
     def build_candidate(self, funcs: Sequence, target: Target, directory: Path, name: str) -> Path:
-        return self.build_library(funcs, target, Path(directory) / f"{name}.so")
+        return self.build_library(funcs, self.measured_variant(target), Path(directory) / f"{name}.so")
+
+    def measured_variant(self, target: Target) -> Target:
+        """What a tuning candidate for `target` is built for: a multi-ISA target's best variant this machine runs
+        (what its timing measures: building the others too would only double LLVM's time), else `target`."""
+        here = [variant for _, variant in target.isa_variants if self.has_device(variant)]
+        return here[-1] if here else target
+
+    def runtime_metadata(self, target: Target) -> dict[str, Any]:
+        """A multi-ISA target's variants (the library picks one at load; its cpu_features is what all of them need)."""
+        if not target.isa_variants:
+            return {}
+        return {"isa_variants": {name: {"cpu": variant.cpu, "cpu_features": variant.features}
+                                 for name, variant in target.isa_variants}}
 
     def has_device(self, target: Target) -> bool:
         """Same ISA as the host, and every feature the target's code uses present."""

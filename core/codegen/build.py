@@ -17,6 +17,7 @@ from ..target import Target, host_target
 from ..tir.stmt import PrimFunc
 from . import vecmath
 from .codegen_llvm import ModuleContext, declare_kernel, emit_kernel
+from .isa_dispatch import declared_symbol, kernel_dispatchers
 from .kernel_objects import KernelObject, kernel_objects, new_module, optimize_module
 from .kernel_objects import target_machine as cached_target_machine
 from .llvm_env import LLVM_LOCK
@@ -100,9 +101,10 @@ def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
     entry. Raises CodegenError for bad input, BuildError for toolchain failures."""
     cc = find_compiler(target)  # before the expensive part: a missing cross compiler fails fast
     target_machine(target)  # a target without an LLVM backend fails before any kernel is compiled
-    objects_of = kernel_objects(funcs, target)
-    entry, entry_libs = _entry_object(funcs, objects_of, target, plan)
-    distinct = list({obj.key: obj for obj in objects_of.values()}.values())  # first-use order: reproducible
+    # One object per distinct kernel and ISA variant (a multi-ISA target: each kernel for every variant's features)
+    variants = [kernel_objects(funcs, variant) for variant in target.compiled_for()]
+    entry, entry_libs = _entry_object(funcs, variants, target, plan)
+    distinct = list({obj.key: obj for objects in variants for obj in objects.values()}.values())  # reproducible order
     libs = sorted(set(entry_libs).union(*(obj.compiled.libs for obj in distinct)))
     with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
         objects = [Path(tmp) / "entry.o"]
@@ -113,30 +115,32 @@ def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
             objects.append(path)
         # The thread pool goes into every library (its PARALLEL loops call it); the model runtime with a plan.
         shaped = isinstance(plan, BucketedPlan)  # input-shape ranges: kiln_run_shaped and its queries too
-        objects += runtime_objects(cc, Path(tmp), with_model=plan is not None, with_shapes=shaped)
-        shim, script = prefixed_exports(cc, Path(tmp), plan.export_prefix if plan is not None else None, shaped)
+        objects += runtime_objects(cc, Path(tmp), with_model=plan is not None, with_shapes=shaped,
+                                   with_isa=len(variants) > 1)
+        shim, script = prefixed_exports(cc, Path(tmp), plan.export_prefix if plan is not None else None, shaped,
+                                        isa=len(variants) > 1)
         objects += shim
         with atomic_path(out_path) as partial:
             link_shared(cc, objects, partial, libs, script)
     return out_path
 
 
-def _entry_object(funcs: Sequence[PrimFunc], objects_of: dict[str, KernelObject], target: Target,
+def _entry_object(funcs: Sequence[PrimFunc], variants: Sequence[dict[str, KernelObject]], target: Target,
                   plan: ModelPlan | None) -> tuple[bytes, list[str]]:
     """The library's entry module compiled: each kernel exported under its own name (a jump to its canonical
-    symbol), the kernels' parameter list (`kiln_kernels_json`) and the model entry when `plan` is given."""
+    symbol, or with several ISA variants to its dispatcher), the kernels' parameter list (`kiln_kernels_json`)
+    and the model entry when `plan` is given."""
     names = [f.name for f in funcs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise CodegenError(f"two kernels share the name(s) {', '.join(dupes)}")
     module = new_module(target)
-    canonical = {}
-    for obj in objects_of.values():
-        if obj.symbol not in module.globals:
-            declare_kernel(module, obj.func)
-        canonical[obj.symbol] = module.globals[obj.symbol]
+    if len(variants) > 1:
+        callees = kernel_dispatchers(module, variants)
+    else:
+        callees = {name: declared_symbol(module, obj) for name, obj in variants[0].items()}
     for func in funcs:
-        callee = canonical[objects_of[func.name].symbol]
+        callee = callees[func.name]
         fn = declare_kernel(module, func)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         b.call(callee, list(fn.args), tail=True)
@@ -144,7 +148,7 @@ def _entry_object(funcs: Sequence[PrimFunc], objects_of: dict[str, KernelObject]
     _embed_string(module, "kiln_kernels_json", json.dumps(kernel_signatures(funcs)))
     if plan is not None:
         emit = emit_bucketed_entry if isinstance(plan, BucketedPlan) else emit_model_entry
-        emit(module, plan, {f.name: f for f in funcs}, {f.name: canonical[objects_of[f.name].symbol] for f in funcs})
+        emit(module, plan, {f.name: f for f in funcs}, {f.name: callees[f.name] for f in funcs})
     libs = ["-lmvec"] if vecmath.uses_libmvec(module) else []
     mod, tm = optimize_module(module, target)
     with LLVM_LOCK:

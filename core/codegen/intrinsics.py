@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from ..errors import CodegenError
 from ..te import tensor as te
-from ..te.tensorize import TensorIntrinsic, get_intrinsic, register_intrinsic
+from ..te.tensorize import TensorIntrinsic, get_intrinsic, intrinsics_for, register_intrinsic
 from ..tir.expr import cast
 from ..tir.stmt import IntrinsicCall
 from .arith import declare, splat
@@ -102,6 +102,16 @@ def _emit_avx2_words(b: ir.IRBuilder, pointers) -> None:
     _accumulate(b, c_ptr, 8, lambda acc: b.add(acc, b.call(pmadd, [acts, weights])))
 
 
+def _emit_vnni_words(b: ir.IRBuilder, pointers) -> None:
+    """The same operands as _emit_avx2_words, the pair sums accumulated by one vpdpwssd (AVX-512 VNNI on ymm)."""
+    c_ptr, a_ptr, b_ptr = pointers
+    vec = _vector(8)
+    dot = declare(b.module, "llvm.x86.avx512.vpdpwssd.256", vec, [vec, vec, vec])
+    weights = b.bitcast(b.sext(b.load(b_ptr, typ=_vector(16, 8), align=1), _vector(16, 16)), vec)
+    acts = _activations(b, a_ptr, 8)
+    _accumulate(b, c_ptr, 8, lambda acc: b.call(dot, [acc, acts, weights]))
+
+
 def _emit_avx2_pairs(b: ir.IRBuilder, pointers) -> None:
     """8 lanes: vpmaddubsw sums the u8 x s8 products in pairs as int16, vpmaddwd by ones sums the pairs
     as int32. A pair sum saturates beyond 2 * 255 * 64, so this lowering is declared for |w| <= 64 only
@@ -127,6 +137,12 @@ _declare("x86_vnni_u8s8_16x4", 16, "uint8", "int8", "x86_64", {"avx512vnni", "av
          _dot_instruction("llvm.x86.avx512.vpdpbusd.512", 16))
 _declare("x86_avxvnni_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avxvnni"},
          _dot_instruction("llvm.x86.avx512.vpdpbusd.256", 8))
+# vpdpbusd on ymm in its EVEX form (AVX-512 VNNI with VL, no AVX-VNNI): the AVX2 8-lane dots' operands, so that
+# a multi-ISA library's AVX-512 variant runs kernels scheduled for 8 lanes with one instruction per call.
+_declare("x86_avx512vl_vnni_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avx512vnni", "avx512vl"},
+         _dot_instruction("llvm.x86.avx512.vpdpbusd.256", 8))
+_declare("x86_avx512vl_vnni_s16s8_8x2", 8, "int16", "int8", "x86_64", {"avx512vnni", "avx512vl"}, _emit_vnni_words,
+         depth=2)
 _declare("x86_avx2_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avx2"}, _emit_avx2_exact, instructions=8)
 _declare("x86_avx2_s16s8_8x2", 8, "int16", "int8", "x86_64", {"avx2"}, _emit_avx2_words, instructions=2, depth=2)
 _declare("x86_avx2_u8s7_8x4", 8, "uint8", "int8", "x86_64", {"avx2"}, _emit_avx2_pairs, instructions=3,
@@ -180,9 +196,28 @@ def byte_table_lookup(fe, buf, index: ir.Value):
     return fe.from_mem(buf.dtype, out)
 
 
+def fastest_equivalent(intrinsic: TensorIntrinsic, target) -> TensorIntrinsic:
+    """The intrinsic `target`'s features lower in the fewest instructions among those computing exactly what
+    `intrinsic` does on the same operands (lanes, depth, dtypes; exact for at least its weights): a kernel scheduled
+    for AVX2 (the multi-ISA target's graph) compiled for its AVX-512 variant takes vpdpbusd for the vpmaddwd
+    lowering. `intrinsic` itself when none is faster (or it is strided)."""
+    if intrinsic.strided or intrinsic.weight_dtype is None:
+        return intrinsic
+
+    def same(other: TensorIntrinsic) -> bool:
+        exact_enough = other.weight_limit is None or (intrinsic.weight_limit is not None
+                                                      and other.weight_limit >= intrinsic.weight_limit)
+        return (not other.strided and other.arch == intrinsic.arch and other.lanes == intrinsic.lanes
+                and other.depth == intrinsic.depth and other.declaration.dtype == intrinsic.declaration.dtype
+                and [t.dtype for t in other.inputs] == [t.dtype for t in intrinsic.inputs] and exact_enough)
+
+    faster = [i for i in intrinsics_for(target, same) if i.instructions < intrinsic.instructions]
+    return min(faster, key=lambda i: (i.instructions, i.name)) if faster else intrinsic
+
+
 def emit_intrinsic_call(fe, call: IntrinsicCall) -> None:
     """Codegen of an IntrinsicCall statement: its lowering on pointers to each operand region's first element."""
-    intrinsic = get_intrinsic(call.name)
+    intrinsic = fastest_equivalent(get_intrinsic(call.name), fe.ctx.target)
     if not intrinsic.available_on(fe.ctx.target):
         raise CodegenError(f"kernel {fe.kernel_name}: tensor intrinsic {intrinsic.name} needs {intrinsic.arch} with "
                            f"{', '.join('+' + f for f in sorted(intrinsic.features))}; target {fe.ctx.target.name} "

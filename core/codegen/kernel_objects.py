@@ -133,7 +133,8 @@ def prefetch(func: PrimFunc, target: Target) -> None:
     """Starts compiling `func`'s object now, on a worker process, when it is not in the cache: lowering goes on
     with the next kernel meanwhile. Only inside a `building` block (core/codegen/kernel_cache.py), else nothing."""
     if current_stats() is not None and get_backend(target).host_code:
-        _builder(target).want(func)
+        for variant in target.compiled_for():  # a multi-ISA target's kernels: each variant's object
+            _builder(variant).want(func)
 
 
 def _builder(target: Target) -> "ObjectBuilder":

@@ -21,6 +21,7 @@ POOL_SOURCE = "kiln_threadpool.c"
 MODEL_SOURCE = "kiln_runtime.c"
 CUDA_SOURCE = "kiln_cuda.c"
 SHAPED_SOURCE = "kiln_shaped.c"
+ISA_SOURCE = "kiln_isa.c"  # a multi-ISA library's variant choice (core/codegen/isa_dispatch.py)
 
 _objects: dict[tuple[str, str], bytes] = {}
 _lock = threading.Lock()
@@ -63,10 +64,10 @@ def _object_bytes(cc: str, source: Path) -> bytes:
 
 
 def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = False,
-                    with_shapes: bool = False) -> list[Path]:
+                    with_shapes: bool = False, with_isa: bool = False) -> list[Path]:
     """Write the runtime's object files into `out_dir` and return their paths (to pass to the linker)."""
     names = [POOL_SOURCE] + ([MODEL_SOURCE] if with_model else []) + ([CUDA_SOURCE] if with_cuda else [])
-    names += [SHAPED_SOURCE] if with_shapes else []
+    names += ([SHAPED_SOURCE] if with_shapes else []) + ([ISA_SOURCE] if with_isa else [])
     paths = []
     for name in names:
         path = out_dir / (Path(name).stem + ".o")
@@ -75,15 +76,26 @@ def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = 
     return paths
 
 
-def prefixed_exports(cc: str, out_dir: Path, prefix: Optional[str],
-                     shaped: bool = False) -> tuple[list[Path], Optional[Path]]:
+# A multi-ISA library's variant choice (kiln_isa.c) under a named artifact's prefix.
+_ISA_SHIM = """const char* kiln_isa(void);
+int kiln_set_isa(const char* name);
+const char* kiln_isa_refusal(void);
+const char* {p}_isa(void) {{ return kiln_isa(); }}
+int {p}_set_isa(const char* name) {{ return kiln_set_isa(name); }}
+const char* {p}_isa_refusal(void) {{ return kiln_isa_refusal(); }}
+"""
+
+
+def prefixed_exports(cc: str, out_dir: Path, prefix: Optional[str], shaped: bool = False,
+                     isa: bool = False) -> tuple[list[Path], Optional[Path]]:
     """For a named artifact (`prefix`): the object exporting the model ABI as PREFIX_load, PREFIX_run, ...
-    and the linker version script that exports only those, so the runtime's kiln_ names and the kernels
-    stay internal and libraries of several models link into one program. None: nothing ([], None)."""
+    (and a multi-ISA library's PREFIX_isa, PREFIX_set_isa, PREFIX_isa_refusal when `isa`) and the linker version
+    script that exports only those, so the runtime's kiln_ names and the kernels stay internal and libraries of
+    several models link into one program. None: nothing ([], None)."""
     if prefix is None:
         return [], None
     source = out_dir / f"{prefix}_api.c"
-    source.write_text(render_api_shim(prefix, shaped))
+    source.write_text(render_api_shim(prefix, shaped) + (_ISA_SHIM.format(p=prefix) if isa else ""))
     obj = source.with_suffix(".o")
     compile_c(cc, source, obj)
     script = out_dir / f"{prefix}.map"

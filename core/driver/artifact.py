@@ -28,8 +28,9 @@ class Artifact:
 
     @functools.cached_property
     def report_html(self) -> str:
-        """The report page, rendered once (charts take a moment) for the artifact and for the service."""
-        return render_html(self.report)
+        """The report page, rendered once (charts take a moment: a quick compile's has none) for the artifact and for
+        the service."""
+        return render_html(self.report, draw_charts=not self.report.get("quick"))
 
     def save(self, path: "str | Path") -> Path:
         path = Path(path)

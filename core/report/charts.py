@@ -8,9 +8,10 @@ import re
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Sequence
 
-import matplotlib
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 KILN = "#d35f1f"  # ember orange: everything Kiln produced
 ORT = "#6b7a8f"  # slate: the ONNX Runtime reference
@@ -47,16 +48,26 @@ _STYLE = {
 }
 
 
+def _matplotlib():
+    """matplotlib, imported when the first chart is drawn (seconds on a busy machine): a page without charts (a
+    quick compile's) and the helpers below never pay for it."""
+    import matplotlib
+    import matplotlib.figure
+    import matplotlib.ticker
+
+    return matplotlib
+
+
 @contextmanager
 def _style(name: str) -> Iterator[None]:
     # A per-chart salt makes the SVG ids deterministic (reproducible artifacts) yet distinct between the
     # charts of one page, where clip-path references would otherwise collide.
-    with matplotlib.rc_context({**_STYLE, "svg.hashsalt": f"kiln-{name}"}):
+    with _matplotlib().rc_context({**_STYLE, "svg.hashsalt": f"kiln-{name}"}):
         yield
 
 
 def _figure(height_in: float) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(WIDTH_IN, height_in), layout="constrained")
+    fig = _matplotlib().figure.Figure(figsize=(WIDTH_IN, height_in), layout="constrained")
     return fig, fig.add_subplot()
 
 
@@ -183,7 +194,7 @@ def tuning_curves(tasks: Sequence[dict]) -> Optional[str]:
         return None
     title = f"Tuning: best GFLOP/s found against trials ({len(curves)} tasks)"
     # tab10 keeps colors distinct for the common case; tab20 before colors would repeat.
-    cmap = matplotlib.colormaps["tab10" if len(curves) <= 10 else "tab20"]
+    cmap = _matplotlib().colormaps["tab10" if len(curves) <= 10 else "tab20"]
     with _style("tuning"):
         columns = 2 if len(curves) <= 12 else 3  # the legend sits below the plot; keep it from growing too tall
         fig, ax = _figure(3.6 + 0.2 * math.ceil(len(curves) / columns))
@@ -193,7 +204,7 @@ def tuning_curves(tasks: Sequence[dict]) -> Optional[str]:
             ax.plot(xs[-1], ys[-1], "o", color=cmap(i % cmap.N), markersize=3.5)
         ax.set_xlabel("trials")
         ax.set_ylabel("best GFLOP/s")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(_matplotlib().ticker.MaxNLocator(integer=True))
         ax.set_ylim(bottom=0)
         ax.grid(True)
         ax.set_axisbelow(True)
@@ -260,9 +271,9 @@ def kernel_errors(trace: Sequence[dict]) -> Optional[str]:
             ax.axvline(first, color=KILN, linestyle="--", linewidth=1)
         ax.set_yscale("log")
         # Plain labels: the log formatter's default writes mathtext, which this style shows as raw text.
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0e}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_formatter(_matplotlib().ticker.FuncFormatter(lambda value, _: f"{value:.0e}"))
+        ax.yaxis.set_minor_formatter(_matplotlib().ticker.NullFormatter())
+        ax.xaxis.set_major_locator(_matplotlib().ticker.MaxNLocator(integer=True))
         ax.set_xlabel("kernel (call order)")
         ax.set_ylabel("max abs error vs ONNX Runtime")
         ax.grid(axis="y")

@@ -260,13 +260,29 @@ def embedded_json(report: dict) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: dict[str, Any]) -> str:
-    """A self-contained page: summary tiles, then latency, kernels, tuning, memory, fusion, validation, timings."""
-    from . import charts  # imported here: matplotlib takes about a second, `import core` should not
+CHARTS_LEFT_OUT = "Charts are left out of quick compiles (a compile without --quick draws them)."
+_CHART_FUNCTIONS = ("latency", "kernel_breakdown", "tuning_curves", "memory", "timings", "kernel_errors")
+
+
+class _TextOnly:
+    """charts.py without its drawing: each chart is the one line CHARTS_LEFT_OUT (no matplotlib import, no plots)."""
+
+    def __init__(self, charts: Any):
+        self._charts = charts
+
+    def __getattr__(self, name: str) -> Any:
+        return (lambda data: _note(CHARTS_LEFT_OUT)) if name in _CHART_FUNCTIONS else getattr(self._charts, name)
+
+
+def render_html(report: dict[str, Any], draw_charts: bool = True) -> str:
+    """A self-contained page: summary tiles, then latency, kernels, tuning, memory, fusion, validation, timings.
+    `draw_charts` False: the tables and text alone (matplotlib's import and drawing take seconds)."""
+    from . import charts as drawn  # imported here: `import core` should not import the report's page
     from .production_html import baseline_section, manifest_section, rebuild_section
     from .quantization_html import quantization_section
     from .shapes_html import shapes_section
 
+    charts = drawn if draw_charts else _TextOnly(drawn)
     model = report.get("model") or {}
     name = model.get("name") or report.get("model_name")
     title = f"Kiln report: {name}" if name else "Kiln compile report"

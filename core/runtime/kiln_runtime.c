@@ -24,6 +24,8 @@
 __attribute__((weak, visibility("hidden"))) int kiln_device_attach(const void* host_weights, void** weights,
                                                                    void** arena);
 __attribute__((weak, visibility("hidden"))) void kiln_device_detach(void* weights, void* arena);
+/* A multi-ISA library's dispatch (kiln_isa.c): why the kernel variant asked for cannot run on this CPU, or NULL. */
+__attribute__((weak, visibility("hidden"))) const char* kiln_isa_check(void);
 
 typedef struct kiln_model {
     void* weights;
@@ -119,7 +121,14 @@ static kiln_model* ready(kiln_model* m) {
     return m;
 }
 
+static int isa_refused(const char* who) {
+    const char* why = kiln_isa_check ? kiln_isa_check() : NULL;
+    if (why) set_error("%s: %s", who, why);
+    return why != NULL;
+}
+
 kiln_model* kiln_load(const char* weights_path) {
+    if (isa_refused("kiln_load")) return NULL;
     if (!weights_path) {
         if (kiln_weights_bytes == 0) return ready(new_model());
         set_error("kiln_load: no weights path given, but the model has %lld bytes of weights",
@@ -156,6 +165,7 @@ kiln_model* kiln_load(const char* weights_path) {
 }
 
 kiln_model* kiln_load_from_memory(const void* data, int64_t size) {
+    if (isa_refused("kiln_load_from_memory")) return NULL;
     if (size != kiln_weights_bytes || (size > 0 && !data)) {
         set_error("kiln_load_from_memory: got %lld bytes of weights, the model expects %lld",
                   (long long)size, (long long)kiln_weights_bytes);

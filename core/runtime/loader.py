@@ -155,16 +155,18 @@ def _extract(archive: str) -> str:
     return dest
 
 
-def load(path: "str | os.PathLike", num_threads: int | None = None) -> "Module":
-    """Open an artifact: a `.tar.gz` (extracted to a fresh temporary folder) or an extracted folder."""
+def load(path: "str | os.PathLike", num_threads: int | None = None, isa: str | None = None) -> "Module":
+    """Open an artifact: a `.tar.gz` (extracted to a fresh temporary folder) or an extracted folder. `isa`
+    ("avx2", "avx512" or "auto"): which kernel variant a multi-ISA (`x86-64`) artifact runs, instead of the best
+    this CPU has (or $KILN_ISA's); refused when this CPU lacks it."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return Module(path, num_threads=num_threads)
+        return Module(path, num_threads=num_threads, isa=isa)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no artifact at {path}")
     folder = _extract(path)
     try:
-        return Module(folder, num_threads=num_threads, owned_dir=True)
+        return Module(folder, num_threads=num_threads, owned_dir=True, isa=isa)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -225,7 +227,8 @@ def _data_pointer(array: np.ndarray) -> int:
 class Module:
     """A loaded model. `run({name: array}) -> {name: array}`; also a context manager."""
 
-    def __init__(self, directory: str, num_threads: int | None = None, owned_dir: bool = False):
+    def __init__(self, directory: str, num_threads: int | None = None, owned_dir: bool = False,
+                 isa: str | None = None):
         self._handle = None
         self._owned_dir = directory if owned_dir else None
         meta_path = os.path.join(directory, "metadata.json")
@@ -249,6 +252,7 @@ class Module:
         except OSError as e:
             raise KilnRuntimeError(f"cannot load the model library {lib_path}: {e}") from None
         self._bind()
+        self._choose_isa(isa)
         self._ranges = self.metadata.get("dynamic_shapes")  # input-shape ranges: runs go through kiln_run_shaped
         self._shape_calls: dict = {}
         if self._ranges:
@@ -286,6 +290,29 @@ class Module:
         # ctypes then hands over as they are instead of converting each argument (half the call's cost).
         self._run_entry = lib._FuncPtr((prefix + "_run", lib))
         self._run_entry.restype = ctypes.c_int
+
+    def _choose_isa(self, isa: str | None) -> None:
+        """A multi-ISA library's kernel variant: `isa` when given (PREFIX_set_isa), else what it chose when it loaded."""
+        prefix = self.metadata.get("symbol_prefix", "kiln")
+        try:
+            self._isa = getattr(self._lib, prefix + "_isa")
+        except AttributeError:  # one ISA
+            self._isa = None
+            if isa not in (None, "auto"):
+                raise KilnRuntimeError(f"this artifact (target {self.metadata.get('target')}) has one ISA variant: "
+                                       f"the isa option ({isa!r}) applies to multi-ISA (x86-64) artifacts") from None
+            return
+        self._isa.restype = ctypes.c_char_p
+        if isa is not None:
+            choose, refusal = getattr(self._lib, prefix + "_set_isa"), getattr(self._lib, prefix + "_isa_refusal")
+            choose.argtypes, refusal.restype = [ctypes.c_char_p], ctypes.c_char_p
+            if choose(isa.encode()) != 0:
+                raise KilnRuntimeError(refusal().decode(errors="replace"))
+
+    @property
+    def isa(self) -> str | None:
+        """The kernel variant a multi-ISA (x86-64) artifact runs ("avx2" or "avx512"); None for a single-ISA one."""
+        return self._isa().decode() if self._isa is not None else None
 
     def _bind_shaped(self) -> None:
         prefix = self.metadata.get("symbol_prefix", "kiln")

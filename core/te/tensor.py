@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
@@ -77,11 +78,19 @@ class ComputeOp:
     def input_tensors(self) -> list["Tensor"]:
         from ..tir.functor import walk_expr
 
+        known = _INPUTS.get(self)
+        if known is not None and known[0] is self.body:  # schedules ask again and again (find_ops): walk once
+            return list(known[1])
         seen: dict[int, Tensor] = {}
         for e in walk_expr(self.body):
             if isinstance(e, TensorRead):
                 seen.setdefault(id(e.tensor.op), e.tensor)
+        _INPUTS[self] = (self.body, tuple(seen.values()))
         return list(seen.values())
+
+
+# ComputeOp -> (the body its inputs were read from, those inputs); weak: an op's entry goes with the op.
+_INPUTS: "weakref.WeakKeyDictionary[ComputeOp, tuple[Expr, tuple[Tensor, ...]]]" = weakref.WeakKeyDictionary()
 
 
 @dataclass(eq=False)

@@ -20,6 +20,8 @@ from core.te.tensorize import get_intrinsic, intrinsics_for
 INSTRUCTIONS = {
     "x86_vnni_u8s8_16x4": ("x86-64-v4", "+avx512vnni", "vpdpbusd\t%zmm"),
     "x86_avxvnni_u8s8_8x4": ("x86-64-v3", "+avxvnni", "{vex}\tvpdpbusd\t%ymm"),
+    "x86_avx512vl_vnni_u8s8_8x4": ("x86-64-v4", "+avx512vnni", "vpdpbusd\t%ymm"),
+    "x86_avx512vl_vnni_s16s8_8x2": ("x86-64-v4", "+avx512vnni", "vpdpwssd\t%ymm"),
     "x86_avx2_u8s8_8x4": ("x86-64-v3", "", "vpmaddwd\t%ymm"),
     "x86_avx2_u8s7_8x4": ("x86-64-v3", "", "vpmaddubsw\t%ymm"),
     "x86_avx2_s16s8_8x2": ("x86-64-v3", "", "vpmaddwd\t%ymm"),
@@ -63,6 +65,19 @@ def test_each_intrinsic_lowers_to_its_instruction(name):
     b = np.zeros((64, 2 * intrinsic.lanes), intrinsic.inputs[1].dtype)
     kernel = packed_kernel(name, a, b, 0)
     assert instruction in assembly([kernel.lower(target)], target)
+
+
+@pytest.mark.parametrize("name,instruction,gone", [("x86_avx2_u8s8_8x4", "vpdpbusd\t%ymm", ("vpmaddwd",)),
+                                                   ("x86_avx2_u8s7_8x4", "vpdpbusd\t%ymm", ("vpmaddubsw", "vpmaddwd")),
+                                                   ("x86_avx2_s16s8_8x2", "vpdpwssd\t%ymm", ())])
+def test_an_avx2_dot_compiled_with_vnni_takes_the_one_instruction_equivalent(name, instruction, gone):
+    """The multi-ISA x86-64 target's AVX-512 variant compiles kernels tensorized for AVX2 (same packing). (The
+    int16 kernel's data stage keeps a vpmaddwd of LLVM's own.)"""
+    target = get_target("x86-64").isa_variants[1][1]
+    intrinsic = get_intrinsic(name)
+    kernel = packed_kernel(name, np.zeros((4, 64), data_dtypes(intrinsic)[0]), np.zeros((64, 16), np.int8), 0)
+    text = assembly([kernel.lower(target)], target)
+    assert instruction in text and not any(old in text for old in gone)
 
 
 def test_every_declared_intrinsic_is_checked():

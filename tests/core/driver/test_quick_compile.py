@@ -10,6 +10,7 @@ import tarfile
 import numpy as np
 
 import core
+from core.report.html import CHARTS_LEFT_OUT
 from tests.conftest import ROOT, tiny_model
 
 
@@ -30,7 +31,7 @@ def test_a_quick_compile_skips_the_benchmark_and_validates_on_one_sample():
 
 def test_a_quick_artifact_is_stored_uncompressed_and_still_runs(tmp_path):
     """Deflating float weights gains ~7% and costs ~2 s on resnet18: a quick compile skips it (level 0 is still a
-    valid .tar.gz), a default compile keeps it."""
+    valid .tar.gz), a default compile keeps it. Its report page has no charts either (matplotlib: seconds)."""
     from core.runtime import load
 
     x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -44,6 +45,10 @@ def test_a_quick_artifact_is_stored_uncompressed_and_still_runs(tmp_path):
             tar.extractall(tmp_path / f"unpacked_{quick}", filter="data")
         np.testing.assert_array_equal(load(tmp_path / f"unpacked_{quick}").run({"x": x})["y"], art.load().run({"x": x})["y"])
     assert sizes[True][0] > sizes[True][1] > sizes[False][0]  # stored: the members plus tar/gzip framing
+    pages = {quick: (tmp_path / f"unpacked_{quick}" / "report.html").read_text() for quick in (True, False)}
+    assert CHARTS_LEFT_OUT in pages[True] and "<svg" not in pages[True]  # matplotlib's seconds are not spent
+    assert CHARTS_LEFT_OUT not in pages[False] and "<svg" in pages[False]
+    assert "Operator fusion" in pages[True] and "<summary>All " in pages[True]  # the tables stay
 
 
 def test_a_default_compile_keeps_the_benchmark_and_every_sample():
