@@ -1,0 +1,166 @@
+"""If and Loop run at run time: each branch, or the loop body, imported as a graph of its own and compiled once.
+
+If: the entry reads the condition and runs only the taken branch. Branch outputs may differ in shape: the
+output then has room for the larger, holds the taken branch's elements first, and a `NAME::shape` output
+gives its actual shape (so such an output must be a graph output). A branch that does not compile for the
+compiled input shapes (silero VAD's branch for the other sample rate) fails only when it is taken.
+Loop: the body runs while i < M and the condition holds, both read at run time; loop-carried values keep
+their shape; scan outputs get room for `trip_bound` iterations (M when it is a constant, else the declared
+maximum, `max_trip_count`), and a loop that would run past it stops with an error."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator, Optional
+
+import numpy as np
+import onnx
+
+from core.errors import ShapeError
+from core.graph.ir import Graph, TensorType
+
+from .registry import ConvertContext
+
+MAX_TRIP_COUNT: ContextVar[Optional[int]] = ContextVar("kiln_max_trip_count", default=None)
+MAX_SCAN_BYTES = 1 << 30  # room a loop's scan outputs may take (trip bound x element bytes), each
+
+
+@contextmanager
+def max_trip_count(bound: Optional[int]) -> Iterator[None]:
+    """Imports in this block size the scan outputs of loops whose trip count is known only at run time for at
+    most `bound` iterations (None: such loops with scan outputs are refused)."""
+    if bound is not None and (int(bound) != bound or bound < 1):
+        raise ShapeError(f"the maximum trip count must be a positive integer, got {bound!r}")
+    token = MAX_TRIP_COUNT.set(None if bound is None else int(bound))
+    try:
+        yield
+    finally:
+        MAX_TRIP_COUNT.reset(token)
+
+
+def _function(ctx: ConvertContext, graph: onnx.GraphProto, formals, which: str) -> tuple[Graph, list[str]]:
+    name = f"{ctx.node.name or ctx.hint}_{which}"
+    function, captured = ctx.scope.import_function(graph, formals, name)
+    if len(function.outputs) != len(graph.output):  # flattened sequences, `::bound` outputs of run-time lengths
+        ctx.unsupported(f"the {which} gives outputs that are sequences or have run-time lengths, which a subgraph "
+                        f"run at run time cannot pass out yet")
+    return function, captured
+
+
+def _merged(ctx: ConvertContext, index: int, types: list[TensorType]) -> tuple[TensorType, bool]:
+    """The output slot for the branches' `types` of one output, and whether their shapes differ."""
+    if len({t.dtype for t in types}) > 1:
+        ctx.unsupported(f"the branches give output {index} as different types {[str(t) for t in types]}")
+    if len(set(types)) == 1:
+        return types[0], False
+    if len({t.rank for t in types}) == 1:
+        return TensorType(tuple(max(d) for d in zip(*(t.shape for t in types))), types[0].dtype), True
+    return TensorType((max(t.numel for t in types),), types[0].dtype), True
+
+
+def run_time_if(ctx: ConvertContext, then_branch: onnx.GraphProto, else_branch: onnx.GraphProto) -> list[str]:
+    condition = ctx.input(0)
+    ttype = ctx.builder.type_of(condition)
+    if ttype.dtype != "bool" or ttype.numel != 1:
+        ctx.fail(f"the condition must be a one-element bool tensor, got {ttype}")
+    branches, refusals, captured = [], [], []
+    for which, branch in (("then", then_branch), ("else", else_branch)):
+        try:
+            function, reads = _function(ctx, branch, [], f"{which} branch")
+            branches.append(function)
+            refusals.append("")
+            captured.append(reads)
+        except ShapeError as err:  # this branch cannot run at these input shapes: an error only if it is taken
+            branches.append(None)
+            refusals.append(f"{ctx.where}: the {which} branch was taken, but it does not compile for the compiled "
+                            f"input shapes ({err.message})")
+            captured.append([])
+    if all(b is None for b in branches):
+        ctx.fail(f"neither branch compiles for these shapes: {refusals[0]}; {refusals[1]}")
+    compiled = [b for b in branches if b is not None]
+    if len({len(b.outputs) for b in compiled}) > 1:
+        ctx.fail(f"the branches give {' and '.join(str(len(b.outputs)) for b in compiled)} outputs")
+    inputs = [condition] + list(dict.fromkeys(v for reads in captured for v in reads))
+    inputs_of = tuple(tuple(inputs.index(v) for v in reads) for reads in captured)
+    slots, shaped = [], []
+    for j in range(len(compiled[0].outputs)):
+        slot, differ = _merged(ctx, j, [b.type_of(b.outputs[j]) for b in compiled])
+        slots.append(slot)
+        if differ:
+            shaped.append(j)
+    rank = max((b.type_of(b.outputs[j]).rank for b in compiled for j in shaped), default=0)
+    out_types = tuple(slots) + tuple(TensorType((1 + rank,), "int64") for _ in shaped)
+    outputs = ctx.builder.add_unbounded_node("If", inputs, len(out_types), ctx.hint, foldable=False,
+                                             branches=tuple(branches), refusals=tuple(refusals), inputs_of=inputs_of,
+                                             out_types=out_types, shaped=tuple(shaped))
+    for j, shape in zip(shaped, outputs[len(slots):]):
+        ctx.builder.run_time_shapes[outputs[j]] = shape
+    return outputs[:len(slots)]
+
+
+def _scalar(ctx: ConvertContext, value: str, dtype: str, what: str) -> None:
+    ttype = ctx.builder.type_of(value)
+    if ttype.dtype != dtype or ttype.numel != 1:
+        ctx.fail(f"{what} must be a one-element {dtype} tensor, got {ttype}")
+
+
+def _trip_bound(ctx: ConvertContext, trip_count: str) -> Optional[int]:
+    """The most iterations the loop can run, when known at compile time: M constant, M's largest value (a run-time
+    int), or the declared maximum trip count."""
+    known = []
+    if trip_count:
+        constant = ctx.builder.constant_value(trip_count)
+        largest = constant if constant is not None else ctx.builder.runtime_ints.get(trip_count)
+        if largest is not None:
+            known.append(max(int(np.asarray(largest).reshape(-1)[0]), 0))
+    if MAX_TRIP_COUNT.get() is not None:
+        known.append(MAX_TRIP_COUNT.get())
+    return min(known) if known else None
+
+
+def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list) -> list:
+    trip_count = ctx.input(0) if ctx.has_input(0) else ""
+    condition = ctx.input(1) if ctx.has_input(1) else ""
+    if not trip_count and not condition:
+        ctx.unsupported("a loop with neither a trip count M nor a condition never ends")
+    if trip_count:
+        _scalar(ctx, trip_count, "int64", "the trip count M")
+    if condition:
+        _scalar(ctx, condition, "bool", "the loop condition")
+    if any(not isinstance(v, str) for v in carried):
+        ctx.unsupported("loop-carried sequences or optionals at run time")
+    if len(body.input) != 2 + len(carried):
+        ctx.fail(f"the body takes {len(body.input)} inputs for {len(carried)} loop-carried values")
+    carried_types = [ctx.builder.type_of(v) for v in carried]
+    formals = [(body.input[0].name, TensorType((), "int64")), (body.input[1].name, TensorType((), "bool"))]
+    formals += [(formal.name, t) for formal, t in zip(body.input[2:], carried_types)]
+    function, captured = _function(ctx, body, formals, "loop body")
+    outs = [function.type_of(o) for o in function.outputs]
+    if len(outs) < 1 + len(carried):
+        ctx.fail(f"the body gives {len(outs)} outputs for {len(carried)} loop-carried values")
+    if outs[0].dtype != "bool" or outs[0].numel != 1:
+        ctx.fail(f"the body's condition output must be a one-element bool tensor, got {outs[0]}")
+    for j, (before, after) in enumerate(zip(carried_types, outs[1:1 + len(carried)])):
+        if before != after:
+            ctx.unsupported(f"loop-carried value {j} goes from {before} to {after} in one iteration; a loop run at "
+                            f"run time keeps its loop-carried values' shapes (its body is compiled once)")
+    scans = outs[1 + len(carried):]
+    bound = _trip_bound(ctx, trip_count)
+    if scans and bound is None:
+        ctx.unsupported("its scan outputs need room for every iteration, but the trip count is known only at run "
+                        "time and no maximum is declared: give one with --max-trip-count N (compile(max_trip_count=N))")
+    for j, t in enumerate(scans):
+        if bound * t.nbytes > MAX_SCAN_BYTES:
+            ctx.unsupported(f"scan output {j} ({t} per iteration) for up to {bound} iterations would take "
+                            f"{bound * t.nbytes} bytes; declare a smaller --max-trip-count")
+    out_types = tuple(carried_types) + tuple(TensorType((bound, *t.shape), t.dtype) for t in scans)
+    out_types += (TensorType((1,), "int64"),)
+    outputs = ctx.builder.add_unbounded_node("Loop", [trip_count, condition, *carried, *captured], len(out_types),
+                                             ctx.hint, foldable=False, body=function, carried=len(carried), trip_bound=bound or 0,
+                                             out_types=out_types)
+    finals, stacked, count = outputs[:len(carried)], outputs[len(carried):-1], outputs[-1]
+    if stacked:  # scan outputs hold `count` entries along axis 0 (the runtime trims the rest)
+        pair = ctx.emit1("Concat", [ctx.const(np.array([0], np.int64)), count], axis=0)
+        for value in stacked:
+            ctx.builder.bound_value(value, pair, 0)
+    return finals + stacked
