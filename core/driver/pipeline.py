@@ -44,6 +44,7 @@ from .precision import PrecisionError, check_precision, judged_as, judged_origin
 from .tolerance import origins_or_empty
 from .reference import onnxruntime_on_host, open_sessions
 from .shape_plan import io_info, shape_plan, shapes_option
+from ..frontend.converters.control_flow_runtime import max_trip_count as loop_bound
 from .validate import validate as validate_against_ort
 
 ModelLike = Union[str, Path, bytes, Any]  # a path, serialized bytes or an onnx.ModelProto
@@ -87,7 +88,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             validation_inputs: Any = None, bisect: bool = False,
             pinned_records: Optional[list] = None, precision: Optional[str] = None,
             kernel_cache: CacheSetting = None, quick: bool = False, calibration: "str | Path | None" = None,
-            quantization: Any = None) -> Artifact:
+            quantization: Any = None, max_trip_count: Optional[int] = None) -> Artifact:
     """Compile an ONNX model into an Artifact (native library, weights, metadata, report). `tuning` is a
     TuningOptions (a plain mapping of its fields is accepted too); None: no tuning and no records.
     `name` prefixes the library (libNAME.so), header (NAME.h) and exported C symbols (NAME_load, ...).
@@ -100,7 +101,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     `quantization` (core.quantize.QuantizeOptions or a mapping of its fields), then compiles the QDQ model onto
     integer kernels; the report's `quantization` holds the accuracy cost measured on the artifact itself.
     `kernel_cache` (core/codegen/kernel_cache.py): None the machine's default, False/"off" none, or a directory.
-    `quick`: no latency benchmark and validation on one sample at most, for fast iteration (the report says so)."""
+    `quick`: no latency benchmark and validation on one sample at most, for fast iteration (the report says so).
+    `max_trip_count`: the most iterations a Loop run at run time may make when its scan outputs need room for them
+    and its trip count is known only at run time (core/frontend/converters/control_flow_runtime.py)."""
     tgt = get_target(target)
     names = artifact_names(name)
     if quick:
@@ -137,7 +140,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     shapes = shape_plan(model if isinstance(model, (str, Path)) else data, data, input_shapes)
     shapes.refuse(tgt, backend, checks)  # what declared ranges cannot be combined with yet, before any work
     with stage(Stage.IMPORT):
-        imported = shapes.import_graphs()  # one graph, or one per shape bucket (the largest last)
+        with loop_bound(max_trip_count):
+            imported = shapes.import_graphs()  # one graph, or one per shape bucket (the largest last)
         backend.check_ops((node.op for node in imported[-1].nodes), tgt)  # what the target cannot compile, at once
         samples = shapes.samples(checks, imported)  # bad inputs fail before minutes of building
     nodes_in = len(imported[-1].nodes)
@@ -185,7 +189,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         options={"opt_level": opt_level, "input_shapes": shapes_option(input_shapes),
                  "tuning": tuning_manifest(tuning), "threads": threads,
                  "name": name, "validate": checks.mode, "tolerance": list(checks.tolerance) if checks.tolerance else None,
-                 "bisect": checks.bisect, **requested})
+                 "bisect": checks.bisect, **requested,
+                 **({"max_trip_count": max_trip_count} if max_trip_count is not None else {})})
     write_metadata(workdir, metadata)
     (workdir / names.header).write_text(render_header(metadata))
 
