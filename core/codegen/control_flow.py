@@ -43,7 +43,7 @@ class IfCall:
 @dataclass(frozen=True)
 class LoopCall:
     trip_count: Optional[BufferRef]  # int64; None: no M
-    condition: Optional[BufferRef]  # bool; None: no condition (the body's is ignored)
+    condition: Optional[BufferRef]  # bool; None: true at first (the body's condition still ends the loop, as in ORT)
     body: SubCall
     initial: tuple[BufferRef, ...]  # the carried values' first values
     nbytes: tuple[int, ...]  # per carried value
@@ -164,9 +164,7 @@ def _emit_loop(module: ir.Module, b: ir.IRBuilder, call: LoopCall, weights, poin
     b.position_at_end(header)
     i = b.phi(I64, "iteration")
     i.add_incoming(ir.Constant(I64, 0), entry)
-    more = b.icmp_signed("<", i, limit)
-    if call.condition is not None:
-        more = b.and_(more, b.icmp_unsigned("!=", b.load(flag_slot, typ=I8), ir.Constant(I8, 0)))
+    more = b.and_(b.icmp_signed("<", i, limit), b.icmp_unsigned("!=", b.load(flag_slot, typ=I8), ir.Constant(I8, 0)))
     b.cbranch(more, body, done)
     b.position_at_end(body)
     if call.scans:
@@ -181,8 +179,7 @@ def _emit_loop(module: ir.Module, b: ir.IRBuilder, call: LoopCall, weights, poin
     _run_sub(module, b, call.body, weights, pointer, inputs + [pointer(r) for r in call.body.inputs], outputs)
     for carry, nxt, n in zip(call.carry, call.next, call.nbytes):
         _memcpy(module, b, pointer(carry), pointer(nxt), n)
-    if call.condition is not None:
-        b.store(b.load(pointer(call.flag_out), typ=I8), flag_slot)
+    b.store(b.load(pointer(call.flag_out), typ=I8), flag_slot)
     after = b.add(i, ir.Constant(I64, 1))
     i.add_incoming(after, b.block)
     b.branch(header)
