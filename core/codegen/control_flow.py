@@ -41,6 +41,17 @@ class IfCall:
 
 
 @dataclass(frozen=True)
+class GrowingValue:
+    """A loop-carried value that grows along `axis` (a sequence of tokens): its slots hold the largest size, the
+    body takes its valid length as an input and gives the new one as an [axis, length] output."""
+    axis: int
+    initial: int  # its first length
+    length: BufferRef  # int64 slot the body reads
+    pair: BufferRef  # int64 [2] slot the body writes
+    final: BufferRef  # the loop's [axis, length] output
+
+
+@dataclass(frozen=True)
 class LoopCall:
     trip_count: Optional[BufferRef]  # int64; None: no M
     condition: Optional[BufferRef]  # bool; None: true at first (the body's condition still ends the loop, as in ORT)
@@ -59,6 +70,8 @@ class LoopCall:
     label: str
     func: str = ""
     checks: str = ""
+    initial_nbytes: tuple[int, ...] = ()  # the first values' bytes (less than the slot's for a growing value)
+    growing: tuple[GrowingValue, ...] = ()
 
 
 def is_control(call) -> bool:
@@ -152,8 +165,10 @@ def _emit_if(module: ir.Module, b: ir.IRBuilder, call: IfCall, weights, pointer:
 
 def _emit_loop(module: ir.Module, b: ir.IRBuilder, call: LoopCall, weights, pointer: Callable) -> None:
     fn = b.function
-    for carry, initial, n in zip(call.carry, call.initial, call.nbytes):
+    for carry, initial, n in zip(call.carry, call.initial, call.initial_nbytes or call.nbytes):
         _memcpy(module, b, pointer(carry), pointer(initial), n)
+    for value in call.growing:
+        b.store(ir.Constant(I64, value.initial), pointer(value.length), align=8)
     limit = (b.load(pointer(call.trip_count), typ=I64, align=8) if call.trip_count is not None
              else ir.Constant(I64, (1 << 63) - 1))
     flag_slot = pointer(call.flag)
@@ -175,11 +190,16 @@ def _emit_loop(module: ir.Module, b: ir.IRBuilder, call: LoopCall, weights, poin
     outputs = [pointer(call.flag_out)] + [pointer(r) for r in call.next]
     for ref, step in call.scans:
         outputs.append(b.gep(pointer(ref), [b.mul(i, ir.Constant(I64, step))], inbounds=True, source_etype=I8))
+    outputs += [pointer(value.pair) for value in call.growing]
     inputs = [pointer(call.iteration), flag_slot] + [pointer(r) for r in call.carry]
+    inputs += [pointer(value.length) for value in call.growing]
     _run_sub(module, b, call.body, weights, pointer, inputs + [pointer(r) for r in call.body.inputs], outputs)
     for carry, nxt, n in zip(call.carry, call.next, call.nbytes):
         _memcpy(module, b, pointer(carry), pointer(nxt), n)
     b.store(b.load(pointer(call.flag_out), typ=I8), flag_slot)
+    for value in call.growing:  # the body's new length: entry 1 of its [axis, length]
+        grown = b.gep(pointer(value.pair), [ir.Constant(I64, 1)], inbounds=True, source_etype=I64)
+        b.store(b.load(grown, typ=I64, align=8), pointer(value.length), align=8)
     after = b.add(i, ir.Constant(I64, 1))
     i.add_incoming(after, b.block)
     b.branch(header)
@@ -187,3 +207,8 @@ def _emit_loop(module: ir.Module, b: ir.IRBuilder, call: LoopCall, weights, poin
     for final, carry, n in zip(call.finals, call.carry, call.nbytes):
         _memcpy(module, b, pointer(final), pointer(carry), n)
     b.store(i, pointer(call.count), align=8)
+    for value in call.growing:
+        final = pointer(value.final)
+        b.store(ir.Constant(I64, value.axis), final, align=8)
+        b.store(b.load(pointer(value.length), typ=I64, align=8),
+                b.gep(final, [ir.Constant(I64, 1)], inbounds=True, source_etype=I64), align=8)

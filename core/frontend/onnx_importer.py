@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections import ChainMap
 from typing import Mapping, MutableMapping, Sequence
 
+import numpy as np
 import onnx
 
 from core.errors import KilnError, ShapeError, UnsupportedOpError
-from core.graph.bounded import bound_pair
+from core.graph.bounded import Bound, bound_pair
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
 from core.graph.length_inputs import Affine, add_length_inputs, output_lengths
@@ -135,10 +136,12 @@ class _Scope:
             raise ShapeError(f"subgraph {graph.name!r}: outputs {missing} are never produced")
         return [inner[o.name] for o in graph.output]
 
-    def import_function(self, graph: onnx.GraphProto, formals: Sequence[tuple[str, TensorType]], name: str
-                        ) -> tuple[Graph, list[str]]:
+    def import_function(self, graph: onnx.GraphProto, formals: Sequence[tuple[str, TensorType]], name: str,
+                        lengths: Mapping[str, int] = {}) -> tuple[Graph, list[str]]:
         """`graph` as a graph of its own (an If branch or Loop body run at run time, each compiled as a function):
-        its inputs are `formals` (ONNX name, type), then each enclosing value it reads (returned, in that order)."""
+        its inputs are `formals` (ONNX name, type), then an int64 [1] length per formal of `lengths` (formal -> the
+        axis along which only that many entries are valid: a sequence growing per iteration), then each enclosing
+        value it reads (returned, in that order). A bounded output comes with its `::bound` output ([axis, length])."""
         from .function_scope import OuterValues
 
         builder = GraphBuilder(name)
@@ -146,6 +149,10 @@ class _Scope:
         values = OuterValues(builder, self.builder, self.values)
         for formal, ttype in formals:
             values[formal] = builder.add_input(builder.fresh_name(formal), ttype)
+        for formal, axis in lengths.items():
+            length = builder.add_input(builder.fresh_name(f"{formal}::length"), TensorType((1,), "int64"))
+            builder.runtime_ints[length] = np.array([builder.type_of(values[formal]).shape[axis]], np.int64)
+            builder.bounds[values[formal]] = Bound(length, axis)
         for tensor in graph.initializer:
             values[tensor.name] = builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
         _convert_nodes(graph, self.opsets, builder, values)

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..codegen.control_flow import IfCall, LoopCall, SubCall
+from ..codegen.control_flow import GrowingValue, IfCall, LoopCall, SubCall
 from ..codegen.model_entry import BufferRef
 from ..graph.ir import Graph, Node
 from ..graph.op_defs.control_flow import CONTROL_FLOW_OPS
@@ -25,6 +25,7 @@ class ControlParts:
     node: Node
     subs: tuple
     slots: tuple[tuple[str, int], ...]
+    initial: tuple = ()  # Loop: the carried values' first types (a growing one is smaller than its slot)
 
 
 def _graphs(node: Node) -> tuple[Optional[Graph], ...]:
@@ -42,11 +43,13 @@ def prepare_control(node: Node, graph: Graph, target, name: str, build: Callable
     slots = [("arena", max([s.memory.arena_bytes for s in subs if s is not None] + [SLOT_ALIGN]))]
     if node.op == "Loop":
         body = node.attr("body")
-        carried = body.inputs[2:2 + node.attr("carried")]
-        slots += [(f"carry{j}", body.type_of(v).nbytes) for j, v in enumerate(carried)]
-        slots += [(f"next{j}", body.type_of(v).nbytes) for j, v in enumerate(carried)]
+        carried = node.attr("carried")
+        slots += [(f"carry{j}", body.type_of(v).nbytes) for j, v in enumerate(body.inputs[2:2 + carried])]
+        slots += [(f"next{j}", body.type_of(v).nbytes) for j, v in enumerate(body.outputs[1:1 + carried])]
         slots += [("iteration", 8), ("flag", 1), ("flag_out", 1)]
-    return ControlParts(node, subs, tuple((s, max(n, SLOT_ALIGN)) for s, n in slots))
+        slots += [(f"{part}{j}", size) for j, _ in node.attr("growing") for part, size in (("length", 8), ("pair", 16))]
+    initial = tuple(graph.type_of(v) for v in node.inputs[2:2 + node.attr("carried")]) if node.op == "Loop" else ()
+    return ControlParts(node, subs, tuple((s, max(n, SLOT_ALIGN)) for s, n in slots), initial)
 
 
 def control_call(parts: ControlParts, label: str, ref: Callable[[str], BufferRef],
@@ -67,7 +70,7 @@ def control_call(parts: ControlParts, label: str, ref: Callable[[str], BufferRef
         subs.append(SubCall(f"kiln_cf_{label}_{k}", sub.plan, place_weights(sub.weights), slot("arena"), inputs))
     if node.op == "If":
         return _if_call(node, subs, label, ref)
-    return _loop_call(node, subs[0], label, ref, slot)
+    return _loop_call(parts, subs[0], label, ref, slot)
 
 
 def _if_call(node: Node, subs: list, label: str, ref: Callable) -> IfCall:
@@ -85,17 +88,23 @@ def _if_call(node: Node, subs: list, label: str, ref: Callable) -> IfCall:
                   tuple(shapes), label)
 
 
-def _loop_call(node: Node, body: SubCall, label: str, ref: Callable, slot: Callable) -> LoopCall:
+def _loop_call(parts: ControlParts, body: SubCall, label: str, ref: Callable, slot: Callable) -> LoopCall:
+    node = parts.node
     graph = node.attr("body")
-    carried = node.attr("carried")
+    carried, growing = node.attr("carried"), node.attr("growing")
+    num_scans = len(graph.outputs) - 1 - carried - len(growing)
     initial = node.inputs[2:2 + carried]
     nbytes = tuple(graph.type_of(v).nbytes for v in graph.inputs[2:2 + carried])
-    scans = node.outputs[carried:-1]
-    steps = tuple(graph.type_of(o).nbytes for o in graph.outputs[1 + carried:])
+    scans = node.outputs[carried:carried + num_scans]
+    steps = tuple(graph.type_of(o).nbytes for o in graph.outputs[1 + carried:1 + carried + num_scans])
+    pairs = node.outputs[carried + num_scans + 1:]
+    lengths = tuple(GrowingValue(axis, parts.initial[j].shape[axis], slot(f"length{j}"), slot(f"pair{j}"), ref(pair))
+                    for (j, axis), pair in zip(growing, pairs))
     return LoopCall(ref(node.inputs[0]) if node.inputs[0] else None,
                     ref(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None,
                     body, tuple(ref(v) for v in initial), nbytes,
                     tuple(slot(f"carry{j}") for j in range(carried)), tuple(slot(f"next{j}") for j in range(carried)),
                     slot("iteration"), slot("flag"), slot("flag_out"), tuple(ref(v) for v in node.outputs[:carried]),
-                    tuple((ref(v), s) for v, s in zip(scans, steps)), ref(node.outputs[-1]),
-                    int(node.attr("trip_bound")), label)
+                    tuple((ref(v), s) for v, s in zip(scans, steps)), ref(node.outputs[carried + num_scans]),
+                    int(node.attr("trip_bound")), label, initial_nbytes=tuple(t.nbytes for t in parts.initial),
+                    growing=lengths)

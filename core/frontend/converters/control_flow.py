@@ -88,8 +88,9 @@ def _unrolled_loop(ctx: ConvertContext, carried: list[Value]) -> list[Value]:
     running: str | None = ctx.input(1) if ctx.has_input(1) else None  # None: always true
     if running is not None and _known_flag(ctx, running) is True:
         running = None
-    if trip_count is None and running is not None and _known_flag(ctx, running) is None:
-        raise _RunTimeLoop
+    if running is not None and _known_flag(ctx, running) is None and (
+            trip_count is None or trip_count * max(len(body.node), 1) > MAX_UNROLLED_NODES):
+        raise _RunTimeLoop  # a run-time condition never becomes known: masking would unroll past the cap
     # M may be huge (torch exports a `while` as M = INT64_MAX plus a condition): stop when the condition
     # turns false at compile time, and give up only past the unroll cap.
     cap = MAX_UNROLLED_NODES // max(len(body.node), 1)

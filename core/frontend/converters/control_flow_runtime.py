@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -38,10 +38,12 @@ def max_trip_count(bound: Optional[int]) -> Iterator[None]:
         MAX_TRIP_COUNT.reset(token)
 
 
-def _function(ctx: ConvertContext, graph: onnx.GraphProto, formals, which: str) -> tuple[Graph, list[str]]:
+def _function(ctx: ConvertContext, graph: onnx.GraphProto, formals, which: str, lengths=None,
+              bounded: Sequence[str] = ()) -> tuple[Graph, list[str]]:
+    """The subgraph imported on its own; its outputs are the ONNX ones, then the `::bound` of those in `bounded`."""
     name = f"{ctx.node.name or ctx.hint}_{which}"
-    function, captured = ctx.scope.import_function(graph, formals, name)
-    if len(function.outputs) != len(graph.output):  # flattened sequences, `::bound` outputs of run-time lengths
+    function, captured = ctx.scope.import_function(graph, formals, name, lengths or {})
+    if list(function.outputs[len(graph.output):]) != [f"{o}::bound" for o in bounded]:
         ctx.unsupported(f"the {which} gives outputs that are sequences or have run-time lengths, which a subgraph "
                         f"run at run time cannot pass out yet")
     return function, captured
@@ -118,6 +120,20 @@ def _trip_bound(ctx: ConvertContext, trip_count: str) -> Optional[int]:
     return min(known) if known else None
 
 
+def _growth(ctx: ConvertContext, j: int, before: TensorType, after: TensorType) -> tuple[int, int]:
+    """(axis, entries added per iteration) of a loop-carried value that grows (a sequence of tokens)."""
+    differ = [a for a, (m, n) in enumerate(zip(before.shape, after.shape)) if m != n]
+    if before.rank != after.rank or before.dtype != after.dtype or len(differ) != 1 or \
+            after.shape[differ[0]] < before.shape[differ[0]]:
+        ctx.unsupported(f"loop-carried value {j} goes from {before} to {after} in one iteration; a loop run at run "
+                        f"time keeps a loop-carried value's shape or grows it along one axis")
+    axis = differ[0]
+    if int(np.prod(before.shape[:axis])) != 1:
+        ctx.unsupported(f"loop-carried value {j} ({before} -> {after}) grows along an inner axis; Kiln grows a "
+                        f"sequence along its outermost axis (all axes before it of size 1)")
+    return axis, after.shape[axis] - before.shape[axis]
+
+
 def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list) -> list:
     trip_count = ctx.input(0) if ctx.has_input(0) else ""
     condition = ctx.input(1) if ctx.has_input(1) else ""
@@ -127,38 +143,59 @@ def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list) -> 
         _scalar(ctx, trip_count, "int64", "the trip count M")
     if condition:
         _scalar(ctx, condition, "bool", "the loop condition")
-    if any(not isinstance(v, str) for v in carried):
-        ctx.unsupported("loop-carried sequences or optionals at run time")
+    if any(not isinstance(v, str) or v in ctx.builder.bounds for v in carried):
+        ctx.unsupported("loop-carried sequences, optionals or values of run-time length at run time")
     if len(body.input) != 2 + len(carried):
         ctx.fail(f"the body takes {len(body.input)} inputs for {len(carried)} loop-carried values")
-    carried_types = [ctx.builder.type_of(v) for v in carried]
-    formals = [(body.input[0].name, TensorType((), "int64")), (body.input[1].name, TensorType((), "bool"))]
-    formals += [(formal.name, t) for formal, t in zip(body.input[2:], carried_types)]
-    function, captured = _function(ctx, body, formals, "loop body")
+    bound = _trip_bound(ctx, trip_count)
+    initial = [ctx.builder.type_of(v) for v in carried]
+
+    def formals(types):
+        return [(body.input[0].name, TensorType((), "int64")), (body.input[1].name, TensorType((), "bool"))] + \
+            [(formal.name, t) for formal, t in zip(body.input[2:], types)]
+
+    function, captured = _function(ctx, body, formals(initial), "loop body")
     outs = [function.type_of(o) for o in function.outputs]
     if len(outs) < 1 + len(carried):
         ctx.fail(f"the body gives {len(outs)} outputs for {len(carried)} loop-carried values")
+    growing = {j: _growth(ctx, j, t, u) for j, (t, u) in enumerate(zip(initial, outs[1:1 + len(carried)])) if t != u}
+    slots = list(initial)
+    if growing:  # compiled at the largest size, with the valid length as a run-time input
+        if bound is None:
+            ctx.unsupported(f"loop-carried value {min(growing)} grows each iteration, so it needs room for every "
+                            f"iteration, but the trip count is known only at run time and no maximum is declared: "
+                            f"give one with --max-trip-count N (compile(max_trip_count=N))")
+        for j, (axis, step) in growing.items():
+            shape = list(initial[j].shape)
+            shape[axis] += step * bound
+            slots[j] = TensorType(tuple(shape), initial[j].dtype)
+        function, captured = _function(ctx, body, formals(slots), "loop body",
+                                       {body.input[2 + j].name: axis for j, (axis, _) in growing.items()},
+                                       [body.output[1 + j].name for j in sorted(growing)])
+        outs = [function.type_of(o) for o in function.outputs[:len(body.output)]]
     if outs[0].dtype != "bool" or outs[0].numel != 1:
         ctx.fail(f"the body's condition output must be a one-element bool tensor, got {outs[0]}")
-    for j, (before, after) in enumerate(zip(carried_types, outs[1:1 + len(carried)])):
-        if before != after:
-            ctx.unsupported(f"loop-carried value {j} goes from {before} to {after} in one iteration; a loop run at "
-                            f"run time keeps its loop-carried values' shapes (its body is compiled once)")
+    for j, (slot, after) in enumerate(zip(slots, outs[1:1 + len(carried)])):
+        if after.numel < slot.numel or after.dtype != slot.dtype or (j not in growing and after != slot):
+            ctx.unsupported(f"loop-carried value {j} goes from {slot} to {after} in one iteration at its largest size")
     scans = outs[1 + len(carried):]
-    bound = _trip_bound(ctx, trip_count)
     if scans and bound is None:
         ctx.unsupported("its scan outputs need room for every iteration, but the trip count is known only at run "
                         "time and no maximum is declared: give one with --max-trip-count N (compile(max_trip_count=N))")
-    for j, t in enumerate(scans):
-        if bound * t.nbytes > MAX_SCAN_BYTES:
-            ctx.unsupported(f"scan output {j} ({t} per iteration) for up to {bound} iterations would take "
-                            f"{bound * t.nbytes} bytes; declare a smaller --max-trip-count")
-    out_types = tuple(carried_types) + tuple(TensorType((bound, *t.shape), t.dtype) for t in scans)
-    out_types += (TensorType((1,), "int64"),)
+    for j, t in enumerate([*scans, *slots]):
+        if (bound if j < len(scans) else 1) * t.nbytes > MAX_SCAN_BYTES:
+            ctx.unsupported(f"{t} for up to {bound} iterations would take more than {MAX_SCAN_BYTES} bytes; declare "
+                            f"a smaller --max-trip-count")
+    out_types = tuple(slots) + tuple(TensorType((bound, *t.shape), t.dtype) for t in scans)
+    out_types += (TensorType((1,), "int64"),) + tuple(TensorType((2,), "int64") for _ in growing)
     outputs = ctx.builder.add_unbounded_node("Loop", [trip_count, condition, *carried, *captured], len(out_types),
-                                             ctx.hint, foldable=False, body=function, carried=len(carried), trip_bound=bound or 0,
-                                             out_types=out_types)
-    finals, stacked, count = outputs[:len(carried)], outputs[len(carried):-1], outputs[-1]
+                                             ctx.hint, foldable=False, body=function, carried=len(carried),
+                                             growing=tuple((j, growing[j][0]) for j in sorted(growing)),
+                                             trip_bound=bound or 0, out_types=out_types)
+    finals, stacked = outputs[:len(carried)], outputs[len(carried):len(carried) + len(scans)]
+    count, pairs = outputs[len(carried) + len(scans)], outputs[len(carried) + len(scans) + 1:]
+    for (j, (axis, _)), pair in zip(sorted(growing.items()), pairs):  # valid up to its length (runtime-trimmed)
+        ctx.builder.bound_value(finals[j], pair, axis)
     if stacked:  # scan outputs hold `count` entries along axis 0 (the runtime trims the rest)
         pair = ctx.emit1("Concat", [ctx.const(np.array([0], np.int64)), count], axis=0)
         for value in stacked:
