@@ -182,10 +182,10 @@ def _emit_loop(module: ir.Module, b: ir.IRBuilder, call: LoopCall, weights, poin
     more = b.and_(b.icmp_signed("<", i, limit), b.icmp_unsigned("!=", b.load(flag_slot, typ=I8), ir.Constant(I8, 0)))
     b.cbranch(more, body, done)
     b.position_at_end(body)
-    if call.scans:
+    if call.scans or call.growing:
         with b.if_then(b.icmp_signed(">=", i, ir.Constant(I64, call.trip_bound)), likely=False):
             _fail(module, b, f"{call.label}: the loop runs past {call.trip_bound} iterations, the most its scan "
-                             f"outputs were compiled for (raise --max-trip-count)")
+                             f"outputs and growing values were compiled for (raise --max-trip-count)")
     b.store(i, pointer(call.iteration), align=8)
     outputs = [pointer(call.flag_out)] + [pointer(r) for r in call.next]
     for ref, step in call.scans:

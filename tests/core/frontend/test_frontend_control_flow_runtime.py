@@ -2,6 +2,8 @@
 once as its own runner, the entry branching or looping; every case compared with ONNX Runtime."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -175,3 +177,59 @@ def test_a_loop_without_scan_outputs_needs_no_bound_and_without_a_condition_inpu
     for trips, step in ((0, 1.0), (1, 1.0), (3, 1.0), (300, 0.05), (300, -0.5)):  # M, the condition, or never
         _compare(module, model, {"M": np.array(trips, np.int64), "acc0": rng.standard_normal((2, 2)).astype(np.float32),
                                  "w": np.full((2, 2), step, np.float32)})
+
+
+# -- a greedy decoder: tokens grow by one per iteration, the loop exits early on an end token --------------------
+def _greedy_decoder(vocab: int = 16, dim: int = 8):
+    """tokens = start; for i < M: next = argmax(tanh(emb[tokens[:, -1]]) @ out); tokens = concat(tokens, next);
+    stop after `eos`. Also scans each step's best score."""
+    rng = np.random.default_rng(5)
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "emb"),
+               onnx.numpy_helper.from_array(rng.standard_normal((dim, vocab)).astype(np.float32), "out")]
+    body = helper.make_graph([
+        _const("last", np.int64(-1)), helper.make_node("Gather", ["tokens", "last"], ["token"], axis=1),
+        helper.make_node("Gather", ["emb", "token"], ["e"], axis=0), helper.make_node("Tanh", ["e"], ["h"]),
+        helper.make_node("MatMul", ["h", "out"], ["logits"]),
+        helper.make_node("ArgMax", ["logits"], ["next"], axis=-1, keepdims=1),
+        helper.make_node("ReduceMax", ["logits"], ["score"], keepdims=0),
+        helper.make_node("Concat", ["tokens", "next"], ["tokens2"], axis=1),
+        helper.make_node("Squeeze", ["next"], ["next0"]), helper.make_node("Equal", ["next0", "eos"], ["stop"]),
+        helper.make_node("Not", ["stop"], ["go_on"])],
+        "body", [_value("i", I64, []), _value("c", BOOL, []), _value("tokens", I64, [1, "t"])],
+        [_value("go_on", BOOL, []), _value("tokens2", I64, [1, "t2"]), _value("score", F32, [])])
+    nodes = [helper.make_node("Loop", ["M", "", "start"], ["tokens_out", "scores"], body=body)]
+    return _model(nodes, [_value("start", I64, [1, 1]), _value("M", I64, []), _value("eos", I64, [])],
+                  [_value("tokens_out", I64, [1, "n"]), _value("scores", F32, ["m"])], weights)
+
+
+def test_a_greedy_decoder_with_a_growing_concat_and_early_exit_matches_onnxruntime():
+    model = _greedy_decoder()
+    module = _compile(model, max_trip_count=24)
+    session = ort.InferenceSession(model)
+    stopped_early = 0
+    for start in range(16):
+        for trips in (0, 1, 7, 24):
+            for eos in (3, 9):
+                feeds = {"start": np.array([[start]], np.int64), "M": np.array(trips, np.int64),
+                         "eos": np.array(eos, np.int64)}
+                _compare(module, model, feeds)
+                stopped_early += session.run(None, feeds)[0].shape[1] < trips + 1
+    assert stopped_early > 0  # some sequences end on their end token before M
+
+
+def test_a_growing_loop_value_without_a_declared_bound_is_refused_up_front():
+    with pytest.raises(UnsupportedOpError, match="grows each iteration.*--max-trip-count"):
+        import_onnx(_greedy_decoder())
+
+
+def test_a_torch_jit_script_greedy_decoder_export_matches_onnxruntime():
+    """data/greedy_decoder_jit_script.onnx (data/export_greedy_decoder.py): torch's own export of a scripted loop, a
+    `while` with M = INT64_MAX, a condition from max_len, an If inside the body and tokens growing by a Concat."""
+    path = Path(__file__).parent / "data" / "greedy_decoder_jit_script.onnx"
+    model = path.read_bytes()
+    module = _compile(model, max_trip_count=20)
+    for start in range(16):
+        for max_len in (0, 1, 5, 20):
+            _compare(module, model, {"start": np.array([[start]], np.int64), "max_len": np.array(max_len, np.int64)})
+    with pytest.raises(KilnRuntimeError, match="runs past 20 iterations"):
+        module.run({"start": np.array([[0]], np.int64), "max_len": np.array(21, np.int64)})
