@@ -23,7 +23,7 @@ from core.errors import ShapeError
 
 from ..onnx_values import numpy_dtype
 from ..structured_values import Value
-from .control_flow_runtime import run_time_if, run_time_loop
+from .control_flow_runtime import run_time_if, run_time_loop, run_time_scan
 from .registry import ConvertContext, accepts_structured, converter
 from .structure_helpers import as_flag, select, stack, take
 
@@ -34,8 +34,7 @@ def _check_unroll(ctx: ConvertContext, body: onnx.GraphProto, iterations: int, w
     if iterations * max(len(body.node), 1) > MAX_UNROLLED_NODES:
         count = f"{iterations}" if iterations < np.iinfo(np.int64).max else "an unbounded number of"
         ctx.unsupported(f"{what} of {count} iterations over a {len(body.node)}-node body would unroll "
-                        f"into more than {MAX_UNROLLED_NODES} nodes; Kiln unrolls loops at import and has no "
-                        f"native loop")
+                        f"into more than {MAX_UNROLLED_NODES} nodes, and only Loop and opset-9 Scan run at run time")
 
 
 def _known_flag(ctx: ConvertContext, value: str) -> bool | None:
@@ -190,7 +189,10 @@ def _scan(ctx: ConvertContext, body: onnx.GraphProto, states: list[str], sequenc
     steps = lengths.pop()
     if steps == 0:
         ctx.unsupported("a scan over zero steps")
-    _check_unroll(ctx, body, steps, "a scan")
+    if steps * max(len(body.node), 1) > MAX_UNROLLED_NODES:  # too long to unroll: its body runs at run time
+        if ctx.opset < 9:
+            _check_unroll(ctx, body, steps, "an opset-8 scan")
+        return run_time_scan(ctx, body, states, axes, directions, output_axes, output_directions, steps)
     scanned: list[list[Value]] = []
     for t in range(steps):
         items = [take(ctx, x, axis, steps - 1 - t if reverse else t)

@@ -134,9 +134,13 @@ def _growth(ctx: ConvertContext, j: int, before: TensorType, after: TensorType) 
     return axis, after.shape[axis] - before.shape[axis]
 
 
-def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list) -> list:
-    trip_count = ctx.input(0) if ctx.has_input(0) else ""
-    condition = ctx.input(1) if ctx.has_input(1) else ""
+def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list, trip_count: Optional[str] = None,
+                  condition: Optional[str] = None, full: bool = False) -> list:
+    """The Loop node for `body` (M and the condition: the ONNX node's unless given; `full`: the body never ends
+    the loop early, so scan outputs always hold M entries and carry no run-time length)."""
+    if trip_count is None:
+        trip_count = ctx.input(0) if ctx.has_input(0) else ""
+        condition = ctx.input(1) if ctx.has_input(1) else ""
     if not trip_count and not condition:
         ctx.unsupported("a loop with neither a trip count M nor a condition never ends")
     if trip_count:
@@ -196,8 +200,47 @@ def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list) -> 
     count, pairs = outputs[len(carried) + len(scans)], outputs[len(carried) + len(scans) + 1:]
     for (j, (axis, _)), pair in zip(sorted(growing.items()), pairs):  # valid up to its length (runtime-trimmed)
         ctx.builder.bound_value(finals[j], pair, axis)
-    if stacked:  # scan outputs hold `count` entries along axis 0 (the runtime trims the rest)
+    if stacked and not full:  # scan outputs hold `count` entries along axis 0 (the runtime trims the rest)
         pair = ctx.emit1("Concat", [ctx.const(np.array([0], np.int64)), count], axis=0)
         for value in stacked:
             ctx.builder.bound_value(value, pair, 0)
     return finals + stacked
+
+
+def run_time_scan(ctx: ConvertContext, body: onnx.GraphProto, states: list[str], axes: Sequence[int],
+                  directions: Sequence[int], output_axes: Sequence[int], output_directions: Sequence[int],
+                  steps: int) -> list[str]:
+    """Scan (opset 9+) as a Loop of `steps` iterations whose body first takes each scan input's entry i (or
+    steps-1-i, reversed) from the enclosing scope; then each scan output reversed and moved to its axis."""
+    loop_body = onnx.GraphProto()
+    loop_body.CopyFrom(body)
+    del loop_body.node[:], loop_body.input[:], loop_body.output[:]
+    num_states = len(states)
+    prefix = f"{ctx.hint}::scan"
+    counter, flag, last = f"{prefix}::i", f"{prefix}::cond", f"{prefix}::last"
+    loop_body.input.extend([onnx.helper.make_tensor_value_info(counter, onnx.TensorProto.INT64, []),
+                            onnx.helper.make_tensor_value_info(flag, onnx.TensorProto.BOOL, []), *body.input[:num_states]])
+    nodes = [onnx.helper.make_node("Constant", [], [last], value=onnx.numpy_helper.from_array(np.int64(steps - 1)))]
+    for k, (formal, axis, reverse) in enumerate(zip(body.input[num_states:], axes, directions)):
+        index = counter
+        if reverse:
+            index = f"{prefix}::reversed{k}"
+            nodes.append(onnx.helper.make_node("Sub", [last, counter], [index]))
+        nodes.append(onnx.helper.make_node("Gather", [ctx.node.input[num_states + k], index], [formal.name], axis=axis))
+    nodes.append(onnx.helper.make_node("Identity", [flag], [f"{prefix}::go_on"]))
+    loop_body.node.extend([*nodes, *body.node])
+    loop_body.output.extend([onnx.helper.make_tensor_value_info(f"{prefix}::go_on", onnx.TensorProto.BOOL, []),
+                             *body.output])
+    results = run_time_loop(ctx, loop_body, list(states), ctx.const(np.array(steps, np.int64)), "", full=True)
+    outputs = results[:num_states]
+    for value, axis, reverse in zip(results[num_states:], output_axes, output_directions):
+        if reverse:
+            value = ctx.emit1("Gather", [value, ctx.const(np.arange(steps - 1, -1, -1, dtype=np.int64))], axis=0)
+        rank = ctx.builder.type_of(value).rank
+        axis = ctx.axis(axis, rank, "scan_output_axes")
+        if axis:
+            perm = list(range(1, rank))
+            perm.insert(axis, 0)
+            value = ctx.emit1("Transpose", [value], perm=tuple(perm))
+        outputs.append(value)
+    return outputs

@@ -233,3 +233,26 @@ def test_a_torch_jit_script_greedy_decoder_export_matches_onnxruntime():
             _compare(module, model, {"start": np.array([[start]], np.int64), "max_len": np.array(max_len, np.int64)})
     with pytest.raises(KilnRuntimeError, match="runs past 20 iterations"):
         module.run({"start": np.array([[0]], np.int64), "max_len": np.array(21, np.int64)})
+
+
+# -- Scan -----------------------------------------------------------------------------------------------------
+def test_a_scan_too_long_to_unroll_runs_at_run_time_with_reversed_inputs_and_outputs_on_other_axes(monkeypatch):
+    """state' = tanh(state @ w + x_t) over x's axis 1 read backwards; outputs the states reversed, along axis 1."""
+    from core.frontend.converters import control_flow
+
+    monkeypatch.setattr(control_flow, "MAX_UNROLLED_NODES", 8)
+    body = helper.make_graph([helper.make_node("MatMul", ["h", "w"], ["hw"]), helper.make_node("Add", ["hw", "xt"], ["a"]),
+                              helper.make_node("Tanh", ["a"], ["h2"]), helper.make_node("Identity", ["h2"], ["y"])],
+                             "body", [_value("h", F32, [4]), _value("xt", F32, [4])],
+                             [_value("h2", F32, [4]), _value("y", F32, [4])])
+    nodes = [helper.make_node("Scan", ["h0", "x"], ["hT", "ys"], body=body, num_scan_inputs=1, scan_input_axes=[1],
+                              scan_input_directions=[1], scan_output_axes=[1], scan_output_directions=[1])]
+    w = onnx.numpy_helper.from_array(np.random.default_rng(6).standard_normal((4, 4)).astype(np.float32) * 0.5, "w")
+    model = _model(nodes, [_value("h0", F32, [4]), _value("x", F32, [4, 9])],
+                   [_value("hT", F32, [4]), _value("ys", F32, [4, 9])], [w])
+    assert [n.op for n in import_onnx(model).nodes].count("Loop") == 1
+    module = _compile(model)
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        _compare(module, model, {"h0": rng.standard_normal(4).astype(np.float32),
+                                 "x": rng.standard_normal((4, 9)).astype(np.float32)})
