@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping, MutableMapping
 
-from core.errors import ShapeError
 from core.graph.builder import GraphBuilder
 
 from .structured_values import OptionalValue, SequenceValue, Value
+
+
+class ReadsRunTimeLength(Exception):
+    """A subgraph to be compiled on its own reads an enclosing value whose length is known only at run time."""
 
 
 class OuterValues(MutableMapping):
@@ -54,8 +57,8 @@ class OuterValues(MutableMapping):
             name = self.builder.add_constant(constant, value)
         else:
             if value in outer.bounds:
-                raise ShapeError(f"a subgraph run at run time reads {key!r}, whose length is known only at run time, "
-                                 f"from the enclosing graph")
+                raise ReadsRunTimeLength(f"a subgraph run at run time reads {key!r}, whose length is known only at "
+                                         f"run time, from the enclosing graph")
             name = self.builder.add_input(self.builder.fresh_name(value), outer.type_of(value))
             self.inputs.append(value)
             if value in outer.runtime_ints:  # its largest value still sizes what it bounds (a TopK's k...)

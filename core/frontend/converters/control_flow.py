@@ -3,7 +3,8 @@
 - If with a condition known at compile time (a constant, one computed from shapes, or a graph input
   core.backend specializes on, like silero VAD's `sr`) imports only the taken branch. With a condition
   computed from data, each branch becomes a graph of its own, compiled as its own function, and only the
-  taken branch runs (its outputs may differ in shape from the other's).
+  taken branch runs (its outputs may differ in shape from the other's). Branches that read or give values
+  of run-time length (core/graph/bounded.py) are imported inline instead, both computed and selected by Where.
 - Loop and Scan with a small constant trip count are unrolled (an optimization): the body is imported
   once per iteration with the iteration number as a constant, so shapes may even change from one
   iteration to the next (a growing sequence). A Loop condition computed at run time is then honoured
@@ -22,6 +23,7 @@ import onnx
 from core.errors import ShapeError
 
 from ..onnx_values import numpy_dtype
+from ..function_scope import ReadsRunTimeLength
 from ..structured_values import Value
 from .control_flow_runtime import run_time_if, run_time_loop, run_time_scan
 from .registry import ConvertContext, accepts_structured, converter
@@ -59,7 +61,25 @@ def if_(ctx: ConvertContext) -> list[Value]:
     known = _known_flag(ctx, ctx.input(0))
     if known is not None:
         return ctx.scope.import_graph(then_branch if known else else_branch, {})
-    return run_time_if(ctx, then_branch, else_branch)
+    try:
+        return run_time_if(ctx, then_branch, else_branch)
+    except ReadsRunTimeLength:  # values of run-time length in or out: both branches inline, selected by Where
+        pass
+    flag = as_flag(ctx, ctx.input(0), "the condition")
+    then_values = _import_branch(ctx, then_branch, "then")
+    else_values = _import_branch(ctx, else_branch, "else")
+    if len(then_values) != len(else_values):
+        ctx.fail(f"the branches give {len(then_values)} and {len(else_values)} outputs")
+    return [select(ctx, flag, t, e, f"output {i} of the two branches") for i, (t, e)
+            in enumerate(zip(then_values, else_values))]
+
+
+def _import_branch(ctx: ConvertContext, branch: onnx.GraphProto, which: str) -> list[Value]:
+    try:
+        return ctx.scope.import_graph(branch, {})
+    except ShapeError as err:  # an untaken branch may well not fit these shapes: say why it was compiled at all
+        ctx.unsupported(f"the branches read values whose length is known only at run time, so both are compiled "
+                        f"and selected, and the {which} branch does not compile for these shapes ({err.message})")
 
 
 class _RunTimeLoop(Exception):

@@ -19,6 +19,7 @@ import onnx
 from core.errors import ShapeError
 from core.graph.ir import Graph, TensorType
 
+from ..function_scope import ReadsRunTimeLength
 from .registry import ConvertContext
 
 MAX_TRIP_COUNT: ContextVar[Optional[int]] = ContextVar("kiln_max_trip_count", default=None)
@@ -44,8 +45,8 @@ def _function(ctx: ConvertContext, graph: onnx.GraphProto, formals, which: str, 
     name = f"{ctx.node.name or ctx.hint}_{which}"
     function, captured = ctx.scope.import_function(graph, formals, name, lengths or {})
     if list(function.outputs[len(graph.output):]) != [f"{o}::bound" for o in bounded]:
-        ctx.unsupported(f"the {which} gives outputs that are sequences or have run-time lengths, which a subgraph "
-                        f"run at run time cannot pass out yet")
+        raise ReadsRunTimeLength(f"the {which} gives outputs that are sequences or have run-time lengths, which a "
+                                 f"subgraph run at run time cannot pass out yet")
     return function, captured
 
 
@@ -158,7 +159,10 @@ def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list, tri
         return [(body.input[0].name, TensorType((), "int64")), (body.input[1].name, TensorType((), "bool"))] + \
             [(formal.name, t) for formal, t in zip(body.input[2:], types)]
 
-    function, captured = _function(ctx, body, formals(initial), "loop body")
+    try:
+        function, captured = _function(ctx, body, formals(initial), "loop body")
+    except ReadsRunTimeLength as err:
+        ctx.unsupported(str(err))
     outs = [function.type_of(o) for o in function.outputs]
     if len(outs) < 1 + len(carried):
         ctx.fail(f"the body gives {len(outs)} outputs for {len(carried)} loop-carried values")

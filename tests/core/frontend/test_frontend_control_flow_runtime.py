@@ -85,8 +85,7 @@ def test_if_runs_only_the_taken_branch_whose_output_shape_differs_from_the_other
         assert module.run({"x": x})["y"].shape == ((2, 4) if sign > 0 else (6,))
 
 
-def test_a_branch_that_does_not_fit_the_compiled_shapes_fails_only_when_taken():
-    """silero VAD's pattern: the branch for the other sample rate cannot reshape this input; the taken one runs."""
+def _frames_if_model():
     then_branch = helper.make_graph([_const("two", np.float32(2)), helper.make_node("Mul", ["x", "two"], ["t"])],
                                     "then", [], [_value("t", F32, [4])])
     else_branch = helper.make_graph([_const("frames", np.array([-1, 3], np.int64)), _const("one", np.array([1])),
@@ -96,7 +95,12 @@ def test_a_branch_that_does_not_fit_the_compiled_shapes_fails_only_when_taken():
     nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0), _const("zero", np.float32(0)),
              helper.make_node("Greater", ["m", "zero"], ["c"]),
              helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
-    model = _model(nodes, [_value("x", F32, ["samples"])], [_value("y", F32, ["n"])])
+    return _model(nodes, [_value("x", F32, ["samples"])], [_value("y", F32, ["n"])])
+
+
+def test_a_branch_that_does_not_fit_the_compiled_shapes_fails_only_when_taken():
+    """silero VAD's pattern: the branch for the other sample rate cannot reshape this input; the taken one runs."""
+    model = _frames_if_model()
     module = _compile(model, input_shapes={"x": (4,)})  # 4 samples: no frames of 3
     _compare(module, model, {"x": np.arange(1, 5, dtype=np.float32)})
     with pytest.raises(KilnRuntimeError, match="else branch was taken, but it does not compile"):
@@ -256,3 +260,14 @@ def test_a_scan_too_long_to_unroll_runs_at_run_time_with_reversed_inputs_and_out
     for _ in range(3):
         _compare(module, model, {"h0": rng.standard_normal(4).astype(np.float32),
                                  "x": rng.standard_normal((4, 9)).astype(np.float32)})
+
+
+def test_run_time_control_flow_with_input_shape_ranges_is_refused_up_front():
+    from core.errors import ShapeError
+
+    model = onnx.load_from_string(_if_model())  # plus an input of any length, elementwise (zero-paddable)
+    model.graph.input.append(_value("u", F32, ["n"]))
+    model.graph.output.append(_value("v", F32, ["n"]))
+    model.graph.node.append(helper.make_node("Relu", ["u"], ["v"]))
+    with pytest.raises(ShapeError, match="If run at run time.*--input-shape ranges"):
+        core.compile(model.SerializeToString(), input_shapes={"u": "1..8"}, validate=False, benchmark=False)
