@@ -74,10 +74,6 @@ class LoopCall:
     growing: tuple[GrowingValue, ...] = ()
 
 
-def is_control(call) -> bool:
-    return isinstance(call, (IfCall, LoopCall))
-
-
 def sub_calls(call) -> list[SubCall]:
     if isinstance(call, IfCall):
         return [s for s in call.branches if s is not None]

@@ -39,7 +39,8 @@ def prepare_control(node: Node, graph: Graph, target, name: str, build: Callable
                  for tag, g in zip(tags, _graphs(node)))
     for sub, g in zip(subs, _graphs(node)):
         if sub is not None and sub.plan.num_inputs != len(g.inputs):
-            raise AssertionError(f"{name}: a branch's plan takes {sub.plan.num_inputs} inputs, its graph {len(g.inputs)}")
+            raise AssertionError(f"{name}: a branch's plan takes {sub.plan.num_inputs} inputs, its graph "
+                                 f"{len(g.inputs)}")
     slots = [("arena", max([s.memory.arena_bytes for s in subs if s is not None] + [SLOT_ALIGN]))]
     if node.op == "Loop":
         body = node.attr("body")

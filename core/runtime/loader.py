@@ -334,7 +334,8 @@ class Module:
         shapes, and whether an output has a data-dependent length (then results are trimmed)."""
         return ([(t["name"], _np_dtype(t["dtype"]), t["shape"]) for t in self._inputs],
                 [t["name"] for t in self._outputs], [_np_dtype(t["dtype"]) for t in self._outputs],
-                [t["shape"] for t in self._outputs], any(t["name"].endswith((BOUND_SUFFIX, SHAPE_SUFFIX)) for t in self._outputs))
+                [t["shape"] for t in self._outputs],
+                any(t["name"].endswith((BOUND_SUFFIX, SHAPE_SUFFIX)) for t in self._outputs))
 
     def _exact_inputs(self, feeds) -> list[np.ndarray] | None:
         """The feeds in input order when each already is what the library takes (a C-contiguous ndarray of the

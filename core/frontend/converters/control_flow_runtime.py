@@ -223,7 +223,8 @@ def run_time_scan(ctx: ConvertContext, body: onnx.GraphProto, states: list[str],
     prefix = f"{ctx.hint}::scan"
     counter, flag, last = f"{prefix}::i", f"{prefix}::cond", f"{prefix}::last"
     loop_body.input.extend([onnx.helper.make_tensor_value_info(counter, onnx.TensorProto.INT64, []),
-                            onnx.helper.make_tensor_value_info(flag, onnx.TensorProto.BOOL, []), *body.input[:num_states]])
+                            onnx.helper.make_tensor_value_info(flag, onnx.TensorProto.BOOL, []),
+                            *body.input[:num_states]])
     nodes = [onnx.helper.make_node("Constant", [], [last], value=onnx.numpy_helper.from_array(np.int64(steps - 1)))]
     for k, (formal, axis, reverse) in enumerate(zip(body.input[num_states:], axes, directions)):
         index = counter

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import core
 from core.errors import UnsupportedOpError
@@ -16,16 +16,9 @@ from core.frontend import import_onnx
 from core.frontend.converters.control_flow_runtime import max_trip_count
 from core.runtime.loader import KilnRuntimeError
 
+from .test_frontend_control_flow import BOOL, F32, I64, _const, _value
+
 pytestmark = pytest.mark.timeout(600)
-F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-
-
-def _value(name, elem, shape):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _const(name, value):
-    return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(value)))
 
 
 def _model(nodes, inputs, outputs, initializers=()):
