@@ -264,3 +264,28 @@ def test_run_time_control_flow_with_input_shape_ranges_is_refused_up_front():
     model.graph.node.append(helper.make_node("Relu", ["u"], ["v"]))
     with pytest.raises(ShapeError, match="If run at run time.*--input-shape ranges"):
         core.compile(model.SerializeToString(), input_shapes={"u": "1..8"}, validate=False, benchmark=False)
+
+
+SILERO = Path.home() / ".cache" / "kiln" / "real-models" / "silero_vad.onnx"
+
+
+@pytest.mark.skipif(not SILERO.exists(), reason="the silero VAD export is fetched by hand into ~/.cache/kiln/real-models")
+def test_silero_vad_with_its_sample_rate_as_a_run_time_input(tmp_path):
+    """Its If on sr == 16000 picks branches of different shapes: compiled at 512 samples, 16 kHz streams match
+    ONNX Runtime (validated on real inputs, scalar sr included) and 8 kHz, which needs 256, is a clear error."""
+    rng = np.random.default_rng(9)
+    samples = tmp_path / "silero.npz"
+    np.savez(samples, input=rng.standard_normal((1, 512)).astype(np.float32) * 0.1,
+             state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
+    artifact = core.compile(SILERO, input_shapes={"input": (1, 512), "state": (2, 1, 128)},
+                            validation_inputs=str(samples), benchmark=False)
+    assert artifact.report["validation"]["max_abs_err"] < 1e-4
+    module, model = artifact.load(), SILERO.read_bytes()
+    state = np.zeros((2, 1, 128), np.float32)
+    for _ in range(3):
+        feeds = {"input": rng.standard_normal((1, 512)).astype(np.float32) * 0.1, "state": state,
+                 "sr": np.array(16000, np.int64)}
+        _compare(module, model, feeds)
+        state = module.run(feeds)["stateN"]
+    with pytest.raises(KilnRuntimeError, match="else branch was taken, but it does not compile"):
+        module.run({**feeds, "sr": np.array(8000, np.int64)})
