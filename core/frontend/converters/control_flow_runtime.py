@@ -23,6 +23,7 @@ from ..function_scope import ReadsRunTimeLength
 from .registry import ConvertContext
 
 MAX_TRIP_COUNT: ContextVar[Optional[int]] = ContextVar("kiln_max_trip_count", default=None)
+DECLARE_BOUND = "give one with --max-trip-count N (compile(max_trip_count=N), a job's \"max_trip_count\")"
 MAX_SCAN_BYTES = 1 << 30  # room a loop's scan outputs may take (trip bound x element bytes), each
 
 
@@ -172,7 +173,7 @@ def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list, tri
         if bound is None:
             ctx.unsupported(f"loop-carried value {min(growing)} grows each iteration, so it needs room for every "
                             f"iteration, but the trip count is known only at run time and no maximum is declared: "
-                            f"give one with --max-trip-count N (compile(max_trip_count=N))")
+                            f"{DECLARE_BOUND}")
         for j, (axis, step) in growing.items():
             shape = list(initial[j].shape)
             shape[axis] += step * bound
@@ -189,7 +190,7 @@ def run_time_loop(ctx: ConvertContext, body: onnx.GraphProto, carried: list, tri
     scans = outs[1 + len(carried):]
     if scans and bound is None:
         ctx.unsupported("its scan outputs need room for every iteration, but the trip count is known only at run "
-                        "time and no maximum is declared: give one with --max-trip-count N (compile(max_trip_count=N))")
+                        f"time and no maximum is declared: {DECLARE_BOUND}")
     for j, t in enumerate([*scans, *slots]):
         if (bound if j < len(scans) else 1) * t.nbytes > MAX_SCAN_BYTES:
             ctx.unsupported(f"{t} for up to {bound} iterations would take more than {MAX_SCAN_BYTES} bytes; declare "
