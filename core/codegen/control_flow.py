@@ -103,7 +103,8 @@ def _memcpy(module: ir.Module, b: ir.IRBuilder, dst, src, nbytes: int) -> None:
 
 
 def _table(b: ir.IRBuilder, pointers: list) -> ir.Value:
-    table = b.alloca(PTR, size=max(len(pointers), 1))
+    with b.goto_block(b.function.entry_basic_block):  # once per call, not per loop iteration (allocas pile up)
+        table = b.alloca(PTR, size=max(len(pointers), 1))
     for i, p in enumerate(pointers):
         b.store(p, b.gep(table, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR))
     return table
@@ -146,9 +147,7 @@ def _emit_if(module: ir.Module, b: ir.IRBuilder, call: IfCall, weights, pointer:
             with block:
                 sub = call.branches[k]
                 if sub is None:
-                    _fail(module, b, call.refusals[k])
-                    b.position_at_end(b.append_basic_block("unreachable_after_refusal"))
-                    b.unreachable()
+                    _fail(module, b, call.refusals[k])  # returns: the block ends there
                     continue
                 _run_sub(module, b, sub, weights, pointer, [pointer(r) for r in sub.inputs],
                          [pointer(r) for r in call.outputs])

@@ -171,7 +171,8 @@ def test_a_loop_without_scan_outputs_needs_no_bound_and_without_a_condition_inpu
                    [_value("final", F32, [2, 2])])
     module = _compile(model)
     rng = np.random.default_rng(3)
-    for trips, step in ((0, 1.0), (1, 1.0), (3, 1.0), (300, 0.05), (300, -0.5)):  # M, the condition, or never
+    # M, the condition or never ends it; a million iterations (the entry's stack must not grow per iteration)
+    for trips, step in ((0, 1.0), (1, 1.0), (3, 1.0), (300, 0.05), (300, -0.5), (1_000_000, 1e-6)):
         _compare(module, model, {"M": np.array(trips, np.int64), "acc0": rng.standard_normal((2, 2)).astype(np.float32),
                                  "w": np.full((2, 2), step, np.float32)})
 
