@@ -5,8 +5,10 @@ output then has room for the larger, holds the taken branch's elements first, an
 gives its actual shape (so such an output must be a graph output). A branch that does not compile for the
 compiled input shapes (silero VAD's branch for the other sample rate) fails only when it is taken.
 Loop: the body runs while i < M and the condition holds, both read at run time; loop-carried values keep
-their shape; scan outputs get room for `trip_bound` iterations (M when it is a constant, else the declared
-maximum, `max_trip_count`), and a loop that would run past it stops with an error."""
+their shape or grow along their outermost axis (a greedy decoder's tokens: compiled at the largest size, the
+valid length a body input). Scan outputs and growing values get room for `trip_bound` iterations (M when it
+is a constant, M's largest value, or the declared maximum, `max_trip_count`), and a loop that would run past
+it stops with an error. Scan (opset 9+) runs as such a Loop."""
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -3,11 +3,14 @@
 If: inputs (cond, *captured); attrs `branches` (then, else: a Graph, or None for a branch that does not
 compile for these shapes, with its reason in `refusals`), `inputs_of` (per branch, each of its graph inputs
 as an index into the node's inputs) and `out_types` (the node's outputs: a branch output smaller than its
-slot fills its start, core/codegen/control_flow.py). Loop: inputs (M or "", cond or "", *carried, *captured);
-attrs `body` (inputs: iteration, condition, the carried values, then the captured ones), `carried` (how
-many), `trip_bound`
-(the most iterations a scan output has room for; 0 when it has none) and `out_types`: the final carried
-values, the scan outputs (trip_bound entries along axis 0) and the int64 [1] count of iterations run."""
+slot fills its start, core/codegen/control_flow.py), `shaped` (the outputs that differ in shape between the
+branches: each has an int64 [1 + rank] shape output after the others). Loop: inputs (M or "", cond or "",
+*carried, *captured); attrs `body` (inputs: iteration, condition, the carried values, a length per growing
+one, then the captured values; outputs: condition, carried values, scan outputs, an [axis, length] per growing
+one), `carried` (how many), `growing` ((carried index, axis) of those that grow per iteration, compiled at their
+largest size), `trip_bound` (the most iterations scan outputs and growing values have room for; 0: none
+needed) and `out_types`: the final carried values, the scan outputs (trip_bound entries along axis 0), the
+int64 [1] count of iterations run and an [axis, length] per growing value."""
 from __future__ import annotations
 
 import dataclasses
