@@ -105,7 +105,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                 calibration=args.calibration,
                                 quantization=quantize_options(args) if args.precision == "int8" else None,
                                 validation_inputs=args.validation_inputs or None, name=args.name,
-                                kernel_cache=args.kernel_cache, quick=args.quick,
+                                kernel_cache=args.kernel_cache, quick=args.quick, max_trip_count=args.max_trip_count,
                                 progress=lambda stage, done, detail: bar.update(task, description=detail or stage.value,
                                                                                 completed=done))
         gate.add_local_baseline(artifact, args, model)
@@ -342,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="an input's shape (repeatable), for models with symbolic dimensions; a dim may be a range "
                         "(1..8, 224..512:32) or a list (8|128|384): one artifact then serves every shape in range")
+    p.add_argument("--max-trip-count", type=int, metavar="N",
+                   help="the most iterations a loop whose trip count is known only at run time may make, where its "
+                        "scan outputs need room for every iteration (more stops the run with an error)")
     p.add_argument("-o", "--output", required=True, help="where to write the artifact (.tar.gz)")
     p.add_argument("--name", help="artifact name: libNAME.so, NAME.h and C symbols NAME_load, NAME_run, ... so that "
                                   "several models link into one program (default: libkiln_model.so, kiln_load, ...)")

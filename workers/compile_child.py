@@ -87,6 +87,7 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
     options = options or {}
     import core
     from core.frontend import import_onnx
+    from core.frontend.converters.control_flow_runtime import max_trip_count
     from core.frontend.inspect import check_graph_sizes
     from core.driver.shape_ranges import largest_shapes
     from core.frontend.model_loading import SizeBudget
@@ -99,7 +100,8 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
     try:
         quantization = options.get("quantization") if options.get("precision") == "int8" else None
         if input_shapes:  # the pre-flight could not size a symbolic model; with the job's shapes it can
-            check_graph_sizes(import_onnx(model_path, input_shapes=largest_shapes(input_shapes)), budget)
+            with max_trip_count(options.get("max_trip_count")):
+                check_graph_sizes(import_onnx(model_path, input_shapes=largest_shapes(input_shapes)), budget)
         artifact = core.compile(model_path, target=target, opt_level=opt_level, input_shapes=input_shapes,
                                 tuning=tuning_options(tuning, records, timing_lock, report, finish_tuning_flag(folder),
                                                       remote, staged_records(folder)) if records else None,
@@ -111,7 +113,8 @@ def compile_into(report: Callable, model_path: str, staging: str, *, target: str
                                 calibration=quantization["calibration"] if quantization else None,
                                 quantization=quantization,
                                 pinned_records=(options.get("rebuild") or {}).get("records_applied"),
-                                kernel_cache=kernel_cache, quick=bool(options.get("quick")))
+                                kernel_cache=kernel_cache, quick=bool(options.get("quick")),
+                                max_trip_count=options.get("max_trip_count"))
         if artifact.compiled_model is not None and quantization:  # a gate times the QDQ model that was compiled
             model_path = str(folder / "model_int8.onnx")
             Path(model_path).write_bytes(artifact.compiled_model)

@@ -22,7 +22,8 @@ class CudaBackend(Backend):
     # Kernels written as one sequential loop program (te.extern: scans, compaction, TopK, NMS, scatters) that
     # the cuda schedules refuse (UnsupportedOnGPUError), and Unique, whose tiles cannot be placed on a GPU.
     unsupported_ops = frozenset({"TopK", "CumSum", "CumProd", "NonZero", "Compress", "Unique",
-                                 "NonMaxSuppression", "ScatterElements", "ScatterND", "PairwiseCoupling"})
+                                 "NonMaxSuppression", "ScatterElements", "ScatterND", "PairwiseCoupling",
+                                 "If", "Loop"})  # If/Loop run at run time: CPU entries only (control_flow.py)
 
     def pass_names(self, opt_level: int) -> tuple[str, ...]:
         """The CPU's passes less the blocked layouts; float16 MatMuls keep float16 operands for the tensor cores

@@ -57,6 +57,10 @@ def validate_plan(plan: ModelPlan, funcs: Mapping[str, PrimFunc]) -> None:
         if n < 0:
             raise CodegenError(f"model plan: {what} is negative ({n})")
     for pos, call in enumerate(plan.calls):
+        if not isinstance(call, KernelCall):  # If / Loop: their branches' and body's plans
+            from .control_flow import validate_control
+            validate_control(call, funcs, validate_plan)
+            continue
         func = funcs.get(call.func)
         where = f"model plan call #{pos} ({call.func})"
         if func is None:
@@ -110,6 +114,8 @@ def emit_model_entry(module: ir.Module, plan: ModelPlan, funcs: Mapping[str, Pri
         if name in kernels:
             kernels[name].attributes.add("noinline")
     emit_graph_globals(module, plan, plan.calls)
+    from .control_flow import emit_sub_runners
+    emit_sub_runners(module, plan, lambda sub, name: _emit_runner(module, sub, kernels, funcs, False, name))
     _emit_runner(module, plan, kernels, funcs, profile=False)
     _emit_runner(module, plan, kernels, funcs, profile=True)
 
@@ -146,6 +152,14 @@ def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Fu
         return b.gep(base, [ir.Constant(I64, ref.offset)], inbounds=True, source_etype=I8)
 
     for pos, call in enumerate(plan.calls):
+        if not isinstance(call, KernelCall):  # If / Loop (core/codegen/control_flow.py), timed whole
+            from .control_flow import emit_control_call
+            start = b.call(now, []) if profile else None
+            emit_control_call(module, b, call, weights, pointer)
+            if profile:
+                slot = b.gep(fn.args[4], [ir.Constant(I64, pos)], inbounds=True, source_etype=F64)
+                b.store(b.fsub(b.call(now, []), start), slot)
+            continue
         args = [pointer(r) for r in call.args]
         func = funcs.get(call.func)
         record = args[func.params.index(INDEX_FAULT)] if func is not None and uses_index_fault(func) else None

@@ -21,7 +21,7 @@ from ..backends import get_backend
 from ..codegen import build_library
 from ..codegen.kernel_cache import CacheSetting, building
 from ..debug import DEBUG
-from ..errors import KilnError, ValidationError
+from ..errors import KilnError, ShapeError, ValidationError
 from ..lowering.executable import build_executable
 from ..frontend.inspect import onnx_node_names
 from ..frontend.model_loading import serialized_model
@@ -43,7 +43,9 @@ from .quantize_stage import (accuracy_not_measured, accuracy_on_artifact, after_
 from .precision import PrecisionError, check_precision, judged_as, judged_origin, model_precision, report_section, store_weights
 from .tolerance import origins_or_empty
 from .reference import onnxruntime_on_host, open_sessions
-from .shape_plan import io_info, shape_plan, shapes_option
+from .shape_plan import StaticShapes, io_info, shape_plan, shapes_option
+from ..graph.op_defs.control_flow import CONTROL_FLOW_OPS
+from ..frontend.converters.control_flow_runtime import max_trip_count as loop_bound
 from .validate import validate as validate_against_ort
 
 ModelLike = Union[str, Path, bytes, Any]  # a path, serialized bytes or an onnx.ModelProto
@@ -79,6 +81,14 @@ def _runtime_failures(target: Target):
         raise ValidationError(f"the compiled model failed on {target.name} while being validated: {err}") from None
 
 
+def refuse_run_time_control_flow(shapes, graph) -> None:
+    """If/Loop run at run time are compiled at one set of input shapes (not yet per shape bucket)."""
+    ran = sorted({n.op for n in graph.nodes if n.op in CONTROL_FLOW_OPS})
+    if ran and not isinstance(shapes, StaticShapes):
+        raise ShapeError(f"the model's {' and '.join(ran)} run at run time, which Kiln does not combine with "
+                         f"--input-shape ranges yet: compile it at fixed input shapes")
+
+
 def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int = 3,
             tuning: "TuningOptions | Mapping[str, Any] | None" = None,
             input_shapes: Optional[Mapping[str, tuple[int, ...]]] = None, *, validate: "bool | str" = True,
@@ -87,7 +97,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             validation_inputs: Any = None, bisect: bool = False,
             pinned_records: Optional[list] = None, precision: Optional[str] = None,
             kernel_cache: CacheSetting = None, quick: bool = False, calibration: "str | Path | None" = None,
-            quantization: Any = None) -> Artifact:
+            quantization: Any = None, max_trip_count: Optional[int] = None) -> Artifact:
     """Compile an ONNX model into an Artifact (native library, weights, metadata, report). `tuning` is a
     TuningOptions (a plain mapping of its fields is accepted too); None: no tuning and no records.
     `name` prefixes the library (libNAME.so), header (NAME.h) and exported C symbols (NAME_load, ...).
@@ -100,7 +110,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     `quantization` (core.quantize.QuantizeOptions or a mapping of its fields), then compiles the QDQ model onto
     integer kernels; the report's `quantization` holds the accuracy cost measured on the artifact itself.
     `kernel_cache` (core/codegen/kernel_cache.py): None the machine's default, False/"off" none, or a directory.
-    `quick`: no latency benchmark and validation on one sample at most, for fast iteration (the report says so)."""
+    `quick`: no latency benchmark and validation on one sample at most, for fast iteration (the report says so).
+    `max_trip_count`: the most iterations a Loop run at run time may make when its scan outputs need room for them
+    and its trip count is known only at run time (core/frontend/converters/control_flow_runtime.py)."""
     tgt = get_target(target)
     names = artifact_names(name)
     if quick:
@@ -137,8 +149,10 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     shapes = shape_plan(model if isinstance(model, (str, Path)) else data, data, input_shapes)
     shapes.refuse(tgt, backend, checks)  # what declared ranges cannot be combined with yet, before any work
     with stage(Stage.IMPORT):
-        imported = shapes.import_graphs()  # one graph, or one per shape bucket (the largest last)
+        with loop_bound(max_trip_count):
+            imported = shapes.import_graphs()  # one graph, or one per shape bucket (the largest last)
         backend.check_ops((node.op for node in imported[-1].nodes), tgt)  # what the target cannot compile, at once
+        refuse_run_time_control_flow(shapes, imported[-1])
         samples = shapes.samples(checks, imported)  # bad inputs fail before minutes of building
     nodes_in = len(imported[-1].nodes)
     weights_precision = precision or model_precision(imported[-1])
@@ -185,7 +199,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         options={"opt_level": opt_level, "input_shapes": shapes_option(input_shapes),
                  "tuning": tuning_manifest(tuning), "threads": threads,
                  "name": name, "validate": checks.mode, "tolerance": list(checks.tolerance) if checks.tolerance else None,
-                 "bisect": checks.bisect, **requested})
+                 "bisect": checks.bisect, **requested,
+                 **({"max_trip_count": max_trip_count} if max_trip_count is not None else {})})
     write_metadata(workdir, metadata)
     (workdir / names.header).write_text(render_header(metadata))
 

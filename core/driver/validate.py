@@ -10,6 +10,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..errors import ValidationInputError
 from ..graph.ir import Graph
 from .tolerance import OutputOrigin, Tolerance, tolerance_for
 
@@ -302,7 +303,14 @@ def session_outputs(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
     from ..frontend.structured_values import flatten_reference
 
     names = [o.name for o in session.get_outputs()]
-    return flatten_reference(dict(zip(names, session.run(names, feeds))))
+    try:
+        results = session.run(names, feeds)
+    except Exception as err:  # e.g. a random value taking an If branch that does not fit the shapes
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValidationInputError(f"the reference ({getattr(session, 'reference_name', 'onnxruntime')}) cannot run "
+                                   f"the model on these validation inputs: {message[:400]}; validate on real inputs "
+                                   f"(--validation-inputs FILE.npz) or not at all (--validate off)") from None
+    return flatten_reference(dict(zip(names, results)))
 
 
 def validate(module, session, graph: Graph, seed: int = 0, *, samples: Optional[Sequence[Mapping[str, np.ndarray]]] = None,

@@ -87,9 +87,14 @@ def _samples_of(arrays: Mapping[str, np.ndarray], inputs: Mapping[str, tuple[tup
         raise ValidationInputError(f"{label}: inputs hold different numbers of samples ({sorted(stacked)})")
     n = stacked.pop() if stacked else None
     if n is None:
-        return [{name: np.ascontiguousarray(arrays[name]) for name in inputs}]
-    return [{name: np.ascontiguousarray(arrays[name][i] if counts[name] is not None else arrays[name]) for name in inputs}
+        return [{name: _dense(arrays[name]) for name in inputs}]
+    return [{name: _dense(arrays[name][i] if counts[name] is not None else arrays[name]) for name in inputs}
             for i in range(n)]
+
+
+def _dense(array: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping a 0-d array (a scalar input) 0-d, which np.ascontiguousarray makes [1]."""
+    return np.require(array, requirements="C")
 
 
 def _fits(shape: tuple, wanted: tuple) -> bool:

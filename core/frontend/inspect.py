@@ -21,6 +21,7 @@ from core.graph.ir import Graph
 from .converters import find_converter
 from .converters.registry import canonical_domain
 from .model_loading import DEFAULT_BUDGET, ModelSource, SizeBudget, load_model
+from .converters.control_flow_runtime import max_trip_count
 from .onnx_importer import import_onnx
 from .onnx_values import declared_dims, numpy_dtype
 
@@ -106,8 +107,9 @@ def inspect_model(model: ModelSource, *, allow_external_data: bool = True,
     initializers = {t.name for t in proto.graph.initializer}
     inputs = _signature(proto.graph.input, initializers)
     symbolic = [i["name"] for i in inputs if i["shape"] is None or any(isinstance(d, str) for d in i["shape"])]
-    if not symbolic:
-        check_graph_sizes(import_onnx(proto), budget)
+    if not symbolic:  # loops sized for one iteration: their trip bound is a compile option (max_trip_count)
+        with max_trip_count(1):
+            check_graph_sizes(import_onnx(proto), budget)
     return {
         "inputs": inputs,
         "outputs": _signature(proto.graph.output, set()),

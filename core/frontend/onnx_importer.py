@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections import ChainMap
 from typing import Mapping, MutableMapping, Sequence
 
+import numpy as np
 import onnx
 
 from core.errors import KilnError, ShapeError, UnsupportedOpError
-from core.graph.bounded import bound_pair
+from core.graph.bounded import Bound, bound_pair
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
 from core.graph.length_inputs import Affine, add_length_inputs, output_lengths
@@ -135,6 +136,35 @@ class _Scope:
             raise ShapeError(f"subgraph {graph.name!r}: outputs {missing} are never produced")
         return [inner[o.name] for o in graph.output]
 
+    def import_function(self, graph: onnx.GraphProto, formals: Sequence[tuple[str, TensorType]], name: str,
+                        lengths: Mapping[str, int] = {}) -> tuple[Graph, list[str]]:
+        """`graph` as a graph of its own (an If branch or Loop body run at run time, each compiled as a function):
+        its inputs are `formals` (ONNX name, type), then an int64 [1] length per formal of `lengths` (formal -> the
+        axis along which only that many entries are valid: a sequence growing per iteration), then each enclosing
+        value it reads (returned, in that order). A bounded output comes with its `::bound` output ([axis, length])."""
+        from .function_scope import OuterValues
+
+        builder = GraphBuilder(name)
+        builder.reserve_names(o.name for o in graph.output)
+        values = OuterValues(builder, self.builder, self.values)
+        for formal, ttype in formals:
+            values[formal] = builder.add_input(builder.fresh_name(formal), ttype)
+        for formal, axis in lengths.items():
+            length = builder.add_input(builder.fresh_name(f"{formal}::length"), TensorType((1,), "int64"))
+            builder.runtime_ints[length] = np.array([builder.type_of(values[formal]).shape[axis]], np.int64)
+            builder.bounds[values[formal]] = Bound(length, axis)
+        for tensor in graph.initializer:
+            values[tensor.name] = builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
+        _convert_nodes(graph, self.opsets, builder, values)
+        missing = [o.name for o in graph.output if o.name not in values]
+        if missing:
+            raise ShapeError(f"subgraph {graph.name!r}: outputs {missing} are never produced")
+        builder.set_outputs(_bind_outputs(graph, builder, {o.name: values[o.name] for o in graph.output}))
+        if builder.run_time_shapes:
+            raise ShapeError(f"subgraph {graph.name!r} gives an output whose shape is known only at run time "
+                             f"(an If inside it whose branches differ in shape)")
+        return builder.build(), list(values.inputs)
+
 
 def _referenced_names(graph: onnx.GraphProto) -> set[str]:
     """Every value name read by the graph's nodes, including from inside their subgraphs."""
@@ -230,6 +260,8 @@ def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[st
             raise ShapeError(f"graph output {output.name!r} is never produced")
     bounded = [(bound_name(o.name), bound_pair(builder, builder.bounds[values[o.name]])) for o in graph.output
                if isinstance(values[o.name], str) and values[o.name] in builder.bounds]
+    bounded += [(shape_name(o.name), builder.run_time_shapes[values[o.name]]) for o in graph.output
+                if isinstance(values[o.name], str) and values[o.name] in builder.run_time_shapes]
     builder.reserve_names(name for o in graph.output for name, _ in flatten(o.name, values[o.name]))
     builder.reserve_names(name for name, _ in bounded)
     names: list[str] = []
@@ -250,6 +282,12 @@ def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[st
 def bound_name(name: str) -> str:
     """The output that says how much of the data-dependent output `name` is valid (the runtime trims)."""
     return f"{name}::bound"
+
+
+def shape_name(name: str) -> str:
+    """The output giving the actual shape of `name` ([rank, dims...]: an If whose branches differ in shape);
+    `name` then holds its elements first, contiguous (the runtime reshapes)."""
+    return f"{name}::shape"
 
 
 def _bind_output(builder: GraphBuilder, values: dict[str, Value], bound: list[str], name: str, value: str) -> str:

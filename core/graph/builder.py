@@ -43,6 +43,8 @@ class GraphBuilder:
         self.bound_pairs: dict[tuple[str, int], str] = {}  # (length, axis) -> its [axis, length] value
         self.shape_bounds: dict[str, Bound] = {}  # run-time shape -> which entry (axis) is which length
         self.length_symbols: dict[str, str] = {}  # run-time length input -> its variable (length_inputs.py)
+        # value -> its int64 [1 + rank] actual shape: an If output whose branches differ in shape (a graph output only)
+        self.run_time_shapes: dict[str, str] = {}
 
     # -- naming ------------------------------------------------------------------------------
     def reserve_names(self, names: Iterable[str]) -> None:
@@ -96,6 +98,10 @@ class GraphBuilder:
         """Adds `op` (folded when its inputs are constants, unless not `foldable`: a DequantizeLinear of
         int8 weights stays a node so that the integer rewrite still sees the integers). An input with a
         data-dependent length takes the op through its bound rule (core/graph/bound_rules.py)."""
+        read = [i for i in inputs if i in self.run_time_shapes]
+        if read:
+            raise ShapeError(f"{op} reads {read[0]!r}, the output of an If whose branches give it different shapes: "
+                             f"only a graph output may have a shape known only at run time")
         if any(i in self.bounds for i in inputs if i):
             return add_bounded_node(self, op, list(inputs), num_outputs, name_hint, attrs)
         return self.add_unbounded_node(op, inputs, num_outputs, name_hint, foldable, **attrs)

@@ -16,6 +16,7 @@ from ..backends import get_backend
 from ..codegen.kernel_objects import prefetch
 from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from ..graph.ir import Graph, Node
+from .control_flow import ControlParts, control_call, is_control_node, prepare_control
 from .inplace import inplace_input
 from .memory import Lifetime, MemoryPlan, align, plan_memory
 from .narrow_reads import scalar_reads, weight_widenings
@@ -184,9 +185,11 @@ def _index_checks(info: KernelInfo) -> str:
 
 
 def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Sequence[Node]]] = None,
-                     schedule_for: Optional[Callable[[str, Node], Optional[ScheduleFn]]] = None) -> Executable:
+                     schedule_for: Optional[Callable[[str, Node], Optional[ScheduleFn]]] = None,
+                     prefix: str = "") -> Executable:
     """Kernels for each node (a Fused node's body is one kernel) or for the given node groups.
-    `schedule_for(kernel name, node)` may return the anchor schedule of a node's kernel (tuning records)."""
+    `schedule_for(kernel name, node)` may return the anchor schedule of a node's kernel (tuning records).
+    An If or Loop node calls its branches / body, each built the same way (kernels named `prefix`...)."""
     consumers = graph.consumers()
     graph_outputs = set(graph.outputs)
 
@@ -203,9 +206,9 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
             nodes, types = _group_of(node, graph)
             work.append((nodes, types, list(node.outputs)))
 
-    infos = [KernelInfo(_kernel_name(k, nodes), tuple(n.op for n in nodes), tuple(n.name for n in nodes),
+    infos = [KernelInfo(prefix + _kernel_name(k, nodes), tuple(n.op for n in nodes), tuple(n.name for n in nodes),
                         sum(node_flops(n, types) for n in nodes), tuple(group_inputs(nodes)), tuple(outputs),
-                        _kernel_name(k, nodes)) for k, (nodes, types, outputs) in enumerate(work)]
+                        prefix + _kernel_name(k, nodes)) for k, (nodes, types, outputs) in enumerate(work)]
     # Arena: intermediate values (live from producer to last consumer) and per-kernel workspaces.
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -216,10 +219,15 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
         for v in info.inputs:
             last[v] = max(last.get(v, k), k)
 
-    funcs: list[PrimFunc] = []
+    funcs: list[Optional[PrimFunc]] = []  # None: an If or Loop call (`controls`)
+    controls: dict[int, ControlParts] = {}
     inplace: dict[str, str] = {}
     owners = list(graph.nodes) if groups is None else [None] * len(work)
     for k, ((nodes, types, outputs), info) in enumerate(zip(work, infos)):
+        if is_control_node(nodes):
+            controls[k] = prepare_control(nodes[0], types, target, info.name, build_executable)
+            funcs.append(None)
+            continue
         tuned = schedule_for(info.name, owners[k]) if schedule_for and owners[k] is not None else None
         func, memo_key = _lower_or_recall(nodes, types, target, info.name, outputs, tuned)
         # In place: a kernel whose single output is elementwise in an input that dies there reads that
@@ -237,7 +245,10 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
     lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
                  for v in first if v not in graph_outputs]
     # Workspaces are per call (named by the kernel, not the possibly shared function).
-    lifetimes += [Lifetime(f"{infos[k].name}/{b.name}", b.nbytes, k, k) for k, f in enumerate(funcs) for b in f.workspaces]
+    lifetimes += [Lifetime(f"{infos[k].name}/{b.name}", b.nbytes, k, k) for k, f in enumerate(funcs) if f is not None
+                  for b in f.workspaces]
+    lifetimes += [Lifetime(f"{infos[k].name}/{name}", nbytes, k, k) for k, parts in controls.items()
+                  for name, nbytes in parts.slots]
     memory = plan_memory(lifetimes, inplace)
 
     # Weights: every constant a kernel reads, packed 64-byte aligned in first-use order.
@@ -263,14 +274,28 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
             return BufferRef("weight", offset=weight_offsets[value])
         return BufferRef("arena", offset=memory.offsets[value])
 
+    def place_weights(data: bytes) -> int:
+        blob.extend(b"\0" * (align(len(blob)) - len(blob)))
+        offset = len(blob)
+        blob.extend(data)
+        return offset
+
     calls = []
-    for func, info in zip(funcs, infos):
+    for k, (func, info) in enumerate(zip(funcs, infos)):
+        if func is None:
+            calls.append(control_call(controls[k], info.name, ref, lambda name, k=k: BufferRef(
+                "arena", offset=memory.offsets[f"{infos[k].name}/{name}"]), place_weights))
+            continue
         args = [ref(v) for v in info.inputs] + [ref(v) for v in info.outputs]
         args += [BufferRef("arena", offset=memory.offsets[f"{info.name}/{b.name}"]) for b in func.workspaces]
         calls.append(KernelCall(func.name, tuple(args), label=info.name, checks=_index_checks(info)))
     # Identical kernels (repeated layers, unrolled loops) are compiled once and called at each site.
-    unique, called = share_identical(funcs)
-    calls = [dataclasses.replace(c, func=f) for c, f in zip(calls, called)]
+    unique, called = share_identical([f for f in funcs if f is not None])
+    shared = iter(called)
+    called = [next(shared) if f is not None else info.func for f, info in zip(funcs, infos)]
+    calls = [dataclasses.replace(c, func=f) if f is not None and isinstance(c, KernelCall) else c
+             for c, f in zip(calls, called)]
     infos = [dataclasses.replace(info, func=f) for info, f in zip(infos, called)]
+    unique += [f for parts in controls.values() for sub in parts.subs if sub is not None for f in sub.funcs]
     plan = ModelPlan(tuple(calls), len(graph.inputs), len(graph.outputs), memory.arena_bytes, len(blob))
     return Executable(tuple(unique), plan, bytes(blob), tuple(infos), memory)

@@ -32,7 +32,11 @@ kiln_model* kiln_load_from_memory(const void* data, int64_t size);
  * each dense, row-major, of the dtype and element count #defined below. Pointers need only their
  * element type's natural alignment (nothing is copied). Returns 0 on success, nonzero on failure
  * (see kiln_last_error()): 3 when an index read from a tensor (Gather, GatherElements, GatherND,
- * ScatterElements, ScatterND, RoiAlign) lies outside [-n, n) of its axis; the outputs are then undefined. Calls on one model from several threads take turns; use one model per
+ * ScatterElements, ScatterND, RoiAlign) lies outside [-n, n) of its axis; 4 when control flow fails at run
+ * time (a taken If branch that does not compile for these shapes, a Loop past the iterations it was compiled
+ * for: --max-trip-count); the outputs are then undefined. An output NAME whose shape depends on an If's
+ * taken branch has room for the larger and comes with NAME::shape (int64: rank, then the dims): its elements
+ * come first, dense. Calls on one model from several threads take turns; use one model per
  * thread to run in parallel. */
 int kiln_run(kiln_model* model, const void* const* inputs, void* const* outputs);
 

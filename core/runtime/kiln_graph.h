@@ -14,6 +14,9 @@ extern const char* const kiln_graph_call_names[];
 
 /* What kiln_graph_run returns when a kernel read an index outside its axis (kiln_runtime_index_error). */
 #define KILN_INDEX_ERROR 3
+/* What it returns when control flow fails at run time: a taken If branch that does not compile for the compiled
+ * shapes, a Loop past the iterations its scan outputs have room for (core/codegen/control_flow.py). */
+#define KILN_CONTROL_ERROR 4
 
 int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs);
 int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,

@@ -173,6 +173,7 @@ def load(path: "str | os.PathLike", num_threads: int | None = None, isa: str | N
 
 
 BOUND_SUFFIX = "::bound"
+SHAPE_SUFFIX = "::shape"
 
 
 def trim_bounded(results: dict) -> dict:
@@ -185,6 +186,11 @@ def trim_bounded(results: dict) -> dict:
         index = [slice(None)] * results[target].ndim
         index[axis] = slice(0, length)
         results[target] = np.ascontiguousarray(results[target][tuple(index)])
+    for name in [n for n in results if n.endswith(SHAPE_SUFFIX)]:  # an If's branches differ in shape: the taken
+        rank, *dims = (int(v) for v in results.pop(name))  # one's elements come first, contiguous
+        target = name[: -len(SHAPE_SUFFIX)]
+        shape = tuple(dims[:rank])
+        results[target] = results[target].reshape(-1)[:int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
     return results
 
 
@@ -355,7 +361,8 @@ class Module:
         shapes, and whether an output has a data-dependent length (then results are trimmed)."""
         return ([(t["name"], _np_dtype(t["dtype"]), t["shape"]) for t in self._inputs],
                 [t["name"] for t in self._outputs], [_np_dtype(t["dtype"]) for t in self._outputs],
-                [t["shape"] for t in self._outputs], any(t["name"].endswith(BOUND_SUFFIX) for t in self._outputs))
+                [t["shape"] for t in self._outputs],
+                any(t["name"].endswith((BOUND_SUFFIX, SHAPE_SUFFIX)) for t in self._outputs))
 
     def _exact_inputs(self, feeds) -> list[np.ndarray] | None:
         """The feeds in input order when each already is what the library takes (a C-contiguous ndarray of the

@@ -1,22 +1,17 @@
-"""If, Loop and Scan, imported inline: Kiln compiles static shapes, so control flow is resolved at import.
+"""If, Loop and Scan: resolved at import where that is cheap, else run at run time (control_flow_runtime.py).
 
 - If with a condition known at compile time (a constant, one computed from shapes, or a graph input
-  core.backend specializes on, like silero VAD's `sr`) imports only the taken branch. With a
-  condition computed from data, both branches are imported and each output is selected with Where:
-  both branches run, and they must give the same types (shapes included), else the op is reported
-  unsupported with the reason. We chose this over compiling each branch as its own function behind a
-  run-time branch because the executor runs one straight-line kernel list with one statically planned
-  arena: select keeps every pass (fusion, memory planning, tuning) unchanged, and data-dependent Ifs
-  in exported models are mostly cheap either/or computations. The cost: the untaken branch runs too
-  (its out-of-range gathers are clamped, float errors are discarded by the select, but an integer
-  division by zero that the condition was guarding would still trap).
-- Loop and Scan are unrolled: the body is imported once per iteration with the iteration number as a
-  constant, so shapes may even change from one iteration to the next (a growing sequence). The trip
-  count must be known at compile time (Scan: the scan axis; Loop: M, or a condition that becomes a
-  constant false); a Loop condition computed at run time is honoured by masking: every iteration up
-  to M runs and the loop-carried values keep their last value once it turns false; scan outputs then
-  come at M entries plus a `name::bound` giving how many are valid (the runtime trims by it). Unrolling is capped at MAX_UNROLLED_NODES body nodes;
-  beyond it the op is unsupported (there is no native loop in the generated code).
+  core.backend specializes on, like silero VAD's `sr`) imports only the taken branch. With a condition
+  computed from data, each branch becomes a graph of its own, compiled as its own function, and only the
+  taken branch runs (its outputs may differ in shape from the other's). Branches that read or give values
+  of run-time length (core/graph/bounded.py) are imported inline instead, both computed and selected by Where.
+- Loop and Scan with a small constant trip count are unrolled (an optimization): the body is imported
+  once per iteration with the iteration number as a constant, so shapes may even change from one
+  iteration to the next (a growing sequence). A Loop condition computed at run time is then honoured
+  by masking: every iteration up to M runs and the loop-carried values keep their last value once it
+  turns false; scan outputs then come at M entries plus a `name::bound` giving how many are valid.
+  A Loop whose trip count is known only at run time, or that would unroll into more than
+  MAX_UNROLLED_NODES body nodes, runs at run time instead: its body compiled once, the entry looping.
 """
 from __future__ import annotations
 
@@ -28,7 +23,9 @@ import onnx
 from core.errors import ShapeError
 
 from ..onnx_values import numpy_dtype
+from ..function_scope import ReadsRunTimeLength
 from ..structured_values import Value
+from .control_flow_runtime import run_time_if, run_time_loop, run_time_scan
 from .registry import ConvertContext, accepts_structured, converter
 from .structure_helpers import as_flag, select, stack, take
 
@@ -39,8 +36,7 @@ def _check_unroll(ctx: ConvertContext, body: onnx.GraphProto, iterations: int, w
     if iterations * max(len(body.node), 1) > MAX_UNROLLED_NODES:
         count = f"{iterations}" if iterations < np.iinfo(np.int64).max else "an unbounded number of"
         ctx.unsupported(f"{what} of {count} iterations over a {len(body.node)}-node body would unroll "
-                        f"into more than {MAX_UNROLLED_NODES} nodes; Kiln unrolls loops at import and has no "
-                        f"native loop")
+                        f"into more than {MAX_UNROLLED_NODES} nodes, and only Loop and opset-9 Scan run at run time")
 
 
 def _known_flag(ctx: ConvertContext, value: str) -> bool | None:
@@ -65,6 +61,10 @@ def if_(ctx: ConvertContext) -> list[Value]:
     known = _known_flag(ctx, ctx.input(0))
     if known is not None:
         return ctx.scope.import_graph(then_branch if known else else_branch, {})
+    try:
+        return run_time_if(ctx, then_branch, else_branch)
+    except ReadsRunTimeLength:  # values of run-time length in or out: both branches inline, selected by Where
+        pass
     flag = as_flag(ctx, ctx.input(0), "the condition")
     then_values = _import_branch(ctx, then_branch, "then")
     else_values = _import_branch(ctx, else_branch, "else")
@@ -78,27 +78,38 @@ def _import_branch(ctx: ConvertContext, branch: onnx.GraphProto, which: str) -> 
     try:
         return ctx.scope.import_graph(branch, {})
     except ShapeError as err:  # an untaken branch may well not fit these shapes: say why it was compiled at all
-        ctx.unsupported(f"the condition is computed at run time, so both branches are compiled and selected, "
-                        f"and the {which} branch does not compile for these shapes ({err.message})")
+        ctx.unsupported(f"the branches read values whose length is known only at run time, so both are compiled "
+                        f"and selected, and the {which} branch does not compile for these shapes ({err.message})")
+
+
+class _RunTimeLoop(Exception):
+    """Unrolling cannot finish (no trip count known at compile time, or too many iterations): run it at run time."""
 
 
 @converter("Loop", since_version=1)
 @accepts_structured
 def loop(ctx: ConvertContext) -> list[Value]:
-    body = ctx.attr("body")
     carried: list[Value] = [ctx.value(i) for i in range(2, len(ctx.node.input))]
+    try:
+        return _unrolled_loop(ctx, carried)
+    except _RunTimeLoop:  # what unrolling already emitted is dead code (eliminate_dead_code drops it)
+        return run_time_loop(ctx, ctx.attr("body"), carried)
+
+
+def _unrolled_loop(ctx: ConvertContext, carried: list[Value]) -> list[Value]:
+    body = ctx.attr("body")
     trip_count = None
     if ctx.has_input(0):
         array = ctx.builder.constant_value(ctx.input(0))
         if array is None:
-            ctx.unsupported("the trip count M is computed at run time; Kiln unrolls loops at import and needs "
-                            "M at compile time")
+            raise _RunTimeLoop
         trip_count = int(array.reshape(()))
     running: str | None = ctx.input(1) if ctx.has_input(1) else None  # None: always true
     if running is not None and _known_flag(ctx, running) is True:
         running = None
-    if trip_count is None and running is not None and _known_flag(ctx, running) is None:
-        ctx.unsupported("neither the trip count M nor the condition is known at compile time")
+    if running is not None and _known_flag(ctx, running) is None and (
+            trip_count is None or trip_count * max(len(body.node), 1) > MAX_UNROLLED_NODES):
+        raise _RunTimeLoop  # a run-time condition never becomes known: masking would unroll past the cap
     # M may be huge (torch exports a `while` as M = INT64_MAX plus a condition): stop when the condition
     # turns false at compile time, and give up only past the unroll cap.
     cap = MAX_UNROLLED_NODES // max(len(body.node), 1)
@@ -109,10 +120,8 @@ def loop(ctx: ConvertContext) -> list[Value]:
     while trip_count is None or iteration < trip_count:
         if running is not None and _known_flag(ctx, running) is False:
             break
-        if trip_count is None and running is not None:
-            ctx.unsupported("no trip count M and a condition computed at run time: the loop cannot be unrolled")
-        if iteration >= cap:
-            _check_unroll(ctx, body, trip_count if trip_count is not None else iteration + 1, "a loop")
+        if (trip_count is None and running is not None) or iteration >= cap:
+            raise _RunTimeLoop
         counter = ctx.const(np.array(iteration, dtype=np.int64))
         outputs = ctx.scope.import_graph(body, _bind(body, [counter, running or true, *carried]))
         if len(outputs) < 1 + len(carried):
@@ -200,7 +209,10 @@ def _scan(ctx: ConvertContext, body: onnx.GraphProto, states: list[str], sequenc
     steps = lengths.pop()
     if steps == 0:
         ctx.unsupported("a scan over zero steps")
-    _check_unroll(ctx, body, steps, "a scan")
+    if steps * max(len(body.node), 1) > MAX_UNROLLED_NODES:  # too long to unroll: its body runs at run time
+        if ctx.opset < 9:
+            _check_unroll(ctx, body, steps, "an opset-8 scan")
+        return run_time_scan(ctx, body, states, axes, directions, output_axes, output_directions, steps)
     scanned: list[list[Value]] = []
     for t in range(steps):
         items = [take(ctx, x, axis, steps - 1 - t if reverse else t)

@@ -43,15 +43,30 @@ def _slice(ctx: ConvertContext, starts, ends, axes, steps) -> str:
     if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
         ctx.fail(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} do not line up")
     first, stride, count = [0] * rank, [1] * rank, list(shape)
-    bounded_axes = {part.axis for part in parts_of(ctx.builder.bounds.get(ctx.input(0)))}
+    bounds = {part.axis: part for part in parts_of(ctx.builder.bounds.get(ctx.input(0)))}
     for start, end, axis, step in zip(starts, ends, axes, steps):
         if step == 0:
             ctx.fail("steps must not be 0")
-        if axis in bounded_axes and min(start, end) < 0:
+        if axis in bounds and min(start, end) < 0:
+            if len(axes) == 1 and start < 0 and step == 1 and end >= shape[axis]:
+                return _last_entries(ctx, axis, -start, bounds[axis].length)
             ctx.unsupported(f"a slice counted from the end of axis {axis}, whose length is data-dependent")
         first[axis], count[axis] = clamp_slice(start, end, step, shape[axis])
         stride[axis] = step
     return emit_slice(ctx, ctx.input(0), first, stride, count)
+
+
+def _last_entries(ctx: ConvertContext, axis: int, count: int, length: str) -> str:
+    """x[-count:] along an axis whose valid length is `length` (a sequence that grows at run time: its last tokens)."""
+    b = ctx.builder
+    dim = ctx.shape(0)[axis]
+    count = min(count, dim)
+    first = arithmetic(b, "Max", arithmetic(b, "Sub", length, length_constant(b, count)), length_constant(b, 0))
+    positions = arithmetic(b, "Add", first, b.add_constant(np.arange(count, dtype=np.int64), "position"))
+    positions = arithmetic(b, "Min", positions, length_constant(b, max(dim - 1, 0)))
+    result = ctx.emit1("Gather", [ctx.input(0), positions], axis=axis)
+    limit_length(b, [result], axis, arithmetic(b, "Min", length, length_constant(b, count)))
+    return result
 
 
 def _int_list(value: np.ndarray | None) -> list[int] | None:
@@ -160,7 +175,14 @@ def split(ctx: ConvertContext) -> list[str]:
 @converter("Gather", since_version=1)
 def gather(ctx: ConvertContext) -> str:
     axis = ctx.axis(ctx.attr("axis", 0), ctx.type_of(0).rank)
-    return ctx.emit1("Gather", [ctx.input(0), ctx.input(1)], axis=axis)
+    b, indices = ctx.builder, ctx.input(1)
+    valid = [p.length for p in parts_of(b.bounds.get(ctx.input(0))) if p.axis == axis]
+    constant = b.constant_value(indices)
+    if valid and constant is not None and (constant < 0).any():  # counted from the end of the valid entries
+        length = b.add_unbounded_node("Reshape", [valid[0]], 1, "length", shape=(1,) * constant.ndim)[0]
+        ends = b.add_unbounded_node("Mul", [b.add_constant((constant < 0).astype(np.int64), "from_end"), length])[0]
+        indices = b.add_unbounded_node("Add", [b.add_constant(constant.astype(np.int64), "index"), ends])[0]
+    return ctx.emit1("Gather", [ctx.input(0), indices], axis=axis)
 
 
 @converter("GatherElements", since_version=11)

@@ -8,3 +8,4 @@ from . import integer_blocked  # noqa: F401,E402 (their channels-last forms, aft
 from . import quantize  # noqa: F401,E402 (DequantizeLinear, QuantizeLinear, Requantize)
 from . import attention  # noqa: F401,E402 (SoftmaxAttention: fuse_attention's fused Q.Kt, softmax and .V)
 from . import recurrent  # noqa: F401,E402 (LSTMSequence, GRUSequence: a layer direction's steps in one op)
+from . import control_flow  # noqa: F401,E402 (If and Loop at run time: branches and bodies as graphs)

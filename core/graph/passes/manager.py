@@ -62,4 +62,6 @@ def level_passes(opt_level: int, skipped: frozenset[str] = frozenset()) -> tuple
 def optimize(graph: Graph, opt_level: int, target: Optional[Target] = None) -> Graph:
     """Run the passes that `target`'s backend runs at -O`opt_level` (default target: the host)."""
     target = target or host_target()
-    return run_passes(graph, get_backend(target).graph_passes(opt_level, target))
+    graph = run_passes(graph, get_backend(target).graph_passes(opt_level, target))
+    from core.graph.op_defs.control_flow import optimize_subgraphs
+    return optimize_subgraphs(graph, lambda sub: optimize(sub, opt_level, target))

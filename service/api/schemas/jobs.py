@@ -99,6 +99,10 @@ class JobCreate(BaseModel):
     baseline: Optional[BaselineRequest] = Field(default=None, description="CI gate: compare with an earlier build")
     quick: bool = Field(default=False, description="fast iteration: no latency benchmark, validation on one sample "
                                                    "at most (the report says so)")
+    max_trip_count: Optional[int] = Field(default=None, ge=1, le=1 << 24,
+                                          description="the most iterations a loop whose trip count is known only at "
+                                                      "run time may make, where its scan outputs or growing values "
+                                                      "need room for every iteration (more stops the run with an error)")
     _target: Target = PrivateAttr()
 
     @field_validator("name")
@@ -116,7 +120,8 @@ class JobCreate(BaseModel):
         """The job's compile options beyond target, level, tuning and shapes (stored in Job.options)."""
         return {**({"name": self.name} if self.name else {}), **self.validation.compile_options(),
                 **({"precision": self.precision} if self.precision in HALF_PRECISIONS else {}),
-                **({"quick": True} if self.quick else {})}
+                **({"quick": True} if self.quick else {}),
+                **({"max_trip_count": self.max_trip_count} if self.max_trip_count else {})}
 
     @field_validator("input_shapes")
     @classmethod
