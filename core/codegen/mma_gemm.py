@@ -146,7 +146,7 @@ def _epilogue(b: ir.IRBuilder, problem: GemmProblem, params: dict, row: Index, c
     for step in problem.epilogue:
         if step in ("bias", "residual"):
             index = col.wide() if step == "bias" else plan.output_index(problem, row, col).wide()
-            extra = _load_pair(b, params[step], index, problem.extras_dtype,
+            extra = _load_pair(b, params[step], index, problem.bias_stored if step == "bias" else problem.extras_dtype,
                                1 if step == "bias" else plan.column_stride(problem))
             values = [b.fadd(v, e) for v, e in zip(values, extra)]
         else:
@@ -425,7 +425,7 @@ class GemmKernels:
         p, cfg = self.problem, self.config
         a_shape, c_shape = ((p.conv.input_shape, p.conv.output_shape) if p.conv is not None else
                             ((p.m, p.k), (p.m, p.n)))
-        shapes = {"a": (a_shape, p.a_stored), "b": (p.b_shape, p.dtype), "bias": ((p.n,), p.extras_dtype),
+        shapes = {"a": (a_shape, p.a_stored), "b": (p.b_shape, p.dtype), "bias": ((p.n,), p.bias_stored),
                   "residual": (c_shape, p.extras_dtype), "c": (c_shape, p.out_dtype),
                   "workspace": ((cfg.split_k, p.m, p.n), "float32")}
         return [(name, *shapes[name]) for name in self.params]

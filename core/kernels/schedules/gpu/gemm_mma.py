@@ -46,7 +46,7 @@ B_LAYOUTS = ("kn", "nk")  # B[k, n] row-major, or stored transposed as [n, k] (k
 class GemmProblem:
     """What one kernel computes: shapes (row-major A[m, k], B[k, n], C[m, n]), dtypes and the fused epilogue,
     applied in order (bias[n] added, residual[m, n] added, an activation); bias and residual are `extra_dtype`
-    (default: the output's). A float32 A (`a_dtype`, a half-precision compile's activations) is rounded to
+    (default: the output's; `bias_dtype` the bias's own when it differs). A float32 A (`a_dtype`, a half-precision compile's activations) is rounded to
     `dtype` as it is copied to shared memory. `b_layout` "nk": B is stored as [n, k]. `conv`: A is the implicit
     im2col matrix of that convolution's input (m, n, k its GEMM sizes; see conv_problem) and C lands in its
     output layout."""
@@ -61,6 +61,7 @@ class GemmProblem:
     a_dtype: str = ""
     b_layout: str = "kn"
     conv: Optional[ConvShape] = None
+    bias_dtype: str = ""
 
     @property
     def a_stored(self) -> str:
@@ -70,8 +71,12 @@ class GemmProblem:
     def extras_dtype(self) -> str:
         return self.extra_dtype or self.out_dtype
 
+    @property
+    def bias_stored(self) -> str:
+        return self.bias_dtype or self.extras_dtype
+
     def __post_init__(self):
-        if (self.dtype not in OPERAND_DTYPES or {self.out_dtype, self.extras_dtype} - set(OUTPUT_DTYPES)
+        if (self.dtype not in OPERAND_DTYPES or {self.out_dtype, self.extras_dtype, self.bias_stored} - set(OUTPUT_DTYPES)
                 or self.a_stored not in (self.dtype, "float32")):
             raise ValueError(f"tensor-core GEMM: operands {self.dtype} / output {self.out_dtype} not supported")
         unknown = [s for s in self.epilogue if s not in EPILOGUE_STEPS]
@@ -101,10 +106,10 @@ class GemmProblem:
 
 
 def conv_problem(conv: ConvShape, dtype: str = "float16", out_dtype: str = "float32", epilogue: tuple = (),
-                 extra_dtype: str = "", a_dtype: str = "") -> GemmProblem:
+                 extra_dtype: str = "", a_dtype: str = "", bias_dtype: str = "") -> GemmProblem:
     """The implicit GEMM of `conv`: M = N*OH*OW, N = OC, K = C*KH*KW, B the weights as [OC, K]."""
     m, n, k = conv.gemm_mnk
-    return GemmProblem(m, n, k, dtype, out_dtype, tuple(epilogue), extra_dtype, a_dtype, "nk", conv)
+    return GemmProblem(m, n, k, dtype, out_dtype, tuple(epilogue), extra_dtype, a_dtype, "nk", conv, bias_dtype)
 
 
 @dataclass(frozen=True)

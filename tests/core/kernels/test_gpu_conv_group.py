@@ -1,0 +1,136 @@
+"""Fused Conv groups compiled for cuda become the implicit-GEMM convolution on tensor cores (conv_group.py): a
+float16 model's convs, and a float32 model's under `--precision fp16|bf16`; the kernel the model compiles to, run
+by the CPU emulation of its threads on the model's own weights, matches ONNX Runtime at the half format's
+tolerance; its PTX has mma.sync and ldmatrix and ptxas takes it; convs it cannot take keep their loops."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from core.backends import get_backend
+from core.codegen.nvptx import emit_ptx
+from core.codegen.ptxas import assemble_with_usage, find_ptxas
+from core.driver.precision import store_weights
+from core.frontend import import_onnx
+from core.graph.passes.manager import optimize
+from core.kernels.schedules.gpu.gemm_group import gemm_of
+from core.kernels.schedules.gpu.gemm_mma_emulate import emulate
+from core.lowering.executable import build_executable, group_inputs
+from core.target import get_target
+
+rng = np.random.default_rng(37)
+ONNX_TYPES = {np.float16: onnx.TensorProto.FLOAT16, np.float32: onnx.TensorProto.FLOAT}
+
+
+def conv_model(dtype, channels=32, size=10, out_channels=48, kernel=3, stride=1, pad=1, group=1,
+               tail=("Relu",), own_bias=True) -> onnx.ModelProto:
+    """x [2, C, size, size] -> Conv (with its bias unless not `own_bias`) -> `tail`: "residual" (+ input r of the output's shape), "bias2"
+    (+ a per-channel [OC, 1, 1] constant), or an op name."""
+    out = (size + 2 * pad - kernel) // stride + 1
+    t = ONNX_TYPES[dtype]
+    w = numpy_helper.from_array((rng.standard_normal((out_channels, channels // group, kernel, kernel)) * 0.1)
+                                .astype(dtype), "w")
+    b = numpy_helper.from_array((rng.standard_normal(out_channels) * 0.1).astype(dtype), "b")
+    b2 = numpy_helper.from_array((rng.standard_normal((out_channels, 1, 1)) * 0.1).astype(dtype), "b2")
+    inputs = [helper.make_tensor_value_info("x", t, [2, channels, size, size])]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"][:3 if own_bias else 2], ["t0"], pads=[pad] * 4, strides=[stride] * 2, group=group)]
+    current = "t0"
+    for step, what in enumerate(tail, 1):
+        if what == "residual":
+            inputs.append(helper.make_tensor_value_info("r", t, [2, out_channels, out, out]))
+            nodes.append(helper.make_node("Add", ["r", current], [f"t{step}"]))
+        elif what == "bias2":
+            nodes.append(helper.make_node("Add", [current, "b2"], [f"t{step}"]))
+        else:
+            nodes.append(helper.make_node(what, [current], [f"t{step}"]))
+        current = f"t{step}"
+    nodes.append(helper.make_node("Identity", [current], ["y"]))
+    graph = helper.make_graph(nodes, "conv", inputs, [helper.make_tensor_value_info("y", t, [2, out_channels, out, out])],
+                              [w, b, b2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def compiled(model: onnx.ModelProto, precision: str, requested: bool, arch: str = "sm_80"):
+    """The graph and executable as the pipeline makes them (weights stored at `precision`)."""
+    target = get_target(f"cuda -arch={arch}")
+    graph = optimize(import_onnx(model.SerializeToString()), 3, target)
+    graph = store_weights(graph, precision, requested, get_backend(target).weight_storage_dtypes(target), target)
+    return graph, build_executable(graph, target), target
+
+
+def emulated(graph, exe, feeds: dict) -> np.ndarray:
+    """The model's one conv kernel emulated on its own arrays (a float16 model's input: widened first)."""
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    problem, cfg, where = gemm_of(func)
+    (fused,) = [n for n in graph.nodes if n.op == "Fused"]
+    values = group_inputs(list(fused.attr("body").nodes))
+    widened = {f"{k}_f32": v.astype(np.float32) for k, v in feeds.items()}
+    arrays = [np.asarray(graph.constants[v]) if v in graph.constants else {**feeds, **widened}[v] for v in values]
+    role = {r: arrays[i] for r, i in where.items() if r != "c"}
+    extras = {r: role[r].astype(np.float32).ravel() if r == "bias" else role[r].astype(np.float32)
+              for r in ("bias", "residual") if r in role}
+    a = role["a"] if role["a"].dtype == np.float32 else role["a"].view(np.uint16)
+    assert role["b"].dtype.itemsize == 2  # the half weight as stored: the kernel's B as it is
+    return emulate(problem, cfg, a, role["b"].reshape(problem.n, problem.k).view(np.uint16), extras), problem
+
+
+@pytest.mark.parametrize("shape,tail", [
+    (dict(), ("Relu",)),
+    (dict(kernel=1, pad=0), ("residual", "Relu")),
+    (dict(stride=2, size=11), ("Sigmoid",)),
+    (dict(channels=16, out_channels=64, own_bias=False), ("bias2", "Relu")),
+], ids=["3x3", "1x1-residual", "3x3s2", "second-bias"])
+def test_a_float16_models_conv_runs_on_the_implicit_gemm_and_matches_onnxruntime(shape, tail):
+    model = conv_model(np.float16, tail=tail, **shape)
+    graph, exe, _ = compiled(model, "fp16", False)
+    inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    feeds = {k: rng.standard_normal(s).astype(np.float16) for k, s in inputs.items()}
+    got, problem = emulated(graph, exe, feeds)
+    assert problem.conv is not None and problem.dtype == "float16" and problem.out_dtype == "float16"
+    steps = ["bias"] * shape.get("own_bias", True) + ["residual" if t == "residual" else "bias" if t == "bias2" else t.lower() for t in tail]
+    assert list(problem.epilogue) == steps
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_float32_model_at_half_precision_computes_its_conv_in_half(precision):
+    """`--precision fp16|bf16`: weights stored narrow are B as they are, the float32 input is rounded as it is
+    copied, sums stay float32, the output stays float32; within that format's tolerance of ONNX Runtime."""
+    model = conv_model(np.float32, tail=("residual", "Relu"))
+    graph, exe, _ = compiled(model, precision, True)
+    feeds = {"x": rng.standard_normal((2, 32, 10, 10)).astype(np.float32),
+             "r": rng.standard_normal((2, 48, 10, 10)).astype(np.float32)}
+    got, problem = emulated(graph, exe, feeds)
+    half = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+    assert (problem.dtype, problem.a_stored, problem.out_dtype) == (half, "float32", "float32")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    tolerance = 1e-2 if precision == "fp16" else 4e-2
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+
+
+def test_convs_the_implicit_gemm_does_not_take_keep_their_loops():
+    """A float32 compile, sm_75 (no cp.async), a grouped conv, 3 input channels (K = 27 and too few channels), a
+    second bias after the conv's own."""
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float32), "fp32", False)[1].funcs)
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float16), "fp16", False, "sm_75")[1].funcs)
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float16, group=2), "fp16", False)[1].funcs)
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float16, channels=3), "fp16", False)[1].funcs)
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float16, tail=("bias2",)), "fp16", False)[1].funcs)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")
+def test_the_model_ptx_runs_the_conv_on_tensor_cores():
+    graph, exe, target = compiled(conv_model(np.float16, tail=("residual", "Relu")), "fp16", False, "sm_90")
+    ptx, launches = emit_ptx(list(exe.funcs), target)
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    _, cfg, _ = gemm_of(func)
+    assert launches[func.name].block == (cfg.threads, 1, 1)
+    for instruction in ("ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global",
+                        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"):
+        assert instruction in ptx
+    _, usage = assemble_with_usage(ptx, "sm_90")
+    assert usage[func.name]["spill_stores"] == 0 and usage[func.name]["shared_bytes"] == cfg.shared_bytes
