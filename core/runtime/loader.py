@@ -504,17 +504,11 @@ class Module:
         results = dict(zip(names, outs))
         return trim_bounded(results) if bounded else results
 
-    def run_device(self, feeds: Mapping[str, object], out: Mapping[str, object] | None = None,
-                   stream: object = 0) -> dict[str, object]:
-        """A GPU model on device buffers: `feeds` (and `out`, one buffer per output) are C-contiguous objects
-        with __cuda_array_interface__ (torch.cuda tensors, CuPy arrays, ...) of each tensor's shape and element
-        size; without `out`, torch.empty allocates the outputs. All is queued on `stream` (a CUstream handle, or
-        an object with .cuda_stream; 0: the default stream) and nothing is waited for (kiln_run_device)."""
-        if out is None:
-            import torch  # only to allocate outputs on the GPU
-
-            out = {t["name"]: torch.empty(t["shape"], dtype=getattr(torch, t["dtype"]), device="cuda")
-                   for t in self._outputs}
+    def run_device(self, feeds: Mapping[str, object], out: Mapping[str, object], stream: object = 0) -> dict:
+        """A GPU model on device buffers: `feeds` and `out` (one buffer per output, e.g. torch.empty(shape,
+        device="cuda")) are C-contiguous objects with __cuda_array_interface__ (torch.cuda tensors, CuPy arrays,
+        ...) of each tensor's shape and element size. All is queued on `stream` (a CUstream handle, or an
+        object with .cuda_stream; 0: the default stream) and nothing is waited for (kiln_run_device)."""
         pointers = []
         for infos, given in ((self._inputs, feeds), (self._outputs, out)):
             table = (ctypes.c_uint64 * max(1, len(infos)))()
