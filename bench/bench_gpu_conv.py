@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_gpu_gemm import _build, torch_ms  # noqa: E402
+from bench_gpu_gemm import fastest, torch_ms  # noqa: E402
 
 # (name, in channels, size, out channels, kernel, stride): resnet50's convs (v1.5: the stride in the 3x3), and
 # resnet18's 3x3
@@ -48,7 +48,6 @@ def candidates(problem, target):
 def run(target_name: str, batch: int, layouts, json_path: Path | None) -> list[dict]:
     import torch
 
-    from core.codegen.cuda_kernels import gemm_library
     from core.kernels.schedules.gpu.conv_mma import ConvShape
     from core.kernels.schedules.gpu.gemm_mma import conv_problem
     from core.target import get_target
@@ -78,24 +77,9 @@ def run(target_name: str, batch: int, layouts, json_path: Path | None) -> list[d
                 a = a.contiguous().cpu().numpy()
                 b = b.contiguous().reshape(out_channels, -1).cpu().numpy()
                 want = want.contiguous().cpu().numpy()
-                best = (float("inf"), "", float("nan"))
-                configs = candidates(problem, target)
-                for cfg, kernels in zip(configs, pool.map(_build, [(problem, c, target.name) for c in configs])):
-                    lib = gemm_library(kernels)
-                    try:
-                        arrays = {"a": a, "b": b, "c": np.zeros(shape.output_shape, np.float16),
-                                  "workspace": np.zeros((cfg.split_k, problem.m, problem.n), np.float32)}
-                        args = [arrays[p] for p in kernels.params]
-                        lib.call(tuple(kernels.launches), *args)
-                        err = float(np.max(np.abs(arrays["c"].astype(np.float32) - want)) / float(np.max(np.abs(want))))
-                        if err > 2e-2:
-                            print(f"  {name} {layout}: config {cfg} is WRONG (max rel err {err:.1e})", file=sys.stderr)
-                            continue
-                        ms = lib.time_ms(tuple(kernels.launches), *args, repeat=20, warmup=3)
-                    finally:
-                        lib.close()
-                    if ms < best[0]:
-                        best = (ms, json.dumps(cfg.to_json(), separators=(",", ":")), err)
+                c = np.zeros(shape.output_shape, np.float16)
+                best = fastest(problem, candidates(problem, target), target, pool, {"a": a, "b": b, "c": c},
+                               lambda: c.astype(np.float32), want, f"{name} {layout}")
                 row = {"conv": name, "layout": layout, "batch": batch, "cudnn_ms": cudnn, "kiln_ms": best[0],
                        "cudnn_tflops": flops / cudnn / 1e9, "kiln_tflops": flops / best[0] / 1e9,
                        "config": best[1], "max_rel_err": best[2]}

@@ -92,6 +92,7 @@ def test_driver_failures_are_one_clear_error(fake_driver, artifact, mode, messag
 
 MAIN_C = r"""
 #include <stdio.h>
+#include <stdint.h>
 #include "kiln_model.h"
 
 int main(int argc, char** argv) {
@@ -101,24 +102,28 @@ int main(int argc, char** argv) {
     for (int i = 0; i < KILN_INPUT_0_NUMEL; i++) x[i] = (float)(i % 17) * 0.125f - 1.0f;
     kiln_model* m = kiln_load(argv[1]);
     if (!m) { printf("load failed: %s\n", kiln_last_error()); return 1; }
-    const void* inputs[KILN_NUM_INPUTS] = {x};
-    void* outputs[KILN_NUM_OUTPUTS] = {y, z};
-    double ms[3];
-    if (kiln_profile(m, inputs, outputs, ms) != 0) { printf("run failed: %s\n", kiln_last_error()); return 2; }
-    printf("%s %d %g %g %g\n", KILN_CUDA_ARCH, kiln_num_kernel_calls(), ms[0], ms[1], ms[2]);
+    /* RUN */
     for (int i = 0; i < KILN_OUTPUT_1_NUMEL; i++) printf("%.9g\n", z[i]);
     kiln_free(m);
     return 0;
 }
 """
+PROFILE_RUN = r"""
+    const void* inputs[KILN_NUM_INPUTS] = {x};
+    void* outputs[KILN_NUM_OUTPUTS] = {y, z};
+    double ms[3];
+    if (kiln_profile(m, inputs, outputs, ms) != 0) { printf("run failed: %s\n", kiln_last_error()); return 2; }
+    printf("%s %d %g %g %g\n", KILN_CUDA_ARCH, kiln_num_kernel_calls(), ms[0], ms[1], ms[2]);
+"""
 
 
-def test_a_c_program_runs_the_cuda_artifact(fake_driver, artifact, tmp_path):
-    """The artifact from C alone (kiln_model.h, -lkiln_model): the README's usage, GPU timings included."""
+def run_c_program(run: str, fake_driver: Path, artifact: Path, tmp_path: Path) -> list[str]:
+    """MAIN_C with `run` as its run, built against the artifact alone (kiln_model.h, -lkiln_model) and run on
+    the fake driver: the lines it prints after the run's own, output z checked against numpy."""
     art = tmp_path / "art"
     with tarfile.open(artifact) as tar:
         tar.extractall(art, filter="data")
-    (tmp_path / "main.c").write_text(MAIN_C)
+    (tmp_path / "main.c").write_text(MAIN_C.replace("/* RUN */", run))
     exe = tmp_path / "main"
     subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", "-O1", f"-I{art}", str(tmp_path / "main.c"), f"-L{art}",
                     "-lkiln_model", f"-Wl,-rpath,{art}", "-o", str(exe)], check=True, capture_output=True)
@@ -126,11 +131,16 @@ def test_a_c_program_runs_the_cuda_artifact(fake_driver, artifact, tmp_path):
                           env=dict(os.environ, LD_LIBRARY_PATH=str(fake_driver)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.split("\n")
-    assert lines[0] == "sm_90 3 0.25 0.25 0.25"
     x = ((np.arange(cuda_models.M * cuda_models.K) % 17) * np.float32(0.125) - 1).astype("float32")
     want = cuda_models.reference(x.reshape(cuda_models.M, cuda_models.K), *cuda_models.weights())["z"]
     got = np.array([float(v) for v in lines[1:] if v.strip()], dtype="float32").reshape(want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    return lines[:1]
+
+
+def test_a_c_program_runs_the_cuda_artifact(fake_driver, artifact, tmp_path):
+    """The artifact from C alone: the README's usage, GPU timings included."""
+    assert run_c_program(PROFILE_RUN, fake_driver, artifact, tmp_path) == ["sm_90 3 0.25 0.25 0.25"]
 
 
 _PIPELINE_CHILD = r"""
@@ -245,18 +255,7 @@ def test_a_driver_without_graphs_runs_host_buffers_and_refuses_device_ones_clear
     assert "kiln_run_device failed: kiln_run_device: the CUDA driver lacks streams and graphs" in result["device_error"]
 
 
-DEVICE_MAIN_C = r"""
-#include <stdio.h>
-#include <stdint.h>
-#include "kiln_model.h"
-
-int main(int argc, char** argv) {
-    static KILN_INPUT_0_CTYPE x[KILN_INPUT_0_NUMEL];
-    static KILN_OUTPUT_0_CTYPE y[KILN_OUTPUT_0_NUMEL];
-    static KILN_OUTPUT_1_CTYPE z[KILN_OUTPUT_1_NUMEL];
-    for (int i = 0; i < KILN_INPUT_0_NUMEL; i++) x[i] = (float)(i % 17) * 0.125f - 1.0f;
-    kiln_model* m = kiln_load(argv[1]);
-    if (!m) { printf("load failed: %s\n", kiln_last_error()); return 1; }
+DEVICE_RUN = r"""
     /* the fake driver's device memory is host memory: these stand for cuMemAlloc'd buffers */
     const uint64_t inputs[KILN_NUM_INPUTS] = {(uint64_t)(uintptr_t)x};
     const uint64_t outputs[KILN_NUM_OUTPUTS] = {(uint64_t)(uintptr_t)y, (uint64_t)(uintptr_t)z};
@@ -264,27 +263,8 @@ int main(int argc, char** argv) {
     const uint64_t missing[KILN_NUM_OUTPUTS] = {(uint64_t)(uintptr_t)y, 0};
     if (kiln_run_device(m, inputs, missing, NULL) == 0) { printf("a 0 output was taken\n"); return 3; }
     printf("%s\n", kiln_last_error());
-    for (int i = 0; i < KILN_OUTPUT_1_NUMEL; i++) printf("%.9g\n", z[i]);
-    kiln_free(m);
-    return 0;
-}
 """
 
 
 def test_a_c_program_runs_the_cuda_artifact_on_device_buffers(fake_driver, artifact, tmp_path):
-    art = tmp_path / "art"
-    with tarfile.open(artifact) as tar:
-        tar.extractall(art, filter="data")
-    (tmp_path / "main.c").write_text(DEVICE_MAIN_C)
-    exe = tmp_path / "main"
-    subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", "-O1", f"-I{art}", str(tmp_path / "main.c"), f"-L{art}",
-                    "-lkiln_model", f"-Wl,-rpath,{art}", "-o", str(exe)], check=True, capture_output=True)
-    proc = subprocess.run([str(exe), str(art / "weights.bin")], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, LD_LIBRARY_PATH=str(fake_driver)))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.split("\n")
-    assert lines[0] == "kiln_run_device: output 1 is 0"
-    x = ((np.arange(cuda_models.M * cuda_models.K) % 17) * np.float32(0.125) - 1).astype("float32")
-    want = cuda_models.reference(x.reshape(cuda_models.M, cuda_models.K), *cuda_models.weights())["z"]
-    got = np.array([float(v) for v in lines[1:] if v.strip()], dtype="float32").reshape(want.shape)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert run_c_program(DEVICE_RUN, fake_driver, artifact, tmp_path) == ["kiln_run_device: output 1 is 0"]
