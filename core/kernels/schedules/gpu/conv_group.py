@@ -4,6 +4,7 @@ its input float32 or of the weights' dtype, followed by gemm_group's epilogue ch
 Relu, Sigmoid). The kernel reads the NCHW input in place (conv_mma.py's gathered A) and writes NCHW."""
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 from ....graph.ir import Graph, Node
@@ -34,7 +35,8 @@ def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     shape = ConvShape(batch, channels, height, width, out_channels, kh, kw,
                       conv_out_size(height, kh, sh, top, bottom, dh), conv_out_size(width, kw, sw, left, right, dw),
                       sh, sw, top, left, dh, dw)
-    if channels < MIN_CHANNELS or min(shape.out_h, shape.out_w) < 1:
+    if (channels < MIN_CHANNELS or min(shape.out_h, shape.out_w) < 1
+            or max(math.prod(tx.shape), math.prod(shape.output_shape)) >= 2 ** 31):  # the kernel's i32 offsets
         return None
     own_bias = {"bias": node.inputs[2]} if len(node.inputs) > 2 and node.inputs[2] else {}
     chain = epilogue_chain(nodes[at + 1:], node.outputs[0], graph, {o for n in nodes for o in n.outputs},
