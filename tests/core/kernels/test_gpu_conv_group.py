@@ -139,7 +139,8 @@ def test_the_model_ptx_runs_the_conv_on_tensor_cores():
 def test_activations_between_tensor_core_groups_stay_half_with_the_same_results():
     """A float16 model's conv -> relu -> conv -> relu: without half_activations the first kernel writes float32
     and the second rounds it to float16 as it copies; with it the first writes float16 and the second reads it
-    as it is: the same numbers (emulated), within float16 tolerance of ONNX Runtime, half the bytes between."""
+    as it is (and the first reads the half input, its Cast kernel gone): the same numbers (emulated), within
+    float16 tolerance of ONNX Runtime, half the bytes between."""
     from core.kernels.schedules.gpu.half_activations import half_activations
 
     f16 = onnx.TensorProto.FLOAT16
@@ -159,7 +160,7 @@ def test_activations_between_tensor_core_groups_stay_half_with_the_same_results(
         fused = [n for n in g.nodes if n.op == "Fused"]
         between = fused[0].outputs[0]
         results[label] = (g.type_of(between).dtype, gemm_of(first)[0].out_dtype, gemm_of(second)[0].a_stored)
-        arrays = {"x_f32": x.astype(np.float32), **{k: np.asarray(v) for k, v in g.constants.items()}}
+        arrays = {"x": x, "x_f32": x.astype(np.float32), **{k: np.asarray(v) for k, v in g.constants.items()}}
         for node, func in zip(fused, (first, second)):
             problem, cfg, where = gemm_of(func)
             values = group_inputs(list(node.attr("body").nodes))
@@ -174,3 +175,48 @@ def test_activations_between_tensor_core_groups_stay_half_with_the_same_results(
     np.testing.assert_array_equal(results["float32 between"][3], results["half between"][3])
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(results["half between"][3], want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_a_value_also_read_as_a_residual_or_on_sm_75_stays_float32():
+    """--precision fp16 on a float32 residual block: the Add reads its operand in float32 (rounding it would
+    change the result), so it stays float32; a float16 model's Cast kernel feeding a conv that also reads the
+    half value as its residual stays too; sm_75 has no tensor-core groups: the graphs are left as they are."""
+    from core.kernels.schedules.gpu.half_activations import half_activations
+
+    for dtype, precision, requested in ((np.float32, "fp16", True), (np.float16, "fp16", False)):
+        t = ONNX_TYPES[dtype]
+        w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(dtype), "w1")
+        w2 = numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(dtype), "w2")
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1] * 4), helper.make_node("Add", ["c", "b"], ["y"])],
+            "block", [helper.make_tensor_value_info("x", t, [2, 16, 8, 8])],
+            [helper.make_tensor_value_info("y", t, [2, 32, 8, 8])], [w1, w2]),
+            opset_imports=[helper.make_opsetid("", 17)])
+        for arch in ("sm_80", "sm_75"):
+            graph, exe, target = compiled(model, precision, requested, arch)
+            assert len([f for f in exe.funcs if gemm_of(f)]) == (2 if arch == "sm_80" else 0)
+            rewritten = half_activations(graph, target)
+            if dtype == np.float32 or arch == "sm_75":
+                assert rewritten is graph
+            else:  # only the input's Cast goes: conv1 reads x itself; b's stays (conv2's residual reads b too)
+                assert [(n.op, n.inputs[0]) for n in rewritten.nodes if n.op == "Cast"] == [("Cast", "b")]
+
+
+def test_a_cast_kernel_of_a_half_value_into_a_conv_is_skipped():
+    """A float16 model's Cast of a half activation to float32 that only a tensor-core conv reads (as A): the conv
+    reads the half value itself (what it rounded the float32 copy back to anyway) and the Cast kernel goes."""
+    from core.kernels.schedules.gpu.half_activations import half_activations
+
+    model = conv_model(np.float16, tail=("Relu",))
+    graph, _, target = compiled(model, "fp16", False)
+    assert [n.op for n in graph.nodes] == ["Cast", "Fused"]
+    rewritten = half_activations(graph, target)
+    assert [n.op for n in rewritten.nodes] == ["Fused"]
+    (func,) = build_executable(rewritten, target).funcs
+    problem = gemm_of(func)[0]
+    assert problem.a_stored == "float16" and problem.conv is not None
+    feeds = {"x": rng.standard_normal((2, 32, 10, 10)).astype(np.float16)}
+    got, _ = emulated(rewritten, build_executable(rewritten, target), feeds)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
