@@ -67,26 +67,33 @@ def torch_ms(fn, repeat: int = 20, warmup: int = 3) -> float:
 
 def kiln_half(size: int, dtype: str, target, pool, a_bits, b_bits, want) -> tuple[float, str, float]:
     """(best ms, its config, its max relative error against cuBLAS)."""
-    from core.codegen.cuda_kernels import gemm_library
     from core.kernels.schedules.gpu.gemm_mma import GemmProblem
 
     problem = GemmProblem(size, size, size, dtype, dtype)
-    configs = candidates(problem, target)
-    best = (float("inf"), "", float("nan"))
     np_dtype = np.float16 if dtype == "float16" else np.uint16
-    a, b = a_bits.view(np_dtype), b_bits.view(np_dtype)
+    c = np.zeros((size, size), np_dtype)
+    read = (lambda: c.astype(np.float32)) if dtype == "float16" else (lambda: (c.astype(np.uint32) << 16).view(np.float32))
+    return fastest(problem, candidates(problem, target), target, pool,
+                   {"a": a_bits.view(np_dtype), "b": b_bits.view(np_dtype), "c": c}, read, want, f"{dtype} {size}")
+
+
+def fastest(problem, configs, target, pool, arrays: dict, read, want: np.ndarray, label: str) -> tuple[float, str, float]:
+    """(best ms, its config, its max relative error) of `problem`'s kernels under each of `configs` (built in
+    `pool`), run on `arrays` (by parameter name; the split-K workspace is added), `read()` giving the output as
+    float32 to check against `want` before timing; a wrong config is reported and skipped."""
+    from core.codegen.cuda_kernels import gemm_library
+
+    best = (float("inf"), "", float("nan"))
     for cfg, kernels in zip(configs, pool.map(_build, [(problem, c, target.name) for c in configs])):
         lib = gemm_library(kernels)
         try:
-            c = np.zeros((size, size), np_dtype)
-            arrays = {"a": a, "b": b, "c": c, "workspace": np.zeros((cfg.split_k, size, size), np.float32)}
+            arrays["workspace"] = np.zeros((cfg.split_k, problem.m, problem.n), np.float32)
             args = [arrays[p] for p in kernels.params]
             names = tuple(kernels.launches)
             lib.call(names, *args)
-            got = c.astype(np.float32) if dtype == "float16" else (c.astype(np.uint32) << 16).view(np.float32)
-            err = float(np.max(np.abs(got - want)) / max(1e-6, float(np.max(np.abs(want)))))
+            err = float(np.max(np.abs(read() - want)) / max(1e-6, float(np.max(np.abs(want)))))
             if err > 2e-2:
-                print(f"  {dtype} {size}: config {cfg} is WRONG (max rel err {err:.1e}); skipped", file=sys.stderr)
+                print(f"  {label}: config {cfg} is WRONG (max rel err {err:.1e}); skipped", file=sys.stderr)
                 continue
             ms = lib.time_ms(names, *args, repeat=20, warmup=3)
         finally:

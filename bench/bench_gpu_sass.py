@@ -1,8 +1,9 @@
 """What ptxas makes of Kiln's tensor-core GEMM, no GPU needed: per config and architecture, each kernel's registers,
 spills and static shared memory (ptxas -v; 0 where the stages are dynamic shared memory) and its SASS counts of HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async)
-and BAR (cuobjdump -sass where nvdisasm is installed, else the cubin decoded: core/codegen/sass.py).
+and BAR (cuobjdump -sass where nvdisasm is installed, else the cubin decoded: core/codegen/sass.py); then the same
+for the implicit-GEMM convolution (resnet50's convs at batch 32, NCHW gathered and NHWC cp.async A).
 
-    python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90]
+    python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90] [--no-convs]
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.codegen.mma_gemm import build_gemm  # noqa: E402
 from core.codegen.ptxas import assemble_with_usage  # noqa: E402
 from core.codegen.sass import sass_counts  # noqa: E402
-from core.kernels.schedules.gpu.gemm_mma import GemmConfig, GemmProblem  # noqa: E402
+from core.kernels.schedules.gpu.conv_mma import ConvShape  # noqa: E402
+from core.kernels.schedules.gpu.gemm_mma import GemmConfig, GemmProblem, conv_problem  # noqa: E402
 from core.target import get_target  # noqa: E402
 
 CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),
@@ -27,28 +29,42 @@ CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),
            ("64x64x32 2x2 warps, 4 stages", GemmConfig(block_m=64, block_n=64, stages=4)),
            ("128x128x32, 3 stages, split-K 4", GemmConfig(split_k=4))]
 PROBLEMS = [("float16", "float16", ("bias", "relu")), ("bfloat16", "bfloat16", ("bias", "residual", "gelu"))]
+CONVS = [("3x3 64->64 56x56", ConvShape(32, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1)),
+         ("1x1 256->64 56x56", ConvShape(32, 256, 56, 56, 64, 1, 1, 56, 56)),
+         ("3x3 s2 128->128 56x56", ConvShape(32, 128, 56, 56, 128, 3, 3, 28, 28, 2, 2, 1, 1))]
+
+
+def print_rows(kernels, arch: str, what: str, config: str) -> None:
+    cubin, usage = assemble_with_usage(kernels.ptx, arch)
+    counts, how = sass_counts(cubin)
+    for kernel, u in usage.items():
+        c = counts[kernel]
+        print(f"| {arch} | {what} | {config} | {kernel} | {u['registers']} | {u['spill_stores']}/{u['spill_loads']} | "
+              f"{u['shared_bytes']} | {c['HMMA']} | {c['LDSM']} | {c['LDGSTS']} | {c.get('LDG', 0)} | {c['BAR']} | "
+              f"{how} |", flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--archs", nargs="+", default=["sm_80", "sm_90"])
+    parser.add_argument("--no-convs", action="store_true", help="only the GEMM table")
     args = parser.parse_args()
-    print(f"GEMM {args.size}^3; registers, spill stores/loads (bytes), static shared bytes; SASS instruction counts\n")
-    print("| arch | operands, epilogue | config | kernel | regs | spills | smem | HMMA | LDSM | LDGSTS | BAR | read by |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print(f"GEMM {args.size}^3, then convs; registers, spill stores/loads (bytes), static shared bytes; SASS counts\n")
+    print("| arch | problem | config | kernel | regs | spills | smem | HMMA | LDSM | LDGSTS | LDG | BAR | read by |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for arch in args.archs:
         target = get_target(f"cuda -arch={arch}")
         for dtype, out, epilogue in PROBLEMS:
             for name, cfg in CONFIGS:
-                kernels = build_gemm(GemmProblem(args.size, args.size, args.size, dtype, out, epilogue), cfg, target)
-                cubin, usage = assemble_with_usage(kernels.ptx, arch)
-                counts, how = sass_counts(cubin)
-                for kernel, u in usage.items():
-                    c = counts[kernel]
-                    print(f"| {arch} | {dtype} {'+'.join(epilogue)} | {name} | {kernel} | {u['registers']} | "
-                          f"{u['spill_stores']}/{u['spill_loads']} | {u['shared_bytes']} | {c['HMMA']} | {c['LDSM']} | "
-                          f"{c['LDGSTS']} | {c['BAR']} | {how} |", flush=True)
+                problem = GemmProblem(args.size, args.size, args.size, dtype, out, epilogue)
+                print_rows(build_gemm(problem, cfg, target), arch, f"{dtype} {'+'.join(epilogue)}", name)
+        for name, conv in [] if args.no_convs else CONVS:
+            for layout in ("nchw", "nhwc"):
+                shape = ConvShape(**{**conv.__dict__, "layout": layout})
+                problem = conv_problem(shape, "float16", "float16", ("bias", "residual", "relu"))
+                for label, cfg in CONFIGS[:3]:
+                    print_rows(build_gemm(problem, cfg, target), arch, f"conv {name} {layout}", label)
     return 0
 
 

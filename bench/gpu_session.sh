@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One GPU session's checks, prepared to run on a lent GPU machine (H200: torch + CUDA toolkit, no fastapi) in
-# under 8 minutes, from the repository root:   OUT=/some/dir bash bench/gpu_session.sh
+# under 9 minutes, from the repository root:   OUT=/some/dir bash bench/gpu_session.sh
 # (the device tool: run(command="bash bench/gpu_session.sh", timeout_s=560); it sets $OUT).
-# Writes to $OUT: machine.txt, tests.txt (the GPU test files, pytest --noconftest), sass.md (ptxas and SASS per
-# GEMM kernel, cuobjdump's own counts there), gemm.md/json (TFLOP/s against cuBLAS), models.md/json (against
-# PyTorch), and summary.txt. Each step has its own time limit so a slow one cannot starve the rest.
+# Writes to $OUT: machine.txt, tests.txt (the GPU test files, pytest --noconftest), conv.md/json (the implicit-GEMM
+# conv against cuDNN, NHWC and NCHW), models.md/json (against PyTorch; Kiln device = the model as one CUDA graph on
+# device buffers), gemm.md/json (TFLOP/s against cuBLAS), sass.md (ptxas and SASS per GEMM kernel, cuobjdump's own
+# counts there), and summary.txt. Each step has its own time limit so a slow one cannot starve the rest; the new
+# measurements come first.
 set -u
 OUT=${OUT:-$(mktemp -d)}
 export PYTHONPATH=$PWD
@@ -19,24 +21,31 @@ step "machine"
 
 step "GPU tests"
 timeout 120 $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
+  tests/core/kernels/test_gpu_conv_mma.py tests/core/kernels/test_gpu_conv_group.py tests/core/runtime/test_cuda_gpu.py \
   tests/core/kernels/test_gpu_gemm_mma.py tests/core/kernels/test_gpu_gemm_group.py tests/core/codegen/test_sass.py \
-  tests/core/kernels/test_gpu_tensorcore.py tests/core/codegen/test_nvptx_gpu.py tests/core/runtime/test_cuda_gpu.py \
+  tests/core/kernels/test_gpu_tensorcore.py tests/core/codegen/test_nvptx_gpu.py \
   tests/core/kernels/test_gpu_models.py tests/core/kernels/test_gpu_integer.py tests/core/tune/test_tune_gpu.py \
   > "$OUT/tests.txt" 2>&1
 step "tests exit $? : $(tail -1 "$OUT/tests.txt")"
 
-step "SASS"
-timeout 60 $PY bench/bench_gpu_sass.py --archs sm_90 > "$OUT/sass.md" 2>&1
-step "sass exit $?"
-
-step "GEMM against cuBLAS"
-timeout 130 $PY bench/bench_gpu_gemm.py -t "cuda -arch=sm_90" --json "$OUT/gemm.json" > "$OUT/gemm.md" 2> "$OUT/gemm.log"
-step "gemm exit $?"
+step "convs against cuDNN"
+timeout 90 $PY bench/bench_gpu_conv.py -t "cuda -arch=sm_90" --json "$OUT/conv.json" > "$OUT/conv.md" 2> "$OUT/conv.log"
+step "conv exit $?"
 
 step "models against PyTorch"
 timeout 150 $PY bench/bench_gpu.py -t "cuda -arch=sm_90" --rounds 15 --budget-s 100 --json "$OUT/models.json" \
+  --runs resnet50:fp16:32 resnet18:fp32:32 resnet50:fp16:1 resnet18:fp32:1 resnet18:fp16:32 mobilenet_v2:fp32:32 \
+  bert_base:fp16:32 resnet50:fp32:32 bert_base:fp32:1 mobilenet_v2:fp16:32 \
   > "$OUT/models.md" 2> "$OUT/models.log"
 step "models exit $?"
-cat "$OUT/gemm.md" "$OUT/models.md" >> "$OUT/summary.txt" 2>/dev/null
+
+step "GEMM against cuBLAS"
+timeout 110 $PY bench/bench_gpu_gemm.py -t "cuda -arch=sm_90" --json "$OUT/gemm.json" > "$OUT/gemm.md" 2> "$OUT/gemm.log"
+step "gemm exit $?"
+
+step "SASS"
+timeout 50 $PY bench/bench_gpu_sass.py --archs sm_90 --no-convs > "$OUT/sass.md" 2>&1
+step "sass exit $?"
+cat "$OUT/conv.md" "$OUT/models.md" "$OUT/gemm.md" >> "$OUT/summary.txt" 2>/dev/null
 step "done"
 exit 0

@@ -81,6 +81,11 @@ class Backend:
         """How a fused kernel's epilogue (what follows a conv/matmul anchor) is placed."""
         raise NotImplementedError
 
+    def finish_graph(self, graph: "Graph", target: Target) -> "Graph":
+        """The optimized graph once its weights are stored (precision.store_weights), as this target's kernels
+        want it; the identity unless a backend rewrites it."""
+        return graph
+
     def group_kernel(self, nodes: Sequence["Node"], graph: "Graph", target: Target, name: str,
                      outputs: Sequence[str], inputs: Sequence[str]) -> Optional["PrimFunc"]:
         """A hand-built kernel for a whole fused group (inputs, then outputs, as lower_group's), or None: the

@@ -56,6 +56,12 @@ class CudaBackend(Backend):
 
         return schedule_epilogue
 
+    def finish_graph(self, graph, target: Target):
+        """Activations between tensor-core groups stored in half precision (half_activations.py)."""
+        from ..kernels.schedules.gpu.half_activations import half_activations
+
+        return half_activations(graph, target)
+
     def group_kernel(self, nodes, graph, target: Target, name: str, outputs, inputs):
         """A float16/bfloat16 MatMul and its epilogue chain: the tensor-core GEMM (gemm_group.py)."""
         from ..kernels.schedules.gpu.gemm_group import gemm_group_kernel

@@ -59,6 +59,13 @@ class Index:
     def lt(self, x) -> ir.Value:
         return self.b.icmp_unsigned("<", self.v, self._of(x))
 
+    def below(self, x) -> "Index":
+        """1 when 0 <= self < x as signed values (unsigned <: a negative wraps past x), else 0."""
+        return Index(self.b, self.b.zext(self.lt(x), I32))
+
+    def nonzero(self) -> ir.Value:
+        return self.b.icmp_unsigned("!=", self.v, ir.Constant(I32, 0))
+
     def wide(self) -> ir.Value:
         return self.b.zext(self.v, I64)
 
@@ -76,16 +83,29 @@ def _element(b: ir.IRBuilder, base: ir.Value, index: ir.Value, dtype: str) -> ir
     return b.gep(base, [index], inbounds=True, source_etype=_ELEM[dtype])
 
 
-def _load_pair(b: ir.IRBuilder, base: ir.Value, index: ir.Value, dtype: str) -> list[ir.Value]:
-    """Two adjacent elements as float32 (an aligned 2-wide vector load)."""
-    vec = b.load(_element(b, base, index, dtype), typ=ir.VectorType(_ELEM[dtype], 2), align=2 * (4 if dtype ==
-                                                                                                    "float32" else 2))
-    values = [b.extract_element(vec, ir.Constant(I32, e)) for e in (0, 1)]
+def _widen(b: ir.IRBuilder, values: list[ir.Value], dtype: str) -> list[ir.Value]:
     if dtype == "float16":
         return [b.fpext(v, F32) for v in values]
     if dtype == "bfloat16":
         return [b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32) for v in values]
     return values
+
+
+def _load_pair(b: ir.IRBuilder, base: ir.Value, index: ir.Value, dtype: str, stride: int = 1) -> list[ir.Value]:
+    """Two elements `stride` apart as float32 (adjacent: an aligned 2-wide vector load)."""
+    if stride != 1:
+        second = b.add(index, ir.Constant(I64, stride))
+        return _widen(b, [b.load(_element(b, base, i, dtype), typ=_ELEM[dtype]) for i in (index, second)], dtype)
+    vec = b.load(_element(b, base, index, dtype), typ=ir.VectorType(_ELEM[dtype], 2), align=2 * (4 if dtype ==
+                                                                                                    "float32" else 2))
+    return _widen(b, [b.extract_element(vec, ir.Constant(I32, e)) for e in (0, 1)], dtype)
+
+
+def _narrow(b: ir.IRBuilder, x: ir.Value, dtype: str) -> ir.Value:
+    """A float32 value as `dtype` (bfloat16: its bits)."""
+    if dtype == "float16":
+        return b.fptrunc(x, F16)
+    return _to_bfloat16(b, x) if dtype == "bfloat16" else x
 
 
 def _to_bfloat16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -96,11 +116,13 @@ def _to_bfloat16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.trunc(b.lshr(rounded, ir.Constant(I32, 16)), I16)
 
 
-def _store_pair(b: ir.IRBuilder, base: ir.Value, index: ir.Value, dtype: str, values: list[ir.Value]) -> None:
-    if dtype == "float16":
-        values = [b.fptrunc(v, F16) for v in values]
-    elif dtype == "bfloat16":
-        values = [_to_bfloat16(b, v) for v in values]
+def _store_pair(b: ir.IRBuilder, base: ir.Value, index: ir.Value, dtype: str, values: list[ir.Value],
+                stride: int = 1) -> None:
+    values = [_narrow(b, v, dtype) for v in values]
+    if stride != 1:
+        for i, v in zip((index, b.add(index, ir.Constant(I64, stride))), values):
+            b.store(v, _element(b, base, i, dtype))
+        return
     vec = ir.Constant(ir.VectorType(_ELEM[dtype], 2), ir.Undefined)
     for e, v in enumerate(values):
         vec = b.insert_element(vec, v, ir.Constant(I32, e))
@@ -123,8 +145,9 @@ def _epilogue(b: ir.IRBuilder, problem: GemmProblem, params: dict, row: Index, c
     """The problem's epilogue steps on the two sums of columns col, col + 1 of `row`, in order."""
     for step in problem.epilogue:
         if step in ("bias", "residual"):
-            index = col.wide() if step == "bias" else (row * problem.n + col).wide()
-            extra = _load_pair(b, params[step], index, problem.extras_dtype)
+            index = col.wide() if step == "bias" else plan.output_index(problem, row, col).wide()
+            extra = _load_pair(b, params[step], index, problem.bias_stored if step == "bias" else problem.extras_dtype,
+                               1 if step == "bias" else plan.column_stride(problem))
             values = [b.fadd(v, e) for v, e in zip(values, extra)]
         else:
             values = [_activation(b, step, v) for v in values]
@@ -150,19 +173,25 @@ class _Kernel:
             return stage * a_bytes + self.smem
         return stage * (self.cfg.b_stage_chunks * 16) + self.smem + self.cfg.stages * a_bytes
 
-    def copy_slice(self, tid: Index, m0: Index, n0: Index, k_slice: Index, stage: Index) -> None:
+    def copy_slice(self, tid: Index, m0: Index, n0: Index, k_slice: Index, stage: Index, gather: bool = True) -> None:
         """cp.async of one block_k slice of A and B into `stage`; chunks past the matrix edges are zero-filled
-        (source size 0, its address clamped to the matrix start)."""
+        (source size 0, its address clamped to the matrix start). A gathered A is loaded and stored at once
+        (unless `gather` is off: the mainloop splits its loads from its stores)."""
         cfg, p, b = self.cfg, self.problem, self.b
         k0 = k_slice * cfg.block_k
-        for operand, per_stage, chunk_of, cpr in (("a", cfg.a_stage_chunks, plan.copy_a_chunk, cfg.a_chunks_per_row),
-                                                  ("b", cfg.b_stage_chunks, plan.copy_b_chunk, cfg.b_chunks_per_row)):
+        for operand, per_stage, cpr in (("a", cfg.a_stage_chunks, cfg.a_chunks_per_row),
+                                        ("b", cfg.b_stage_chunks, plan.b_chunks_per_row(cfg, p))):
+            if operand == "a" and p.gathered:
+                if gather:
+                    self.store_a(self.gather_a(tid, m0, k_slice, 1), stage)
+                continue
             base = self.stage_base(operand, stage)
+            chunk_of = plan.copy_a_chunk if operand == "a" else plan.copy_b_chunk
             for it in range(per_stage // cfg.threads):
-                row, chunk = chunk_of(cfg, tid, it)
-                g_row, g_col, width, rows = plan.copy_source(p, operand, row, chunk, m0, n0, k0)
-                inside = b.and_(g_row.lt(rows), g_col.lt(width))
-                offset = b.select(inside, (g_row * width + g_col).v, ir.Constant(I32, 0))
+                row, chunk = chunk_of(cfg, tid, it, p)
+                offset, inside = plan.copy_source(p, operand, row, chunk, m0, n0, k0)
+                inside = inside.nonzero()
+                offset = b.select(inside, offset.v, ir.Constant(I32, 0))
                 dst = base + plan.swizzle(row, chunk, cpr) * 16
                 if operand == "a" and p.a_stored == "float32":
                     self.convert_chunk(offset, inside, dst)
@@ -172,6 +201,32 @@ class _Kernel:
                 size = b.select(inside, ir.Constant(I32, 16), ir.Constant(I32, 0))
                 _asm(b, ir.VoidType(), "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
                      [dst.v, src, size])
+
+    def gather_a(self, tid: Index, m0: Index, k_slice: Index, valid) -> list[tuple[Index, ir.Value]]:
+        """The chunks of a gathered A slice loaded element by element into registers, each as (the chunk's
+        (row, chunk) swizzled slot, its 8 values as 4 x i32); zeros outside the input or where `valid` is 0."""
+        cfg, p, b = self.cfg, self.problem, self.b
+        k0, chunks = k_slice * cfg.block_k, []
+        for it in range(cfg.a_stage_chunks // cfg.threads):
+            row, chunk = plan.copy_a_chunk(cfg, tid, it, p)
+            values = []
+            for e in range(plan.CHUNK):
+                offset, inside = plan.gather_source(p, row, chunk, m0, k0, e)
+                inside = (inside * valid).nonzero()
+                offset = b.select(inside, offset.v, ir.Constant(I32, 0))
+                x = b.load(_element(b, self.params["a"], b.zext(offset, I64), p.a_stored), typ=_ELEM[p.a_stored])
+                x = b.select(inside, x, ir.Constant(_ELEM[p.a_stored], 0))
+                values.append(_narrow(b, x, p.dtype) if p.a_stored == "float32" else x)
+            vec = ir.Constant(ir.VectorType(_ELEM[p.dtype], 8), ir.Undefined)
+            for e, v in enumerate(values):
+                vec = b.insert_element(vec, v, ir.Constant(I32, e))
+            chunks.append((plan.swizzle(row, chunk, cfg.a_chunks_per_row), b.bitcast(vec, ir.VectorType(I32, 4))))
+        return chunks
+
+    def store_a(self, chunks: list[tuple[Index, ir.Value]], stage: Index) -> None:
+        base = self.stage_base("a", stage)
+        for slot, vec in chunks:
+            self.b.store(vec, self.b.inttoptr((base + slot * 16).v, ir.PointerType(addrspace=SHARED)), align=16)
 
     def convert_chunk(self, offset: ir.Value, inside: ir.Value, dst: Index) -> None:
         """Eight float32 of A rounded to the operand dtype and stored as one 16-byte chunk (zeros outside A): a
@@ -194,6 +249,11 @@ class _Kernel:
         text = f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 {{$0, $1, $2, $3}}, [$4];"
         out = _asm(self.b, ir.LiteralStructType([I32] * 4), text, "=r,=r,=r,=r,r,~{memory}", [address.v])
         return [self.b.extract_value(out, r) for r in range(4)]
+
+    def ldmatrix_b(self, stage: Index, warp: Index, lane: Index, pair: int, kk: int) -> list[ir.Value]:
+        row, chunk, trans = plan.b_fragment_address(self.cfg, self.problem, warp, lane, pair, kk)
+        cpr = plan.b_chunks_per_row(self.cfg, self.problem)
+        return self.ldmatrix(self.stage_base("b", stage) + plan.swizzle(row, chunk, cpr) * 16, trans=trans)
 
     def mma(self, a: list[ir.Value], b_frag: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
         kind = "f16" if self.problem.dtype == "float16" else "bf16"
@@ -278,18 +338,20 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
     _asm(b, ir.VoidType(), f"cp.async.wait_group {cfg.stages - 2};", "~{memory}", [])
     _barrier(b)  # slice kt is visible to all, and every warp is done with the stage refilled next
     ahead = kt + (cfg.stages - 1)
-    _guarded(b, ahead.lt(count), lambda: k.copy_slice(tid, m0, n0, first + ahead, ahead % cfg.stages))
+    if problem.gathered:  # A's loads are issued now and stored after the mma below, which hide their latency
+        pending = k.gather_a(tid, m0, first + ahead, ahead.below(count))
+    _guarded(b, ahead.lt(count), lambda: k.copy_slice(tid, m0, n0, first + ahead, ahead % cfg.stages, gather=False))
     commit()
     stage = kt % cfg.stages
     acc = {t: list(v) for t, v in acc_phis.items()}
     for kk in range(cfg.block_k // plan.MMA_K):
         a_frags = [k.ldmatrix(k.stage_base("a", stage) + plan.swizzle(
             *plan.ldmatrix_a(cfg, warp, lane, tm, kk), cfg.a_chunks_per_row) * 16, trans=False) for tm in range(cfg.mi)]
-        b_frags = [k.ldmatrix(k.stage_base("b", stage) + plan.swizzle(
-            *plan.ldmatrix_b(cfg, warp, lane, pair, kk), cfg.b_chunks_per_row) * 16, trans=True)
-            for pair in range(cfg.ni // 2)]
+        b_frags = [k.ldmatrix_b(stage, warp, lane, pair, kk) for pair in range(cfg.ni // 2)]
         for tm, tn in tiles_mn:
             acc[tm, tn] = k.mma(a_frags[tm], b_frags[tn // 2][2 * (tn % 2):2 * (tn % 2) + 2], acc[tm, tn])
+    if problem.gathered:  # into the stage every warp finished reading at kt - 1 (the barrier above)
+        k.store_a(pending, ahead % cfg.stages)
     next_kt = kt + 1
     latch = b.block
     b.cbranch(next_kt.lt(count), loop, done)
@@ -319,7 +381,8 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
                                 "float32", pair)
                 else:
                     out = _epilogue(b, problem, params, g_row, g_col, pair)
-                    _store_pair(b, params["c"], (g_row * problem.n + g_col).wide(), problem.out_dtype, out)
+                    _store_pair(b, params["c"], plan.output_index(problem, g_row, g_col).wide(), problem.out_dtype,
+                                out, plan.column_stride(problem))
 
             _guarded(b, b.and_(g_row.lt(problem.m), g_col.lt(problem.n)), store)
 
@@ -339,7 +402,8 @@ def emit_split_reduce(module: ir.Module, name: str, problem: GemmProblem, cfg: G
         for z in range(cfg.split_k):
             part = _load_pair(b, params["workspace"], (flat + z * problem.m * problem.n).wide(), "float32")
             total = [b.fadd(t, v) for t, v in zip(total, part)]
-        _store_pair(b, params["c"], flat.wide(), problem.out_dtype, _epilogue(b, problem, params, row, col, total))
+        _store_pair(b, params["c"], plan.output_index(problem, row, col).wide(), problem.out_dtype,
+                    _epilogue(b, problem, params, row, col, total), plan.column_stride(problem))
 
     _guarded(b, index.lt(pairs), body)
     b.ret_void()
@@ -359,8 +423,10 @@ class GemmKernels:
     def param_shapes(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(name, shape, dtype) of each parameter: what the launches take, in order."""
         p, cfg = self.problem, self.config
-        shapes = {"a": ((p.m, p.k), p.a_stored), "b": ((p.k, p.n), p.dtype), "bias": ((p.n,), p.extras_dtype),
-                  "residual": ((p.m, p.n), p.extras_dtype), "c": ((p.m, p.n), p.out_dtype),
+        a_shape, c_shape = ((p.conv.input_shape, p.conv.output_shape) if p.conv is not None else
+                            ((p.m, p.k), (p.m, p.n)))
+        shapes = {"a": (a_shape, p.a_stored), "b": (p.b_shape, p.dtype), "bias": ((p.n,), p.bias_stored),
+                  "residual": (c_shape, p.extras_dtype), "c": (c_shape, p.out_dtype),
                   "workspace": ((cfg.split_k, p.m, p.n), "float32")}
         return [(name, *shapes[name]) for name in self.params]
 

@@ -158,8 +158,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     weights_precision = precision or model_precision(imported[-1])
     storage_dtypes = backend.weight_storage_dtypes(tgt)
     with stage(Stage.OPTIMIZE):
-        graphs = [store_weights(optimize(g, opt_level, tgt), weights_precision, precision is not None, storage_dtypes,
-                                tgt) for g in imported]
+        graphs = [backend.finish_graph(store_weights(optimize(g, opt_level, tgt), weights_precision, precision is not None,
+                                                     storage_dtypes, tgt), tgt) for g in imported]
     outcomes: list = [None] * len(graphs)
     if pinned_records is not None:
         outcomes = pinned_outcomes(graphs, tgt, pinned_records)

@@ -44,6 +44,14 @@ int kiln_run(kiln_model* model, const void* const* inputs, void* const* outputs)
  * call_ms[0 .. kiln_num_kernel_calls()-1]. */
 int kiln_profile(kiln_model* model, const void* const* inputs, void* const* outputs, double* call_ms);
 
+/* GPU models: run on the caller's device memory. inputs[i] and outputs[i] are device pointers (CUdeviceptr)
+ * of buffers shaped as for kiln_run, in the model's CUDA context (the device's primary context); the inputs
+ * are copied in, the model launched (one CUDA graph) and the outputs copied out, all queued on `stream` (a
+ * CUstream; NULL: the legacy default stream), and the call returns once they are queued: synchronize the
+ * stream before reading the outputs. A model's runs share its arena: queue them on one stream (or wait for
+ * one before the next). A CPU model returns nonzero (see kiln_last_error()). */
+int kiln_run_device(kiln_model* model, const uint64_t* inputs, const uint64_t* outputs, void* stream);
+
 /* Release everything kiln_load allocated. NULL is fine. */
 void kiln_free(kiln_model* model);
 

@@ -6,6 +6,9 @@
  * the first model, unloaded with the last), on the device's primary context; each model keeps its
  * weights and arena in device memory (kiln_device_attach, called by kiln_runtime.c's kiln_load).
  * Every driver failure becomes kiln_last_error() text naming the call and the CUresult.
+ * A run launches the whole model as one CUDA graph, captured from the model's launches on its first run (its
+ * kernels' arguments are fixed: arena and weights offsets); KILN_CUDA_GRAPH=0, or a driver without the graph
+ * API, launches kernel by kernel instead. kiln_device_run runs on the caller's device buffers and stream.
  * Device: KILN_CUDA_DEVICE (an ordinal, default 0).
  */
 #include <dlfcn.h>
@@ -31,10 +34,13 @@ typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
 
 enum { CUDA_SUCCESS = 0, CUDA_ERROR_NO_DEVICE = 100 };
 enum { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76 };
 enum { CU_JIT_ERROR_LOG_BUFFER = 5, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6 };
+enum { CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1 };
 
 /* X(field, exported symbol, return, parameters): the versioned names are what cuda.h's macros pick. */
 #define KILN_CUDA_API(X)                                                                                     \
@@ -66,10 +72,25 @@ enum { CU_JIT_ERROR_LOG_BUFFER = 5, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6 };
     X(GetErrorName, "cuGetErrorName", CUresult, (CUresult, const char**))                                    \
     X(GetErrorString, "cuGetErrorString", CUresult, (CUresult, const char**))
 
+/* Streams, CUDA graphs and asynchronous copies (CUDA 11.4 and later): optional, all or none. */
+#define KILN_CUDA_GRAPH_API(X)                                                                               \
+    X(StreamCreate, "cuStreamCreate", CUresult, (CUstream*, unsigned))                                       \
+    X(StreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream))                                             \
+    X(StreamBeginCapture, "cuStreamBeginCapture_v2", CUresult, (CUstream, int))                              \
+    X(StreamEndCapture, "cuStreamEndCapture", CUresult, (CUstream, CUgraph*))                                \
+    X(GraphInstantiate, "cuGraphInstantiateWithFlags", CUresult, (CUgraphExec*, CUgraph, unsigned long long)) \
+    X(GraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                                       \
+    X(GraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec))                                       \
+    X(GraphDestroy, "cuGraphDestroy", CUresult, (CUgraph))                                                   \
+    X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))
+
 #define KILN_CUDA_FIELD(field, symbol, ret, params) ret(*field) params;
 static struct {
     KILN_CUDA_API(KILN_CUDA_FIELD)
 } cu;
+static struct {
+    KILN_CUDA_GRAPH_API(KILN_CUDA_FIELD)
+} cg; /* all NULL when the driver lacks any of them */
 #undef KILN_CUDA_FIELD
 
 /* ------------------------------------------------------------------ errors */
@@ -141,6 +162,12 @@ static int open_driver(const char* who) {
     }
     KILN_CUDA_API(KILN_CUDA_BIND)
 #undef KILN_CUDA_BIND
+#define KILN_CUDA_BIND_OPTIONAL(field, symbol, ret, params) cg.field = (ret(*) params)dlsym(lib, symbol);
+#define KILN_CUDA_MISSING(field, symbol, ret, params) || !cg.field
+    KILN_CUDA_GRAPH_API(KILN_CUDA_BIND_OPTIONAL)
+    if (0 KILN_CUDA_GRAPH_API(KILN_CUDA_MISSING)) memset(&cg, 0, sizeof cg);
+#undef KILN_CUDA_MISSING
+#undef KILN_CUDA_BIND_OPTIONAL
     driver = lib; /* never closed: unloading the driver from a running process is not safe */
     return 0;
 }
@@ -251,27 +278,76 @@ static int acquire_backend(const char* who) {
     return rc ? -1 : 0;
 }
 
+/* ------------------------------------------------------------------ per model: its stream and CUDA graph */
+
+typedef struct model_graph {
+    CUdeviceptr arena; /* the model's: its key */
+    CUstream stream;   /* the graph is captured on it; host-buffer runs launch on it */
+    CUgraphExec exec;  /* NULL until the first run captures it, or when capturing failed */
+    int captured;      /* capturing was tried */
+    struct model_graph* next;
+} model_graph;
+static model_graph* graphs; /* every attached model's, under backend_lock */
+
+static int graphs_wanted(void) {
+    const char* env = getenv("KILN_CUDA_GRAPH");
+    return cg.GraphLaunch != NULL && !(env && strcmp(env, "0") == 0);
+}
+
+static model_graph* graph_of(CUdeviceptr arena) {
+    pthread_mutex_lock(&backend_lock);
+    model_graph* g = graphs;
+    while (g && g->arena != arena) g = g->next;
+    pthread_mutex_unlock(&backend_lock);
+    return g;
+}
+
+/* Called with backend_lock held and the context current. */
+static void drop_graph(CUdeviceptr arena) {
+    for (model_graph** at = &graphs; *at; at = &(*at)->next) {
+        if ((*at)->arena != arena) continue;
+        model_graph* g = *at;
+        *at = g->next;
+        if (g->exec) cg.GraphExecDestroy(g->exec);
+        if (g->stream) cg.StreamDestroy(g->stream);
+        free(g);
+        return;
+    }
+}
+
 /* ------------------------------------------------------------------ per model: kiln_runtime.c's hooks */
 
 static size_t at_least_one(int64_t bytes) { return bytes > 0 ? (size_t)bytes : 1; }
 
-/* Upload the weights and allocate the (zeroed) arena on the GPU; 0, or -1 with kiln_last_error() set. */
+/* Upload the weights and allocate the (zeroed) arena on the GPU, and the model's stream where the driver has
+ * graphs; 0, or -1 with kiln_last_error() set. */
 __attribute__((visibility("hidden"))) int kiln_device_attach(const void* host_weights, void** weights, void** arena) {
     const char* who = "kiln_load";
     if (acquire_backend(who) != 0) return -1;
     CUdeviceptr w = 0, a = 0;
-    if (CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context)) ||
+    model_graph* g = cg.StreamCreate ? (model_graph*)calloc(1, sizeof *g) : NULL;
+    if ((cg.StreamCreate && !g && (fail("%s: out of memory", who), 1)) ||
+        CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context)) ||
         CU_TRY(who, "cuMemAlloc (weights)", cu.MemAlloc(&w, at_least_one(kiln_weights_bytes))) ||
         CU_TRY(who, "cuMemAlloc (arena)", cu.MemAlloc(&a, at_least_one(kiln_arena_bytes))) ||
         (kiln_weights_bytes > 0 &&
          CU_TRY(who, "cuMemcpyHtoD (weights)", cu.MemcpyHtoD(w, host_weights, (size_t)kiln_weights_bytes))) ||
-        CU_TRY(who, "cuMemsetD8 (arena)", cu.MemsetD8(a, 0, at_least_one(kiln_arena_bytes)))) {
+        CU_TRY(who, "cuMemsetD8 (arena)", cu.MemsetD8(a, 0, at_least_one(kiln_arena_bytes))) ||
+        (g && CU_TRY(who, "cuStreamCreate", cg.StreamCreate(&g->stream, 0)))) {
         if (w) cu.MemFree(w);
         if (a) cu.MemFree(a);
+        free(g);
         pthread_mutex_lock(&backend_lock);
         release_backend();
         pthread_mutex_unlock(&backend_lock);
         return -1;
+    }
+    if (g) {
+        g->arena = a;
+        pthread_mutex_lock(&backend_lock);
+        g->next = graphs;
+        graphs = g;
+        pthread_mutex_unlock(&backend_lock);
     }
     *weights = (void*)(uintptr_t)w;
     *arena = (void*)(uintptr_t)a;
@@ -281,6 +357,7 @@ __attribute__((visibility("hidden"))) int kiln_device_attach(const void* host_we
 __attribute__((visibility("hidden"))) void kiln_device_detach(void* weights, void* arena) {
     pthread_mutex_lock(&backend_lock);
     cu.CtxSetCurrent(context);
+    drop_graph((CUdeviceptr)(uintptr_t)arena);
     cu.MemFree((CUdeviceptr)(uintptr_t)weights);
     cu.MemFree((CUdeviceptr)(uintptr_t)arena);
     release_backend();
@@ -288,6 +365,56 @@ __attribute__((visibility("hidden"))) void kiln_device_detach(void* weights, voi
 }
 
 /* ------------------------------------------------------------------ one run */
+
+/* Every kernel call of the model on `stream`, an event recorded after each when `events` is given. */
+static int launch_kernels(CUdeviceptr arena, CUdeviceptr weights, CUstream stream, CUevent* events, const char* who) {
+    for (int c = 0; c < kiln_graph_num_calls; c++) {
+        const kiln_cuda_launch* l = &kiln_cuda_launches[c];
+        CUdeviceptr pointers[KILN_CUDA_MAX_ARGS];
+        void* params[KILN_CUDA_MAX_ARGS];
+        for (int a = 0; a < l->num_args; a++) {
+            const kiln_cuda_arg* arg = &kiln_cuda_args[l->first_arg + a];
+            pointers[a] = (arg->space == KILN_CUDA_WEIGHTS ? weights : arena) + (CUdeviceptr)arg->offset;
+            params[a] = &pointers[a];
+        }
+        char what[200];
+        snprintf(what, sizeof what, "cuLaunchKernel(%s, call %d)", kiln_graph_call_names[c], c);
+        if (CU_TRY(who, what, cu.LaunchKernel(functions[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                                              l->block[1], l->block[2], l->dynamic_shared, stream, params, NULL)))
+            return -1;
+        if (events && CU_TRY(who, "cuEventRecord", cu.EventRecord(events[c + 1], stream))) return -1;
+    }
+    return 0;
+}
+
+/* The model's launches captured once into a CUDA graph on its stream (g->exec; left NULL, and the runs then
+ * launch kernel by kernel, when the driver refuses the capture: the reason stays in kiln_last_error). */
+static void capture(model_graph* g, CUdeviceptr arena, CUdeviceptr weights, const char* who) {
+    g->captured = 1;
+    CUgraph graph = NULL;
+    if (CU_TRY(who, "cuStreamBeginCapture", cg.StreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)))
+        return;
+    int launched = launch_kernels(arena, weights, g->stream, NULL, who);
+    CUresult ended = CU_TRY(who, "cuStreamEndCapture", cg.StreamEndCapture(g->stream, &graph));
+    if (launched == 0 && ended == CUDA_SUCCESS &&
+        CU_TRY(who, "cuGraphInstantiate", cg.GraphInstantiate(&g->exec, graph, 0)) != CUDA_SUCCESS)
+        g->exec = NULL;
+    if (graph) cg.GraphDestroy(graph);
+}
+
+/* The whole model on `stream`: its CUDA graph (captured on the first run) where graphs are on, else each
+ * kernel; `g` NULL: kernel by kernel on the legacy stream. */
+static int launch_model(model_graph* g, CUdeviceptr arena, CUdeviceptr weights, CUstream stream, const char* who) {
+    if (g && graphs_wanted()) {
+        if (!g->captured) capture(g, arena, weights, who);
+        if (g->exec) {
+            CUresult rc = cg.GraphLaunch(g->exec, stream);
+            if (rc == CUDA_SUCCESS || sticky(rc)) return CU_TRY(who, "cuGraphLaunch", rc) ? -1 : 0;
+            /* refused: kernel by kernel, which names the launch at fault (or runs, if the graph was the trouble) */
+        }
+    }
+    return launch_kernels(arena, weights, stream, NULL, who);
+}
 
 static int32_t launch_all(CUdeviceptr arena, CUdeviceptr weights, const void* const* inputs, void* const* outputs,
                           double* call_ms) {
@@ -312,22 +439,11 @@ static int32_t launch_all(CUdeviceptr arena, CUdeviceptr weights, const void* co
         for (int i = 0; i <= kiln_graph_num_calls; i++)
             if (CU_TRY(who, "cuEventCreate", cu.EventCreate(&events[i], 0))) goto done;
         if (CU_TRY(who, "cuEventRecord", cu.EventRecord(events[0], NULL))) goto done;
-    }
-    for (int c = 0; c < kiln_graph_num_calls; c++) {
-        const kiln_cuda_launch* l = &kiln_cuda_launches[c];
-        CUdeviceptr pointers[KILN_CUDA_MAX_ARGS];
-        void* params[KILN_CUDA_MAX_ARGS];
-        for (int a = 0; a < l->num_args; a++) {
-            const kiln_cuda_arg* arg = &kiln_cuda_args[l->first_arg + a];
-            pointers[a] = (arg->space == KILN_CUDA_WEIGHTS ? weights : arena) + (CUdeviceptr)arg->offset;
-            params[a] = &pointers[a];
-        }
-        char what[200];
-        snprintf(what, sizeof what, "cuLaunchKernel(%s, call %d)", kiln_graph_call_names[c], c);
-        if (CU_TRY(who, what, cu.LaunchKernel(functions[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
-                                              l->block[1], l->block[2], l->dynamic_shared, NULL, params, NULL)))
-            goto done;
-        if (call_ms && CU_TRY(who, "cuEventRecord", cu.EventRecord(events[c + 1], NULL))) goto done;
+        if (launch_kernels(arena, weights, NULL, events, who)) goto done;
+    } else {
+        /* The model's stream is a blocking one: it waits for the copies above, and the copies below for it. */
+        model_graph* g = graph_of(arena);
+        if (launch_model(g, arena, weights, g ? g->stream : NULL, who)) goto done;
     }
     /* Default-stream copies wait for the launches; a kernel that faulted reports here or at the sync. */
     for (int i = 0; i < kiln_graph_num_outputs; i++) {
@@ -363,4 +479,37 @@ int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inpu
 int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                            double* call_ms) {
     return launch_all((CUdeviceptr)(uintptr_t)arena, (CUdeviceptr)(uintptr_t)weights, inputs, outputs, call_ms);
+}
+
+/* kiln_run_device (kiln_runtime.c): the inputs copied from the caller's device buffers into the arena, the
+ * model, the outputs copied to the caller's device buffers, all queued on `stream` (returns once queued). */
+__attribute__((visibility("hidden"))) int32_t kiln_device_run(void* arena_ptr, const void* weights_ptr,
+                                                              const uint64_t* inputs, const uint64_t* outputs,
+                                                              void* stream_ptr) {
+    const char* who = "kiln_run_device";
+    CUdeviceptr arena = (CUdeviceptr)(uintptr_t)arena_ptr, weights = (CUdeviceptr)(uintptr_t)weights_ptr;
+    CUstream stream = (CUstream)stream_ptr;
+    if (!cg.MemcpyDtoDAsync) {
+        fail("%s: the CUDA driver lacks streams and graphs (cuGraphLaunch: CUDA 11.4 or later); use kiln_run", who);
+        return -1;
+    }
+    if (CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context))) return -1;
+    for (int i = 0; i < kiln_graph_num_inputs; i++) {
+        if (kiln_cuda_input_bytes[i] == 0) continue;
+        char what[64];
+        snprintf(what, sizeof what, "cuMemcpyDtoDAsync (input %d)", i);
+        if (CU_TRY(who, what, cg.MemcpyDtoDAsync(arena + (CUdeviceptr)kiln_cuda_input_offsets[i], inputs[i],
+                                                 (size_t)kiln_cuda_input_bytes[i], stream)))
+            return -1;
+    }
+    if (launch_model(graph_of(arena), arena, weights, stream, who)) return -1;
+    for (int i = 0; i < kiln_graph_num_outputs; i++) {
+        if (kiln_cuda_output_bytes[i] == 0) continue;
+        char what[64];
+        snprintf(what, sizeof what, "cuMemcpyDtoDAsync (output %d)", i);
+        if (CU_TRY(who, what, cg.MemcpyDtoDAsync(outputs[i], arena + (CUdeviceptr)kiln_cuda_output_offsets[i],
+                                                 (size_t)kiln_cuda_output_bytes[i], stream)))
+            return -1;
+    }
+    return 0;
 }

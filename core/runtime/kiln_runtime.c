@@ -26,6 +26,10 @@ __attribute__((weak, visibility("hidden"))) int kiln_device_attach(const void* h
 __attribute__((weak, visibility("hidden"))) void kiln_device_detach(void* weights, void* arena);
 /* A multi-ISA library's dispatch (kiln_isa.c): why the kernel variant asked for cannot run on this CPU, or NULL. */
 __attribute__((weak, visibility("hidden"))) const char* kiln_isa_check(void);
+/* The device backend's run on the caller's device buffers, queued on its stream (kiln_run_device). */
+__attribute__((weak, visibility("hidden"))) int32_t kiln_device_run(void* arena, const void* weights,
+                                                                   const uint64_t* inputs, const uint64_t* outputs,
+                                                                   void* stream);
 
 typedef struct kiln_model {
     void* weights;
@@ -230,6 +234,32 @@ int kiln_profile(kiln_model* m, const void* const* inputs, void* const* outputs,
     static double no_calls[1];
     int32_t rc = run_graph(m, inputs, outputs, call_ms ? call_ms : no_calls);
     if (rc != 0 && !last_error[0]) set_error("kiln_profile: the graph returned %d", (int)rc);
+    return rc;
+}
+
+int kiln_run_device(kiln_model* m, const uint64_t* inputs, const uint64_t* outputs, void* stream) {
+    if (!m || !inputs || !outputs) {
+        set_error("kiln_run_device: model, inputs or outputs is NULL");
+        return -1;
+    }
+    if (!kiln_device_run || !m->on_device) {
+        set_error("kiln_run_device: this model runs on the CPU; pass host buffers to kiln_run");
+        return -1;
+    }
+    for (int i = 0; i < kiln_graph_num_inputs; i++)
+        if (!inputs[i]) {
+            set_error("kiln_run_device: input %d is 0", i);
+            return -1;
+        }
+    for (int i = 0; i < kiln_graph_num_outputs; i++)
+        if (!outputs[i]) {
+            set_error("kiln_run_device: output %d is 0", i);
+            return -1;
+        }
+    pthread_mutex_lock(&m->lock);
+    last_error[0] = '\0';
+    int32_t rc = kiln_device_run(m->arena, m->weights, inputs, outputs, stream);
+    pthread_mutex_unlock(&m->lock);
     return rc;
 }
 

@@ -538,6 +538,30 @@ class Module:
         results = dict(zip(names, outs))
         return trim_bounded(results) if bounded else results
 
+    def run_device(self, feeds: Mapping[str, object], out: Mapping[str, object], stream: object = 0) -> dict:
+        """A GPU model on device buffers: `feeds` and `out` (one buffer per output, e.g. torch.empty(shape,
+        device="cuda")) are C-contiguous objects with __cuda_array_interface__ (torch.cuda tensors, CuPy arrays,
+        ...) of each tensor's shape and element size. All is queued on `stream` (a CUstream handle, or an
+        object with .cuda_stream; 0: the default stream) and nothing is waited for (kiln_run_device)."""
+        pointers = []
+        for infos, given in ((self._inputs, feeds), (self._outputs, out)):
+            table = (ctypes.c_uint64 * max(1, len(infos)))()
+            for i, t in enumerate(infos):
+                face = getattr(given.get(t["name"]), "__cuda_array_interface__", None) or {}
+                size, shape = np.dtype(face.get("typestr", "u1")).itemsize, t["shape"]
+                dense = tuple(int(np.prod(shape[d + 1:])) * size for d in range(len(shape)))  # C-contiguous strides
+                if (tuple(face.get("shape", ())) != shape or size != _np_dtype(t["dtype"]).itemsize
+                        or face.get("strides") not in (None, dense)):
+                    raise KilnRuntimeError(f"run_device: {t['name']!r} must be a C-contiguous GPU buffer "
+                                           f"(__cuda_array_interface__) of {t['dtype']} {list(t['shape'])}")
+                table[i] = face["data"][0]
+            pointers.append(table)
+        fn = getattr(self._lib, self.metadata.get("symbol_prefix", "kiln") + "_run_device")
+        fn.restype = ctypes.c_int
+        self._check(fn(self._handle_arg, *pointers, ctypes.c_void_p(getattr(stream, "cuda_stream", stream) or None)),
+                    "kiln_run_device")
+        return dict(out)
+
     def _off_max(self, arrays) -> bool:
         return any(tuple(a.shape) != t["shape"] for a, t in zip(arrays, self._inputs))
 

@@ -1,7 +1,10 @@
 /* A stand-in for the NVIDIA driver (built as libcuda.so.1 by test_cuda_fake_driver.py) so the CUDA
  * runtime's host side runs in CI without a GPU: device memory is host memory, and the three kernels of
  * tests/core/runtime/cuda_models.py are executed in C when launched with the grid/block they expect.
- * FAKE_CUDA_MODE picks a failure: nodevice, old_gpu, bad_ptx, launch_fails. */
+ * Streams are the host thread (everything runs at once, in order); stream capture records launches into a
+ * graph that cuGraphLaunch replays; counters say how many kernels ran directly and how many graphs ran.
+ * Built with -DFAKE_NO_GRAPHS it lacks the graph API, as an old driver does.
+ * FAKE_CUDA_MODE picks a failure: nodevice, old_gpu, bad_ptx, launch_fails, capture_fails. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,17 +66,19 @@ CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) { memcpy((void*)(uintptr_t)d, s, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) { memcpy(d, (void*)(uintptr_t)s, n); return 0; }
 
-static float* arg(void** params, int i) { return (float*)(uintptr_t)*(CUdeviceptr*)params[i]; }
+static float* arg(const CUdeviceptr* params, int i) { return (float*)(uintptr_t)params[i]; }
 
-CUresult cuLaunchKernel(const char* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, void* stream, void** params, void** extra) {
-    (void)gz, (void)bz, (void)shared, (void)stream, (void)extra;
-    if (strcmp(mode(), "launch_fails") == 0 && strcmp(fn, "matmul") == 0) return 719; /* LAUNCH_FAILED */
+static int direct_launches, graph_launches;
+int fake_direct_launches(void) { return direct_launches; }
+int fake_graph_launches(void) { return graph_launches; }
+
+/* One of the three kernels on device pointers `p`; 0, or CUDA_ERROR_INVALID_VALUE for an unexpected shape. */
+static CUresult execute(const char* fn, unsigned gx, unsigned gy, unsigned bx, unsigned by, const CUdeviceptr* p) {
     if (strcmp(fn, "scale_shift") == 0 && gx == M * K / 256 && bx == 256) {
-        float *x = arg(params, 0), *t = arg(params, 1);
+        float *x = arg(p, 0), *t = arg(p, 1);
         for (int i = 0; i < M * K; i++) t[i] = x[i] * 2 + 1;
     } else if (strcmp(fn, "matmul") == 0 && gx == N / 16 && gy == M / 16 && bx == 16 && by == 16) {
-        float *a = arg(params, 0), *w = arg(params, 1), *c = arg(params, 2);
+        float *a = arg(p, 0), *w = arg(p, 1), *c = arg(p, 2);
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) {
                 float s = 0;
@@ -81,13 +86,84 @@ CUresult cuLaunchKernel(const char* fn, unsigned gx, unsigned gy, unsigned gz, u
                 c[i * N + j] = s;
             }
     } else if (strcmp(fn, "bias_relu") == 0 && gx == M * N / 128 && bx == 128) {
-        float *y = arg(params, 0), *bias = arg(params, 1), *z = arg(params, 2);
+        float *y = arg(p, 0), *bias = arg(p, 1), *z = arg(p, 2);
         for (int i = 0; i < M * N; i++) z[i] = y[i] + bias[i % N] > 0 ? y[i] + bias[i % N] : 0;
     } else {
         return 1; /* CUDA_ERROR_INVALID_VALUE: an unexpected kernel or launch shape */
     }
     return 0;
 }
+
+typedef struct {
+    const char* fn;
+    unsigned gx, gy, bx, by;
+    CUdeviceptr params[4];
+} recorded_launch;
+typedef struct {
+    int count;
+    recorded_launch launches[16];
+} fake_graph;
+static void* capturing; /* the stream under capture */
+static fake_graph* captured;
+
+CUresult cuLaunchKernel(const char* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void* stream, void** params, void** extra) {
+    (void)gz, (void)bz, (void)shared, (void)extra;
+    if (strcmp(mode(), "launch_fails") == 0 && strcmp(fn, "matmul") == 0) return 719; /* LAUNCH_FAILED */
+    recorded_launch l = {fn, gx, gy, bx, by, {0}};
+    int args = strcmp(fn, "scale_shift") == 0 ? 2 : 3;
+    for (int i = 0; i < args; i++) l.params[i] = *(CUdeviceptr*)params[i];
+    if (stream && stream == capturing) {
+        if (captured->count == 16) return 1;
+        captured->launches[captured->count++] = l;
+        return 0;
+    }
+    direct_launches++;
+    return execute(fn, gx, gy, bx, by, l.params);
+}
+
+#ifndef FAKE_NO_GRAPHS
+static int streams;
+CUresult cuStreamCreate(void** stream, unsigned flags) { (void)flags; *stream = malloc(1); streams++; return 0; }
+CUresult cuStreamDestroy_v2(void* stream) { free(stream); streams--; return 0; }
+int fake_live_streams(void) { return streams; }
+CUresult cuStreamBeginCapture_v2(void* stream, int mode_) {
+    (void)mode_;
+    if (strcmp(mode(), "capture_fails") == 0) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+    capturing = stream;
+    captured = (fake_graph*)calloc(1, sizeof *captured);
+    return 0;
+}
+CUresult cuStreamEndCapture(void* stream, fake_graph** graph) {
+    if (stream != capturing) return 1;
+    *graph = captured;
+    capturing = NULL;
+    return 0;
+}
+CUresult cuGraphInstantiateWithFlags(fake_graph** exec, fake_graph* graph, unsigned long long flags) {
+    (void)flags;
+    *exec = (fake_graph*)malloc(sizeof *graph);
+    memcpy(*exec, graph, sizeof *graph);
+    return 0;
+}
+CUresult cuGraphLaunch(fake_graph* exec, void* stream) {
+    (void)stream;
+    graph_launches++;
+    for (int i = 0; i < exec->count; i++) {
+        recorded_launch* l = &exec->launches[i];
+        CUresult rc = execute(l->fn, l->gx, l->gy, l->bx, l->by, l->params);
+        if (rc) return rc;
+    }
+    return 0;
+}
+CUresult cuGraphExecDestroy(fake_graph* exec) { free(exec); return 0; }
+CUresult cuGraphDestroy(fake_graph* graph) { free(graph); return 0; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void* stream) {
+    (void)stream;
+    memcpy((void*)(uintptr_t)d, (void*)(uintptr_t)s, n);
+    return 0;
+}
+#endif
 
 static int event;
 CUresult cuEventCreate(void** e, unsigned flags) { (void)flags; *e = &event; return 0; }
@@ -100,6 +176,7 @@ CUresult cuGetErrorName(CUresult rc, const char** name) {
         case 1: *name = "CUDA_ERROR_INVALID_VALUE"; return 0;
         case 218: *name = "CUDA_ERROR_INVALID_PTX"; return 0;
         case 719: *name = "CUDA_ERROR_LAUNCH_FAILED"; return 0;
+        case 900: *name = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return 0;
         default: *name = NULL; return 1;
     }
 }

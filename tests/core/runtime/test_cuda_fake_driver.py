@@ -92,6 +92,7 @@ def test_driver_failures_are_one_clear_error(fake_driver, artifact, mode, messag
 
 MAIN_C = r"""
 #include <stdio.h>
+#include <stdint.h>
 #include "kiln_model.h"
 
 int main(int argc, char** argv) {
@@ -101,24 +102,28 @@ int main(int argc, char** argv) {
     for (int i = 0; i < KILN_INPUT_0_NUMEL; i++) x[i] = (float)(i % 17) * 0.125f - 1.0f;
     kiln_model* m = kiln_load(argv[1]);
     if (!m) { printf("load failed: %s\n", kiln_last_error()); return 1; }
-    const void* inputs[KILN_NUM_INPUTS] = {x};
-    void* outputs[KILN_NUM_OUTPUTS] = {y, z};
-    double ms[3];
-    if (kiln_profile(m, inputs, outputs, ms) != 0) { printf("run failed: %s\n", kiln_last_error()); return 2; }
-    printf("%s %d %g %g %g\n", KILN_CUDA_ARCH, kiln_num_kernel_calls(), ms[0], ms[1], ms[2]);
+    /* RUN */
     for (int i = 0; i < KILN_OUTPUT_1_NUMEL; i++) printf("%.9g\n", z[i]);
     kiln_free(m);
     return 0;
 }
 """
+PROFILE_RUN = r"""
+    const void* inputs[KILN_NUM_INPUTS] = {x};
+    void* outputs[KILN_NUM_OUTPUTS] = {y, z};
+    double ms[3];
+    if (kiln_profile(m, inputs, outputs, ms) != 0) { printf("run failed: %s\n", kiln_last_error()); return 2; }
+    printf("%s %d %g %g %g\n", KILN_CUDA_ARCH, kiln_num_kernel_calls(), ms[0], ms[1], ms[2]);
+"""
 
 
-def test_a_c_program_runs_the_cuda_artifact(fake_driver, artifact, tmp_path):
-    """The artifact from C alone (kiln_model.h, -lkiln_model): the README's usage, GPU timings included."""
+def run_c_program(run: str, fake_driver: Path, artifact: Path, tmp_path: Path) -> list[str]:
+    """MAIN_C with `run` as its run, built against the artifact alone (kiln_model.h, -lkiln_model) and run on
+    the fake driver: the lines it prints after the run's own, output z checked against numpy."""
     art = tmp_path / "art"
     with tarfile.open(artifact) as tar:
         tar.extractall(art, filter="data")
-    (tmp_path / "main.c").write_text(MAIN_C)
+    (tmp_path / "main.c").write_text(MAIN_C.replace("/* RUN */", run))
     exe = tmp_path / "main"
     subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", "-O1", f"-I{art}", str(tmp_path / "main.c"), f"-L{art}",
                     "-lkiln_model", f"-Wl,-rpath,{art}", "-o", str(exe)], check=True, capture_output=True)
@@ -126,11 +131,16 @@ def test_a_c_program_runs_the_cuda_artifact(fake_driver, artifact, tmp_path):
                           env=dict(os.environ, LD_LIBRARY_PATH=str(fake_driver)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.split("\n")
-    assert lines[0] == "sm_90 3 0.25 0.25 0.25"
     x = ((np.arange(cuda_models.M * cuda_models.K) % 17) * np.float32(0.125) - 1).astype("float32")
     want = cuda_models.reference(x.reshape(cuda_models.M, cuda_models.K), *cuda_models.weights())["z"]
     got = np.array([float(v) for v in lines[1:] if v.strip()], dtype="float32").reshape(want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    return lines[:1]
+
+
+def test_a_c_program_runs_the_cuda_artifact(fake_driver, artifact, tmp_path):
+    """The artifact from C alone: the README's usage, GPU timings included."""
+    assert run_c_program(PROFILE_RUN, fake_driver, artifact, tmp_path) == ["sm_90 3 0.25 0.25 0.25"]
 
 
 _PIPELINE_CHILD = r"""
@@ -155,3 +165,106 @@ def test_the_pipeline_validates_on_a_gpu_and_a_failing_run_fails_the_compile(fak
     assert proc.stdout.strip().startswith("ValidationError: the compiled model failed on cuda while being validated: "
                                           "kiln_run failed: kiln_run: cuLaunchKernel(k000_"), proc.stdout
     assert "CUDA_ERROR_INVALID_VALUE" in proc.stdout
+
+
+_GRAPH_CHILD = r"""
+import ctypes, json, sys
+import numpy as np
+from core.runtime import loader
+from tests.core.runtime import cuda_models
+
+class Buffer:  # host memory the fake driver takes for device memory, as a GPU array library exposes it
+    def __init__(self, array):
+        self.array = array
+        self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str, "strides": None,
+                                         "data": (array.ctypes.data, False), "version": 3}
+
+fake = ctypes.CDLL("libcuda.so.1")
+counters = lambda: {k: getattr(fake, f"fake_{k}")() for k in ("direct_launches", "graph_launches")}
+result = {}
+try:
+    m = loader.load(sys.argv[1])
+    x = np.random.default_rng(1).standard_normal((cuda_models.M, cuda_models.K)).astype("float32")
+    want = cuda_models.reference(x, *cuda_models.weights())
+    got = m.run({"x": x})
+    result["err"] = max(float(np.abs(got[k] - want[k]).max()) for k in want)
+    x2 = x[::-1].copy()
+    want2, got2 = cuda_models.reference(x2, *cuda_models.weights()), m.run({"x": x2})
+    result["err2"] = max(float(np.abs(got2[k] - want2[k]).max()) for k in want2)
+    result["after_runs"] = counters()
+    outs = {o["name"]: Buffer(np.zeros(o["shape"], "float32")) for o in m.outputs}
+    try:
+        m.run_device({"x": Buffer(x)}, outs, stream=0)
+        result["device_err"] = max(float(np.abs(outs[k].array - want[k]).max()) for k in want)
+    except loader.KilnRuntimeError as e:
+        result["device_error"] = str(e)
+    try:
+        m.run_device({"x": Buffer(x[:, :8].copy())}, outs)
+    except loader.KilnRuntimeError as e:
+        result["shape_error"] = str(e)
+    result["after_device"] = counters()
+    m.close()
+    result["live_streams"] = fake.fake_live_streams() if hasattr(fake, "fake_live_streams") else None
+except Exception as e:
+    result["error"] = f"{type(e).__name__}: {e}"
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def old_driver(tmp_path_factory) -> Path:
+    """A driver without streams and graphs (CUDA before 11.4)."""
+    folder = tmp_path_factory.mktemp("old_cuda")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-DFAKE_NO_GRAPHS", "-Wl,-soname,libcuda.so.1", "-o",
+                    str(folder / "libcuda.so.1"), str(Path(__file__).with_name("fake_libcuda.c"))], check=True)
+    return folder
+
+
+def run_graph_child(driver: Path, artifact: Path, **env) -> dict:
+    env = {**os.environ, "LD_LIBRARY_PATH": str(driver), "PYTHONPATH": str(ROOT), "FAKE_CUDA_MODE": "", **env}
+    proc = subprocess.run([sys.executable, "-c", _GRAPH_CHILD, str(artifact)], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "error" not in result, result
+    assert result["err"] < 1e-4 and result["err2"] < 1e-4
+    return result
+
+
+def test_each_run_launches_the_model_as_one_cuda_graph_and_device_buffers_stay_on_the_device(fake_driver, artifact):
+    """The first run captures the three launches into a graph; every run (host or device buffers) replays it."""
+    result = run_graph_child(fake_driver, artifact)
+    assert result["after_runs"] == {"direct_launches": 0, "graph_launches": 2}
+    assert result["device_err"] < 1e-4 and result["after_device"] == {"direct_launches": 0, "graph_launches": 3}
+    assert "'x' must be a C-contiguous GPU buffer (__cuda_array_interface__) of float32 [64, 128]" in \
+        result["shape_error"]
+    assert result["live_streams"] == 0  # the model's stream and graph go with it
+
+
+@pytest.mark.parametrize("env", [{"KILN_CUDA_GRAPH": "0"}, {"FAKE_CUDA_MODE": "capture_fails"}],
+                         ids=["graphs-off", "capture-refused"])
+def test_without_a_graph_the_runs_launch_kernel_by_kernel(fake_driver, artifact, env):
+    result = run_graph_child(fake_driver, artifact, **env)
+    assert result["after_runs"] == {"direct_launches": 6, "graph_launches": 0}
+    assert result["device_err"] < 1e-4 and result["after_device"]["graph_launches"] == 0
+
+
+def test_a_driver_without_graphs_runs_host_buffers_and_refuses_device_ones_clearly(old_driver, artifact):
+    result = run_graph_child(old_driver, artifact)
+    assert result["after_runs"] == {"direct_launches": 6, "graph_launches": 0}
+    assert "kiln_run_device failed: kiln_run_device: the CUDA driver lacks streams and graphs" in result["device_error"]
+
+
+DEVICE_RUN = r"""
+    /* the fake driver's device memory is host memory: these stand for cuMemAlloc'd buffers */
+    const uint64_t inputs[KILN_NUM_INPUTS] = {(uint64_t)(uintptr_t)x};
+    const uint64_t outputs[KILN_NUM_OUTPUTS] = {(uint64_t)(uintptr_t)y, (uint64_t)(uintptr_t)z};
+    if (kiln_run_device(m, inputs, outputs, NULL) != 0) { printf("run failed: %s\n", kiln_last_error()); return 2; }
+    const uint64_t missing[KILN_NUM_OUTPUTS] = {(uint64_t)(uintptr_t)y, 0};
+    if (kiln_run_device(m, inputs, missing, NULL) == 0) { printf("a 0 output was taken\n"); return 3; }
+    printf("%s\n", kiln_last_error());
+"""
+
+
+def test_a_c_program_runs_the_cuda_artifact_on_device_buffers(fake_driver, artifact, tmp_path):
+    assert run_c_program(DEVICE_RUN, fake_driver, artifact, tmp_path) == ["kiln_run_device: output 1 is 0"]

@@ -1,6 +1,6 @@
-"""Fused groups the tensor-core GEMM computes whole: a float16/bfloat16 MatMul (A [..., m, k] @ B [k, n]; or a float32
-A times a weight stored in half precision, `--precision fp16|bf16`) followed by a chain of Cast, bias or residual
-Add, Relu and Sigmoid. Such a group becomes a PrimFunc whose loops only bind the
+"""Fused groups the tensor-core GEMM computes whole: a float16/bfloat16 MatMul (A [..., m, k] @ B [k, n]; or a
+float32 A times a weight stored in half precision, `--precision fp16|bf16`) followed by a chain of Cast, bias or
+residual Add, Relu and Sigmoid; or such a Conv as its implicit GEMM (conv_group.py). Such a group becomes a PrimFunc whose loops only bind the
 launch grid and whose `gemm_mma` attribute (problem, tile config, which parameter plays which role) tells the
 NVPTX backend to emit core/codegen/mma_gemm.py's kernel in its place."""
 from __future__ import annotations
@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ....graph.ir import Graph, Node
 from ....target import Target
 from ....tir.expr import Buffer, IntImm, Var
 from ....tir.stmt import For, ForKind, PrimFunc, Seq
+from .conv_mma import ConvShape
 from .gemm_mma import OPERAND_DTYPES, GemmConfig, GemmProblem, config_error, default_config, grid, shared_limit
 
 ATTR = "gemm_mma"
@@ -28,28 +29,55 @@ def _static(shape) -> bool:
 def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]) -> Optional[tuple[GemmProblem, dict]]:
     """(the problem, role -> graph value) when the group is a half-precision MatMul and an epilogue chain the
     kernel fuses; None otherwise (the group keeps its scheduled loops)."""
-    if len(outputs) != 1:
+    found = anchored(nodes, graph, outputs, "MatMul")
+    if found is None:
         return None
-    # A half-precision compile stores weights narrow, widened by a Cast at the top of the body: the GEMM reads the
-    # narrow weight itself (and rounds a float32 A to it as it copies).
-    at = next((i for i, node in enumerate(nodes) if node.op == "MatMul"), None)
-    if at is None or any(node.op != "Cast" or graph.type_of(node.inputs[0]).dtype not in OPERAND_DTYPES
-                         for node in nodes[:at]):
-        return None
-    mm, widened = nodes[at], {node.outputs[0]: node.inputs[0] for node in nodes[:at]}
-    if set(widened) - {mm.inputs[1]}:  # a widening the MatMul's B does not use
-        return None
-    a, b = mm.inputs[0], widened.get(mm.inputs[1], mm.inputs[1])
+    at, mm, b = found
+    a = mm.inputs[0]
     ta, tb = graph.type_of(a), graph.type_of(b)
     if (tb.dtype not in OPERAND_DTYPES or ta.dtype not in (tb.dtype, "float32") or len(tb.shape) != 2
             or len(ta.shape) < 2 or not _static(ta.shape) or not _static(tb.shape)):
         return None
     m, k, n = math.prod(ta.shape[:-1]), ta.shape[-1], tb.shape[1]
-    roles = {"a": a, "b": b}
-    produced = {o for node in nodes for o in node.outputs}
-    current, steps, extra_dtypes = mm.outputs[0], [], set()
+    chain = epilogue_chain(nodes[at + 1:], mm.outputs[0], graph, {o for node in nodes for o in node.outputs},
+                           lambda shape: math.prod(shape) == n and shape[-1] == n, tuple(ta.shape[:-1]) + (n,))
+    if chain is None or chain[0] != outputs[0] or len(set(chain[2].values())) > 1:  # bias, residual: one dtype
+        return None
+    _, steps, dtypes, extras = chain
+    try:
+        return GemmProblem(m, n, k, tb.dtype, graph.type_of(outputs[0]).dtype, steps, "".join(set(dtypes.values())),
+                           ta.dtype if ta.dtype != tb.dtype else ""), {"a": a, "b": b, **extras}
+    except ValueError:  # k or n not whole 16-byte rows
+        return None
+
+
+def anchored(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str], op: str) -> Optional[tuple[int, Node, str]]:
+    """(its position, the group's `op` node, the weight it reads: the narrow value itself when a leading Cast
+    widens it) when the group has one output, that op, and before it only widenings of its weight."""
+    if len(outputs) != 1:
+        return None
+    # A half-precision compile stores weights narrow, widened by a Cast at the top of the body: the kernel reads the
+    # narrow weight itself (and rounds a float32 A to it as it copies).
+    at = next((i for i, node in enumerate(nodes) if node.op == op), None)
+    if at is None or any(node.op != "Cast" or graph.type_of(node.inputs[0]).dtype not in OPERAND_DTYPES
+                         for node in nodes[:at]):
+        return None
+    anchor, widened = nodes[at], {node.outputs[0]: node.inputs[0] for node in nodes[:at]}
+    if len(anchor.inputs) < 2 or set(widened) - {anchor.inputs[1]}:  # a widening the weight does not use
+        return None
+    return at, anchor, widened.get(anchor.inputs[1], anchor.inputs[1])
+
+
+def epilogue_chain(nodes: Sequence[Node], current: str, graph: Graph, produced: set,
+                   is_bias: Callable[[tuple], bool], output_shape: tuple,
+                   roles: Optional[dict] = None) -> Optional[tuple[str, tuple[str, ...], dict, dict]]:
+    """(the chain's last value, its epilogue steps, role -> extra's dtype, role -> graph value) of `nodes`, a chain
+    of Cast, Relu, Sigmoid and bias or residual Add each reading the one before, starting at `current`; None when
+    the chain is anything else. An Add's other operand is a bias when `is_bias(its shape)`, a residual when it has
+    `output_shape`; at most one of each (`roles` may bring one already, e.g. a convolution's own bias)."""
+    roles, steps, dtypes = dict(roles or {}), [], {}
     dtype = graph.type_of(current).dtype
-    for node in nodes[at + 1:]:
+    for node in nodes:
         if current not in node.inputs or len(node.outputs) != 1:
             return None
         if node.op == "Cast":
@@ -61,22 +89,16 @@ def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
             t = graph.type_of(other)
             if other in produced or t.dtype != dtype or not _static(t.shape):
                 return None
-            role = "bias" if math.prod(t.shape) == n and t.shape[-1] == n else "residual"
-            if role in roles or (role == "residual" and tuple(t.shape) != tuple(ta.shape[:-1]) + (n,)):
+            role = "bias" if is_bias(tuple(t.shape)) else "residual"
+            if role in roles or (role == "residual" and tuple(t.shape) != tuple(output_shape)):
                 return None
             roles[role] = other
             steps.append(role)
-            extra_dtypes.add(t.dtype)
+            dtypes[role] = t.dtype
         else:
             return None
         current = node.outputs[0]
-    if current != outputs[0] or len(extra_dtypes) > 1:  # bias and residual are read as one dtype
-        return None
-    try:
-        return GemmProblem(m, n, k, tb.dtype, graph.type_of(current).dtype, tuple(steps), "".join(extra_dtypes),
-                           ta.dtype if ta.dtype != tb.dtype else ""), roles
-    except ValueError:  # k or n not whole 16-byte rows
-        return None
+    return current, tuple(steps), dtypes, roles
 
 
 def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
@@ -84,7 +106,9 @@ def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name:
     """The group's kernel as a tensor-core GEMM (None when it is not one, or its tiles do not fit)."""
     if int(target.cpu.removeprefix("sm_") or 0) < 80:  # cp.async and ldmatrix with m16n8k16: sm_80 and later
         return None
-    found = match_gemm_group(nodes, graph, outputs)
+    from .conv_group import match_conv_group
+
+    found = match_gemm_group(nodes, graph, outputs) or match_conv_group(nodes, graph, outputs)
     if found is None:
         return None
     problem, roles = found
@@ -112,6 +136,8 @@ def gemm_of(func: PrimFunc) -> Optional[tuple[GemmProblem, GemmConfig, dict]]:
     data = json.loads(attr)
     problem = data["problem"]
     problem["epilogue"] = tuple(problem["epilogue"])
+    if problem.get("conv") is not None:
+        problem["conv"] = ConvShape(**problem["conv"])
     return GemmProblem(**problem), GemmConfig(**data["config"]), data["params"]
 
 

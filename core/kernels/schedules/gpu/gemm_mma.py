@@ -6,7 +6,9 @@ A block computes a block_m x block_n tile with warps_m x warps_n warps, each a (
 and N, so each ldmatrix'd fragment feeds several mma). The k loop streams block_k-deep slices of A and B through
 `stages` shared-memory buffers filled by cp.async (16 bytes a thread, zero-filled past the matrix edges) that run
 `stages - 1` slices ahead of the tensor cores. Shared memory holds 16-byte chunks XOR-swizzled within each
-128-byte line (`swizzle`), so the eight row addresses of every ldmatrix phase hit distinct banks. Split-K
+128-byte line (`swizzle`), so the eight row addresses of every ldmatrix phase hit distinct banks. The A operand
+may be a convolution's implicit im2col matrix (conv_mma.py) and B may be stored n-major ([n, k], a weight in
+OIHW/OHWI order: loaded by plain ldmatrix). Split-K
 (grid z) gives each z-slice a range of k slices; its float32 partial tiles go to a workspace that a second kernel
 sums before the epilogue.
 
@@ -22,6 +24,9 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from . import conv_mma
+from .conv_mma import ConvShape, below
+
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 WARP = 32
 CHUNK = 8  # halves per 16-byte cp.async / ldmatrix row
@@ -34,14 +39,17 @@ SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "
 EPILOGUE_STEPS = ("bias", "residual", "relu", "gelu", "sigmoid")
 OPERAND_DTYPES = ("float16", "bfloat16")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
+B_LAYOUTS = ("kn", "nk")  # B[k, n] row-major, or stored transposed as [n, k] (k contiguous)
 
 
 @dataclass(frozen=True)
 class GemmProblem:
     """What one kernel computes: shapes (row-major A[m, k], B[k, n], C[m, n]), dtypes and the fused epilogue,
     applied in order (bias[n] added, residual[m, n] added, an activation); bias and residual are `extra_dtype`
-    (default: the output's). A float32 A (`a_dtype`, a half-precision compile's activations) is rounded to
-    `dtype` as it is copied to shared memory."""
+    (default: the output's; `bias_dtype` the bias's own when it differs). A float32 A (`a_dtype`, a half-precision compile's activations) is rounded to
+    `dtype` as it is copied to shared memory. `b_layout` "nk": B is stored as [n, k]. `conv`: A is the implicit
+    im2col matrix of that convolution's input (m, n, k its GEMM sizes; see conv_problem) and C lands in its
+    output layout."""
 
     m: int
     n: int
@@ -51,6 +59,9 @@ class GemmProblem:
     epilogue: tuple[str, ...] = ()
     extra_dtype: str = ""
     a_dtype: str = ""
+    b_layout: str = "kn"
+    conv: Optional[ConvShape] = None
+    bias_dtype: str = ""
 
     @property
     def a_stored(self) -> str:
@@ -60,13 +71,22 @@ class GemmProblem:
     def extras_dtype(self) -> str:
         return self.extra_dtype or self.out_dtype
 
+    @property
+    def bias_stored(self) -> str:
+        return self.bias_dtype or self.extras_dtype
+
     def __post_init__(self):
-        if (self.dtype not in OPERAND_DTYPES or {self.out_dtype, self.extras_dtype} - set(OUTPUT_DTYPES)
+        if (self.dtype not in OPERAND_DTYPES or {self.out_dtype, self.extras_dtype, self.bias_stored} - set(OUTPUT_DTYPES)
                 or self.a_stored not in (self.dtype, "float32")):
             raise ValueError(f"tensor-core GEMM: operands {self.dtype} / output {self.out_dtype} not supported")
         unknown = [s for s in self.epilogue if s not in EPILOGUE_STEPS]
         if unknown:
             raise ValueError(f"tensor-core GEMM: unknown epilogue steps {unknown} (known: {EPILOGUE_STEPS})")
+        if self.b_layout not in B_LAYOUTS:
+            raise ValueError(f"tensor-core GEMM: B layout {self.b_layout!r} is not one of {B_LAYOUTS}")
+        if self.conv is not None and (self.conv.gemm_mnk != (self.m, self.n, self.k) or self.b_layout != "nk"):
+            raise ValueError(f"tensor-core GEMM: {self.m}x{self.n}x{self.k} with an n-major B is not the GEMM of "
+                             f"{self.conv} ({self.conv.gemm_mnk})")
         if min(self.m, self.n, self.k) < 1 or self.k % CHUNK or self.n % CHUNK:
             raise ValueError(f"tensor-core GEMM {self.m}x{self.n}x{self.k}: k and n must be multiples of {CHUNK} "
                              f"(16-byte rows for cp.async)")
@@ -74,6 +94,22 @@ class GemmProblem:
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
+
+    @property
+    def gathered(self) -> bool:
+        """A is gathered element by element (an NCHW convolution) rather than copied in 16-byte chunks."""
+        return self.conv is not None and self.conv.gathered
+
+    @property
+    def b_shape(self) -> tuple[int, int]:
+        return (self.k, self.n) if self.b_layout == "kn" else (self.n, self.k)
+
+
+def conv_problem(conv: ConvShape, dtype: str = "float16", out_dtype: str = "float32", epilogue: tuple = (),
+                 extra_dtype: str = "", a_dtype: str = "", bias_dtype: str = "") -> GemmProblem:
+    """The implicit GEMM of `conv`: M = N*OH*OW, N = OC, K = C*KH*KW, B the weights as [OC, K]."""
+    m, n, k = conv.gemm_mnk
+    return GemmProblem(m, n, k, dtype, out_dtype, tuple(epilogue), extra_dtype, a_dtype, "nk", conv, bias_dtype)
 
 
 @dataclass(frozen=True)
@@ -203,23 +239,55 @@ def swizzle(row, chunk, chunks_per_row: int):
     return linear - (linear & 7) + ((linear & 7) ^ ((row // rows_per_line) & 7))
 
 
-def copy_a_chunk(cfg: GemmConfig, tid, it):
-    """(row, chunk) of the A slice that thread `tid` copies in its `it`-th cp.async of a stage."""
+def b_chunks_per_row(cfg: GemmConfig, problem: GemmProblem) -> int:
+    """16-byte chunks per row of B's stage tile: [block_k, block_n] for a "kn" B, [block_n, block_k] for "nk"."""
+    return cfg.b_chunks_per_row if problem.b_layout == "kn" else cfg.a_chunks_per_row
+
+
+def copy_a_chunk(cfg: GemmConfig, tid, it, problem: Optional[GemmProblem] = None):
+    """(row, chunk) of the A slice that thread `tid` copies in its `it`-th copy of a stage. A gathered A runs
+    rows fastest, so a warp's element loads read 32 neighbouring output pixels (coalesced in NCHW)."""
     index = it * cfg.threads + tid
+    if problem is not None and problem.gathered:
+        return index % cfg.block_m, index // cfg.block_m
     return index // cfg.a_chunks_per_row, index % cfg.a_chunks_per_row
 
 
-def copy_b_chunk(cfg: GemmConfig, tid, it):
+def copy_b_chunk(cfg: GemmConfig, tid, it, problem: Optional[GemmProblem] = None):
+    per_row = cfg.b_chunks_per_row if problem is None else b_chunks_per_row(cfg, problem)
     index = it * cfg.threads + tid
-    return index // cfg.b_chunks_per_row, index % cfg.b_chunks_per_row
+    return index // per_row, index % per_row
 
 
 def copy_source(problem: GemmProblem, operand: str, row, chunk, m0, n0, k0):
-    """(row, column, row length, rows) in the whole matrix of chunk (row, chunk) of an `operand` ("a" or "b")
-    slice, for the block tile at (m0, n0) and the slice starting at k0."""
+    """(offset in the operand's array, inside: 1/0) of chunk (row, chunk) of an `operand` ("a" or "b") slice, for
+    the block tile at (m0, n0) and the slice starting at k0; outside chunks are zero-filled."""
     if operand == "a":
-        return m0 + row, k0 + chunk * CHUNK, problem.k, problem.m
-    return k0 + row, n0 + chunk * CHUNK, problem.n, problem.k
+        if problem.conv is not None:
+            return conv_mma.a_chunk_source(problem.conv, m0 + row, k0 + chunk * CHUNK)
+        g_row, g_col, width, rows = m0 + row, k0 + chunk * CHUNK, problem.k, problem.m
+    elif problem.b_layout == "kn":
+        g_row, g_col, width, rows = k0 + row, n0 + chunk * CHUNK, problem.n, problem.k
+    else:
+        g_row, g_col, width, rows = n0 + row, k0 + chunk * CHUNK, problem.k, problem.n
+    return g_row * width + g_col, below(g_row, rows) * below(g_col, width)
+
+
+def gather_source(problem: GemmProblem, row, chunk, m0, k0, element: int):
+    """(offset in the NCHW input, inside: 1/0) of element `element` of a gathered A chunk (row, chunk)."""
+    return conv_mma.a_element_source(problem.conv, m0 + row, k0 + chunk * CHUNK + element)
+
+
+def output_index(problem: GemmProblem, row, col):
+    """The offset of C[row, col] in the output (and a residual of the output's shape)."""
+    if problem.conv is not None:
+        return conv_mma.output_index(problem.conv, row, col)
+    return row * problem.n + col
+
+
+def column_stride(problem: GemmProblem) -> int:
+    """How far apart in the output C[row, col] and C[row, col + 1] lie (1: a pair is one 2-wide access)."""
+    return 1 if problem.conv is None else conv_mma.column_stride(problem.conv)
 
 
 def warp_origin(cfg: GemmConfig, warp):
@@ -239,6 +307,16 @@ def ldmatrix_b(cfg: GemmConfig, warp, lane, pair, kk):
     2 pair + 1 at k step `kk`: matrices k 0-7 / 8-15 of the first n tile, then of the second (b0b1, b2b3 each)."""
     _, col0 = warp_origin(cfg, warp)
     return kk * MMA_K + lane % 16, (col0 + pair * 2 * MMA_N) // CHUNK + lane // 16
+
+
+def b_fragment_address(cfg: GemmConfig, problem: GemmProblem, warp, lane, pair, kk):
+    """(row, chunk, transposed) of `lane`'s ldmatrix.x4 address for B's n tiles 2 pair, 2 pair + 1 at k step kk:
+    ldmatrix_b's .trans load of a "kn" B; for an "nk" B (rows = n) a plain load, matrices n 0-7 at k 0-7 / 8-15,
+    then n 8-15 (the b0b1, b2b3 registers of each n tile as they come)."""
+    if problem.b_layout == "kn":
+        return (*ldmatrix_b(cfg, warp, lane, pair, kk), True)
+    _, col0 = warp_origin(cfg, warp)
+    return col0 + pair * 2 * MMA_N + (lane // 16) * 8 + lane % 8, kk * 2 + (lane // 8) % 2, False
 
 
 def accumulator_position(cfg: GemmConfig, warp, lane, tile_m, tile_n, slot):
@@ -274,5 +352,6 @@ def block_tile(cfg: GemmConfig, problem: GemmProblem, bx, by):
 
 
 __all__ = ["GemmProblem", "GemmConfig", "config_error", "default_config", "config_space", "swizzle", "grid",
+           "conv_problem", "b_chunks_per_row", "gather_source", "output_index", "column_stride", "b_fragment_address",
            "copy_a_chunk", "copy_b_chunk", "copy_source", "ldmatrix_a", "ldmatrix_b", "accumulator_position", "k_slice_range",
            "warp_origin", "block_tile", "shared_limit", "KNOB_CHOICES", "EPILOGUE_STEPS"]

@@ -41,7 +41,8 @@ def apply_epilogue(problem: GemmProblem, sums: np.ndarray, rows: np.ndarray, col
         if step == "bias":
             out = out + extras["bias"].astype(np.float32)[cols]
         elif step == "residual":
-            out = out + extras["residual"].astype(np.float32)[rows, cols]
+            residual = extras["residual"].astype(np.float32)
+            out = out + (residual if residual.shape == out.shape else residual[rows, cols])
         elif step == "relu":
             out = np.maximum(out, 0)
         elif step == "sigmoid":
@@ -82,21 +83,27 @@ class _Block:
         cfg, p = self.cfg, self.problem
         tid = np.arange(cfg.threads)
         k0 = k_slice * cfg.block_k
-        for operand, per_stage, chunk_of, cpr, source in (
-                ("a", cfg.a_stage_chunks, plan.copy_a_chunk, cfg.a_chunks_per_row, self.a),
-                ("b", cfg.b_stage_chunks, plan.copy_b_chunk, cfg.b_chunks_per_row, self.b)):
+        for operand, per_stage, cpr, source in (
+                ("a", cfg.a_stage_chunks, cfg.a_chunks_per_row, self.a),
+                ("b", cfg.b_stage_chunks, plan.b_chunks_per_row(cfg, p), self.b)):
             base = self.stage_chunk(operand, stage)
             written = np.zeros(per_stage, int)
+            chunk_of = plan.copy_a_chunk if operand == "a" else plan.copy_b_chunk
             for it in range(per_stage // cfg.threads):
-                row, chunk = chunk_of(cfg, tid, it)
-                g_row, g_col, width, rows = plan.copy_source(p, operand, row, chunk, m0, n0, k0)
-                inside = (g_row < rows) & (g_col < width)
-                offset = np.where(inside, g_row * width + g_col, 0)
+                row, chunk = chunk_of(cfg, tid, it, p)
+                if operand == "a" and p.gathered:  # element by element, each with its own padding test
+                    where = [plan.gather_source(p, row, chunk, m0, k0, e) for e in range(plan.CHUNK)]
+                    offset = np.stack([np.where(inside > 0, off, 0) for off, inside in where], -1)
+                    data = np.where(np.stack([inside for _, inside in where], -1) > 0, source[offset], 0)
+                else:
+                    offset, inside = plan.copy_source(p, operand, row, chunk, m0, n0, k0)
+                    offset = np.where(inside > 0, offset, 0)
+                    data = np.where(inside[:, None] > 0, source[offset[:, None] + np.arange(plan.CHUNK)], 0)
                 dst = plan.swizzle(row, chunk, cpr)
                 np.add.at(written, dst, 1)
-                data = source[offset[:, None] + np.arange(plan.CHUNK)] * inside[:, None]
-                if data.dtype == np.float32:  # a float32 A: rounded to the operand dtype on the way
-                    data = half_bits(data, p.dtype)
+                data = data.astype(source.dtype)
+                if data.dtype != np.uint16:  # a float32 A: rounded to the operand dtype on the way
+                    data = half_bits(data.astype(np.float32), p.dtype)
                 self.smem[base + dst] = data
                 self.stats.copies += cfg.threads
             if not (written == 1).all():
@@ -120,6 +127,11 @@ class _Block:
         else:
             pair = np.stack([matrices[:, :, g, 2 * t], matrices[:, :, g, 2 * t + 1]], -1)
         return pair.transpose(0, 2, 1, 3)
+
+    def ldmatrix_b(self, stage: int, pair: int, kk: int) -> np.ndarray:
+        row, chunk, trans = plan.b_fragment_address(self.cfg, self.problem, self.warp, self.lane, pair, kk)
+        cpr = plan.b_chunks_per_row(self.cfg, self.problem)
+        return self.ldmatrix(self.stage_chunk("b", stage) + plan.swizzle(row, chunk, cpr), trans)
 
     def mma(self, a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
         """m16n8k16 on every warp: a (warps, 32, 4, 2), b (warps, 32, 2, 2), acc (warps, 32, 4) float32."""
@@ -146,7 +158,9 @@ class _Block:
 def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
             extras: Optional[Mapping[str, np.ndarray]] = None, stats: Optional[EmulationStats] = None) -> np.ndarray:
     """C as the kernels compute it (float32 before rounding to problem.out_dtype). `a`, `b`: uint16 bit
-    patterns of problem.dtype, shapes [m, k] and [k, n] (`a` float32 values when problem.a_dtype is float32); extras: bias [n], residual [m, n] (float32 values)."""
+    patterns of problem.dtype, shapes [m, k] (a convolution's input for a conv problem) and problem.b_shape (`a`
+    float32 values when problem.a_dtype is float32); extras: bias [n], residual of the output's shape (float32
+    values). The result has the output's shape ([m, n], or the convolution's NCHW / NHWC output)."""
     stats = stats if stats is not None else EmulationStats()
     extras = extras or {}
     p = problem
@@ -175,9 +189,7 @@ def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
                         a_frags = [blk.ldmatrix(blk.stage_chunk("a", stage) + plan.swizzle(
                             *plan.ldmatrix_a(cfg, blk.warp, blk.lane, tm, kk), cfg.a_chunks_per_row), False)
                             for tm in range(cfg.mi)]
-                        b_frags = [blk.ldmatrix(blk.stage_chunk("b", stage) + plan.swizzle(
-                            *plan.ldmatrix_b(cfg, blk.warp, blk.lane, pair, kk), cfg.b_chunks_per_row), True)
-                            for pair in range(cfg.ni // 2)]
+                        b_frags = [blk.ldmatrix_b(stage, pair, kk) for pair in range(cfg.ni // 2)]
                         for tm in range(cfg.mi):
                             for tn in range(cfg.ni):
                                 part_b = b_frags[tn // 2][:, :, 2 * (tn % 2):2 * (tn % 2) + 2]
@@ -193,7 +205,13 @@ def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
     if not (written == 1).all():
         raise AssertionError(f"outputs written {np.unique(written)} times (each must be written once per part)")
     rows, cols = np.indices((p.m, p.n))
-    return apply_epilogue(p, partial.sum(0), rows, cols, extras)
-
-
-__all__ = ["emulate", "EmulationStats", "to_float32", "half_bits", "apply_epilogue"]
+    place = plan.output_index(p, rows, cols)
+    if np.bincount(place.ravel(), minlength=p.m * p.n).max() != 1 or (
+            plan.output_index(p, rows[:, :-1], cols[:, :-1]) + plan.column_stride(p) != place[:, 1:]).any():
+        raise AssertionError("the output index does not place each C[row, col] once, columns a stride apart")
+    extras = dict(extras)
+    if "residual" in extras:  # given in the output's layout: read where C[row, col] lands, as the kernel does
+        extras["residual"] = np.asarray(extras["residual"]).ravel()[place]
+    out = np.zeros(p.m * p.n, np.float32)
+    out[place] = apply_epilogue(p, partial.sum(0), rows, cols, extras)
+    return out.reshape(p.conv.output_shape) if p.conv is not None else out.reshape(p.m, p.n)

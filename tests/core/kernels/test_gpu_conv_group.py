@@ -1,0 +1,222 @@
+"""Fused Conv groups compiled for cuda become the implicit-GEMM convolution on tensor cores (conv_group.py): a
+float16 model's convs, and a float32 model's under `--precision fp16|bf16`; the kernel the model compiles to, run
+by the CPU emulation of its threads on the model's own weights, matches ONNX Runtime at the half format's
+tolerance; its PTX has mma.sync and ldmatrix and ptxas takes it; convs it cannot take keep their loops."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from core.backends import get_backend
+from core.codegen.nvptx import emit_ptx
+from core.codegen.ptxas import assemble_with_usage, find_ptxas
+from core.driver.precision import store_weights
+from core.frontend import import_onnx
+from core.graph.passes.manager import optimize
+from core.kernels.schedules.gpu.gemm_group import gemm_of
+from core.kernels.schedules.gpu.gemm_mma_emulate import emulate
+from core.lowering.executable import build_executable, group_inputs
+from core.target import get_target
+
+rng = np.random.default_rng(37)
+ONNX_TYPES = {np.float16: onnx.TensorProto.FLOAT16, np.float32: onnx.TensorProto.FLOAT}
+
+
+def conv_model(dtype, channels=32, size=10, out_channels=48, kernel=3, stride=1, pad=1, group=1,
+               tail=("Relu",), own_bias=True) -> onnx.ModelProto:
+    """x [2, C, size, size] -> Conv (with its bias unless not `own_bias`) -> `tail`: "residual" (+ input r of the output's shape), "bias2"
+    (+ a per-channel [OC, 1, 1] constant), or an op name."""
+    out = (size + 2 * pad - kernel) // stride + 1
+    t = ONNX_TYPES[dtype]
+    w = numpy_helper.from_array((rng.standard_normal((out_channels, channels // group, kernel, kernel)) * 0.1)
+                                .astype(dtype), "w")
+    b = numpy_helper.from_array((rng.standard_normal(out_channels) * 0.1).astype(dtype), "b")
+    b2 = numpy_helper.from_array((rng.standard_normal((out_channels, 1, 1)) * 0.1).astype(dtype), "b2")
+    inputs = [helper.make_tensor_value_info("x", t, [2, channels, size, size])]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"][:3 if own_bias else 2], ["t0"], pads=[pad] * 4, strides=[stride] * 2, group=group)]
+    current = "t0"
+    for step, what in enumerate(tail, 1):
+        if what == "residual":
+            inputs.append(helper.make_tensor_value_info("r", t, [2, out_channels, out, out]))
+            nodes.append(helper.make_node("Add", ["r", current], [f"t{step}"]))
+        elif what == "bias2":
+            nodes.append(helper.make_node("Add", [current, "b2"], [f"t{step}"]))
+        else:
+            nodes.append(helper.make_node(what, [current], [f"t{step}"]))
+        current = f"t{step}"
+    nodes.append(helper.make_node("Identity", [current], ["y"]))
+    graph = helper.make_graph(nodes, "conv", inputs, [helper.make_tensor_value_info("y", t, [2, out_channels, out, out])],
+                              [w, b, b2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def compiled(model: onnx.ModelProto, precision: str, requested: bool, arch: str = "sm_80"):
+    """The graph and executable as the pipeline makes them (weights stored at `precision`)."""
+    target = get_target(f"cuda -arch={arch}")
+    graph = optimize(import_onnx(model.SerializeToString()), 3, target)
+    graph = store_weights(graph, precision, requested, get_backend(target).weight_storage_dtypes(target), target)
+    return graph, build_executable(graph, target), target
+
+
+def emulated(graph, exe, feeds: dict) -> np.ndarray:
+    """The model's one conv kernel emulated on its own arrays (a float16 model's input: widened first)."""
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    problem, cfg, where = gemm_of(func)
+    (fused,) = [n for n in graph.nodes if n.op == "Fused"]
+    values = group_inputs(list(fused.attr("body").nodes))
+    widened = {f"{k}_f32": v.astype(np.float32) for k, v in feeds.items()}
+    arrays = [np.asarray(graph.constants[v]) if v in graph.constants else {**feeds, **widened}[v] for v in values]
+    role = {r: arrays[i] for r, i in where.items() if r != "c"}
+    extras = {r: role[r].astype(np.float32).ravel() if r == "bias" else role[r].astype(np.float32)
+              for r in ("bias", "residual") if r in role}
+    a = role["a"] if role["a"].dtype == np.float32 else role["a"].view(np.uint16)
+    assert role["b"].dtype.itemsize == 2  # the half weight as stored: the kernel's B as it is
+    return emulate(problem, cfg, a, role["b"].reshape(problem.n, problem.k).view(np.uint16), extras), problem
+
+
+@pytest.mark.parametrize("shape,tail", [
+    (dict(), ("Relu",)),
+    (dict(kernel=1, pad=0), ("residual", "Relu")),
+    (dict(stride=2, size=11), ("Sigmoid",)),
+    (dict(channels=16, out_channels=64, own_bias=False), ("bias2", "Relu")),
+], ids=["3x3", "1x1-residual", "3x3s2", "second-bias"])
+def test_a_float16_models_conv_runs_on_the_implicit_gemm_and_matches_onnxruntime(shape, tail):
+    model = conv_model(np.float16, tail=tail, **shape)
+    graph, exe, _ = compiled(model, "fp16", False)
+    inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    feeds = {k: rng.standard_normal(s).astype(np.float16) for k, s in inputs.items()}
+    got, problem = emulated(graph, exe, feeds)
+    assert problem.conv is not None and problem.dtype == "float16" and problem.out_dtype == "float16"
+    steps = ["bias"] * shape.get("own_bias", True) + ["residual" if t == "residual" else "bias" if t == "bias2" else t.lower() for t in tail]
+    assert list(problem.epilogue) == steps
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_float32_model_at_half_precision_computes_its_conv_in_half(precision):
+    """`--precision fp16|bf16`: weights stored narrow are B as they are, the float32 input is rounded as it is
+    copied, sums stay float32, the output stays float32; within that format's tolerance of ONNX Runtime."""
+    model = conv_model(np.float32, tail=("residual", "Relu"))
+    graph, exe, _ = compiled(model, precision, True)
+    feeds = {"x": rng.standard_normal((2, 32, 10, 10)).astype(np.float32),
+             "r": rng.standard_normal((2, 48, 10, 10)).astype(np.float32)}
+    got, problem = emulated(graph, exe, feeds)
+    half = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+    assert (problem.dtype, problem.a_stored, problem.out_dtype) == (half, "float32", "float32")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    tolerance = 1e-2 if precision == "fp16" else 4e-2
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+
+
+def test_convs_the_implicit_gemm_does_not_take_keep_their_loops():
+    """A float32 compile, sm_75 (no cp.async), a grouped conv, 3 input channels (K = 27 and too few channels), a
+    second bias after the conv's own."""
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float32), "fp32", False)[1].funcs)
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float16), "fp16", False, "sm_75")[1].funcs)
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float16, group=2), "fp16", False)[1].funcs)
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float16, channels=3), "fp16", False)[1].funcs)
+    assert not any(gemm_of(f) for f in compiled(conv_model(np.float16, tail=("bias2",)), "fp16", False)[1].funcs)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")
+def test_the_model_ptx_runs_the_conv_on_tensor_cores():
+    graph, exe, target = compiled(conv_model(np.float16, tail=("residual", "Relu")), "fp16", False, "sm_90")
+    ptx, launches = emit_ptx(list(exe.funcs), target)
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    _, cfg, _ = gemm_of(func)
+    assert launches[func.name].block == (cfg.threads, 1, 1)
+    for instruction in ("ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global",
+                        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"):
+        assert instruction in ptx
+    _, usage = assemble_with_usage(ptx, "sm_90")
+    assert usage[func.name]["spill_stores"] == 0 and usage[func.name]["shared_bytes"] == cfg.shared_bytes
+
+
+def test_activations_between_tensor_core_groups_stay_half_with_the_same_results():
+    """A float16 model's conv -> relu -> conv -> relu: without half_activations the first kernel writes float32
+    and the second rounds it to float16 as it copies; with it the first writes float16 and the second reads it
+    as it is (and the first reads the half input, its Cast kernel gone): the same numbers (emulated), within
+    float16 tolerance of ONNX Runtime, half the bytes between."""
+    from core.kernels.schedules.gpu.half_activations import half_activations
+
+    f16 = onnx.TensorProto.FLOAT16
+    w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float16), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 32, 1, 1)) * 0.1).astype(np.float16), "w2")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["b"]),
+         helper.make_node("Conv", ["b", "w2"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "chain",
+        [helper.make_tensor_value_info("x", f16, [2, 16, 8, 8])], [helper.make_tensor_value_info("y", f16, [2, 64, 8, 8])],
+        [w1, w2]), opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 16, 8, 8)).astype(np.float16)
+    graph, _, target = compiled(model, "fp16", False)
+    results = {}
+    for label, g in (("float32 between", graph), ("half between", half_activations(graph, target))):
+        exe = build_executable(g, target)
+        first, second = [f for f in exe.funcs if gemm_of(f) is not None]
+        fused = [n for n in g.nodes if n.op == "Fused"]
+        between = fused[0].outputs[0]
+        results[label] = (g.type_of(between).dtype, gemm_of(first)[0].out_dtype, gemm_of(second)[0].a_stored)
+        arrays = {"x": x, "x_f32": x.astype(np.float32), **{k: np.asarray(v) for k, v in g.constants.items()}}
+        for node, func in zip(fused, (first, second)):
+            problem, cfg, where = gemm_of(func)
+            values = group_inputs(list(node.attr("body").nodes))
+            a = arrays[values[where["a"]]]
+            a = a if a.dtype == np.float32 else a.view(np.uint16)
+            b = arrays[values[where["b"]]].reshape(problem.n, problem.k).view(np.uint16)
+            out = emulate(problem, cfg, a, b)
+            arrays[node.outputs[0]] = out.astype(np.float16 if problem.out_dtype == "float16" else np.float32)
+        results[label] += (arrays[fused[1].outputs[0]].astype(np.float32),)
+    assert results["float32 between"][:3] == ("float32", "float32", "float32")
+    assert results["half between"][:3] == ("float16", "float16", "float16")
+    np.testing.assert_array_equal(results["float32 between"][3], results["half between"][3])
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(results["half between"][3], want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_a_value_also_read_as_a_residual_or_on_sm_75_stays_float32():
+    """--precision fp16 on a float32 residual block: the Add reads its operand in float32 (rounding it would
+    change the result), so it stays float32; a float16 model's Cast kernel feeding a conv that also reads the
+    half value as its residual stays too; sm_75 has no tensor-core groups: the graphs are left as they are."""
+    from core.kernels.schedules.gpu.half_activations import half_activations
+
+    for dtype, precision, requested in ((np.float32, "fp16", True), (np.float16, "fp16", False)):
+        t = ONNX_TYPES[dtype]
+        w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(dtype), "w1")
+        w2 = numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(dtype), "w2")
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1] * 4), helper.make_node("Add", ["c", "b"], ["y"])],
+            "block", [helper.make_tensor_value_info("x", t, [2, 16, 8, 8])],
+            [helper.make_tensor_value_info("y", t, [2, 32, 8, 8])], [w1, w2]),
+            opset_imports=[helper.make_opsetid("", 17)])
+        for arch in ("sm_80", "sm_75"):
+            graph, exe, target = compiled(model, precision, requested, arch)
+            assert len([f for f in exe.funcs if gemm_of(f)]) == (2 if arch == "sm_80" else 0)
+            rewritten = half_activations(graph, target)
+            if dtype == np.float32 or arch == "sm_75":
+                assert rewritten is graph
+            else:  # only the input's Cast goes: conv1 reads x itself; b's stays (conv2's residual reads b too)
+                assert [(n.op, n.inputs[0]) for n in rewritten.nodes if n.op == "Cast"] == [("Cast", "b")]
+
+
+def test_a_cast_kernel_of_a_half_value_into_a_conv_is_skipped():
+    """A float16 model's Cast of a half activation to float32 that only a tensor-core conv reads (as A): the conv
+    reads the half value itself (what it rounded the float32 copy back to anyway) and the Cast kernel goes."""
+    from core.kernels.schedules.gpu.half_activations import half_activations
+
+    model = conv_model(np.float16, tail=("Relu",))
+    graph, _, target = compiled(model, "fp16", False)
+    assert [n.op for n in graph.nodes] == ["Cast", "Fused"]
+    rewritten = half_activations(graph, target)
+    assert [n.op for n in rewritten.nodes] == ["Fused"]
+    (func,) = build_executable(rewritten, target).funcs
+    problem = gemm_of(func)[0]
+    assert problem.a_stored == "float16" and problem.conv is not None
+    feeds = {"x": rng.standard_normal((2, 32, 10, 10)).astype(np.float16)}
+    got, _ = emulated(rewritten, build_executable(rewritten, target), feeds)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
