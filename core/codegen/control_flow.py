@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from llvmlite import ir
 
 from ..tir.stmt import PrimFunc
 from .llvm_types import I1, I8, I32, I64, PTR
-from .model_entry import BufferRef, ModelPlan
+
+if TYPE_CHECKING:  # the plan's types; model_entry calls into this module
+    from .model_entry import BufferRef, ModelPlan
 
 CONTROL_ERROR = 4  # KILN_CONTROL_ERROR in kiln_graph.h
 

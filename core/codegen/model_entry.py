@@ -18,6 +18,7 @@ from llvmlite import ir
 from ..errors import CodegenError
 from ..tir.index_guard import INDEX_FAULT, uses_index_fault
 from ..tir.stmt import PrimFunc
+from .control_flow import emit_control_call, emit_sub_runners, validate_control
 from .llvm_types import F64, I8, I32, I64, PTR, itemsize
 
 KINDS = ("input", "output", "weight", "arena")
@@ -58,7 +59,6 @@ def validate_plan(plan: ModelPlan, funcs: Mapping[str, PrimFunc]) -> None:
             raise CodegenError(f"model plan: {what} is negative ({n})")
     for pos, call in enumerate(plan.calls):
         if not isinstance(call, KernelCall):  # If / Loop: their branches' and body's plans
-            from .control_flow import validate_control
             validate_control(call, funcs, validate_plan)
             continue
         func = funcs.get(call.func)
@@ -114,7 +114,6 @@ def emit_model_entry(module: ir.Module, plan: ModelPlan, funcs: Mapping[str, Pri
         if name in kernels:
             kernels[name].attributes.add("noinline")
     emit_graph_globals(module, plan, plan.calls)
-    from .control_flow import emit_sub_runners
     emit_sub_runners(module, plan, lambda sub, name: _emit_runner(module, sub, kernels, funcs, False, name))
     _emit_runner(module, plan, kernels, funcs, profile=False)
     _emit_runner(module, plan, kernels, funcs, profile=True)
@@ -153,7 +152,6 @@ def _emit_runner(module: ir.Module, plan: ModelPlan, kernels: Mapping[str, ir.Fu
 
     for pos, call in enumerate(plan.calls):
         if not isinstance(call, KernelCall):  # If / Loop (core/codegen/control_flow.py), timed whole
-            from .control_flow import emit_control_call
             start = b.call(now, []) if profile else None
             emit_control_call(module, b, call, weights, pointer)
             if profile:

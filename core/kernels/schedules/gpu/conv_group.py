@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from ....graph.ir import Graph, Node
 from ...conv2d import conv_out_size
 from .conv_mma import ConvShape
-from .gemm_group import _static, anchored, epilogue_chain
+from .group_match import anchored, epilogue_chain, static_shape
 from .gemm_mma import OPERAND_DTYPES, GemmProblem, conv_problem
 
 MIN_CHANNELS = 16  # fewer input channels leave most of each 16-deep mma k step to padding or a ragged K
@@ -26,7 +26,7 @@ def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     x = node.inputs[0]
     tx, tw = graph.type_of(x), graph.type_of(w)
     if (tw.dtype not in OPERAND_DTYPES or tx.dtype not in (tw.dtype, "float32") or len(tx.shape) != 4
-            or not _static(tx.shape) or not _static(tw.shape) or int(node.attr("group") or 1) != 1):
+            or not static_shape(tx.shape) or not static_shape(tw.shape) or int(node.attr("group") or 1) != 1):
         return None
     (batch, channels, height, width), (out_channels, _, kh, kw) = tx.shape, tw.shape
     sh, sw = node.attr("strides") or (1, 1)

@@ -8,22 +8,19 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from ....graph.ir import Graph, Node
 from ....target import Target
 from ....tir.expr import Buffer, IntImm, Var
 from ....tir.stmt import For, ForKind, PrimFunc, Seq
+from .conv_group import match_conv_group
 from .conv_mma import ConvShape
+from .group_match import anchored, epilogue_chain, static_shape
 from .gemm_mma import OPERAND_DTYPES, GemmConfig, GemmProblem, config_error, default_config, grid, shared_limit
 
 ATTR = "gemm_mma"
-ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}
 SM_COUNTS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
-
-
-def _static(shape) -> bool:
-    return all(isinstance(d, int) for d in shape)
 
 
 def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]) -> Optional[tuple[GemmProblem, dict]]:
@@ -36,7 +33,7 @@ def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     a = mm.inputs[0]
     ta, tb = graph.type_of(a), graph.type_of(b)
     if (tb.dtype not in OPERAND_DTYPES or ta.dtype not in (tb.dtype, "float32") or len(tb.shape) != 2
-            or len(ta.shape) < 2 or not _static(ta.shape) or not _static(tb.shape)):
+            or len(ta.shape) < 2 or not static_shape(ta.shape) or not static_shape(tb.shape)):
         return None
     m, k, n = math.prod(ta.shape[:-1]), ta.shape[-1], tb.shape[1]
     chain = epilogue_chain(nodes[at + 1:], mm.outputs[0], graph, {o for node in nodes for o in node.outputs},
@@ -51,63 +48,11 @@ def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
         return None
 
 
-def anchored(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str], op: str) -> Optional[tuple[int, Node, str]]:
-    """(its position, the group's `op` node, the weight it reads: the narrow value itself when a leading Cast
-    widens it) when the group has one output, that op, and before it only widenings of its weight."""
-    if len(outputs) != 1:
-        return None
-    # A half-precision compile stores weights narrow, widened by a Cast at the top of the body: the kernel reads the
-    # narrow weight itself (and rounds a float32 A to it as it copies).
-    at = next((i for i, node in enumerate(nodes) if node.op == op), None)
-    if at is None or any(node.op != "Cast" or graph.type_of(node.inputs[0]).dtype not in OPERAND_DTYPES
-                         for node in nodes[:at]):
-        return None
-    anchor, widened = nodes[at], {node.outputs[0]: node.inputs[0] for node in nodes[:at]}
-    if len(anchor.inputs) < 2 or set(widened) - {anchor.inputs[1]}:  # a widening the weight does not use
-        return None
-    return at, anchor, widened.get(anchor.inputs[1], anchor.inputs[1])
-
-
-def epilogue_chain(nodes: Sequence[Node], current: str, graph: Graph, produced: set,
-                   is_bias: Callable[[tuple], bool], output_shape: tuple,
-                   roles: Optional[dict] = None) -> Optional[tuple[str, tuple[str, ...], dict, dict]]:
-    """(the chain's last value, its epilogue steps, role -> extra's dtype, role -> graph value) of `nodes`, a chain
-    of Cast, Relu, Sigmoid and bias or residual Add each reading the one before, starting at `current`; None when
-    the chain is anything else. An Add's other operand is a bias when `is_bias(its shape)`, a residual when it has
-    `output_shape`; at most one of each (`roles` may bring one already, e.g. a convolution's own bias)."""
-    roles, steps, dtypes = dict(roles or {}), [], {}
-    dtype = graph.type_of(current).dtype
-    for node in nodes:
-        if current not in node.inputs or len(node.outputs) != 1:
-            return None
-        if node.op == "Cast":
-            dtype = node.attr("to")
-        elif node.op in ACTIVATIONS:
-            steps.append(ACTIVATIONS[node.op])
-        elif node.op == "Add" and len(node.inputs) == 2 and node.inputs[0] != node.inputs[1]:
-            other = node.inputs[1] if node.inputs[0] == current else node.inputs[0]
-            t = graph.type_of(other)
-            if other in produced or t.dtype != dtype or not _static(t.shape):
-                return None
-            role = "bias" if is_bias(tuple(t.shape)) else "residual"
-            if role in roles or (role == "residual" and tuple(t.shape) != tuple(output_shape)):
-                return None
-            roles[role] = other
-            steps.append(role)
-            dtypes[role] = t.dtype
-        else:
-            return None
-        current = node.outputs[0]
-    return current, tuple(steps), dtypes, roles
-
-
 def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
                       inputs: Sequence[str]) -> Optional[PrimFunc]:
     """The group's kernel as a tensor-core GEMM (None when it is not one, or its tiles do not fit)."""
     if int(target.cpu.removeprefix("sm_") or 0) < 80:  # cp.async and ldmatrix with m16n8k16: sm_80 and later
         return None
-    from .conv_group import match_conv_group
-
     found = match_gemm_group(nodes, graph, outputs) or match_conv_group(nodes, graph, outputs)
     if found is None:
         return None
