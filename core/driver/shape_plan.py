@@ -19,7 +19,7 @@ from ..lowering.bucketed import merge_buckets
 from ..lowering.executable import Executable
 from ..target import Target
 from .bucket_masks import MaskedBuckets, between_bucket_samples, find_masked
-from .buckets import BucketPlan, plan_buckets
+from .buckets import MAX_BUCKETS, BucketPlan, plan_buckets
 from .numerics import ValidationOptions
 from .shape_ranges import check_ranges_supported, has_ranges
 from .validate import index_bounds, random_inputs
@@ -113,16 +113,34 @@ class BucketedShapes:
         plan = self.plan
         top = import_onnx(self.source, input_shapes=plan.input_shapes(len(plan.buckets) - 1))
         check_graph_sizes(top)  # the largest bucket: an absurd range fails before any other bucket is imported
-        imported = [import_onnx(self.source, input_shapes=plan.input_shapes(b)) for b in range(len(plan.buckets) - 1)]
-        imported.append(top)
         deep = [n for n in top.inputs + top.outputs if len(top.type_of(n).shape) > MAX_RANK]
         if deep:
             raise ShapeError(f"input-shape ranges support tensors of rank {MAX_RANK} at most; {deep} have more")
-        plan, self.carried, refused = find_padded(plan, imported)
-        self.masks = find_masked(plan, self.source, refused)
-        self.plan, self.refused = self.masks.plan, dict(self.masks.refused)
-        self.gathered = index_bounds(imported[-1])  # the ids each input indexes (masked graphs gather through masks)
-        return list(self.masks.graphs) or imported
+        self.gathered = index_bounds(top)  # the ids each input indexes (masked graphs gather through masks)
+        at_top, carried, refused = find_padded(plan.resized({v.name: (v.range.hi,) for v in plan.variables}), [top])
+        masks = find_masked(at_top, self.source, refused)
+        plan = self._stretched(plan, masks)
+        if plan.buckets != at_top.buckets:  # specializations, or dims that must match a size exactly
+            imported = [import_onnx(self.source, input_shapes=plan.input_shapes(b)) for b in range(len(plan.buckets) - 1)]
+            imported.append(top)
+            plan, carried, refused = find_padded(plan, imported)
+            masks = find_masked(plan, self.source, refused)
+        else:
+            imported = [top]
+        self.carried, self.masks = carried, masks
+        self.plan, self.refused = masks.plan, dict(masks.refused)
+        return list(masks.graphs) or imported
+
+    def _stretched(self, plan: BucketPlan, at_top: MaskedBuckets) -> BucketPlan:
+        """`plan` with each variable padded or masked at the upper bounds (`at_top`) compiled at its upper bound
+        and the sizes its step or list names only; ShapeError when the others still make too many buckets."""
+        stretch = at_top.plan.padded | at_top.plan.masked
+        try:
+            return plan.resized({v.name: v.range.specializations() for v in plan.variables if v.name in stretch},
+                                MAX_BUCKETS)
+        except ShapeError as err:
+            raise ShapeError(f"{err}. Sizes must match a compiled one exactly where no padding or run-time length "
+                             f"covers them: " + "; ".join(f"{k}: {v}" for k, v in at_top.refused.items())) from None
 
     def samples(self, checks: ValidationOptions, graphs: Sequence[Graph]):
         """One sample at every bucket's shapes and at sizes between buckets."""
