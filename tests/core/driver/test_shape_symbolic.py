@@ -1,0 +1,90 @@
+"""One compiled shape for a whole range: padded and masked dims compile only their upper bound, so ranges that
+used to make too many buckets compile once, and sizes between the old power-of-two buckets match ONNX Runtime."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper as h
+
+import core
+from core.driver.buckets import plan_buckets
+from core.driver.shape_ranges import DimRange
+from core.errors import ShapeError
+from core.runtime.loader import KilnRuntimeError
+
+from tests.core.driver.dynamic_models import greedy_tokens, tiny_decoder, tiny_encoder
+
+
+def _ort_run(model: bytes):
+    session = ort.InferenceSession(model)
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: dict(zip(names, session.run(None, feeds)))
+
+
+def test_a_plain_range_specializes_nothing_and_may_start_at_zero():
+    assert DimRange(1, 512).specializations() == (512,) and DimRange(0, 512).specializations() == (512,)
+    assert DimRange(0, 512).sizes()[0] == 1  # a dim that must match exactly never compiles size 0
+    assert DimRange(1, 384, choices=(8, 128, 384)).specializations() == (8, 128, 384)  # listed: specialized
+    assert DimRange(224, 512, 32).specializations() == tuple(range(224, 513, 32))
+
+
+def test_encoder_compiles_once_for_the_whole_range_and_matches_onnxruntime_between_old_buckets():
+    model = tiny_encoder()
+    art = core.compile(model, input_shapes={"input_ids": "1..4,1..64"}, benchmark=False)
+    shapes = art.metadata["dynamic_shapes"]
+    assert len(shapes["buckets"]) == 1
+    assert [(v["name"], v["sizes"], v["padded"], v["masked"]) for v in shapes["variables"]] == [
+        ("batch", [4], True, False), ("seq", [64], False, True)]
+    validated = [s["input_ids"] for s in art.report["validation"]["shapes"]]
+    assert [1, 1] in validated and [4, 33] in validated and [4, 63] in validated  # low end, between, below max
+    run = _ort_run(model)
+    rng = np.random.default_rng(7)
+    with art.load() as module:
+        for batch, seq in ((1, 1), (3, 5), (2, 33), (1, 47), (4, 64)):  # 3, 5, 33, 47: no power of two
+            feeds = {"input_ids": rng.integers(0, 50, (batch, seq)).astype(np.int64)}
+            got, ref = module.run(feeds)["hidden"], run(feeds)["hidden"]
+            assert got.shape == ref.shape
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+        with pytest.raises(KilnRuntimeError, match="is 65, outside the declared range 1..64"):
+            module.run({"input_ids": np.zeros((1, 65), np.int64)})
+
+
+def test_decoder_whose_ranges_made_too_many_buckets_compiles_once_and_generates_like_onnxruntime():
+    model = tiny_decoder()
+    shapes = {"input_ids": "1..4,1..8", "past_key_values.0.key": "1..4,2,0..56,4"}
+    exact = plan_buckets(onnx.load_from_string(model), shapes)
+    assert len(exact.buckets) > 64  # what every size compiled (the old buckets) would have been: refused
+    art = core.compile(model, input_shapes=shapes, benchmark=False)
+    assert len(art.metadata["dynamic_shapes"]["buckets"]) == 1
+    prompt = [3, 1, 4, 1, 5, 9, 2]  # a prompt of 7 (between buckets), then one token a step over a growing cache
+    expected, reference = greedy_tokens(_ort_run(model), prompt, steps=24)
+    with art.load() as module:
+        tokens, outputs = greedy_tokens(module.run, prompt, steps=24)
+        assert tokens == expected
+        for got, ref in zip(outputs, reference):
+            for name, value in ref.items():
+                assert got[name].shape == value.shape
+                np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-4)
+        feeds = {"input_ids": np.array([[1, 2, 3]] * 3, np.int64), "attention_mask": np.ones((3, 13), np.int64),
+                 **{f"past_key_values.{i}.{n}": np.random.default_rng(i).standard_normal((3, 2, 10, 4)).astype(
+                     np.float32) for i in (0, 1) for n in ("key", "value")}}  # batch 3, past 10, seq 3
+        ref = _ort_run(model)(feeds)
+        got = module.run(feeds)
+        for name, value in ref.items():
+            np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-4)
+
+
+def _double_pad() -> bytes:
+    """Pad along both axes: neither dim can be padded or masked, so each must match a compiled size."""
+    graph = h.make_graph([h.make_node("Pad", ["x", "pads"], ["y"])], "pad2",
+                         [h.make_tensor_value_info("x", TensorProto.FLOAT, ["A", "L"])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, ["A2", "L2"])],
+                         [h.make_tensor("pads", TensorProto.INT64, [4], [1, 1, 1, 1])])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_dims_that_must_match_exactly_still_make_buckets_and_too_many_are_refused_with_the_reason():
+    with pytest.raises(ShapeError, match=r"121 shape buckets.*at most 64.*L: Pad .y. has no padding rule"):
+        core.compile(_double_pad(), input_shapes={"x": "1..1000,1..1000"}, benchmark=False)
