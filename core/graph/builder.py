@@ -43,6 +43,9 @@ class GraphBuilder:
         self.bound_pairs: dict[tuple[str, int], str] = {}  # (length, axis) -> its [axis, length] value
         self.shape_bounds: dict[str, Bound] = {}  # run-time shape -> which entry (axis) is which length
         self.length_symbols: dict[str, str] = {}  # run-time length input -> its variable (length_inputs.py)
+        # merged length -> (per-row length, outer, inner): an axis merged from [outer, bounded, inner] and laid out
+        # compactly (bound_rules._compacted_reshape), what a reshape back to those axes spreads out again
+        self.merged_lengths: dict[str, tuple[str, int, int]] = {}
 
     # -- naming ------------------------------------------------------------------------------
     def reserve_names(self, names: Iterable[str]) -> None:

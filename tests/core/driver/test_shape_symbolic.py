@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper as h
+from onnx import TensorProto, helper as h, numpy_helper as nh
 
 import core
 from core.driver.buckets import plan_buckets
@@ -88,3 +88,53 @@ def _double_pad() -> bytes:
 def test_dims_that_must_match_exactly_still_make_buckets_and_too_many_are_refused_with_the_reason():
     with pytest.raises(ShapeError, match=r"121 shape buckets.*at most 64.*L: Pad .y. has no padding rule"):
         core.compile(_double_pad(), input_shapes={"x": "1..1000,1..1000"}, benchmark=False)
+
+
+def _flattened_mask_softmax() -> bytes:
+    """transformers' BERT padding mask: the [batch, seq] mask flattened to [batch*seq, 1], gathered back at
+    batch*seq + position (seq read at run time from the mask's shape), reshaped to [batch, seq] and added as
+    -10000 before a softmax over the scores."""
+    def const(name, value):
+        return nh.from_array(np.asarray(value), name)
+
+    nodes = [h.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT),
+             h.make_node("Flatten", ["m"], ["flat"], axis=2),
+             h.make_node("Shape", ["m"], ["shape"]),
+             h.make_node("Gather", ["shape", "zero"], ["rows"], axis=0),
+             h.make_node("Gather", ["shape", "one"], ["cols"], axis=0),
+             h.make_node("Range", ["zero", "rows", "one"], ["row_ids"]),
+             h.make_node("Range", ["zero", "cols", "one"], ["col_ids"]),
+             h.make_node("Unsqueeze", ["row_ids", "ax1"], ["row_col"]),
+             h.make_node("Unsqueeze", ["col_ids", "ax0"], ["col_row"]),
+             h.make_node("Mul", ["row_col", "cols"], ["row_start"]),
+             h.make_node("Add", ["row_start", "col_row"], ["index"]),
+             h.make_node("Gather", ["flat", "index"], ["picked"], axis=0),
+             h.make_node("Shape", ["index"], ["index_shape"]),
+             h.make_node("Reshape", ["picked", "index_shape"], ["back"]),
+             h.make_node("Sub", ["one_f", "back"], ["hidden"]),
+             h.make_node("Mul", ["hidden", "big"], ["bias"]),
+             h.make_node("Add", ["x", "bias"], ["scores"]),
+             h.make_node("Softmax", ["scores"], ["y"], axis=-1)]
+    inits = [const("zero", np.int64(0)), const("one", np.int64(1)), const("ax0", np.array([0], np.int64)),
+             const("ax1", np.array([1], np.int64)), const("one_f", np.float32(1)), const("big", np.float32(-1e4))]
+    graph = h.make_graph(nodes, "flat_mask", [h.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"]),
+                                              h.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_mask_flattened_and_gathered_back_runs_masked_at_every_length():
+    """The merged [batch*seq] axis is laid out as the model at the actual length would (compacted), so the
+    model's own batch*seq + position indices read the right entries; the reshape back spreads it out again."""
+    model = _flattened_mask_softmax()
+    art = core.compile(model, input_shapes={"x": "1..4,1..64"}, benchmark=False)
+    assert len(art.metadata["dynamic_shapes"]["buckets"]) == 1
+    assert art.metadata["dynamic_shapes"]["variables"][1]["masked"]
+    run = _ort_run(model)
+    rng = np.random.default_rng(8)
+    with art.load() as module:
+        for batch, seq in ((1, 1), (3, 5), (2, 33), (4, 47), (4, 64)):
+            mask = (rng.random((batch, seq)) < 0.7).astype(np.int64)
+            mask[:, 0] = 1
+            feeds = {"x": rng.standard_normal((batch, seq)).astype(np.float32), "mask": mask}
+            np.testing.assert_allclose(module.run(feeds)["y"], run(feeds)["y"], rtol=1e-5, atol=1e-6)
