@@ -84,6 +84,12 @@ def _broadcast(node: BoundedNode) -> list[str]:
     return set_bound(node.builder, outputs, combined(parts))
 
 
+@multi_rule("Expand")
+def _expand(node: BoundedNode) -> list[str]:
+    """A causal mask [1, 1, queries, keys] expanded over the batch: its bounded axes keep their sizes."""
+    return _broadcast(node)
+
+
 @multi_rule("MatMul")
 def _matmul(node: BoundedNode) -> list[str]:
     ra, rb = node.type(0).rank, node.type(1).rank
