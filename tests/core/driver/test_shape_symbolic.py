@@ -131,3 +131,33 @@ def test_a_mask_flattened_and_gathered_back_runs_masked_at_every_length():
             mask[:, 0] = 1
             feeds = {"x": rng.standard_normal((batch, seq)).astype(np.float32), "mask": mask}
             assert_same_outputs(module.run(feeds), run(feeds), rtol=1e-5, atol=1e-6)
+
+
+def _rows_projection() -> bytes:
+    """GPT-2's projections: x[batch, seq, 8] flattened to [batch*seq, 8] rows, times a weight, reshaped back by
+    x's shape, then a softmax over the sequence (so seq runs masked while the merged batch stays padded)."""
+    w = np.random.default_rng(9).standard_normal((8, 8)).astype(np.float32)
+    nodes = [h.make_node("Reshape", ["x", "rows_shape"], ["rows"]),
+             h.make_node("MatMul", ["rows", "w"], ["projected"]),
+             h.make_node("Shape", ["x"], ["x_shape"]),
+             h.make_node("Reshape", ["projected", "x_shape"], ["back"]),
+             h.make_node("Softmax", ["back"], ["y"], axis=1)]
+    graph = h.make_graph(nodes, "rows", [h.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])],
+                         [nh.from_array(np.array([-1, 8], np.int64), "rows_shape"), nh.from_array(w, "w")])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_batch_merged_into_matmul_rows_stays_padded_while_the_sequence_runs_masked():
+    model = _rows_projection()
+    art = core.compile(model, input_shapes={"x": "1..4,1..16,8"}, benchmark=False)
+    shapes = art.metadata["dynamic_shapes"]
+    assert len(shapes["buckets"]) == 1
+    assert [(v["name"], v["padded"], v["masked"]) for v in shapes["variables"]] == [("batch", True, False),
+                                                                                    ("seq", False, True)]
+    run = _ort_run(model)
+    rng = np.random.default_rng(10)
+    with art.load() as module:
+        for batch, seq in ((1, 1), (3, 5), (2, 11), (4, 16)):
+            feeds = {"x": rng.standard_normal((batch, seq, 8)).astype(np.float32)}
+            assert_same_outputs(module.run(feeds), run(feeds), rtol=1e-5, atol=1e-6)
