@@ -20,6 +20,10 @@ from ..frontend.onnx_values import declared_dims
 from .shape_ranges import Dim, DimRange, normalize_shapes, shape_text
 
 MAX_BUCKETS = 64  # compiles of the whole model per artifact, when dims that must match exactly multiply them
+# Shapes the default specializations of padded and masked dims may add up to, with the exact-size buckets: a size
+# runs in the smallest compiled shape that holds it, whose loops still run to that shape (not yet to the run-time
+# length), so a few sizes spread over the range keep small shapes near a static compile's speed.
+DEFAULT_SHAPES = 8
 
 
 @dataclass(frozen=True)
@@ -193,6 +197,29 @@ def plan_buckets(proto: onnx.ModelProto, input_shapes: Optional[Mapping[str, Any
         missing = [n for n in order if n not in base]
         raise ShapeError(f"with ranged input shapes, every input needs a shape: give one for {missing}")
     return BucketPlan(inputs_in_order, base, vars_, (), derived=derived).resized({})
+
+
+def default_specializations(ranges: Mapping[str, DimRange], budget: int) -> dict[str, tuple[int, ...]]:
+    """Each padded or masked variable's compiled sizes when the user named none: powers of two, thinned (the
+    variable with the most sizes first, the narrower range on a tie) until their product is at most `budget`,
+    keeping each one's smallest size and hi as long as two sizes fit."""
+    strides = {name: 1 for name in ranges}
+
+    def sizes(name: str) -> tuple[int, ...]:
+        return ranges[name].thinned(strides[name])
+
+    def count() -> int:
+        n = 1
+        for name in ranges:
+            n *= len(sizes(name))
+        return n
+
+    while count() > max(1, budget):
+        name = max(ranges, key=lambda k: (len(sizes(k)), -ranges[k].hi, k))  # a tie: the narrower range first
+        before = sizes(name)
+        while strides[name] and sizes(name) == before:  # the next stride that drops a size; past two sizes: hi alone
+            strides[name] = 0 if len(before) <= 2 else strides[name] + 1
+    return {name: sizes(name) for name in ranges}
 
 
 def _sum_terms(dim_param: str, variables: Mapping, fixed: Mapping) -> Optional[tuple[str, ...]]:

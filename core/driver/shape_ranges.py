@@ -41,9 +41,18 @@ class DimRange:
             raise ShapeError(f"range {self} names {len(self.sizes())} sizes; at most {MAX_SIZES_PER_DIM} per "
                              f"dimension (each is compiled): use a larger step or fewer sizes")
 
-    def specializations(self) -> tuple[int, ...]:
-        """The sizes a padded or masked dim compiles: hi, and those a step or a list names (ascending)."""
-        return self.sizes() if self.step is not None or self.choices is not None else (self.hi,)
+    @property
+    def names_sizes(self) -> bool:
+        """Whether the user chose the compiled sizes (a step or a list), rather than leaving them to Kiln."""
+        return self.step is not None or self.choices is not None
+
+    def thinned(self, stride: int) -> tuple[int, ...]:
+        """Specializations of a padded or masked dim: the powers of two of sizes() taking every `stride`-th from
+        the top, and the smallest (a decoder's one-token step, a batch of one), ascending; stride 0: hi alone."""
+        sizes = self.sizes()
+        if stride == 0:
+            return (self.hi,)
+        return tuple(sorted({sizes[0], *sizes[::-1][::stride]}))
 
     def sizes(self) -> tuple[int, ...]:
         """The sizes compiled for a dim that must match one exactly, ascending; the last is hi."""

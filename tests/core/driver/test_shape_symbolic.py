@@ -1,5 +1,6 @@
-"""One compiled shape for a whole range: padded and masked dims compile only their upper bound, so ranges that
-used to make too many buckets compile once, and sizes between the old power-of-two buckets match ONNX Runtime."""
+"""Padded and masked dims need no bucket per size: their upper bound serves the whole range (a few default
+specializations spread over it keep small sizes fast), so ranges that used to make too many buckets compile, and
+sizes between the compiled ones match ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +10,18 @@ import pytest
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
 import core
-from core.driver.buckets import plan_buckets
+from core.driver.buckets import DEFAULT_SHAPES, default_specializations, plan_buckets
 from core.driver.shape_ranges import DimRange
 from core.errors import ShapeError
 from core.runtime.loader import KilnRuntimeError
 
 from tests.core.driver.dynamic_models import assert_same_outputs, greedy_tokens, tiny_decoder, tiny_encoder
+
+
+@pytest.fixture
+def one_compiled_shape(monkeypatch):
+    """No default specializations: the upper bound alone serves every size (what the specializations speed up)."""
+    monkeypatch.setattr("core.driver.shape_plan.DEFAULT_SHAPES", 1)
 
 
 def _ort_run(model: bytes):
@@ -23,20 +30,25 @@ def _ort_run(model: bytes):
     return lambda feeds: dict(zip(names, session.run(None, feeds)))
 
 
-def test_a_plain_range_specializes_nothing_and_may_start_at_zero():
-    assert DimRange(1, 512).specializations() == (512,) and DimRange(0, 512).specializations() == (512,)
+def test_default_specializations_spread_powers_of_two_over_the_range_within_the_budget():
+    assert not DimRange(1, 512).names_sizes and DimRange(224, 512, 32).names_sizes
     assert DimRange(0, 512).sizes()[0] == 1  # a dim that must match exactly never compiles size 0
-    assert DimRange(1, 384, choices=(8, 128, 384)).specializations() == (8, 128, 384)  # listed: specialized
-    assert DimRange(224, 512, 32).specializations() == tuple(range(224, 513, 32))
+    assert DimRange(1, 512).thinned(3) == (1, 8, 64, 512) and DimRange(1, 512).thinned(0) == (512,)
+    bert = default_specializations({"batch": DimRange(1, 4), "seq": DimRange(1, 512)}, DEFAULT_SHAPES)
+    assert bert == {"batch": (1, 4), "seq": (1, 16, 512)}  # the smallest size and hi stay while two fit
+    decoder = default_specializations({"batch": DimRange(1, 4), "seq": DimRange(1, 64), "past": DimRange(0, 512)},
+                                      DEFAULT_SHAPES)
+    assert decoder == {"batch": (1, 4), "seq": (1, 64), "past": (1, 512)}  # the one-token step has its own shape
+    assert default_specializations({"seq": DimRange(1, 512)}, 1) == {"seq": (512,)}
 
 
-def test_encoder_compiles_once_for_the_whole_range_and_matches_onnxruntime_between_old_buckets():
+def test_encoder_compiles_default_specializations_and_matches_onnxruntime_between_them():
     model = tiny_encoder()
     art = core.compile(model, input_shapes={"input_ids": "1..4,1..64"}, benchmark=False)
     shapes = art.metadata["dynamic_shapes"]
-    assert len(shapes["buckets"]) == 1
+    assert len(shapes["buckets"]) == 6 <= DEFAULT_SHAPES
     assert [(v["name"], v["sizes"], v["padded"], v["masked"]) for v in shapes["variables"]] == [
-        ("batch", [4], True, False), ("seq", [64], False, True)]
+        ("batch", [1, 4], True, False), ("seq", [1, 8, 64], False, True)]
     validated = [s["input_ids"] for s in art.report["validation"]["shapes"]]
     assert [1, 1] in validated and [4, 33] in validated and [4, 63] in validated  # low end, between, below max
     run = _ort_run(model)
@@ -49,7 +61,7 @@ def test_encoder_compiles_once_for_the_whole_range_and_matches_onnxruntime_betwe
             module.run({"input_ids": np.zeros((1, 65), np.int64)})
 
 
-def test_decoder_whose_ranges_made_too_many_buckets_compiles_once_and_generates_like_onnxruntime():
+def test_decoder_whose_ranges_made_too_many_buckets_compiles_once_and_generates_like_onnxruntime(one_compiled_shape):
     model = tiny_decoder()
     shapes = {"input_ids": "1..4,1..8", "past_key_values.0.key": "1..4,2,0..56,4"}
     exact = plan_buckets(onnx.load_from_string(model), shapes)
@@ -116,7 +128,7 @@ def _flattened_mask_softmax() -> bytes:
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
 
 
-def test_a_mask_flattened_and_gathered_back_runs_masked_at_every_length():
+def test_a_mask_flattened_and_gathered_back_runs_masked_at_every_length(one_compiled_shape):
     """The merged [batch*seq] axis is laid out as the model at the actual length would (compacted), so the
     model's own batch*seq + position indices read the right entries; the reshape back spreads it out again."""
     model = _flattened_mask_softmax()
@@ -148,7 +160,7 @@ def _rows_projection() -> bytes:
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
 
 
-def test_a_batch_merged_into_matmul_rows_stays_padded_while_the_sequence_runs_masked():
+def test_a_batch_merged_into_matmul_rows_stays_padded_while_the_sequence_runs_masked(one_compiled_shape):
     model = _rows_projection()
     art = core.compile(model, input_shapes={"x": "1..4,1..16,8"}, benchmark=False)
     shapes = art.metadata["dynamic_shapes"]
