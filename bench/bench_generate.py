@@ -1,22 +1,28 @@
 """Greedy generation with a growing KV cache: a `transformers` GPT2LMHeadModel (or, --model llama, a
 LlamaForCausalLM with grouped KV heads; small random configs) exported with use_cache=True by
-torch.onnx.export, compiled once by Kiln with ranges for the new tokens (1..16, buckets 1|16) and the past
-(0..64, one bucket), then 32 tokens generated from a prompt by Kiln and by ONNX Runtime in the same loop (each
-step run by both, interleaved; several rounds). Prints whether the tokens match and the median latency of the
+torch.onnx.export, compiled once by Kiln with every symbolic dim as a range (batch 1..4, new tokens 1..64, past
+0..512: one compiled shape, the padded batch and the masked sequences run at their upper bounds), then 32 tokens
+generated from a prompt by Kiln and by ONNX Runtime in the same loop (each step run by both, interleaved; several
+rounds). Prints the compile time, the count of buckets, whether the tokens match and the median latency of the
 prompt step and of a one-token step for each.
 
-    .venv/bin/python bench/bench_generate.py [--model gpt2|llama] [--rounds 5] [--threads 2] [--layers 4] [--width 256]
+    /path/to/torch-env/bin/python bench/bench_generate.py export [--model gpt2|llama] [--layers 4] [--width 256]
+    .venv/bin/python bench/bench_generate.py run [--model gpt2|llama] [--rounds 5] [--threads 2] [--ranges SPEC]
+
+(`export` needs torch + transformers; `run` needs Kiln's environment. --ranges "input_ids=1,1..16:1|16 ..." gives
+other ranges, e.g. the old listed buckets, to compare.)
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+CACHE = Path.home() / ".cache" / "kiln" / "bench-generate"
 
 
 def export_decoder(path: Path, kind: str, layers: int, width: int, heads: int, vocab: int) -> int:
@@ -34,11 +40,11 @@ def export_decoder(path: Path, kind: str, layers: int, width: int, heads: int, v
     kv_heads = heads if kind == "gpt2" else max(1, heads // 2)
     if kind == "gpt2":
         model = GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab,
-                                           n_positions=256, attn_implementation="eager")).eval()
+                                           n_positions=1024, attn_implementation="eager")).eval()
     else:
         model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, hidden_size=width, intermediate_size=2 * width,
                                              num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
-                                             max_position_embeddings=256, attn_implementation="eager")).eval()
+                                             max_position_embeddings=1024, attn_implementation="eager")).eval()
 
     class Flat(torch.nn.Module):
         def __init__(self):
@@ -70,6 +76,7 @@ def export_decoder(path: Path, kind: str, layers: int, width: int, heads: int, v
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("export", "run"))
     parser.add_argument("--model", choices=("gpt2", "llama"), default="gpt2")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
@@ -78,26 +85,31 @@ def main() -> int:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=2000)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--ranges", nargs="*", help="NAME=DIMS ranges instead of every dim ranged")
     args = parser.parse_args()
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError:
-        print("needs torch and transformers (dev-only)", file=sys.stderr)
+    model = CACHE / f"{args.model}.onnx"
+    if args.command == "export":
+        CACHE.mkdir(parents=True, exist_ok=True)
+        kv_heads = export_decoder(model, args.model, args.layers, args.width, args.heads, args.vocab)
+        print("exported", model, "kv heads", kv_heads)
+        return 0
+    if not model.exists():
+        print(f"no {model}: run `export` first (with torch + transformers)", file=sys.stderr)
         return 1
+    import onnx
     import onnxruntime as ort
 
     import core
 
-    workdir = Path(tempfile.mkdtemp(prefix="kiln-generate-"))
-    model = workdir / f"{args.model}.onnx"
-    kv_heads = export_decoder(model, args.model, args.layers, args.width, args.heads, args.vocab)
-    head_dim = args.width // args.heads
+    past_shape = onnx.load(str(model), load_external_data=False).graph.input[2].type.tensor_type.shape.dim
+    kv_heads, head_dim = past_shape[1].dim_value, past_shape[3].dim_value
+    ranges = dict(r.split("=", 1) for r in args.ranges) if args.ranges else {
+        "input_ids": "1..4,1..64", "past_key_values.0.key": f"1..4,{kv_heads},0..512,{head_dim}"}
     start = time.perf_counter()
-    artifact = core.compile(str(model), benchmark=False, threads=args.threads, input_shapes={
-        "input_ids": "1,1..16:1|16", "past_key_values.0.key": f"1,{kv_heads},0..64:64,{head_dim}"})
-    print(f"compiled in {time.perf_counter() - start:.1f} s; validation max abs err "
-          f"{artifact.report['validation'].get('max_abs_err')}; "
+    artifact = core.compile(str(model), benchmark=False, threads=args.threads, input_shapes=ranges)
+    print(f"ranges {ranges}: compiled in {time.perf_counter() - start:.1f} s; validation max abs err "
+          f"{artifact.report['validation'].get('max_abs_err')} at "
+          f"{len(artifact.report['validation'].get('shapes', []))} shapes; "
           f"{len(artifact.metadata['dynamic_shapes']['buckets'])} buckets")
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads

@@ -100,18 +100,25 @@ def cut_feeds(plan: BucketPlan, feeds: Mapping[str, np.ndarray], sizes) -> dict[
 
 
 def between_bucket_samples(plan: BucketPlan, top_feeds: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """Per padded or masked variable, the largest bucket's inputs with that variable at a size no bucket has
-    (one below the largest, and the range's low end when below every bucket: an empty KV cache)."""
+    """Per padded or masked variable, the largest bucket's inputs with that variable at sizes no bucket has (the
+    first below the largest, one in the middle of the range, and its low end: an empty KV cache); then every such
+    variable at its low end and every one in its middle at once."""
     samples = []
     top = plan.buckets[-1]
-    for k, var in enumerate(plan.variables):
-        if not plan.stretchable(var):
-            continue
-        below = [s for s in range(var.range.hi - 1, var.range.lo - 1, -1) if s not in var.sizes][:1]
-        if var.range.lo < var.sizes[0] and var.range.lo not in below:
-            below.append(var.range.lo)
-        for size in below:
+    stretched = [k for k, var in enumerate(plan.variables) if plan.stretchable(var)]
+    lows, middles = list(top), list(top)
+    for k in stretched:
+        var = plan.variables[k]
+        picks = [s for s in range(var.range.hi - 1, var.range.lo - 1, -1) if s not in var.sizes][:1]
+        middle = (var.range.lo + var.range.hi) // 2 + 1  # past a power of two: between the old buckets
+        for size in (middle, var.range.lo):
+            if size < var.range.hi and size not in var.sizes and size not in picks:
+                picks.append(size)
+        for size in picks:
             samples.append(cut_feeds(plan, top_feeds, top[:k] + (size,) + top[k + 1:]))
+        lows[k], middles[k] = var.range.lo, min(middle, var.range.hi)
+    if len(stretched) > 1:
+        samples += [cut_feeds(plan, top_feeds, tuple(sizes)) for sizes in (lows, middles)]
     return samples
 
 

@@ -2,13 +2,15 @@
 
 Ranged dimensions that share an ONNX dim_param (input_ids and attention_mask's "batch") are one
 variable; each bucket gives every variable one of its sizes (the cartesian product, smallest first, the
-all-upper-bounds bucket last). Which variables may be zero-padded into a larger bucket is decided by
-core/graph/padding.py on the imported graph; the others must match a bucket exactly at run time.
+all-upper-bounds bucket last). A variable that is zero-padded or masked (core/graph/padding.py,
+core/driver/bucket_masks.py, decided on the all-upper-bounds graph) runs every size in its range in a bucket
+at least as large, so it needs only its upper bound (plus the sizes a step or a list names, as specializations);
+the others must match a bucket exactly at run time, and only they multiply the count of buckets.
 """
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 import onnx
@@ -17,20 +19,26 @@ from ..errors import ShapeError
 from ..frontend.onnx_values import declared_dims
 from .shape_ranges import Dim, DimRange, normalize_shapes, shape_text
 
-MAX_BUCKETS = 64  # compiles of the whole model per artifact
+MAX_BUCKETS = 64  # compiles of the whole model per artifact, when dims that must match exactly multiply them
+# Shapes the default specializations of padded and masked dims may add up to, with the exact-size buckets: a size
+# runs in the smallest compiled shape that holds it, whose loops still run to that shape (not yet to the run-time
+# length), so a few sizes spread over the range keep small shapes near a static compile's speed.
+DEFAULT_SHAPES = 8
 
 
 @dataclass(frozen=True)
 class ShapeVariable:
-    """One ranged size: its name (the model's dim_param, else INPUT[AXIS]), range and the dims it sets."""
+    """One ranged size: its name (the model's dim_param, else INPUT[AXIS]), range, the dims it sets and the sizes
+    compiled for it (the range's exact-match sizes unless the plan says otherwise)."""
 
     name: str
     range: DimRange
     dims: tuple[tuple[str, int], ...]  # (input name, axis), in input order
+    sizes: tuple[int, ...] = ()
 
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return self.range.sizes()
+    def __post_init__(self):
+        if not self.sizes:
+            object.__setattr__(self, "sizes", self.range.sizes())
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,30 @@ class BucketPlan:
     def stretchable(self, var: ShapeVariable) -> bool:
         """Whether sizes between buckets run in the next bucket (padded, or masked by run-time lengths)."""
         return var.name in self.padded or var.name in self.masked
+
+    def resized(self, sizes: Mapping[str, tuple[int, ...]], limit: Optional[int] = None) -> "BucketPlan":
+        """The plan with the variables named in `sizes` compiled at those sizes (the others at their range's
+        exact-match sizes) and its buckets remade, smallest first; ShapeError past `limit` buckets."""
+        variables = tuple(replace(v, sizes=tuple(sorted(sizes.get(v.name, v.range.sizes())))) for v in self.variables)
+        count = 1
+        for v in variables:
+            count *= len(v.sizes)
+        if limit is not None and count > limit:
+            raise ShapeError(f"the declared ranges make {count} shape buckets "
+                             f"({' x '.join(f'{v.name}: {len(v.sizes)}' for v in variables if len(v.sizes) > 1)}); "
+                             f"at most {limit}: narrow a range, use a larger step or list fewer sizes")
+        plan = replace(self, variables=variables, buckets=())
+
+        def volume(combo) -> tuple:
+            total = 0
+            for name, dims in plan.base.items():
+                n = 1
+                for a, d in enumerate(dims):
+                    n *= plan.dim_size(name, a, combo) if d is None else d
+                total += n
+            return (total, combo)
+
+        return replace(plan, buckets=tuple(sorted(itertools.product(*(v.sizes for v in variables)), key=volume)))
 
     def describe(self) -> dict[str, Any]:
         """The metadata/report form: variables with range, sizes and padding; each input's min/max shape."""
@@ -160,28 +192,34 @@ def plan_buckets(proto: onnx.ModelProto, input_shapes: Optional[Mapping[str, Any
                   for k, (r, dims) in variables.items())
     index = {v.name: k for k, v in enumerate(vars_)}
     derived = {key: (tuple(index[t] for t in names), constant) for key, (names, constant) in derived_names.items()}
-    combos = list(itertools.product(*(v.sizes for v in vars_)))
-    if len(combos) > MAX_BUCKETS:
-        raise ShapeError(f"the declared ranges make {len(combos)} shape buckets "
-                         f"({' x '.join(f'{v.name}: {len(v.sizes)}' for v in vars_)}); at most {MAX_BUCKETS}: "
-                         f"narrow a range, use a larger step or list fewer sizes")
-    plan = BucketPlan(tuple(n for n in order if n in base or n not in shapes), base, vars_, (), derived=derived)
-
-    def volume(combo) -> tuple:
-        sizes = dict(zip(range(len(vars_)), combo))
-        total = 0
-        for name, dims in base.items():
-            n = 1
-            for a, d in enumerate(dims):
-                n *= plan.dim_size(name, a, sizes) if d is None else d
-            total += n
-        return (total, combo)
-
     inputs_in_order = tuple(n for n in order if n in base)
     if len(inputs_in_order) != len(order):
         missing = [n for n in order if n not in base]
         raise ShapeError(f"with ranged input shapes, every input needs a shape: give one for {missing}")
-    return BucketPlan(inputs_in_order, base, vars_, tuple(sorted(combos, key=volume)), derived=derived)
+    return BucketPlan(inputs_in_order, base, vars_, (), derived=derived).resized({})
+
+
+def default_specializations(ranges: Mapping[str, DimRange], budget: int) -> dict[str, tuple[int, ...]]:
+    """Each padded or masked variable's compiled sizes when the user named none: powers of two, thinned (the
+    variable with the most sizes first, the narrower range on a tie) until their product is at most `budget`,
+    keeping each one's smallest size and hi as long as two sizes fit."""
+    strides = {name: 1 for name in ranges}
+
+    def sizes(name: str) -> tuple[int, ...]:
+        return ranges[name].thinned(strides[name])
+
+    def count() -> int:
+        n = 1
+        for name in ranges:
+            n *= len(sizes(name))
+        return n
+
+    while count() > max(1, budget):
+        name = max(ranges, key=lambda k: (len(sizes(k)), -ranges[k].hi, k))  # a tie: the narrower range first
+        before = sizes(name)
+        while strides[name] and sizes(name) == before:  # the next stride that drops a size; past two sizes: hi alone
+            strides[name] = 0 if len(before) <= 2 else strides[name] + 1
+    return {name: sizes(name) for name in ranges}
 
 
 def _sum_terms(dim_param: str, variables: Mapping, fixed: Mapping) -> Optional[tuple[str, ...]]:

@@ -19,7 +19,7 @@ from ..lowering.bucketed import merge_buckets
 from ..lowering.executable import Executable
 from ..target import Target
 from .bucket_masks import MaskedBuckets, between_bucket_samples, find_masked
-from .buckets import BucketPlan, plan_buckets
+from .buckets import DEFAULT_SHAPES, MAX_BUCKETS, BucketPlan, default_specializations, plan_buckets
 from .numerics import ValidationOptions
 from .shape_ranges import check_ranges_supported, has_ranges
 from .validate import index_bounds, random_inputs
@@ -113,16 +113,46 @@ class BucketedShapes:
         plan = self.plan
         top = import_onnx(self.source, input_shapes=plan.input_shapes(len(plan.buckets) - 1))
         check_graph_sizes(top)  # the largest bucket: an absurd range fails before any other bucket is imported
-        imported = [import_onnx(self.source, input_shapes=plan.input_shapes(b)) for b in range(len(plan.buckets) - 1)]
-        imported.append(top)
         deep = [n for n in top.inputs + top.outputs if len(top.type_of(n).shape) > MAX_RANK]
         if deep:
             raise ShapeError(f"input-shape ranges support tensors of rank {MAX_RANK} at most; {deep} have more")
-        plan, self.carried, refused = find_padded(plan, imported)
-        self.masks = find_masked(plan, self.source, refused)
-        self.plan, self.refused = self.masks.plan, dict(self.masks.refused)
-        self.gathered = index_bounds(imported[-1])  # the ids each input indexes (masked graphs gather through masks)
-        return list(self.masks.graphs) or imported
+        self.gathered = index_bounds(top)  # the ids each input indexes (masked graphs gather through masks)
+        at_top, carried, refused = find_padded(plan.resized({v.name: (v.range.hi,) for v in plan.variables}), [top])
+        masks = find_masked(at_top, self.source, refused)
+        stretch, at_hi, found_at_top = masks.plan.padded | masks.plan.masked, set(), (carried, masks)
+        while True:  # once more with hi alone for a variable that a smaller specialization could not pad or mask
+            resized = self._stretched(plan, stretch, found_at_top[1].refused, at_hi)
+            if resized.buckets == at_top.buckets:
+                imported, (carried, masks) = [top], found_at_top
+                break
+            imported = [import_onnx(self.source, input_shapes=resized.input_shapes(b))
+                        for b in range(len(resized.buckets) - 1)] + [top]
+            resized, carried, refused = find_padded(resized, imported)
+            masks = find_masked(resized, self.source, refused)
+            lost = stretch - at_hi - masks.plan.padded - masks.plan.masked
+            if not lost:
+                break
+            at_hi |= lost
+        self.carried, self.masks = carried, masks
+        self.plan, self.refused = masks.plan, dict(masks.refused)
+        return list(masks.graphs) or imported
+
+    def _stretched(self, plan: BucketPlan, stretch: set, refused: Mapping[str, str], at_hi: set) -> BucketPlan:
+        """`plan` with each variable padded or masked at the upper bounds (`stretch`) compiled at the sizes its step
+        or list names, at hi alone (`at_hi`), else at default specializations within DEFAULT_SHAPES; ShapeError when
+        the variables that must match a size exactly make too many buckets."""
+        chosen = {v.name: (v.range.hi,) if v.name in at_hi else v.range.sizes()
+                  for v in plan.variables if v.name in stretch and (v.name in at_hi or v.range.names_sizes)}
+        fixed = 1
+        for v in plan.variables:
+            fixed *= len(chosen.get(v.name, (0,) if v.name in stretch else v.range.sizes()))
+        chosen.update(default_specializations({v.name: v.range for v in plan.variables
+                                               if v.name in stretch and v.name not in chosen}, DEFAULT_SHAPES // fixed))
+        try:
+            return plan.resized(chosen, MAX_BUCKETS)
+        except ShapeError as err:
+            raise ShapeError(f"{err}. Sizes must match a compiled one exactly where no padding or run-time length "
+                             f"covers them: " + "; ".join(f"{k}: {v}" for k, v in refused.items())) from None
 
     def samples(self, checks: ValidationOptions, graphs: Sequence[Graph]):
         """One sample at every bucket's shapes and at sizes between buckets."""

@@ -1,4 +1,4 @@
-"""Declared input-shape ranges (`NAME=1..8,224..512:32,8|128|384,0..64:64`): parsing and each range's bucket sizes."""
+"""Declared input-shape ranges (`NAME=1..8,224..512:32,8|128|384,0..512`): parsing and each range's sizes to compile."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,14 +6,17 @@ from typing import Any, Mapping, Optional, Union
 
 from ..errors import ShapeError
 
-# A powers-of-two range keeps at most this many sizes (the largest ones, hi always among them); a step or an
-# explicit list that names more sizes than this is refused: each size is a whole compile of the model.
+# A powers-of-two range keeps at most this many sizes (the largest ones, hi always among them: the sizes a dim that
+# can be neither padded nor masked must match exactly); a step or an explicit list that names more sizes than this
+# is refused: each size is a whole compile of the model.
 MAX_SIZES_PER_DIM = 16
 
 
 @dataclass(frozen=True)
 class DimRange:
-    """One input dimension that takes several sizes: lo..hi (powers of two, plus hi), lo..hi:step, or a list."""
+    """One input dimension that takes several sizes: lo..hi, lo..hi:step, or a list. Which sizes are compiled: a
+    padded or masked dim runs every size in range at hi, plus the sizes a step or a list names (specializations);
+    any other dim compiles sizes() (powers of two plus hi by default) and must match one of them."""
 
     lo: int
     hi: int
@@ -24,10 +27,10 @@ class DimRange:
         if self.choices is not None and not self.choices:
             raise ShapeError("an empty list of sizes")
         sizes = self.choices or (self.hi,)
-        # 0 may start a range whose buckets are given (an empty KV cache: 0..64:64); it is never a bucket
-        if any(d < 1 for d in sizes) or self.lo < 0 or (self.lo == 0 and self.step is None and self.choices is None):
-            raise ShapeError(f"range {self}: sizes must be positive (zero or negative given; a range from 0, such as "
-                             f"an empty KV cache, names its buckets: 0..64:64 or 0..64:16|64)")
+        # 0 may start a range (an empty KV cache: 0..512); it is never a compiled size
+        if any(d < 1 for d in sizes) or self.lo < 0:
+            raise ShapeError(f"range {self}: sizes must not be negative, and compiled sizes (the high end, a list's "
+                             f"sizes) must be positive")
         if self.choices is not None and not self.lo <= min(self.choices) <= max(self.choices) == self.hi:
             raise ShapeError(f"range {self}: the bucket sizes must lie within the range and end at its high end")
         if self.lo > self.hi:
@@ -38,15 +41,28 @@ class DimRange:
             raise ShapeError(f"range {self} names {len(self.sizes())} sizes; at most {MAX_SIZES_PER_DIM} per "
                              f"dimension (each is compiled): use a larger step or fewer sizes")
 
+    @property
+    def names_sizes(self) -> bool:
+        """Whether the user chose the compiled sizes (a step or a list), rather than leaving them to Kiln."""
+        return self.step is not None or self.choices is not None
+
+    def thinned(self, stride: int) -> tuple[int, ...]:
+        """Specializations of a padded or masked dim: the powers of two of sizes() taking every `stride`-th from
+        the top, and the smallest (a decoder's one-token step, a batch of one), ascending; stride 0: hi alone."""
+        sizes = self.sizes()
+        if stride == 0:
+            return (self.hi,)
+        return tuple(sorted({sizes[0], *sizes[::-1][::stride]}))
+
     def sizes(self) -> tuple[int, ...]:
-        """The bucket sizes compiled for this dimension, ascending; the last is hi."""
+        """The sizes compiled for a dim that must match one exactly, ascending; the last is hi."""
         if self.choices is not None:
             return tuple(sorted(set(self.choices)))
         if self.step is not None:
             first = self.lo or self.step  # a range from 0: its buckets from one step on
             return tuple(sorted(set(range(first, self.hi + 1, self.step)) | {self.hi}))
         powers, p = [], 1
-        while p < self.hi:
+        while p < self.hi:  # 1, 2, 4... (never 0)
             if p >= self.lo:
                 powers.append(p)
             p *= 2

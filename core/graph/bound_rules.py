@@ -113,7 +113,104 @@ def _reshape(node: BoundedNode) -> list[str]:
     """The padding sits at the end of the axis, so the axis may keep its size, be merged with the axes
     after it (length x their sizes) or be split with its first part leading (length / the rest), as
     long as the axes before it multiply to the same."""
-    return set_bound(node.builder, node.emit(), reshaped_bound(node, _only(node)))
+    bound = _only(node)
+    split = _split_back(node, bound)
+    if split is not None:
+        return _spread_reshape(node, bound, *split)
+    try:
+        return set_bound(node.builder, node.emit(), reshaped_bound(node, bound))
+    except ShapeError:
+        merged = _merged_behind(node, bound)
+        if merged is None:
+            raise
+        return _compacted_reshape(node, bound, *merged)
+
+
+def _merged_behind(node: BoundedNode, bound: Bound) -> Optional[tuple[int, int, int]]:
+    """(first, end, axis) when the reshape merges input axes first..end-1, the data-dependent one after the
+    first, into its output axis `axis` (the axes before and after keeping their sizes' products): the layout
+    that a flatten of [batch, seq] into [batch*seq] has (transformers' BERT mask, gathered back row by row)."""
+    shape, new = node.type(0).shape, tuple(node.attrs["shape"])
+    for first in range(bound.axis):
+        for axis in range(len(new)):
+            if int(np.prod(new[:axis])) != int(np.prod(shape[:first])):
+                continue
+            for end in range(bound.axis + 1, len(shape) + 1):
+                if new[axis] == int(np.prod(shape[first:end])) and int(np.prod(new[axis + 1:])) == int(
+                        np.prod(shape[end:])):
+                    return first, end, axis
+    return None
+
+
+def _compacted_reshape(node: BoundedNode, bound: Bound, first: int, end: int, axis: int) -> list[str]:
+    """The merged axis as the model at its actual length would lay it out: outer index o, data-dependent
+    position k < length, inner index d at o*length*inner + k*inner + d (one gather from the padded layout,
+    where they sit at (o*size + k)*inner + d); valid up to outer*length*inner."""
+    b = node.builder
+    shape = node.type(0).shape
+    outer, size, inner = int(np.prod(shape[first:bound.axis])), shape[bound.axis], int(np.prod(shape[bound.axis + 1:end]))
+    merged = outer * size * inner
+    flat = b.add_unbounded_node("Reshape", [node.inputs[0]], 1, node.hint, shape=(
+        int(np.prod(shape[:first])), merged, int(np.prod(shape[end:]))))[0]
+    position = np.arange(merged, dtype=np.int64)
+    steps = b.add_constant(position // inner, "position")  # (o*length + k) for the valid positions
+    within = b.add_constant(position % inner, "position")  # d
+    length = arithmetic(b, "Max", bound.length, length_constant(b, 1))  # an empty axis: nothing valid, no / 0
+    row = arithmetic(b, "Div", steps, length)
+    k = arithmetic(b, "Sub", steps, arithmetic(b, "Mul", row, length))
+    source = arithmetic(b, "Add", arithmetic(b, "Mul", arithmetic(b, "Add", arithmetic(
+        b, "Mul", row, length_constant(b, size)), k), length_constant(b, inner)), within)
+    count = arithmetic(b, "Mul", bound.length, length_constant(b, outer * inner))
+    valid = arithmetic(b, "Less", b.add_constant(position, "position"), count)
+    source = b.add_unbounded_node("Where", [valid, source, length_constant(b, 0)], 1, "source")[0]
+    gathered = b.add_unbounded_node("Gather", [flat, source], 1, node.hint, axis=1)[0]
+    outputs = b.add_unbounded_node("Reshape", [gathered], 1, node.hint, shape=tuple(node.attrs["shape"]))
+    b.merged_lengths[count] = (bound.length, outer, inner)
+    return set_bound(b, outputs, Bound(count, axis))
+
+
+def _split_back(node: BoundedNode, bound: Bound) -> Optional[tuple[int, int, int, int]]:
+    """(first, axis, end, size) when the reshape splits a compacted merged axis (_compacted_reshape) back into
+    output axes first..end-1 whose axes before `axis` multiply to its outer size, `axis` has `size` entries
+    and those after it multiply to its inner size."""
+    merged = node.builder.merged_lengths.get(bound.length)
+    if merged is None:
+        return None
+    _, outer, inner = merged
+    shape, new = node.type(0).shape, tuple(node.attrs["shape"])
+    dim = shape[bound.axis]
+    for first in range(len(new)):
+        if int(np.prod(new[:first])) != int(np.prod(shape[:bound.axis])):
+            continue
+        for axis in range(first, len(new)):
+            for end in range(axis + 1, len(new) + 1):
+                if (int(np.prod(new[first:axis])) == outer and int(np.prod(new[axis + 1:end])) == inner
+                        and outer * new[axis] * inner == dim):
+                    return first, axis, end, new[axis]
+    return None
+
+
+def _spread_reshape(node: BoundedNode, bound: Bound, first: int, axis: int, end: int, size: int) -> list[str]:
+    """The inverse of _compacted_reshape: padded position (o, k, d) of the split axes reads the compacted
+    o*length*inner + k*inner + d when k < length (the per-row length); bounded along `axis` by it."""
+    b = node.builder
+    length, outer, inner = b.merged_lengths[bound.length]
+    shape = node.type(0).shape
+    merged = shape[bound.axis]
+    flat = b.add_unbounded_node("Reshape", [node.inputs[0]], 1, node.hint, shape=(
+        int(np.prod(shape[:bound.axis])), merged, int(np.prod(shape[bound.axis + 1:]))))[0]
+    position = np.arange(merged, dtype=np.int64)
+    row = b.add_constant(position // (size * inner), "position")  # o
+    k_value = position // inner % size
+    k = b.add_constant(k_value, "position")
+    within = b.add_constant(position % inner, "position")  # d
+    source = arithmetic(b, "Add", arithmetic(b, "Mul", arithmetic(b, "Add", arithmetic(
+        b, "Mul", row, length), k), length_constant(b, inner)), within)
+    valid = arithmetic(b, "Less", k, length)
+    source = b.add_unbounded_node("Where", [valid, source, length_constant(b, 0)], 1, "source")[0]
+    gathered = b.add_unbounded_node("Gather", [flat, source], 1, node.hint, axis=1)[0]
+    outputs = b.add_unbounded_node("Reshape", [gathered], 1, node.hint, shape=tuple(node.attrs["shape"]))
+    return set_bound(b, outputs, Bound(length, axis))
 
 
 def reshaped_bound(node: BoundedNode, bound: Bound, others: Sequence[int] = ()) -> Bound:

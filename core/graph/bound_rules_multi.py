@@ -10,7 +10,7 @@ import numpy as np
 
 from core.graph.bound_rules import BoundedNode, reshaped_bound, sliced_bound
 from core.graph.bounded import Bound, MultiBound, combined, fill_value, masked, parts_of, set_bound
-from core.graph.op_facts import Fact, decline, elementwise_rule, op_rule, rule_for
+from core.graph.op_facts import Fact, elementwise_rule, op_rule, rule_for
 from core.graph.ops import Pattern, get_op
 
 MultiRule = Callable[[BoundedNode], list[str]]
@@ -27,9 +27,6 @@ def _parts(node: BoundedNode, index: int) -> tuple[Bound, ...]:
 
 def _elementwise(op: str) -> bool:
     return get_op(op).pattern in (Pattern.ELEMWISE, Pattern.BROADCAST) and op != "Expand"
-
-
-decline(Fact.MULTI_BOUND, "Expand", why="refused")  # not an _elementwise op here, so not the broadcast rule either
 
 
 def needs_multi(node: BoundedNode) -> bool:
@@ -82,6 +79,12 @@ def _broadcast(node: BoundedNode) -> list[str]:
                 raise node.refuse(f"it is broadcast to {out.shape[mapped]} entries")
             parts.append(Bound(part.length, mapped))
     return set_bound(node.builder, outputs, combined(parts))
+
+
+@multi_rule("Expand")
+def _expand(node: BoundedNode) -> list[str]:
+    """A causal mask [1, 1, queries, keys] expanded over the batch: its bounded axes keep their sizes."""
+    return _broadcast(node)
 
 
 @multi_rule("MatMul")

@@ -45,6 +45,9 @@ class GraphBuilder:
         self.length_symbols: dict[str, str] = {}  # run-time length input -> its variable (length_inputs.py)
         # value -> its int64 [1 + rank] actual shape: an If output whose branches differ in shape (a graph output only)
         self.run_time_shapes: dict[str, str] = {}
+        # merged length -> (per-row length, outer, inner): an axis merged from [outer, bounded, inner] and laid out
+        # compactly (bound_rules._compacted_reshape), what a reshape back to those axes spreads out again
+        self.merged_lengths: dict[str, tuple[str, int, int]] = {}
 
     # -- naming ------------------------------------------------------------------------------
     def reserve_names(self, names: Iterable[str]) -> None:

@@ -72,6 +72,23 @@ def _matmul(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
     return [frozenset(out)]
 
 
+@op_rule(Fact.PADDING_MERGED, "MatMul")
+def _matmul_blocks(node: Node, graph: Graph, carried: Blocks) -> list[frozenset[tuple[int, int]]]:
+    """MatMul with the rows of its first operand merged from several axes ([batch*seq, hidden] x weights): each
+    row is its own dot products, so the blocks carry over to the output's rows."""
+    if any(b != 1 for _, b in carried[1]):
+        raise NotPaddable(f"MatMul {node.name!r} reads the padded axis merged with others in its second operand")
+    ra = len(_shape(graph, node.inputs[0]))
+    if any(b != 1 and a == ra - 1 for a, b in carried[0]):
+        raise NotPaddable(f"MatMul {node.name!r} sums over the padded axis")
+    blocks = {a: b for a, b in carried[0]}
+    plain = [frozenset(a for a, _ in pairs) for pairs in carried]
+    rank = len(_shape(graph, node.outputs[0]))
+    (axes,) = _matmul(node, graph, plain)
+    from_first = {(rank - 2 if a == ra - 2 else a + rank - ra): b for a, b in blocks.items()}
+    return [frozenset((a, from_first.get(a, 1)) for a in axes)]
+
+
 def _reduce(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
     if any(carried[1:]):
         raise NotPaddable(f"{node.op} {node.name!r} reads the padded axis in a parameter input")
@@ -186,7 +203,7 @@ _RULES: dict[str, Rule] = {
     **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax", "ArgMin")},
 }
 op_rules(Fact.PADDING, _RULES)
-decline(Fact.PADDING_MERGED, *_RULES, why="lifts padding")  # _block_rule: their plain rule, refusing merged axes
+decline(Fact.PADDING_MERGED, *(op for op in _RULES if op != "MatMul"), why="lifts padding")  # _block_rule: their plain rule, refusing merged axes
 
 
 @elementwise_rule(Fact.PADDING_MERGED)

@@ -11,6 +11,11 @@ from .dominators import ForwardGraph, PostDominatorTree, forward_graph, op_patte
 from .registry import register_pass
 
 MAX_GROUP_NODES = 64  # TVM's max_fuse_depth is 256; Kiln's kernels gain nothing from longer chains
+# A group with a gather stays a kernel of its own when its consumer is this many times larger: fused, every
+# entry of the broadcast would redo the gather and its index arithmetic (a [batch*seq] mask compacted for
+# run-time lengths, broadcast to [batch, 1, seq, seq]: 1.5 s fused, nothing apart)
+GATHER_BROADCAST_LIMIT = 64
+_GATHERS = frozenset({"Gather", "GatherElements", "GatherND"})
 PathCondition = Callable[[Pattern, bool], bool]  # (group pattern of a node on the path, is it the sink)
 
 
@@ -38,9 +43,19 @@ class _Groups:
 
 
 class _Fuser:
-    def __init__(self, fg: ForwardGraph, tree: PostDominatorTree):
-        self.fg, self.tree = fg, tree
+    def __init__(self, fg: ForwardGraph, tree: PostDominatorTree, graph: Graph):
+        self.fg, self.tree, self.graph = fg, tree, graph
         self.groups = _Groups(fg.patterns)
+
+    def numel(self, k: int) -> int:
+        return self.graph.type_of(self.fg.nodes[k].outputs[0]).numel
+
+    def gathers_into_broadcast(self, k: int, dom: int) -> bool:
+        """Whether k's group gathers and its consumer `dom` is GATHER_BROADCAST_LIMIT times larger."""
+        if self.numel(dom) < GATHER_BROADCAST_LIMIT * max(self.numel(k), 1):
+            return False
+        group = self.groups.root(k)
+        return any(n.op in _GATHERS for j, n in enumerate(self.fg.nodes) if self.groups.root(j) == group)
 
     def pattern_of(self, k: int) -> Pattern:
         return self.groups.pattern[self.groups.root(k)]
@@ -127,7 +142,7 @@ def _elementwise(f: _Fuser, k: int, dom: int, phase: int) -> bool:
 def _injective(f: _Fuser, k: int, dom: int, phase: int) -> bool:
     """Injective ops fuse in a second phase (so complex ops finish fusing first) into injective
     consumers, or into a reduction that reads them."""
-    if phase != 1 or _gathers_into_unblocking(f, k, dom):
+    if phase != 1 or _gathers_into_unblocking(f, k, dom) or f.gathers_into_broadcast(k, dom):
         return False
     return f.check_path(k, dom, lambda kind, is_sink: kind <= Pattern.INJECTIVE
                         or (is_sink and kind == Pattern.REDUCTION))
@@ -150,7 +165,7 @@ _RULES: dict[str, FuseRule] = {"complex": _complex_out, "elementwise": _elementw
 def fusion_groups(graph: Graph) -> list[list[int]]:
     """Node indices per group, each group in topological order, groups ordered by first node."""
     fg = forward_graph(graph)
-    fuser = _Fuser(fg, post_dominators(fg))
+    fuser = _Fuser(fg, post_dominators(fg), graph)
     for phase in (0, 1):
         fuser.run(phase)
     members: dict[int, list[int]] = {}

@@ -143,3 +143,10 @@ def greedy_tokens(run, prompt, steps: int = 32, layers: int = 2, heads: int = 2,
         past = {name: out[name.replace("past_key_values", "present")] for name in past}
         ids = np.array([[tokens[-1]]], np.int64)
     return tokens, steps_out
+
+
+def assert_same_outputs(got: dict, expected: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """Every output of `expected` (ONNX Runtime's, by name) at the same shape and close in `got` (Kiln's)."""
+    for name, value in expected.items():
+        assert got[name].shape == value.shape, name
+        np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)

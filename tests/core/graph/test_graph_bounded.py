@@ -213,11 +213,26 @@ def test_torchvision_postprocessing_patterns():
     assert outs[1][4].shape == (0,) and outs[2][0].shape == (0,)
 
 
+def test_tile_and_flatten_along_a_data_dependent_axis_lay_it_out_as_the_true_size_would():
+    """Tile repeats the selected columns, Flatten merges them behind the rows: the merged axis is compacted
+    (rows at the actual length apart), and a Reshape back to rows x columns spreads it out again (changed on
+    purpose: Tile along such an axis used to be refused)."""
+    nodes = [helper.make_node("NonZero", ["x"], ["n"]),
+             helper.make_node("Tile", ["n", "reps"], ["tiled"]),
+             helper.make_node("Flatten", ["n"], ["flat"], axis=0),
+             helper.make_node("Shape", ["n"], ["shape"]),
+             helper.make_node("Reshape", ["flat", "shape"], ["back"]),
+             helper.make_node("Mul", ["back", "three"], ["scaled"])]
+    model = _model(nodes, {"x": (F32, [3, 4])}, {"tiled": (I64, 2), "flat": (I64, 2), "scaled": (I64, 2)},
+                   [_const("reps", [1, 2]), _const("three", 3)], opset=13)
+    x = (RNG.random((3, 4)) < 0.5).astype(np.float32)
+    _matches_onnxruntime(model, [{"x": x}, {"x": np.zeros((3, 4), np.float32)}, {"x": np.ones((3, 4), np.float32)}])
+
+
 @pytest.mark.parametrize("node,initializers,message", [
     (helper.make_node("Pad", ["n", "pads"], ["y"]), [_const("pads", [0, 1, 0, 1])],
      r"Pad cannot take .* data-dependent .*padding along the data-dependent axis"),
     (helper.make_node("Split", ["n"], ["y", "z"], axis=1), [], r"Split along axis 1, whose length is data-dependent"),
-    (helper.make_node("Tile", ["n", "reps"], ["y"]), [_const("reps", [1, 2])], r"Tile node .* data-dependent"),
     (helper.make_node("OneHot", ["n", "depth", "values"], ["y"]), [_const("depth", 3), _const("values", [0, 1])],
      r"OneHot cannot take .*no run-time-length rule for this op"),
 ])
