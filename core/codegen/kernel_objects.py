@@ -19,7 +19,6 @@ from typing import NoReturn, Optional, Sequence
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..backends import get_backend
 from ..debug import DEBUG
 from ..errors import CodegenError
 from ..lowering.kernel_dedup import structural_digest, structural_key
@@ -131,8 +130,9 @@ def kernel_objects(funcs: Sequence[PrimFunc], target: Target) -> dict[str, Kerne
 
 def prefetch(func: PrimFunc, target: Target) -> None:
     """Starts compiling `func`'s object now, on a worker process, when it is not in the cache: lowering goes on
-    with the next kernel meanwhile. Only inside a `building` block (core/codegen/kernel_cache.py), else nothing."""
-    if current_stats() is not None and get_backend(target).host_code:
+    with the next kernel meanwhile. Only inside a `building` block (core/codegen/kernel_cache.py), else nothing.
+    For CPU code (a Backend with `host_code`: the caller knows)."""
+    if current_stats() is not None:
         _builder(target).want(func)
 
 
