@@ -1,6 +1,6 @@
 """Kernels -> one object file each: taken from the kernel cache, or compiled (in parallel processes when several miss).
 
-Each kernel is compiled in its canonical form (its structural key's: core/lowering/kernel_dedup.py) under a symbol
+Each kernel is compiled in its canonical form (its structural key's: core/tir/kernel_dedup.py) under a symbol
 named by its cache key, so its object code depends on nothing but the key: a cache hit, a serial build and a
 parallel build give the same bytes. The library's own entry module calls these symbols and exports the kernels'
 names. Kernels start compiling as soon as they are lowered (`prefetch`), while the next ones are lowered.
@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ..debug import DEBUG
 from ..errors import CodegenError
-from ..lowering.kernel_dedup import structural_digest, structural_key
+from ..tir.kernel_dedup import structural_digest, structural_key
 from ..process.child import ChildProcess
 from ..target import Target
 from ..tir.stmt import PrimFunc

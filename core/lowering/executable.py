@@ -19,7 +19,7 @@ from .inplace import inplace_input
 from .memory import Lifetime, MemoryPlan, align, plan_memory
 from .narrow_reads import scalar_reads, weight_widenings
 from ..graph.ops import Pattern, get_op, node_flops
-from .kernel_dedup import share_identical
+from ..tir.kernel_dedup import share_identical
 from .lowering_memo import derived_key, group_key, recall, remember
 from ..kernels.indexing import CHECKS_INDICES
 from ..kernels.registry import ScheduleFn, get_compute

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 import core
 from tests.backend_calls import build_executable, optimize
 from core.frontend import import_onnx
-from core.lowering.kernel_dedup import share_identical, structural_key
+from core.tir.kernel_dedup import share_identical, structural_key
 from core.target import get_target
 from core.driver.validate import compare, index_bounds, onnxruntime_session, random_inputs
 
