@@ -49,7 +49,7 @@ class KernelInfo:
 
 @dataclass(frozen=True)
 class Executable:
-    """`funcs` are the distinct compiled functions (identical kernels share one, core/kernel_dedup);
+    """`funcs` are the distinct compiled functions (identical kernels share one, core/tir/kernel_dedup.py);
     `kernels` has one entry per call, in call order, each naming the function it calls."""
 
     funcs: tuple[PrimFunc, ...]

@@ -1,4 +1,4 @@
-"""Kernel deduplication (core.kernel_dedup): identical kernels compile once and are called at each site."""
+"""Kernel deduplication (core/tir/kernel_dedup.py): identical kernels compile once and are called at each site."""
 from __future__ import annotations
 
 import numpy as np
