@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-
 from typing import TYPE_CHECKING
 
 from ..errors import UnknownTargetError
