@@ -204,7 +204,7 @@ def test_core_packages_import_each_other_without_a_circle():
 def test_nothing_below_the_backends_looks_a_backend_up():
     """Only the boundary resolves a target's Backend (core.backends itself, the driver, the service, the CLI, the
     workers); every other package takes it as an argument (importing its type for hints only)."""
-    boundary = ("core.backends", "core.driver", "core.onnx_backend", "service", "workers", "cli")
+    boundary = ("core.backends", "core.driver", "service", "workers", "cli")
     lookups = [f"{name}:{line} imports {imported}" for name, path in modules().items()
                if not any(name == b or name.startswith(b + ".") for b in boundary)
                for imported, line in imported_names(path) if imported.startswith("core.backends")]
