@@ -19,7 +19,7 @@ from ..te.lower import lower
 from ..te.schedule import Schedule, create_schedule
 from ..tir.stmt import PrimFunc
 from .registry import get_compute, get_schedule
-from .schedules.generic import schedule_injective, schedule_reduce
+from .schedules.generic import CPU_GENERIC
 
 
 @dataclass
@@ -43,7 +43,7 @@ class OpKernel:
         sch = create_schedule(outs)
         if self.scheduled:
             # CPU kernels (get_compute's default kind, load_kernels): the CPU's generic schedules for ops without one
-            (self.schedule_fn or get_schedule(self.op, target, (schedule_injective, schedule_reduce)))(sch, outs, target)
+            (self.schedule_fn or get_schedule(self.op, target, CPU_GENERIC))(sch, outs, target)
         args = [h for h in holders if h is not None] + list(outs)
         self.func = lower(sch, args, self.name, num_outputs=len(outs))
         self.schedule = sch

@@ -27,9 +27,9 @@ class CpuBackend(Backend):
         return ("float16", "bfloat16") if half else ("bfloat16",)
 
     def fallback_schedules(self):
-        from ...kernels.schedules.generic import schedule_injective, schedule_reduce
+        from ...kernels.schedules.generic import CPU_GENERIC
 
-        return schedule_injective, schedule_reduce
+        return CPU_GENERIC
 
     def epilogue_schedule(self):
         from ...kernels.schedules.epilogue import schedule_epilogue
