@@ -18,6 +18,7 @@ from core.te.lower import lower
 from core.te.schedule import create_schedule
 from core.te.tensorize import TensorizeError, get_intrinsic, intrinsics_for
 from core.tir.expr import cast
+from tests.backend_calls import runs_on_host
 
 SPR = get_target("sapphirerapids")
 DOT, CONVERT = "x86_avx512bf16_dot_16x2", "x86_avx512bf16_cvt_16"
