@@ -110,7 +110,7 @@ def kiln_float32(size: int, target, a, b, want) -> tuple[float, str, float]:
 
     from core.codegen.cuda_kernels import load_cuda_kernels
     from core.frontend import import_onnx
-    from core.graph.passes.manager import optimize
+    from core.backends import get_backend
     from core.lowering.executable import build_executable
 
     f = onnx.TensorProto.FLOAT
@@ -119,7 +119,8 @@ def kiln_float32(size: int, target, a, b, want) -> tuple[float, str, float]:
                                helper.make_tensor_value_info("b", f, [size, size])],
                               [helper.make_tensor_value_info("c", f, [size, size])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    exe = build_executable(optimize(import_onnx(model.SerializeToString()), 3, target), target)
+    backend = get_backend(target)
+    exe = build_executable(backend.optimize(import_onnx(model.SerializeToString()), 3, target), target, backend)
     (func,) = exe.funcs
     lib = load_cuda_kernels([func], target)
     try:

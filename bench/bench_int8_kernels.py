@@ -86,14 +86,14 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="workloads (default: all)")
     args = parser.parse_args()
 
+    from core.backends import resolve
     from tests.helpers.kernel_runs import build_kernels
-    from core.target import get_target
     from core.te.tensorize import intrinsics_for
 
-    target = get_target(args.target)
+    target, backend = resolve(args.target)
     dots = intrinsics_for(target, lambda i: i.inputs[0].dtype in ("uint8", "int16") and i.weight_dtype == "int8"
                           and (args.seven_bit or i.weight_limit is None) and args.intrinsic in (None, i.name))
-    if not dots or not target.runs_on_host():
+    if not dots or not backend.has_device(target):
         sys.exit(f"target {target.name} has no u8 x s8 dot-product intrinsic this machine can run")
     intrinsic = dots[0]
     rng = np.random.default_rng(0)

@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_models import interleaved  # noqa: E402
 from core.backends import get_backend  # noqa: E402
 from core.frontend import import_onnx  # noqa: E402
-from core.graph.passes.manager import optimize  # noqa: E402
 from core.target import get_target  # noqa: E402
 from core.tune.measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureResult, Measurer,  # noqa: E402
                                 default_build_workers)
@@ -173,12 +172,13 @@ def history_from(measures, task, features) -> list:
 
 def run_search(args) -> None:
     target = get_target(args.target)
-    graph = optimize(import_onnx(model_path("resnet18")), 3, target)  # the target's backend's passes, as compiles do
-    tasks = pick_tasks(extract_tasks(graph, target), args.tasks, args.pick)
+    backend = get_backend(target)
+    graph = backend.optimize(import_onnx(model_path("resnet18")), 3, target)  # the target's backend's passes, as compiles do
+    tasks = pick_tasks(extract_tasks(graph, target, backend), args.tasks, args.pick)
     if args.only_task is not None:  # one task per run: a GPU machine lent for short calls
         tasks = tasks[args.only_task:args.only_task + 1]
     runner = LocalRunner(timeout_s=10, min_repeat_ms=args.min_repeat_ms, repeat=3, threads=args.threads,
-                         memory_bytes=get_backend(target).runner_options(target).get("memory_bytes", 8 << 30), timing_lock=args.timing_lock)
+                         memory_bytes=backend.runner_options(target).get("memory_bytes", 8 << 30), timing_lock=args.timing_lock)
     builder = LocalBuilder(n_parallel=default_build_workers())
     fits, predicts, feats = [], [], []
     methods = ["xgb", "random"] + (["xgb+records"] if args.transfer else [])

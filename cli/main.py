@@ -176,9 +176,11 @@ def _tuning_options(args: argparse.Namespace, bar):
     compile consults when it exists (tuned once, every later compile gets the best configs)."""
     from core.tune import TuningOptions
     from core.tune.options import TuningOptionsError
+    from core.target import get_target
     from service.core.queues import host_device_kinds, untunable_reason
 
-    reason = untunable_reason(args.target, host_device_kinds(), "nothing on this machine") if args.tune_trials else None
+    reason = (untunable_reason(get_target(args.target), args.target, host_device_kinds(), "nothing on this machine")
+              if args.tune_trials else None)
     if reason:  # the service answers 422 for the same request: refuse before any work, not build untuned
         raise TuningOptionsError(f"{reason}; compile without --tune-trials (a server with measuring workers of that "
                                  f"kind can tune it: kiln submit)")
@@ -289,17 +291,16 @@ def _takes_feeds(module) -> bool:
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    from core.backends import get_backend
-    from core.target import all_targets
+    from core.backends import all_targets_with_backends
 
-    targets = all_targets()
+    targets = all_targets_with_backends()
     if args.json:
-        print(json.dumps([t.describe() for t in targets], indent=2))
+        print(json.dumps([backend.describe(t) for t, backend in targets], indent=2))
         return 0
     rows = []
-    for target in targets:
-        t = target.describe()  # runs_on_host: a GPU target where this machine has the GPU and its driver
-        if get_backend(target).has_shared:  # a GPU: its code is PTX for a compute capability, not SIMD registers
+    for target, backend in targets:
+        t = backend.describe(target)  # runs_on_host: a GPU target where this machine has the GPU and its driver
+        if backend.has_shared:  # a GPU: its code is PTX for a compute capability, not SIMD registers
             code = f"{t['cpu']} PTX"
             runs = "runs here (GPU)" if t["runs_on_host"] else "build only: no GPU"
         else:

@@ -13,19 +13,19 @@ from core.runtime.loader import KilnRuntimeError, Module
 
 def _emulated(path: str, refusal: KilnRuntimeError) -> Module:
     """The artifact at `path` under its target's emulator; `refusal` again when it has none here."""
-    from core.backends import get_backend
+    from core.backends import resolve
     from core.errors import KilnError
     from core.runtime.emulated import EMULATED
     from core.runtime.loader import _extract
-    from core.target import get_target, host_target
+    from core.target import host_target
 
     folder = Path(path) if Path(path).is_dir() else Path(_extract(path))
     owned = folder != Path(path)
     try:
         metadata = json.loads((folder / "metadata.json").read_text())
-        target = get_target(str(metadata.get("target")))
+        target, backend = resolve(str(metadata.get("target")))
         # Only another ISA is emulated: not missing CPU features of this one, not a GPU.
-        emulator = get_backend(target).emulator(target) if target.arch != host_target().arch else None
+        emulator = backend.emulator(target) if target.arch != host_target().arch else None
     except (OSError, ValueError, KilnError):
         emulator = None
     if emulator is None:

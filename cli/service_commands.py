@@ -164,14 +164,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def measuring_queues(kinds: list[str]) -> list[str]:
     """`kiln worker --measure KIND`: the measure.<kind> queue of each kind, once this machine is known to measure it
     (natively, or under qemu-user: then its timings are not meaningful, and the reports say so)."""
-    from core.tune.measuring_device import measuring_device
+    from core.backends import resolve
     from service.core.queues import measure_queue
 
     queues = []
     for kind in dict.fromkeys(k.strip() for spec in kinds for k in spec.split(",") if k.strip()):
-        device = measuring_device(kind)  # an unknown kind, or one this machine cannot run: one clear line
+        target, backend = resolve(kind)  # an unknown kind, or one this machine cannot run: one clear line
+        device = backend.measuring_device(target)
         print(f"Kiln worker: measures {device.describe()}", flush=True)
-        queues.append(measure_queue(kind))
+        queues.append(measure_queue(target, backend))
     return queues
 
 

@@ -2,7 +2,8 @@
 
 `get_target("x86-64-v4")` or `get_target("native")`; options follow TVM's style
 (`"cuda -arch=sm_90"`). One registry: adding a target is one `register_target` call; its `kind`
-picks the Backend that compiles for it (core/backends/).
+picks the Backend that compiles for it (core/backends/<kind>/), which the boundary (compile, the API, the CLI)
+looks up once and hands down.
 """
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from functools import lru_cache
 from typing import Callable
 
 from .errors import UnknownTargetError
+
+# Target kinds: each has its Backend (core/backends/<kind>/) and keys the per-kind tables below it (computes,
+# schedules, tuning templates).
+CPU_KIND = "cpu"
+CUDA_KIND = "cuda"
 
 
 @dataclass(frozen=True)
@@ -56,24 +62,10 @@ class Target:
         """The targets each kernel's object code is built for: the ISA variants, else this target alone."""
         return tuple(variant for _, variant in self.isa_variants) or (self,)
 
-    def runs_on_host(self) -> bool:
-        """Whether this machine has the hardware code for this target executes on (its Backend says)."""
-        from .backends import get_backend
-
-        return get_backend(self).has_device(self)
-
-    def emulator(self) -> "str | None":
-        """The emulator that runs this target's artifacts here when the hardware cannot (its Backend says)."""
-        from .backends import get_backend
-
-        found = get_backend(self).emulator(self)
-        return found.name if found is not None else None
-
     def describe(self) -> dict:
-        runs_on_host = self.runs_on_host()
+        """What the target is (whether it runs here is its Backend's answer: Backend.describe)."""
         return {"name": self.name, "kind": self.kind, "triple": self.triple, "cpu": self.cpu,
                 "features": self.features, "vector_bits": self.vector_bits, "description": self.description,
-                "runs_on_host": runs_on_host, "emulator": None if runs_on_host else self.emulator(),
                 **({"isa_variants": [name for name, _ in self.isa_variants]} if self.isa_variants else {})}
 
     def __str__(self) -> str:
@@ -104,7 +96,7 @@ def host_target() -> Target:
     bits = 512 if "avx512f" in have else 256 if "avx2" in have else 128
     machine = platform.machine().lower()
     arch = "aarch64" if machine in ("arm64", "aarch64") else machine
-    return Target("native", "cpu", f"{arch}-unknown-linux-gnu", llvm.get_host_cpu_name(), features, bits,
+    return Target("native", CPU_KIND, f"{arch}-unknown-linux-gnu", llvm.get_host_cpu_name(), features, bits,
                   "the machine Kiln runs on (host CPU and features)")
 
 
@@ -115,12 +107,12 @@ def _native(opts: dict[str, str]) -> Target:
 
 @register_target("x86-64-v3")
 def _x86_v3(opts: dict[str, str]) -> Target:
-    return Target("x86-64-v3", "cpu", "x86_64-unknown-linux-gnu", "haswell", _X86_V3, 256, "x86-64 with AVX2 and FMA")
+    return Target("x86-64-v3", CPU_KIND, "x86_64-unknown-linux-gnu", "haswell", _X86_V3, 256, "x86-64 with AVX2 and FMA")
 
 
 @register_target("x86-64-v4")
 def _x86_v4(opts: dict[str, str]) -> Target:
-    return Target("x86-64-v4", "cpu", "x86_64-unknown-linux-gnu", "skylake-avx512", _X86_V4, 512,
+    return Target("x86-64-v4", CPU_KIND, "x86_64-unknown-linux-gnu", "skylake-avx512", _X86_V4, 512,
                   "x86-64 with AVX-512 (F, BW, CD, DQ, VL)")
 
 
@@ -144,13 +136,13 @@ _SAPPHIRE_RAPIDS = _X86_V4 + ",+avx512vnni,+avx512bf16,+avx512fp16,+avxvnni,+amx
 
 @register_target("sapphirerapids")
 def _sapphire_rapids(opts: dict[str, str]) -> Target:
-    return Target("sapphirerapids", "cpu", "x86_64-unknown-linux-gnu", "sapphirerapids", _SAPPHIRE_RAPIDS, 512,
+    return Target("sapphirerapids", CPU_KIND, "x86_64-unknown-linux-gnu", "sapphirerapids", _SAPPHIRE_RAPIDS, 512,
                   "Intel Xeon 4th gen (Sapphire Rapids): AVX-512 with VNNI, BF16 and FP16; AMX", l2_bytes=2048 * 1024)
 
 
 @register_target("aarch64")
 def _aarch64(opts: dict[str, str]) -> Target:
-    return Target("aarch64", "cpu", "aarch64-unknown-linux-gnu", "cortex-a72", "+neon", 128,
+    return Target("aarch64", CPU_KIND, "aarch64-unknown-linux-gnu", "cortex-a72", "+neon", 128,
                   "64-bit Arm with NEON (cross-compiled)")
 
 
@@ -181,7 +173,7 @@ ARM_DEVICES = {
 def _arm_device_factory(name: str, device: ArmDevice) -> Callable[[dict[str, str]], Target]:
     def factory(opts: dict[str, str]) -> Target:
         features = ",".join(["+neon"] + [f for f in device.features.split(",") if f])
-        return Target(name, "cpu", "aarch64-unknown-linux-gnu", device.cpu, features, 128,
+        return Target(name, CPU_KIND, "aarch64-unknown-linux-gnu", device.cpu, features, 128,
                       device.description, num_cores=device.cores, l1_bytes=device.l1_kib * 1024,
                       l2_bytes=device.l2_kib * 1024)
 
@@ -203,7 +195,7 @@ def _cuda(opts: dict[str, str]) -> Target:
     arch = opts.get("arch", "sm_80")
     if arch not in _CUDA_ARCHS:
         raise UnknownTargetError(f"cuda: unknown -arch={arch}; known: {', '.join(_CUDA_ARCHS)}")
-    return Target("cuda", "cuda", "nvptx64-nvidia-cuda", arch, _CUDA_ARCHS[arch], 32,
+    return Target("cuda", CUDA_KIND, "nvptx64-nvidia-cuda", arch, _CUDA_ARCHS[arch], 32,
                   f"NVIDIA GPU ({arch}): PTX from LLVM's NVPTX backend, launched through the CUDA driver",
                   max_threads_per_block=1024, max_shared_bytes=48 * 1024, warp_size=32)
 

@@ -107,11 +107,16 @@ def test_a_layer_imports_only_the_layers_below_it(source):
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_layers_import_each_other_without_a_circle():
+def circle_between(edges) -> list[str]:
+    """One circle among the (source, target) pairs `edges`, as cycle() gives it."""
     graph: dict[str, set[str]] = {}
-    for source, target in layer_imports():
+    for source, target in edges:
         graph.setdefault(source, set()).add(target)
-    assert not (found := cycle(graph)), " -> ".join(found)
+    return cycle(graph)
+
+
+def test_the_layers_import_each_other_without_a_circle():
+    assert not (found := circle_between(layer_imports())), " -> ".join(found)
 
 
 def packages() -> list[str]:
@@ -144,3 +149,71 @@ def test_the_shared_service_core_needs_no_web_framework():
     web = [f"{name}:{line} imports {imported}" for name, path in modules().items() if name.startswith("service.core")
            for imported, line in imported_names(path) if imported.split(".")[0] in ("fastapi", "starlette")]
     assert not web, "\n".join(web)
+
+
+# core's packages (and its top-level modules) from the bottom up: each imports only those of the rows before its own,
+# never one of its own row or above. The Backend sits above every subsystem it drives (made once at the boundary and
+# handed down, never looked up from below); the runtime (artifact loader, CUDA driver bindings) below the codegen that
+# loads kernels through it.
+CORE_LAYERS = (
+    ("_version", "debug", "errors", "narrow_dtypes"),
+    ("target", "files", "process", "packing"),
+    ("tir",),
+    ("te",),
+    ("graph",),
+    ("frontend", "kernels"),
+    ("runtime", "quantize"),
+    ("codegen",),
+    ("lowering",),
+    ("tune",),
+    ("backends", "report"),
+    ("driver",),
+    ("onnx_backend",),
+)
+# The imports that still go up, each by its module, with why (a ratchet: no other may be added).
+CORE_UPWARD_IMPORTS = {
+    ("core.te.tensorize", "codegen"): "loads the concrete tensor intrinsics, declared with their LLVM lowering "
+                                      "(codegen/intrinsics*.py)",
+    ("core.kernels.testing", "codegen"): "a test helper that builds single-op kernels, leaving the product packages",
+}
+
+
+def core_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "core" and len(parts) > 1 else None
+
+
+def core_package_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package) -> `module:line imports name` of each import between two of core's
+    packages, lazy ones included."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for name, path in modules().items():
+        source = core_package(name)
+        for imported, line in imported_names(path):
+            target = core_package(own_module(imported) or "")
+            if source and target and target != source and (name, target) not in CORE_UPWARD_IMPORTS:
+                edges.setdefault((source, target), []).append(f"{name}:{line} imports {imported}")
+    return edges
+
+
+def test_core_packages_import_only_the_layers_below_theirs():
+    rank = {package: row for row, packages in enumerate(CORE_LAYERS) for package in packages}
+    unplaced = sorted({core_package(name) for name in modules()} - set(rank) - {None})
+    assert not unplaced, f"place {unplaced} in CORE_LAYERS"
+    upward = [where for (source, target), found in core_package_imports().items() if rank[target] >= rank[source]
+              for where in found]
+    assert not upward, "\n".join(upward)
+
+
+def test_core_packages_import_each_other_without_a_circle():
+    assert not (found := circle_between(core_package_imports())), " -> ".join(found)
+
+
+def test_nothing_below_the_backends_looks_a_backend_up():
+    """Only the boundary resolves a target's Backend (core.backends itself, the driver, the service, the CLI, the
+    workers); every other package takes it as an argument (importing its type for hints only)."""
+    boundary = ("core.backends", "core.driver", "service", "workers", "cli")
+    lookups = [f"{name}:{line} imports {imported}" for name, path in modules().items()
+               if not any(name == b or name.startswith(b + ".") for b in boundary)
+               for imported, line in imported_names(path) if imported.startswith("core.backends")]
+    assert not lookups, "\n".join(lookups)

@@ -20,6 +20,7 @@ from typing import Callable, Optional
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.orm import Session
 
+from core.backends import resolve
 from core.driver.stages import ProgressFn, Stage
 from core.errors import KilnError, message_for_users
 from core.process.sandbox import SandboxError, SandboxTimeout, run_sandboxed
@@ -201,9 +202,10 @@ def _remote_measurement(settings: Settings, job: Job, attempt: int) -> Optional[
     """A tuning job for another CPU family measures on measure.<kind>; its batches are named by job and attempt, so
     a redelivered batch of this attempt is answered once and a later attempt's never mixes with it. Made here, used
     in the compile child (the Celery client connects there, after the fork)."""
-    if not measured_remotely(job.target, int((job.tuning or {}).get("trials") or 0)):
+    target, backend = resolve(job.target)
+    if not measured_remotely(target, backend, int((job.tuning or {}).get("trials") or 0)):
         return None
-    return remote_measurement(settings, job.target, f"{job.id}-{attempt}")
+    return remote_measurement(settings, target, backend, f"{job.id}-{attempt}")
 
 
 def _still_owned(db: Session, job_id: str, attempt: int) -> bool:

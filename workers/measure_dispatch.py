@@ -6,6 +6,8 @@ from typing import Optional
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 
+from core.backends import Backend
+from core.target import Target
 from core.tune.remote import RemoteMeasurement
 from service.core.celery import create_celery
 from service.core.queues import device_kind, measure_queue
@@ -39,7 +41,7 @@ class CeleryBatchTransport:
         return f"Celery queue {self.queue}"
 
 
-def remote_measurement(settings: Settings, target: str, key: str) -> RemoteMeasurement:
+def remote_measurement(settings: Settings, target: Target, backend: Backend, key: str) -> RemoteMeasurement:
     """How a tuning compile for `target` sends its candidates out; `key` (the job and its attempt) names its batches."""
-    return RemoteMeasurement(CeleryBatchTransport(settings, measure_queue(target)), device_kind(target), key,
+    return RemoteMeasurement(CeleryBatchTransport(settings, measure_queue(target, backend)), device_kind(target), key,
                              batch_timeout_s=settings.measure_batch_timeout_s)

@@ -8,7 +8,8 @@ from functools import lru_cache
 
 from celery import states
 
-from core.tune.measuring_device import MeasuringDevice, measuring_device
+from core.backends import measuring_device
+from core.tune.measuring_device import MeasuringDevice
 
 from .celery_app import app
 

@@ -1,12 +1,17 @@
-"""The Backend registry: one Backend per target kind (every module in this package registers its own)."""
+"""The Backend registry: one Backend per target kind, each a package here (core/backends/<kind>/) that registers
+its own. Looked up once at the boundary (core.compile, the API, the CLI) and handed down, never from below."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import TYPE_CHECKING
 
 from ..errors import UnknownTargetError
-from ..target import Target
+from ..target import Target, all_targets, get_target
 from .base import Backend
+
+if TYPE_CHECKING:
+    from ..tune.measuring_device import MeasuringDevice
 
 _BACKENDS: dict[str, Backend] = {}
 
@@ -32,9 +37,28 @@ def all_backends() -> list[Backend]:
     return list(_BACKENDS.values())
 
 
-# A new target kind is one new module here: importing each one registers it.
+def resolve(spec: "str | Target") -> tuple[Target, Backend]:
+    """A target spec resolved once at a boundary (core.compile, an API request, a CLI command, a worker task):
+    the Target and its Backend, handed down together from there."""
+    target = get_target(spec)
+    return target, get_backend(target)
+
+
+def all_targets_with_backends() -> list[tuple[Target, Backend]]:
+    """Every named target with its Backend (`kiln targets`, GET /targets, the measure queues of this machine)."""
+    return [(target, get_backend(target)) for target in all_targets()]
+
+
+def measuring_device(kind: str) -> "MeasuringDevice":
+    """A measuring worker's boundary: how this machine measures code of device kind `kind` (a named target)."""
+    target, backend = resolve(kind)
+    return backend.measuring_device(target)
+
+
+# A new target kind is one new package here: importing each one registers it.
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
+    if _module.ispkg:
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["Backend", "all_backends", "get_backend", "register_backend"]
+__all__ = ["Backend", "all_backends", "all_targets_with_backends", "get_backend", "measuring_device", "register_backend",
+           "resolve"]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ..kernels.registry import ScheduleFn
     from ..runtime.emulated import QemuUser
     from ..tir.stmt import PrimFunc
+    from ..tune.measuring_device import MeasuringDevice
 
 # Passes that rewrite the graph for a CPU's micro-kernels: NCHW[x]c blocks (sized to a SIMD register)
 # and B panels (sized to a 6 x 16 FMA tile). A backend without `blocked_layouts` skips them: on a GPU
@@ -24,11 +25,31 @@ if TYPE_CHECKING:
 BLOCKED_LAYOUT_PASSES = frozenset({"alter_layout", "alter_layout_3d", "pack_matmul_weights", "fuse_attention"})
 
 
+def level_pass_names(opt_level: int, blocked_layouts: bool) -> tuple[str, ...]:
+    """The passes of -O`opt_level` (graph/passes/manager.py LEVELS), less BLOCKED_LAYOUT_PASSES without
+    `blocked_layouts`: what each kind's pipeline starts from."""
+    from ..graph.passes.manager import level_passes
+
+    return level_passes(opt_level, frozenset() if blocked_layouts else BLOCKED_LAYOUT_PASSES)
+
+
+def bind_passes(names: Sequence[str], options: dict[str, dict[str, Any]]) -> list[tuple[str, "GraphPass"]]:
+    """The required passes, then `names`, each with its `options` bound: a pipeline run_passes takes."""
+    from ..graph.passes.manager import REQUIRED
+    from ..graph.passes.registry import get_pass
+
+    return [(name, functools.partial(get_pass(name), **options[name]) if name in options else get_pass(name))
+            for name in REQUIRED + tuple(names)]
+
+
 class Backend:
     """How targets of one kind are optimized, scheduled, built, run, measured, packaged and routed.
 
-    Subclasses set the capabilities and implement the hooks. They import the compiler's subsystems
-    (codegen, kernels, tune, runtime) inside the hooks, so that any layer may look a backend up."""
+    The boundary (core.compile, the API, the CLI, a measuring worker) looks the Backend of a target up once
+    and hands it down as an argument to the passes, lowering, tuning and building, which never look it up.
+    Backends sit above the subsystems: they import them (inside the hooks, so that importing the registry
+    stays light), and nothing below imports them. Subclasses set the capabilities and implement the hooks;
+    each kind's package (core/backends/<kind>/) holds its pass pipeline in `pipeline.py`."""
 
     kind: ClassVar[str]  # Target.kind of the targets it serves; the key of every per-kind registry
     host_code: ClassVar[bool] = True  # kernels are CPU machine code (LLVM's CPU backends, the C toolchain)
@@ -47,12 +68,10 @@ class Backend:
         if refused:
             raise UnsupportedOnTargetError(target.name, refused)
 
-    # -- graph passes ------------------------------------------------------------------------------
+    # -- graph passes (each kind's pipeline.py) ------------------------------------------------------
     def pass_names(self, opt_level: int) -> tuple[str, ...]:
         """The optimization passes -O`opt_level` runs for this backend (what the report lists)."""
-        from ..graph.passes.manager import level_passes
-
-        return level_passes(opt_level, frozenset() if self.blocked_layouts else BLOCKED_LAYOUT_PASSES)
+        raise NotImplementedError
 
     def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
         """Keyword arguments of the passes that depend on `target`, by pass name."""
@@ -65,12 +84,15 @@ class Backend:
 
     def graph_passes(self, opt_level: int, target: Target) -> list[tuple[str, "GraphPass"]]:
         """The passes to run on a graph compiled for `target` at -O`opt_level`, their options bound."""
-        from ..graph.passes.manager import REQUIRED
-        from ..graph.passes.registry import get_pass
+        return bind_passes(self.pass_names(opt_level), self.pass_options(target))
 
-        options = self.pass_options(target)
-        return [(name, functools.partial(get_pass(name), **options[name]) if name in options else get_pass(name))
-                for name in REQUIRED + self.pass_names(opt_level)]
+    def optimize(self, graph: "Graph", opt_level: int, target: Target) -> "Graph":
+        """`graph` after the passes this backend runs for `target` at -O`opt_level`."""
+        from ..graph.op_defs.control_flow import optimize_subgraphs
+        from ..graph.passes.manager import run_passes
+
+        graph = run_passes(graph, self.graph_passes(opt_level, target))
+        return optimize_subgraphs(graph, lambda sub: self.optimize(sub, opt_level, target))  # If/Loop bodies
 
     # -- schedules and tuning ----------------------------------------------------------------------
     def fallback_schedules(self) -> tuple["ScheduleFn", "ScheduleFn"]:
@@ -86,6 +108,12 @@ class Backend:
         want it; the identity unless a backend rewrites it."""
         return graph
 
+    def schedule(self, op: str, target: Target) -> "ScheduleFn":
+        """The op's schedule for `target.kind`, else this backend's generic one of the op's fusion pattern."""
+        from ..kernels.registry import get_schedule
+
+        return get_schedule(op, target, self.fallback_schedules())
+
     def group_kernel(self, nodes: Sequence["Node"], graph: "Graph", target: Target, name: str,
                      outputs: Sequence[str], inputs: Sequence[str]) -> Optional["PrimFunc"]:
         """A hand-built kernel for a whole fused group (inputs, then outputs, as lower_group's), or None: the
@@ -93,7 +121,8 @@ class Backend:
         return None
 
     def load_templates(self) -> None:
-        """Register this backend's tuning templates (the CPU's live in core/tune/templates.py itself)."""
+        """Register this backend's tuning templates (the CPU's live in core/tune/templates.py itself); the tuner
+        calls it before it looks templates up (core/tune/task.py extract_tasks)."""
 
     # -- building ----------------------------------------------------------------------------------
     def build_library(self, funcs: Sequence["PrimFunc"], target: Target, out_path: Path,
@@ -110,6 +139,13 @@ class Backend:
         return {}
 
     # -- running and measuring here ----------------------------------------------------------------
+    def describe(self, target: Target) -> dict[str, Any]:
+        """`target.describe()` and whether its code runs on this machine, or under which emulator."""
+        runs_on_host = self.has_device(target)
+        emulator = None if runs_on_host else self.emulator(target)
+        return {**target.describe(), "runs_on_host": runs_on_host,
+                "emulator": emulator.name if emulator is not None else None}
+
     def has_device(self, target: Target) -> bool:
         """Whether this machine has the hardware `target`'s code runs on, found without initializing a
         device driver (a process that did cannot use the device in the children it forks)."""
@@ -128,6 +164,19 @@ class Backend:
         """Whether tuning candidates for `target` can be measured on this machine."""
         return self.has_device(target)
 
+    def measuring_device(self, target: Target) -> "MeasuringDevice":
+        """How this machine measures `target`'s code: natively where it has the hardware, else under qemu-user;
+        NoMeasuringDeviceError when neither."""
+        from ..tune.measuring_device import EmulatedDevice, NativeDevice, NoMeasuringDeviceError
+
+        if self.can_measure(target):
+            return NativeDevice(target)
+        emulator = self.emulator(target) if self.host_code else None
+        if emulator is None:
+            reason = self.cannot_run_reason(target) or f"target {target.name} cannot run on this host"
+            raise NoMeasuringDeviceError(f"this machine cannot measure {target.name} code: {reason}")
+        return EmulatedDevice(target, emulator)
+
     def measures_remotely(self, target: Target) -> bool:
         """Whether tuning for `target` measures on devices of its kind elsewhere (remote measuring workers, its
         candidates built here) rather than on the machine that compiles."""
@@ -142,4 +191,4 @@ class Backend:
         return None
 
 
-__all__ = ["BLOCKED_LAYOUT_PASSES", "Backend"]
+__all__ = ["BLOCKED_LAYOUT_PASSES", "Backend", "bind_passes", "level_pass_names"]

@@ -10,7 +10,6 @@ from typing import Optional, Sequence
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..backends import get_backend
 from ..errors import BuildError, CodegenError
 from ..files.atomic import atomic_path
 from ..target import Target, host_target
@@ -25,11 +24,11 @@ from .llvm_types import I8
 from .bucket_entry import BucketedPlan, emit_bucketed_entry
 from .model_entry import ModelPlan, emit_model_entry
 from .runtime_objects import prefixed_exports, runtime_objects
-from .toolchain import find_compiler, link_shared
+from .toolchain import CPU_ARCHES, find_compiler, link_shared
 
 
 def target_machine(target: Target) -> llvm.TargetMachine:
-    if not get_backend(target).host_code:
+    if target.arch not in CPU_ARCHES:
         raise CodegenError(f"target {target.name}: only CPU targets have an LLVM code generator here")
     return cached_target_machine(target)
 
@@ -87,13 +86,7 @@ def assembly(funcs: Sequence[PrimFunc], target: Optional[Target] = None) -> str:
         return tm.emit_assembly(mod)
 
 
-def build_library(funcs: Sequence[PrimFunc], target: Target, out_path: "str | Path",
-                  plan: ModelPlan | None = None) -> Path:
-    """The shared library at `out_path` that `target`'s Backend builds from `funcs` (and `plan`)."""
-    return get_backend(target).build_library(funcs, target, Path(out_path), plan)
-
-
-def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: Path,
+def build_cpu_library(funcs: Sequence[PrimFunc], target: Target, out_path: "str | Path",
                       plan: ModelPlan | None = None) -> Path:
     """Compile `funcs` and Kiln's thread pool (plus the model entry and C runtime when `plan` is given) into a shared library
     at `out_path`, written atomically. Each distinct kernel is one object file, from the kernel cache or compiled
@@ -155,4 +148,4 @@ def _entry_object(funcs: Sequence[PrimFunc], variants: Sequence[dict[str, Kernel
         return tm.emit_object(mod), libs
 
 
-__all__ = ["build_library", "lower_to_llvm_ir", "optimized_llvm_ir", "assembly", "lower_module", "BuildError"]
+__all__ = ["build_cpu_library", "lower_to_llvm_ir", "optimized_llvm_ir", "assembly", "lower_module", "BuildError"]

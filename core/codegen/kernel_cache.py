@@ -129,7 +129,7 @@ def _decode(data: bytes, key: str) -> Optional[CachedObject]:
 
 
 def object_key(structural_digest: str, target: Target, options: Sequence[str]) -> str:
-    """The cache key of one kernel: its structural digest (its canonical form: core/lowering/kernel_dedup.py),
+    """The cache key of one kernel: its structural digest (its canonical form: core/tir/kernel_dedup.py),
     the target (triple, CPU, features), llvmlite/LLVM, Kiln's version and code generator source, the codegen options."""
     digest = hashlib.sha256()
     for part in (_MAGIC.decode(), target.triple, target.cpu, target.features, llvmlite.__version__,

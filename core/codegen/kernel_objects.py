@@ -1,6 +1,6 @@
 """Kernels -> one object file each: taken from the kernel cache, or compiled (in parallel processes when several miss).
 
-Each kernel is compiled in its canonical form (its structural key's: core/lowering/kernel_dedup.py) under a symbol
+Each kernel is compiled in its canonical form (its structural key's: core/tir/kernel_dedup.py) under a symbol
 named by its cache key, so its object code depends on nothing but the key: a cache hit, a serial build and a
 parallel build give the same bytes. The library's own entry module calls these symbols and exports the kernels'
 names. Kernels start compiling as soon as they are lowered (`prefetch`), while the next ones are lowered.
@@ -19,10 +19,9 @@ from typing import NoReturn, Optional, Sequence
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..backends import get_backend
 from ..debug import DEBUG
 from ..errors import CodegenError
-from ..lowering.kernel_dedup import structural_digest, structural_key
+from ..tir.kernel_dedup import structural_digest, structural_key
 from ..process.child import ChildProcess
 from ..target import Target
 from ..tir.stmt import PrimFunc
@@ -131,8 +130,9 @@ def kernel_objects(funcs: Sequence[PrimFunc], target: Target) -> dict[str, Kerne
 
 def prefetch(func: PrimFunc, target: Target) -> None:
     """Starts compiling `func`'s object now, on a worker process, when it is not in the cache: lowering goes on
-    with the next kernel meanwhile. Only inside a `building` block (core/codegen/kernel_cache.py), else nothing."""
-    if current_stats() is not None and get_backend(target).host_code:
+    with the next kernel meanwhile. Only inside a `building` block (core/codegen/kernel_cache.py), else nothing.
+    For CPU code (a Backend with `host_code`: the caller knows)."""
+    if current_stats() is not None:
         for variant in target.compiled_for():  # a multi-ISA target's kernels: each variant's object
             _builder(variant).want(func)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import BuildError
-from .toolchain import run_tool
+from ..process.tool import run_tool
 
 
 def find_ptxas() -> Optional[str]:

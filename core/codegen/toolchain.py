@@ -2,20 +2,18 @@
 (or $KILN_CC); compiling C and linking shared libraries, failures raised as BuildError."""
 from __future__ import annotations
 
-import errno
 import os
 import platform
 import shutil
-import signal
-import subprocess
 from pathlib import Path
 from typing import Optional
 
-from ..backends import get_backend
 from ..errors import BuildError
+from ..process.tool import run_tool
 from ..target import Target
 
-_STDERR_LINES = 12
+# The architectures whose machine code LLVM's CPU backends emit here and the C toolchain links (NVPTX is not one).
+CPU_ARCHES = ("x86_64", "aarch64")
 
 
 def _host_arch() -> str:
@@ -25,7 +23,7 @@ def _host_arch() -> str:
 
 def find_compiler(target: Target) -> str:
     """The C compiler driver that produces code (and links) for `target`."""
-    if not get_backend(target).host_code:
+    if target.arch not in CPU_ARCHES:
         raise BuildError(f"target {target.name} ({target.kind}) cannot be linked into a CPU shared library")
     override = os.environ.get("KILN_CC")
     if override:
@@ -43,24 +41,6 @@ def find_compiler(target: Target) -> str:
     raise BuildError(f"cannot link for target {target.name} ({target.triple}): cross compiler {cross} not found; "
                      f"install it (Debian: apt-get install gcc-{target.arch.replace('_', '-')}-linux-gnu) "
                      f"or set KILN_CC to a compiler for {target.arch}")
-
-
-def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
-    """Run a build tool; its completed process (output captured as text), or BuildError with its messages."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    except OSError as e:
-        raise BuildError(f"{what} failed: cannot run {cmd[0]}: {e}") from None
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"{what} failed: {cmd[0]} ran for more than 300 s") from None
-    if proc.returncode == -signal.SIGXFSZ or "File size limit exceeded" in (proc.stderr or ""):
-        # The tool (or the compiler proper under gcc's driver) hit RLIMIT_FSIZE, a sandboxed job's file size
-        # limit: a write that failed, as Python's own writes fail with EFBIG, not a toolchain fault.
-        raise OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)}: {what} exceeded the file size limit")
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()[:_STDERR_LINES]
-        raise BuildError(f"{what} failed ({os.path.basename(cmd[0])} exit {proc.returncode}): " + " | ".join(lines))
-    return proc
 
 
 def compile_c(cc: str, source: Path, obj: Path, include_dirs: tuple[Path, ...] = ()) -> None:

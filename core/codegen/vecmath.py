@@ -12,7 +12,6 @@ import weakref
 
 from llvmlite import ir
 
-from ..backends import get_backend
 from ..target import Target
 from .llvm_types import F32, I32, lanes_of, mangle, scalar_type
 
@@ -25,7 +24,7 @@ _WIDTHS: "weakref.WeakKeyDictionary[ir.Module, dict[str, list[tuple[int, str]]]]
 
 def enable(module: ir.Module, target: Target) -> None:
     """Let `module` call libmvec when `target` is x86-64 (the variants its features allow)."""
-    if target.arch != "x86_64" or not get_backend(target).host_code:
+    if target.arch != "x86_64":
         return
     have = {f[1:] for f in target.features.split(",") if f.startswith("+")}
     f32, f64 = [(4, "b")], [(2, "b")]

@@ -14,6 +14,7 @@ from .._version import __version__, source_digest
 from ..errors import KilnError
 
 if TYPE_CHECKING:
+    from ..backends.base import Backend
     from ..graph.ir import Graph
     from ..target import Target
     from ..tune.session import TuningOutcome
@@ -79,7 +80,7 @@ def records_applied(outcomes: "Sequence[Optional[TuningOutcome]]") -> list[dict[
     return out
 
 
-def pinned_outcomes(graphs: "Sequence[Graph]", target: "Target",
+def pinned_outcomes(graphs: "Sequence[Graph]", target: "Target", backend: "Backend",
                     applied: Sequence[Mapping[str, Any]]) -> "list[TuningOutcome]":
     """The tuning outcomes a manifest's records give these graphs (one per shape bucket): the same configs, no records
     database, no measuring. Every record must name a workload of some graph."""
@@ -92,8 +93,8 @@ def pinned_outcomes(graphs: "Sequence[Graph]", target: "Target",
         wanted[rec["workload"]] = rec["config"]
     outcomes, found = [], set()
     for graph in graphs:
-        outcome = TuningOutcome(graph, target)
-        for task in (extract_tasks(graph, target) if wanted else ()):
+        outcome = TuningOutcome(graph, target, backend)
+        for task in (extract_tasks(graph, target, backend) if wanted else ()):
             if task.key in wanted:
                 outcome.chosen[task.key] = (task, dict(wanted[task.key]))
         found |= set(outcome.chosen)

@@ -17,22 +17,20 @@ from typing import Any, Mapping, Optional, Union
 from .._version import __version__
 from .artifact import WEIGHTS, Artifact, new_workdir, write_metadata
 from .benchmark import compare_latency, profile_kernels
-from ..backends import get_backend
-from ..codegen import build_library
+from ..backends import resolve
 from ..codegen.kernel_cache import CacheSetting, building
 from ..debug import DEBUG
 from ..errors import KilnError, ShapeError, ValidationError
 from ..lowering.executable import build_executable
 from ..frontend.inspect import onnx_node_names
 from ..frontend.model_loading import serialized_model
-from ..graph.passes.manager import optimize
 from ..narrow_dtypes import NARROW_DTYPES
 from ..report.schema import build_report
 from ..runtime.emulated import EMULATED
 from ..runtime.header import render_header
 from ..runtime.loader import KilnRuntimeError
 from ..runtime.naming import artifact_names
-from ..target import Target, get_target
+from ..target import Target
 from ..tune.options import TuningOptions
 from .stages import ProgressFn, Stage
 from .bisect import bisect as bisect_kernels
@@ -113,13 +111,12 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     `quick`: no latency benchmark and validation on one sample at most, for fast iteration (the report says so).
     `max_trip_count`: the most iterations a Loop run at run time may make when its scan outputs need room for them
     and its trip count is known only at run time (core/frontend/converters/control_flow_runtime.py)."""
-    tgt = get_target(target)
+    tgt, backend = resolve(target)  # the target's Backend, handed down to every stage from here
     names = artifact_names(name)
     if quick:
         benchmark = False
     checks = ValidationOptions.of(validate, tolerance, validation_inputs, bisect, quick=quick)
     check_precision(precision)
-    backend = get_backend(tgt)
     if opt_level not in (0, 1, 2, 3):
         raise KilnError(f"opt level must be 0, 1, 2 or 3, not {opt_level}")
     if tuning is not None and not isinstance(tuning, TuningOptions):
@@ -158,11 +155,12 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     weights_precision = precision or model_precision(imported[-1])
     storage_dtypes = backend.weight_storage_dtypes(tgt)
     with stage(Stage.OPTIMIZE):
-        graphs = [backend.finish_graph(store_weights(optimize(g, opt_level, tgt), weights_precision, precision is not None,
-                                                     storage_dtypes, tgt), tgt) for g in imported]
+        graphs = [backend.finish_graph(store_weights(backend.optimize(g, opt_level, tgt), weights_precision,
+                                                     precision is not None, storage_dtypes, tgt), tgt)
+                  for g in imported]
     outcomes: list = [None] * len(graphs)
     if pinned_records is not None:
-        outcomes = pinned_outcomes(graphs, tgt, pinned_records)
+        outcomes = pinned_outcomes(graphs, tgt, backend, pinned_records)
     elif tuning is not None:
         from ..tune import tune_graph
 
@@ -172,14 +170,14 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
             notify(Stage.TUNE, Stage.TUNE.at(done / max(1, planned)), f"tuning {done}/{planned}")
 
         with stage(Stage.TUNE):
-            outcomes = [tune_graph(g, tgt, replace(tuning, progress=tune_progress)) for g in graphs]
+            outcomes = [tune_graph(g, tgt, backend, replace(tuning, progress=tune_progress)) for g in graphs]
     else:
         timings["tune"] = 0.0
     workdir = new_workdir()
     with stage(Stage.BUILD), building(kernel_cache) as build_stats:
-        linked = shapes.link([build_executable(g, tgt, schedule_for=o.schedule_for if o else None)
+        linked = shapes.link([build_executable(g, tgt, backend, schedule_for=o.schedule_for if o else None)
                               for g, o in zip(graphs, outcomes)], graphs)
-        build_library(list(linked.funcs), tgt, workdir / names.library,
+        backend.build_library(list(linked.funcs), tgt, workdir / names.library,
                       plan=linked.plan if names.is_default else replace(linked.plan, export_prefix=names.prefix))
         (workdir / WEIGHTS).write_bytes(linked.weights)
     tuning_report, tuned_kernels = merged_tuning(outcomes)  # after the build: it names the kernels tuned configs made

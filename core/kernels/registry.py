@@ -1,19 +1,18 @@
 """Kernel registries: per graph op, one compute (what) and per target kind a default schedule (how).
 
-The graph executor looks ops up here; ops without a dedicated schedule get their target's Backend's
-generic one that matches their fusion Pattern (injective or reduction). The op modules register into these
-tables when core/kernels/__init__ imports them (kernels/ops.py), before anything can look an op up.
+The graph executor looks ops up here; ops without a dedicated schedule get the generic one (injective or
+reduction, by their fusion Pattern) that the caller passes: its target's Backend's (Backend.schedule). The op
+modules register into these tables when core/kernels/__init__ imports them (kernels/ops.py), before anything can
+look an op up.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
-from ..backends import get_backend
-from ..backends.cpu import CpuBackend
-from ..errors import KilnError, UnknownTargetError
+from ..errors import KilnError
 from ..graph.ir import TensorType
 from ..graph.ops import Pattern
-from ..target import Target
+from ..target import CPU_KIND, Target
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor
 from .schedules.generic import schedule_injective, schedule_reduce
@@ -48,12 +47,7 @@ def register_compute(op: str, target_kind: Optional[str] = None) -> Callable[[Co
     return wrap
 
 
-def epilogue_schedule(target: Target) -> ScheduleFn:
-    """How a fused kernel's epilogue is placed on `target` (CPU: inside the anchor's tile loop)."""
-    return get_backend(target).epilogue_schedule()
-
-
-def register_schedule(op: str, target_kind: str = CpuBackend.kind) -> Callable[[ScheduleFn], ScheduleFn]:
+def register_schedule(op: str, target_kind: str = CPU_KIND) -> Callable[[ScheduleFn], ScheduleFn]:
     def wrap(fn: ScheduleFn) -> ScheduleFn:
         if (op, target_kind) in _SCHEDULES:
             raise ValueError(f"schedule for {op} on {target_kind} registered twice")
@@ -63,7 +57,7 @@ def register_schedule(op: str, target_kind: str = CpuBackend.kind) -> Callable[[
     return wrap
 
 
-def get_compute(op: str, target_kind: str = CpuBackend.kind) -> ComputeFn:
+def get_compute(op: str, target_kind: str = CPU_KIND) -> ComputeFn:
     """The op's compute for targets of `target_kind` (its own one if registered, else the default)."""
     override = _KIND_COMPUTES.get((op, target_kind))
     if override is not None:
@@ -74,15 +68,16 @@ def get_compute(op: str, target_kind: str = CpuBackend.kind) -> ComputeFn:
         raise MissingKernelError(f"no kernel compute is registered for op {op}") from None
 
 
-def get_schedule(op: str, target: Target) -> ScheduleFn:
-    """The op's schedule for `target.kind`, else its Backend's generic schedule of the op's fusion pattern."""
+def get_schedule(op: str, target: Target,
+                 generic: Optional[tuple[ScheduleFn, ScheduleFn]] = None) -> ScheduleFn:
+    """The op's schedule for `target.kind`, else the `generic` (injective, reduction) schedule of the op's fusion
+    pattern (its Backend's fallback_schedules, handed down by the caller); without them, MissingKernelError."""
     fn = _SCHEDULES.get((op, target.kind))
     if fn is not None:
         return fn
-    try:
-        injective, reduction = get_backend(target).fallback_schedules()
-    except UnknownTargetError:
-        raise MissingKernelError(f"no {target.kind} schedule is registered for op {op}") from None
+    if generic is None:
+        raise MissingKernelError(f"no {target.kind} schedule is registered for op {op}")
+    injective, reduction = generic
     from ..graph.ops import get_op
 
     try:
@@ -97,5 +92,5 @@ def registered_ops() -> list[str]:
 
 
 __all__ = ["ComputeFn", "ScheduleFn", "MissingKernelError", "register_compute", "register_schedule",
-           "epilogue_schedule", "get_compute",
+           "get_compute",
            "get_schedule", "registered_ops", "schedule_injective", "schedule_reduce"]

@@ -11,7 +11,7 @@ from ..codegen.bucket_entry import BucketedPlan
 from ..codegen.model_entry import BufferRef, ModelPlan
 from ..tir.stmt import PrimFunc
 from .executable import Executable
-from .kernel_dedup import share_identical
+from ..tir.kernel_dedup import share_identical
 from .memory import align
 
 

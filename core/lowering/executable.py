@@ -6,13 +6,13 @@ whole body); every kernel argument is bound once to a model input, output, weigh
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..backends import get_backend
 from ..codegen.kernel_objects import prefetch
 from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from ..graph.ir import Graph, Node
@@ -21,10 +21,10 @@ from .inplace import inplace_input
 from .memory import Lifetime, MemoryPlan, align, plan_memory
 from .narrow_reads import scalar_reads, weight_widenings
 from ..graph.ops import Pattern, get_op, node_flops
-from .kernel_dedup import share_identical
+from ..tir.kernel_dedup import share_identical
 from .lowering_memo import derived_key, group_key, recall, remember
 from ..kernels.indexing import CHECKS_INDICES
-from ..kernels.registry import ScheduleFn, epilogue_schedule, get_compute, get_schedule
+from ..kernels.registry import ScheduleFn, get_compute
 from ..target import Target
 from ..te.lower import lower
 from ..te.schedule import create_schedule
@@ -32,6 +32,9 @@ from ..te.tensor import Tensor, placeholder
 from ..tir.expr import Load
 from ..tir.functor import rewrite_stmt, walk_expr, walk_stmt
 from ..tir.stmt import PrimFunc, Store
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class KernelInfo:
 
 @dataclass(frozen=True)
 class Executable:
-    """`funcs` are the distinct compiled functions (identical kernels share one, core/kernel_dedup);
+    """`funcs` are the distinct compiled functions (identical kernels share one, core/tir/kernel_dedup.py);
     `kernels` has one entry per call, in call order, each naming the function it calls."""
 
     funcs: tuple[PrimFunc, ...]
@@ -63,10 +66,11 @@ def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
     return f"k{index:03d}_{re.sub(r'[^a-z0-9_]', '', ops)}"
 
 
-def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
-                anchor_schedule: Optional[ScheduleFn] = None, widen_once: frozenset = frozenset()):
+def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, backend: "Backend", name: str,
+                outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn] = None, widen_once: frozenset = frozenset()):
     """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op
-    (by `anchor_schedule` instead of the registry's when given: a tuned config, core/tune).
+    (by `anchor_schedule` instead of the registry's when given: a tuned config, core/tune); `backend` (the
+    target's, handed down) gives the schedules of ops without their own, the epilogue's and whole-group kernels.
 
     A complex or reduction anchor schedules its own stages with the kernel outputs as `outs`, so
     its final elementwise stage is inlined into the fused epilogue; the epilogue (what the group
@@ -75,7 +79,7 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
     its loads unless the kernel reads it as scalars: then once per call into a workspace (`widen_once`,
     core/lowering/narrow_reads.py)."""
     inputs = group_inputs(nodes)
-    whole = None if anchor_schedule else get_backend(target).group_kernel(nodes, graph, target, name, outputs, inputs)
+    whole = None if anchor_schedule else backend.group_kernel(nodes, graph, target, name, outputs, inputs)
     if whole is not None:  # a hand-built kernel (tuning never gives these groups a schedule: see group_task)
         return whole, inputs
     tensors: dict[str, Tensor] = {}
@@ -102,27 +106,27 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, name: str, 
                 sch[tensors[o]].compute_inline()
 
     def schedule_of(node: Node) -> ScheduleFn:
-        return anchor_schedule if anchor_schedule is not None and node is anchor else get_schedule(node.op, target)
+        return anchor_schedule if anchor_schedule is not None and node is anchor else backend.schedule(node.op, target)
 
     if complex_anchor:
         schedule_of(anchor)(sch, out_tensors, target)
         anchor_outs = {id(tensors[o].op) for o in anchor.outputs}
         epilogue = [t for t in out_tensors if id(t.op) not in anchor_outs]
-        epilogue_schedule(target)(sch, epilogue, target)
+        backend.epilogue_schedule()(sch, epilogue, target)
     else:
         for node in nodes:
             outs = [tensors[o] for o in node.outputs if o in outputs]
             if outs:
                 schedule_of(node)(sch, outs, target)
     for value in widen_once:
-        get_schedule("Cast", target)(sch, [tensors[value]], target)
+        backend.schedule("Cast", target)(sch, [tensors[value]], target)
     func = lower(sch, params + out_tensors, name, num_outputs=len(out_tensors))
     widenings = weight_widenings(nodes, graph, inputs)
     if widenings:
         scalar = scalar_reads(func, [func.params[inputs.index(v)] for v in widenings.values()])
         more = {cast for cast, value in widenings.items() if func.params[inputs.index(value)] in scalar} - widen_once
         if more:
-            return lower_group(nodes, graph, target, name, outputs, anchor_schedule, widen_once | more)
+            return lower_group(nodes, graph, target, backend, name, outputs, anchor_schedule, widen_once | more)
     return func, inputs
 
 
@@ -132,14 +136,14 @@ def group_inputs(nodes: Sequence[Node]) -> list[str]:
     return list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
 
 
-def _lower_or_recall(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
-                     anchor_schedule: Optional[ScheduleFn]) -> tuple[PrimFunc, Optional[str]]:
+def _lower_or_recall(nodes: Sequence[Node], graph: Graph, target: Target, backend: "Backend", name: str,
+                     outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn]) -> tuple[PrimFunc, Optional[str]]:
     """lower_group's kernel, or its earlier result from the kernel cache (untuned groups: a tuned schedule is not
     part of the key); and the memo key (None: not memoized)."""
     key = group_key(nodes, graph, outputs, target) if anchor_schedule is None else None
     func = recall(key, name)
     if func is None:
-        func, _ = lower_group(nodes, graph, target, name, outputs, anchor_schedule=anchor_schedule)
+        func, _ = lower_group(nodes, graph, target, backend, name, outputs, anchor_schedule=anchor_schedule)
         remember(key, func)
     return func, key
 
@@ -184,10 +188,11 @@ def _index_checks(info: KernelInfo) -> str:
     return ", ".join(named) + f" (kernel {info.name})" if named else ""
 
 
-def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Sequence[Node]]] = None,
+def build_executable(graph: Graph, target: Target, backend: "Backend", groups: Optional[Sequence[Sequence[Node]]] = None,
                      schedule_for: Optional[Callable[[str, Node], Optional[ScheduleFn]]] = None,
                      prefix: str = "") -> Executable:
-    """Kernels for each node (a Fused node's body is one kernel) or for the given node groups.
+    """Kernels for each node (a Fused node's body is one kernel) or for the given node groups, for `target` by
+    its `backend` (handed down by the caller, never looked up here).
     `schedule_for(kernel name, node)` may return the anchor schedule of a node's kernel (tuning records).
     An If or Loop node calls its branches / body, each built the same way (kernels named `prefix`...)."""
     consumers = graph.consumers()
@@ -225,11 +230,12 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
     owners = list(graph.nodes) if groups is None else [None] * len(work)
     for k, ((nodes, types, outputs), info) in enumerate(zip(work, infos)):
         if is_control_node(nodes):
-            controls[k] = prepare_control(nodes[0], types, target, info.name, build_executable)
+            controls[k] = prepare_control(nodes[0], types, target, info.name,
+                                          functools.partial(build_executable, backend=backend))
             funcs.append(None)
             continue
         tuned = schedule_for(info.name, owners[k]) if schedule_for and owners[k] is not None else None
-        func, memo_key = _lower_or_recall(nodes, types, target, info.name, outputs, tuned)
+        func, memo_key = _lower_or_recall(nodes, types, target, backend, info.name, outputs, tuned)
         # In place: a kernel whose single output is elementwise in an input that dies there reads that
         # input from the output's buffer (one parameter, so codegen's noalias promise still holds).
         dying = [v for v in info.inputs if v in first and v not in graph_outputs and last[v] == k]
@@ -241,7 +247,8 @@ def build_executable(graph: Graph, target: Target, groups: Optional[Sequence[Seq
             func = in_place
             infos[k] = dataclasses.replace(info, inputs=tuple(v for v in info.inputs if v != value), inplace=value)
         funcs.append(func)
-        prefetch(func, target)  # its object compiles on another core while the next kernel is lowered
+        if backend.host_code:  # its object compiles on another core while the next kernel is lowered
+            prefetch(func, target)
     lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
                  for v in first if v not in graph_outputs]
     # Workspaces are per call (named by the kernel, not the possibly shared function).

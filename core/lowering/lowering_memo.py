@@ -14,7 +14,7 @@ from ..codegen.kernel_cache import CachedObject, current_cache, current_stats
 from ..graph.ir import Graph, Node, TensorType
 from ..target import Target
 from ..tir.stmt import PrimFunc
-from .kernel_dedup import note_digest, structural_digest
+from ..tir.kernel_dedup import note_digest, structural_digest
 
 _FORMAT = "kiln-lowered-2"
 

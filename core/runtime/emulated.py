@@ -29,7 +29,7 @@ _harness_lock = threading.Lock()
 def harness_bytes(compiler: str, source: Path = HARNESS_SOURCE) -> bytes:
     """The executable built from the C program `source` (the model harness, or the tuner's kernel timer) for
     `compiler`'s architecture, built once per process."""
-    from ..codegen.toolchain import run_tool
+    from ..process.tool import run_tool
 
     key = (compiler, hashlib.sha256(source.read_bytes()).hexdigest())
     with _harness_lock:

@@ -6,13 +6,16 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..backends import get_backend
 from ..errors import ArtifactError
 from ..files.atomic import atomic_path
 from ..target import Target
 from .c_sample import render_main_c, render_makefile
 from .naming import artifact_names
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 
 LIBRARY = "libkiln_model.so"  # an unnamed artifact's; a named one's: libNAME.so and NAME.h (naming.py)
 HEADER = "kiln_model.h"
@@ -42,10 +45,10 @@ Reports: report.json (machine-readable) and report.html (open in a browser).
 """
 
 
-def target_metadata(target: Target) -> dict:
-    """The metadata keys the loader uses to refuse an artifact built for another machine."""
+def target_metadata(target: Target, backend: "Backend") -> dict:
+    """The metadata keys the loader uses to refuse an artifact built for another machine (`backend`: the target's)."""
     meta = {"target": target.name, "triple": target.triple, "cpu": target.cpu, "cpu_features": target.features}
-    return {**meta, **get_backend(target).runtime_metadata(target)}
+    return {**meta, **backend.runtime_metadata(target)}
 
 
 def _readme(metadata: dict, archive_name: str) -> str:

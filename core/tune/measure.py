@@ -15,7 +15,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..backends import get_backend
 from ..errors import KilnError, ScheduleError
 from ..process.child import ChildProcess
 from ..process.limits import Limits
@@ -85,7 +84,7 @@ def build_candidate(task: Task, config: Optional[Config], directory: "str | Path
         return BuildResult(None, name, MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}",
                            time.perf_counter() - start)
     try:
-        path = get_backend(task.target).build_candidate([func], task.target, Path(directory), name)
+        path = task.backend.build_candidate([func], task.target, Path(directory), name)
     except (KilnError, OSError) as e:
         return BuildResult(None, name, MeasureErrorNo.COMPILE_HOST, str(e), time.perf_counter() - start, func)
     return BuildResult(str(path), name, build_s=time.perf_counter() - start, func=func)
@@ -321,7 +320,7 @@ class Measurer:
         self.task = task
         self._owns_builder = builder is None
         self.builder = builder or LocalBuilder(n_parallel=0)
-        self.runner = runner or LocalRunner(**get_backend(task.target).runner_options(task.target))
+        self.runner = runner or LocalRunner(**task.backend.runner_options(task.target))
         self.reference = self.builder.build_reference(task)
 
     def measure(self, configs: Sequence[Config]) -> tuple[list[BuildResult], list[MeasureResult]]:

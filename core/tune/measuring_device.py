@@ -17,10 +17,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..backends import get_backend
 from ..errors import KilnError
 from ..runtime.emulated import EMULATED, QemuUser, harness_bytes
-from ..target import Target, get_target
+from ..target import Target
 from .measure import BuildResult, LocalRunner, MeasureErrorNo, MeasureResult
 from .measure_worker import mismatch, seeded_arrays
 
@@ -206,19 +205,6 @@ class EmulatedDevice(MeasuringDevice):
         return results
 
 
-def measuring_device(kind: str) -> MeasuringDevice:
-    """How this machine measures code of device kind `kind` (a named target): natively where it has that
-    hardware, else under qemu-user; NoMeasuringDeviceError when neither."""
-    target = get_target(kind)
-    backend = get_backend(target)
-    if backend.can_measure(target):
-        return NativeDevice(target)
-    emulator = backend.emulator(target) if backend.host_code else None
-    if emulator is None:
-        reason = backend.cannot_run_reason(target) or f"target {kind} cannot run on this host"
-        raise NoMeasuringDeviceError(f"this machine cannot measure {kind} code: {reason}")
-    return EmulatedDevice(target, emulator)
-
 
 __all__ = ["EmulatedDevice", "MeasuringDevice", "NativeDevice", "NoMeasuringDeviceError", "candidate_entry",
-           "measure_result", "measuring_device"]
+           "measure_result"]

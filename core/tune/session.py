@@ -7,11 +7,10 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
-from ..backends import get_backend
 from ..graph.ir import Graph, Node
 from ..kernels.registry import ScheduleFn
 from ..target import Target
@@ -22,6 +21,9 @@ from .space import Config, ConfigSpaceError
 from .task import Task, extract_tasks, group_task
 from .options import TuningOptions
 from .tuner import TUNERS, TuneResult, XGBTuner, tune
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 
 SECONDS_PER_TRIAL = 0.45  # build (~0.25 s) + run checks and timing; for the up-front estimate
 SECONDS_PER_TASK = 1.5  # worker start, reference build
@@ -51,6 +53,7 @@ class TuningOutcome:
 
     graph: Graph
     target: Target
+    backend: "Backend"
     chosen: dict[str, tuple[Task, dict]] = field(default_factory=dict)  # workload key -> (task, knob values)
     report: dict = field(default_factory=dict)
     tuned_kernels: set[str] = field(default_factory=set)
@@ -59,7 +62,7 @@ class TuningOutcome:
         """The executor's hook: the best config's schedule for the kernel of `node`, if there is one."""
         if not self.chosen:
             return None
-        task = group_task(node, self.graph, self.target)
+        task = group_task(node, self.graph, self.target, self.backend)
         if task is None or task.key not in self.chosen:
             return None
         self.tuned_kernels.add(name)
@@ -175,15 +178,15 @@ def seconds_left(elapsed_s: float, done: int, planned: int, estimate_s: float,
     return round(left, 1)
 
 
-def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutcome:
-    """A budget is the total trials each workload gets, records included: a workload whose records
+def tune_graph(graph: Graph, target: Target, backend: "Backend", opts: TuningOptions) -> TuningOutcome:
+    """Tunes `graph`'s kernels for `target` with its `backend` (handed down). A budget is the total trials each workload gets, records included: a workload whose records
     hold fewer trials than its share is tuned for the difference (warm-started from them); one whose
     records hold as many or more reuses them without measuring (a cache hit)."""
     start = time.perf_counter()
     notify = opts.progress or (lambda done, planned: None)
     asked_to_stop = opts.should_stop or (lambda: False)
-    outcome = TuningOutcome(graph, target)
-    tasks = extract_tasks(graph, target)
+    outcome = TuningOutcome(graph, target, backend)
+    tasks = extract_tasks(graph, target, backend)
     db = RecordsDB(opts.records, out=opts.records_out)
     entries: dict[str, dict] = {}
     cache_hits = 0
@@ -191,7 +194,7 @@ def tune_graph(graph: Graph, target: Target, opts: TuningOptions) -> TuningOutco
     shares: list[int] = []
     from_records: dict[str, list[Record]] = {}
     # Measuring needs the target's hardware, here or remote: elsewhere only the records are used.
-    measurable = opts.remote is not None or get_backend(target).can_measure(target)
+    measurable = opts.remote is not None or backend.can_measure(target)
     budgets = split_trials(tasks, opts.trials if measurable else 0)
     from .remote import RemoteRunner  # here: most compiles measure locally, and it loads the emulation runtime
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from ..backends import get_backend
 from ..lowering.executable import lower_group
 from ..graph.ir import Graph, Node
 from ..graph.ops import get_op, node_flops
-from ..kernels.registry import get_schedule
 from ..target import Target
 from ..te.tensor import ComputeOp
 from ..tir.stmt import PrimFunc
 from .space import Config, ConfigSpace
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 from .templates import Template, anchor_stage, get_template
 
 
@@ -81,6 +82,7 @@ class Task:
     desc: dict
     template: Template
     target: Target
+    backend: "Backend"  # the target's, handed down: schedules, builds and runs the candidates
     nodes: tuple[Node, ...]
     graph: Graph
     outputs: tuple[str, ...]
@@ -100,11 +102,12 @@ class Task:
         captured: dict = {}
 
         def record(sch, outs, target):
-            get_schedule(self.template.op, target)(sch, outs, target)
+            self.backend.schedule(self.template.op, target)(sch, outs, target)
             stage = anchor_stage(sch, outs, self.template)
             captured["op"], captured["default"] = stage.op, self.template.read_default(stage)
 
-        lower_group(list(self.nodes), self.graph, self.target, "probe", list(self.outputs), anchor_schedule=record)
+        lower_group(list(self.nodes), self.graph, self.target, self.backend, "probe", list(self.outputs),
+                    anchor_schedule=record)
         space = self.template.define(captured["op"], self.target, captured["default"])
         space.default = space.from_values({k.name: captured["default"][k.name] for k in space.knobs})
         self._space, self._anchor = space, captured["op"]
@@ -131,30 +134,33 @@ class Task:
         """The kernel under `config` (None: the untuned default schedule)."""
         fn = None if config is None else self.schedule_fn(config.values)
         name = name or f"tune_{self.key[:8]}_{'default' if config is None else config.index}"
-        func, _ = lower_group(list(self.nodes), self.graph, self.target, name, list(self.outputs), anchor_schedule=fn)
+        func, _ = lower_group(list(self.nodes), self.graph, self.target, self.backend, name, list(self.outputs),
+                              anchor_schedule=fn)
         return func
 
 
-def group_task(node: Node, graph: Graph, target: Target) -> Optional[Task]:
+def group_task(node: Node, graph: Graph, target: Target, backend: "Backend") -> Optional[Task]:
     """The task of the kernel `node` becomes, or None when its anchor has no template or the backend builds the
-    whole group's kernel itself (Backend.group_kernel)."""
+    whole group's kernel itself (Backend.group_kernel). The backend's templates are loaded (extract_tasks)."""
     nodes, types = group_of(node, graph)
     template = get_template(anchor_of(nodes).op, target)
     outputs = list(node.outputs)
-    if template is None or get_backend(target).group_kernel(nodes, types, target, "probe", outputs,
-                                                             group_inputs(nodes)) is not None:
+    if template is None or backend.group_kernel(nodes, types, target, "probe", outputs,
+                                                group_inputs(nodes)) is not None:
         return None
     desc = workload(nodes, types, outputs, target)
     constants = tuple(k for k, v in enumerate(group_inputs(nodes)) if v in graph.constants)
-    return Task(workload_key(desc), desc, template, target, tuple(nodes), types, tuple(outputs),
+    return Task(workload_key(desc), desc, template, target, backend, tuple(nodes), types, tuple(outputs),
                 sum(node_flops(n, types) for n in nodes), constant_inputs=constants)
 
 
-def extract_tasks(graph: Graph, target: Target) -> list[Task]:
-    """Tasks of an optimized graph, heaviest (flops x weight) first; identical workloads share one."""
+def extract_tasks(graph: Graph, target: Target, backend: "Backend") -> list[Task]:
+    """Tasks of an optimized graph for `target` and its `backend`, heaviest (flops x weight) first; identical
+    workloads share one."""
+    backend.load_templates()
     tasks: dict[str, Task] = {}
     for node in graph.nodes:
-        task = group_task(node, graph, target)
+        task = group_task(node, graph, target, backend)
         if task is None:
             continue
         if task.key in tasks:

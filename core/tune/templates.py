@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..backends import get_backend
-from ..backends.cpu import CpuBackend
 from ..kernels.schedules.conv2d import schedule_conv2d
 from ..kernels.schedules.conv2d_nchwc import IC_INSIDE_WINDOW, IC_OUTSIDE_WINDOW, schedule_conv2d_nchwc
 from ..kernels.schedules.conv2d_winograd import schedule_conv2d_winograd
@@ -18,7 +16,7 @@ from ..kernels.schedules.conv_nd import schedule_conv_nd
 from ..kernels.schedules.matmul import GEMV_SEGMENT, schedule_matmul
 from ..kernels.schedules.generic import extent, worth_parallel
 from ..kernels.schedules.util import find_ops
-from ..target import Target
+from ..target import CPU_KIND, Target
 from ..te.schedule import Fuse, Schedule, Split, Stage
 from ..te.tensor import ComputeOp, IterVar, Tensor
 from ..tir.stmt import ForKind
@@ -39,7 +37,7 @@ class Template:
     apply: ApplyFn  # (schedule, kernel outputs, target, knob values) -> scheduled
     read_default: Callable[[Stage], dict]  # default-scheduled anchor stage -> its knob values
     valid: Callable[[Mapping[str, Any], ComputeOp, Target], bool] = lambda cfg, op, target: True
-    target_kind: str = CpuBackend.kind  # the schedules it drives (CudaBackend.kind: templates_gpu.py)
+    target_kind: str = CPU_KIND  # the schedules it drives (CUDA_KIND: templates_gpu.py)
     # Kernels whose speed depends on their data (tree walks: the paths the tables and inputs take) are
     # measured on the model's own constant inputs and several draws of the others (core/tune/measure.py).
     real_inputs: bool = False
@@ -57,12 +55,11 @@ def register_template(template: Template) -> Template:
 
 
 def get_template(op: str, target: Target) -> Optional[Template]:
-    get_backend(target).load_templates()
+    """The op's template for `target.kind` (another kind's are registered by its Backend.load_templates first)."""
     return _TEMPLATES.get((op, target.kind))
 
 
 def tunable_ops(target: Target) -> list[str]:
-    get_backend(target).load_templates()
     return sorted(op for op, kind in _TEMPLATES if kind == target.kind)
 
 

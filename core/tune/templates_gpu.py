@@ -1,4 +1,4 @@
-"""Tunable GPU templates (CudaBackend.kind): the knobs of the cuda Conv (spatial and pointwise), MatMul
+"""Tunable GPU templates (target kind cuda, registered by CudaBackend.load_templates): the knobs of the cuda Conv (spatial and pointwise), MatMul
 (tiled, tensor cores for float16, and matrix-vector) and packed int8 (dp4a) schedules as config spaces.
 Candidates are PTX kernel bundles measured on the GPU by the same tuner (measure.py), their records shared
 like the CPU's."""
@@ -7,14 +7,13 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from ..backends.cuda import CudaBackend
 from ..kernels.schedules.gpu import conv2d as gpu_conv
 from ..kernels.schedules.gpu import conv2d_pointwise as gpu_pointwise
 from ..kernels.schedules.gpu import dense as gpu_dense
 from ..kernels.schedules.gpu import dense_tensorcore as tensorcore
 from ..kernels.schedules.gpu import gemv
 from ..kernels.schedules.gpu import integer as gpu_integer
-from ..target import Target, get_target
+from ..target import CUDA_KIND, Target, get_target
 from ..te.schedule import Schedule, Stage
 from ..te.tensor import ComputeOp, Tensor
 from .space import ConfigSpace
@@ -168,10 +167,10 @@ def apply_int8(schedule_fn):
 
 
 register_template(Template("Conv", "conv2d", define_conv, apply_conv, read_conv_default, conv_valid,
-                           target_kind=CudaBackend.kind))
+                           target_kind=CUDA_KIND))
 register_template(Template("MatMul", "matmul", define_matmul, apply_matmul, read_matmul_default, matmul_valid,
-                           target_kind=CudaBackend.kind))
+                           target_kind=CUDA_KIND))
 for _op, _schedule in (("MatMulIntegerPacked", gpu_integer.schedule_matmul_integer),
                        ("ConvIntegerPacked", gpu_integer.schedule_conv_integer)):
     register_template(Template(_op, "int8_dot", define_int8, apply_int8(_schedule), read_int8_default, int8_valid,
-                               target_kind=CudaBackend.kind))
+                               target_kind=CUDA_KIND))

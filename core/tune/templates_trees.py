@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..kernels.registry import get_schedule
+from ..kernels.schedules.generic import CPU_GENERIC
 from ..kernels.schedules.util import find_ops
 from ..kernels.tree_ensemble import BRANCHY, LAYOUT_ATTR, PROGRAM_TAG, WALKS, TreeLayout
 from ..target import Target
@@ -51,7 +52,7 @@ def tree_layout_valid(cfg: Mapping[str, Any], op: ComputeOp, target: Target) -> 
 
 
 def apply_tree_layout(sch: Schedule, outs: Sequence[Tensor], target: Target, cfg: Mapping[str, Any]) -> None:
-    get_schedule("TreeEnsemble", target)(sch, outs, target)
+    get_schedule("TreeEnsemble", target, CPU_GENERIC)(sch, outs, target)  # a CPU template: the CPU's generic one
     layout = TreeLayout(int(cfg["rows_per_block"]), int(cfg["trees_per_step"]), int(cfg["chunks"]), str(cfg["walk"]))
     for op in find_ops(outs, [PROGRAM_TAG]):
         op.attrs[LAYOUT_ATTR] = layout  # read when the stage is lowered, like a schedule's loop annotations

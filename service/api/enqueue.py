@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from core.backends import resolve
 from service.core.db import Database
 from service.core.queues import job_queue
 from service.core.settings import Settings
@@ -19,6 +20,6 @@ def celery_enqueue(settings: Settings, database: Database) -> Callable[[str], No
     def enqueue(job_id: str) -> None:
         with database.session() as db:
             job = db.get(Job, job_id)
-            queue = job_queue(job.target, int(job.tuning.get("trials", 0)))
+            queue = job_queue(*resolve(job.target), int(job.tuning.get("trials", 0)))
         celery.send_task("kiln.compile", args=[job_id], queue=queue, task_id=f"compile-{job_id}")
     return enqueue

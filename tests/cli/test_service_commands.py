@@ -90,6 +90,7 @@ def test_worker_measure_refuses_a_kind_this_machine_cannot_measure_in_one_line(t
     from cli.service_commands import measuring_queues
     from core.backends import get_backend
     from core.target import get_target
+    from core.backends import resolve
     from service.core.queues import measure_queue
 
     refused = [("nosuch", "unknown target 'nosuch'")]
@@ -99,4 +100,4 @@ def test_worker_measure_refuses_a_kind_this_machine_cannot_measure_in_one_line(t
         result = _kiln("worker", "--measure", kind, "--data-dir", str(tmp_path / "data"))
         assert result.returncode != 0 and says in result.stderr and len(result.stderr.strip().splitlines()) == 1
     # rpi5 here: under qemu-aarch64 (an Arm host measures it natively); the worker serves its queue only.
-    assert measuring_queues(["rpi5", "rpi5"]) == [measure_queue("rpi5")] == ["measure.rpi5"]
+    assert measuring_queues(["rpi5", "rpi5"]) == [measure_queue(*resolve("rpi5"))] == ["measure.rpi5"]

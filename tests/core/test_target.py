@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from core.backends import resolve
 from core.codegen import assembly, optimized_llvm_ir
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
-from core.lowering.executable import build_executable
+from tests.backend_calls import optimize, build_executable
 from core.target import ARM_DEVICES, all_targets, get_target
 
 PRESETS = sorted(ARM_DEVICES)
@@ -44,11 +44,12 @@ def test_arm_schedules_block_for_128_bit_neon(name):
 
 
 def test_presets_describe_their_device_and_emulator():
-    described = get_target("rpi5").describe()
+    rpi5, native = resolve("rpi5"), resolve("native")
+    described = rpi5[1].describe(rpi5[0])
     assert described["runs_on_host"] is False and described["emulator"] == "qemu-aarch64"
-    assert "Raspberry Pi 5" in described["description"]
+    assert "Raspberry Pi 5" in described["description"] and described == {**rpi5[0].describe(), **described}
     assert get_target("graviton3").num_cores == 64 and get_target("rpi4").num_cores == 4
-    assert get_target("native").describe()["emulator"] is None
+    assert native[1].describe(native[0])["emulator"] is None and "runs_on_host" not in native[0].describe()
 
 
 def conv_model(channels: int = 8, size: int = 12) -> bytes:

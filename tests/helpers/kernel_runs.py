@@ -19,6 +19,7 @@ from core.te.lower import lower
 from core.te.schedule import Schedule, create_schedule
 from core.tir.stmt import PrimFunc
 from core.kernels.registry import get_compute, get_schedule
+from core.kernels.schedules.generic import CPU_GENERIC
 
 
 @dataclass
@@ -41,7 +42,8 @@ class OpKernel:
         outs = get_compute(self.op)(holders, self.attrs, list(self.out_types or []))
         sch = create_schedule(outs)
         if self.scheduled:
-            (self.schedule_fn or get_schedule(self.op, target))(sch, outs, target)
+            # CPU kernels (get_compute's default kind, load_kernels): the CPU's generic schedules for ops without one
+            (self.schedule_fn or get_schedule(self.op, target, CPU_GENERIC))(sch, outs, target)
         args = [h for h in holders if h is not None] + list(outs)
         self.func = lower(sch, args, self.name, num_outputs=len(outs))
         self.schedule = sch
@@ -69,17 +71,17 @@ class KernelRun:
 def build_kernels(kernels: Sequence[OpKernel], target: "Target | str" = "native",
                   out_dir: "str | Path | None" = None) -> list[KernelRun]:
     """Lower every kernel, compile them all into one shared library and load it."""
-    from core.codegen.build import build_library
+    from core.codegen.build import build_cpu_library
     from core.codegen.kernel_library import load_kernels
 
     target = get_target(target)
     funcs = [k.lower(target) for k in kernels]
     if out_dir is not None:
-        lib = load_kernels(build_library(funcs, target, Path(out_dir) / "kernels.so"))
+        lib = load_kernels(build_cpu_library(funcs, target, Path(out_dir) / "kernels.so"))
     else:
         # The loaded library stays mapped after its file is gone, so nothing piles up in /tmp.
         with tempfile.TemporaryDirectory(prefix="kiln-kernels-") as tmp:
-            lib = load_kernels(build_library(funcs, target, Path(tmp) / "kernels.so"))
+            lib = load_kernels(build_cpu_library(funcs, target, Path(tmp) / "kernels.so"))
     return [KernelRun(lib, k) for k in kernels]
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 import pytest
 
 from core.backends.cuda import CudaBackend
+from tests.backend_calls import runs_on_host
 from core.target import get_target
 from service.core import queues
 from workers.compile_job import run_compile_job
+from core.backends import resolve
 from service.core.queues import COMPILE_QUEUE, GPU_QUEUE, default_queues, job_queue
 
 
 def test_cuda_jobs_go_to_the_gpu_queue_tuned_or_not():
-    assert job_queue("cuda", 0) == GPU_QUEUE == "gpu"
-    assert job_queue("cuda -arch=sm_90", 50) == GPU_QUEUE
-    assert job_queue("native", 0) == COMPILE_QUEUE and job_queue("x86-64-v4", 1) == "measure.x86-64-v4"
+    assert job_queue(*resolve("cuda"), 0) == GPU_QUEUE == "gpu"
+    assert job_queue(*resolve("cuda -arch=sm_90"), 50) == GPU_QUEUE
+    assert job_queue(*resolve("native"), 0) == COMPILE_QUEUE and job_queue(*resolve("x86-64-v4"), 1) == "measure.x86-64-v4"
 
 
 def test_a_worker_consumes_the_gpu_queue_where_a_gpu_is(monkeypatch):
@@ -50,7 +52,7 @@ def test_the_service_enqueues_cuda_jobs_on_the_gpu_queue(api, make_model, monkey
     assert [queue for _, _, queue in fake.sent] == [GPU_QUEUE, COMPILE_QUEUE]
 
 
-@pytest.mark.skipif(get_target("cuda").runs_on_host(), reason="this machine has a GPU: the job would run validation")
+@pytest.mark.skipif(runs_on_host(get_target("cuda")), reason="this machine has a GPU: the job would run validation")
 def test_a_cuda_job_without_a_gpu_succeeds_and_says_validation_was_skipped(api, make_model):
     headers = api.auth()
     model = api.upload(headers, make_model()).json()

@@ -8,6 +8,7 @@ from service.core import storage
 from workers import compile_job
 from workers.compile_job import run_compile_job
 from core.target import host_target
+from core.backends import resolve
 from service.core.queues import (COMPILE_QUEUE, announced_measure_kinds, host_device_kinds, job_queue,
                                  measured_remotely)
 
@@ -48,15 +49,15 @@ def test_tuning_job_reports_progress_and_shares_records(api, make_model, monkeyp
 
 
 def test_tuning_jobs_are_routed_to_their_device_kind():
-    assert job_queue("native", 0) == COMPILE_QUEUE
-    assert job_queue("x86-64-v4", 0) == COMPILE_QUEUE
-    assert job_queue("x86-64-v4", 100) == "measure.x86-64-v4"
-    assert job_queue("native", 10) == f"measure.{host_device_kinds()[-1]}"
+    assert job_queue(*resolve("native"), 0) == COMPILE_QUEUE
+    assert job_queue(*resolve("x86-64-v4"), 0) == COMPILE_QUEUE
+    assert job_queue(*resolve("x86-64-v4"), 100) == "measure.x86-64-v4"
+    assert job_queue(*resolve("native"), 10) == f"measure.{host_device_kinds()[-1]}"
     # Another CPU family compiles on any worker and sends only its measurements to measure.<kind>.
     foreign = host_target().arch != "aarch64"
-    assert job_queue("rpi5", 8) == (COMPILE_QUEUE if foreign else "measure.rpi5")
-    assert measured_remotely("rpi5", 8) is foreign and not measured_remotely("rpi5", 0)
-    assert not measured_remotely("cuda", 8) and not measured_remotely(host_target().name, 8)
+    assert job_queue(*resolve("rpi5"), 8) == (COMPILE_QUEUE if foreign else "measure.rpi5")
+    assert measured_remotely(*resolve("rpi5"), 8) is foreign and not measured_remotely(*resolve("rpi5"), 0)
+    assert not measured_remotely(*resolve("cuda"), 8) and not measured_remotely(*resolve(host_target().name), 8)
 
 
 def test_measuring_workers_announce_their_kinds_in_their_beats():

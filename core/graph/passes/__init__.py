@@ -4,10 +4,10 @@ from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fold_scale_bias import fold_scale_bias
 from .fuse import fuse_ops, fusion_groups
-from .manager import LEVELS, optimize, run_passes
+from .manager import LEVELS, run_passes
 from .registry import get_pass, register_pass
 from .simplify import simplify
 
 __all__ = ["LEVELS", "eliminate_common_subexpressions", "eliminate_dead_code",
-           "fold_constants", "fold_scale_bias", "fuse_ops", "fusion_groups", "get_pass", "optimize",
+           "fold_constants", "fold_scale_bias", "fuse_ops", "fusion_groups", "get_pass",
            "register_pass", "run_passes", "simplify"]

@@ -1,14 +1,12 @@
 """Runs named graph passes in order (printing the graph after each when DEBUG>=2); LEVELS says
-which registered passes each -O level runs (the table in README.md), a target's Backend which of them it skips."""
+which registered passes each -O level runs (the table in README.md), each target kind's pipeline
+(core/backends/<kind>/pipeline.py) which of them it runs, with which options."""
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
-from core.backends import get_backend
 from core.debug import DEBUG
 from core.graph.ir import Graph
-from core.target import Target, host_target
 
 from . import alter_layout, cse, eliminate_dead_code, fold_constants, fold_scale_bias, fuse, simplify  # noqa: F401
 from . import alter_layout_3d  # noqa: F401 (registers: 3-D conv regions in NCDHW[x]c)
@@ -58,10 +56,3 @@ def level_passes(opt_level: int, skipped: frozenset[str] = frozenset()) -> tuple
         raise ValueError(f"opt_level must be one of {sorted(LEVELS)}, got {opt_level!r}")
     return tuple(name for name in LEVELS[opt_level] if name not in skipped)
 
-
-def optimize(graph: Graph, opt_level: int, target: Optional[Target] = None) -> Graph:
-    """Run the passes that `target`'s backend runs at -O`opt_level` (default target: the host)."""
-    target = target or host_target()
-    graph = run_passes(graph, get_backend(target).graph_passes(opt_level, target))
-    from core.graph.op_defs.control_flow import optimize_subgraphs
-    return optimize_subgraphs(graph, lambda sub: optimize(sub, opt_level, target))

@@ -142,3 +142,8 @@ def schedule_injective(sch: Schedule, outs: Sequence[Tensor], target: Target) ->
 def schedule_reduce(sch: Schedule, outs: Sequence[Tensor], target: Target) -> None:
     for stage in _out_stages(sch, outs):
         reduce_stage(stage, target)
+
+
+# The CPU's generic (injective, reduction) schedules of ops without their own (CpuBackend.fallback_schedules; the
+# CPU-only single-op harness and tuning templates pass them to get_schedule themselves).
+CPU_GENERIC = (schedule_injective, schedule_reduce)

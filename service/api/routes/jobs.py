@@ -10,7 +10,6 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from sqlalchemy import func, or_, select
 
-from core.backends import get_backend
 from core.driver.shape_ranges import check_ranges_supported, parse_dim
 from core.errors import ShapeError
 from core.errors import UnsupportedOnTargetError
@@ -55,7 +54,7 @@ def _check_server_limits(body: JobCreate, settings: Settings) -> None:
     if body.tuning.trials > 0:
         kinds = settings.measure_kinds if settings.measure_kinds is not None else host_device_kinds()
         kinds = kinds + [k for k in announced_measure_kinds(workers_seen(settings.data_dir)) if k not in kinds]
-        reason = untunable_reason(body.target, kinds, "no worker of this server")
+        reason = untunable_reason(body.resolved_target, body.target, kinds, "no worker of this server")
         if reason:
             raise _refuse(f"{reason}; compile it with tuning.trials = 0")
     budget = body.tuning.time_budget_s
@@ -96,9 +95,8 @@ def _check_ranges(body: JobCreate) -> None:
     """Declared ranges: refused for what core.compile refuses them for, before anything is queued (the same check)."""
     if not any(isinstance(d, str) for dims in body.input_shapes.values() for d in dims):
         return
-    target = body.resolved_target
     try:
-        check_ranges_supported(target, get_backend(target), validation_inputs=bool(body.validation.inputs_id),
+        check_ranges_supported(body.resolved_target, body.resolved_backend, validation_inputs=bool(body.validation.inputs_id),
                                bisect=body.validation.bisect)
     except ShapeError as err:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"code": err.code, "message": str(err)}) from None
@@ -107,9 +105,8 @@ def _check_ranges(body: JobCreate) -> None:
 def _check_target_ops(body: JobCreate, summary: dict) -> None:
     """Every op of the model the target cannot compile, before anything is queued (models uploaded before
     the check existed have no `op_types`: their compile refuses them the same way)."""
-    target = body.resolved_target
     try:
-        get_backend(target).check_ops(summary.get("op_types", ()), target)
+        body.resolved_backend.check_ops(summary.get("op_types", ()), body.resolved_target)
     except UnsupportedOnTargetError as err:
         opset = summary.get("opsets", {}).get("ai.onnx")
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {

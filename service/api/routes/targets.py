@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from core.backends import get_backend
-from core.target import all_targets
+from core.backends import all_targets_with_backends
 
 from ..deps import UserDep
 from ..schemas.targets import TargetOut
@@ -15,4 +14,5 @@ router = APIRouter(tags=["targets"])
 @router.get("/targets", response_model=list[TargetOut])
 def list_targets(_user: UserDep) -> list[TargetOut]:
     # runs_on_host: a GPU target where the GPU is
-    return [TargetOut(**t.describe(), unsupported_ops=sorted(get_backend(t).unsupported_ops)) for t in all_targets()]
+    return [TargetOut(**backend.describe(t), unsupported_ops=sorted(backend.unsupported_ops))
+            for t, backend in all_targets_with_backends()]

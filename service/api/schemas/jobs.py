@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from core.driver.precision import HALF_PRECISIONS, PRECISIONS
 from core.errors import KilnError
-from core.target import Target, get_target
+from core.backends import Backend, resolve
+from core.target import Target
 from service.core.tables import as_utc
 
 from .builds import BaselineRequest
@@ -104,6 +105,7 @@ class JobCreate(BaseModel):
                                                       "run time may make, where its scan outputs or growing values "
                                                       "need room for every iteration (more stops the run with an error)")
     _target: Target = PrivateAttr()
+    _backend: Backend = PrivateAttr()
 
     @field_validator("name")
     @classmethod
@@ -150,7 +152,7 @@ class JobCreate(BaseModel):
     @model_validator(mode="after")
     def _resolve_target(self) -> JobCreate:
         try:
-            self._target = get_target(self.target)
+            self._target, self._backend = resolve(self.target)
         except KilnError as err:
             raise refused(str(err)) from None
         return self
@@ -159,6 +161,11 @@ class JobCreate(BaseModel):
     def resolved_target(self) -> Target:
         """`target` resolved once, at the API boundary; `target` (stored, queued) keeps the request's spelling."""
         return self._target
+
+    @property
+    def resolved_backend(self) -> Backend:
+        """`resolved_target`'s Backend, looked up with it."""
+        return self._backend
 
 
 class JobOut(BaseModel):

@@ -9,14 +9,13 @@ import pytest
 
 import core
 from core import backends
-from core.backends import get_backend, register_backend
+from core.backends import get_backend, register_backend, resolve
 from core.backends.base import BLOCKED_LAYOUT_PASSES
 from core.backends.cpu import CpuBackend
 from core.backends.cuda import CudaBackend
 from core.errors import UnknownTargetError
 from core.frontend import import_onnx
-from core.graph.passes.manager import LEVELS, optimize
-from core.kernels.registry import get_schedule
+from core.graph.passes.manager import LEVELS
 from core.runtime import loader
 from core.runtime.package import target_metadata
 from core.target import get_target
@@ -58,9 +57,9 @@ def test_the_layout_pass_gets_the_targets_vector_width_explicitly(name, lanes):
 
 
 def test_the_runtime_metadata_tells_the_loader_what_the_library_needs():
-    assert loader._needs_cuda_driver(target_metadata(CUDA))
-    assert not loader._needs_cuda_driver(target_metadata(get_target("native")))
-    assert target_metadata(CUDA)["target_kind"] == CudaBackend.kind  # still written, for older loaders
+    assert loader._needs_cuda_driver(target_metadata(*resolve(CUDA)))
+    assert not loader._needs_cuda_driver(target_metadata(*resolve("native")))
+    assert target_metadata(*resolve(CUDA))["target_kind"] == CudaBackend.kind  # still written, for older loaders
 
 
 def test_the_report_lists_the_passes_that_ran():
@@ -83,8 +82,8 @@ def test_a_new_target_kind_is_one_backend_class(monkeypatch):
 
     target = dataclasses.replace(get_target("x86-64-v3"), name="plain", kind="plain-cpu")
     backend = get_backend(target)
-    assert isinstance(backend, PlainCpuBackend) and not target.runs_on_host()
+    assert isinstance(backend, PlainCpuBackend) and not backend.describe(target)["runs_on_host"]
     assert backend.cannot_run_reason(target) == "target plain cannot run on this host"
-    graph = optimize(import_onnx(tiny_model()), 3, target)
+    graph = backend.optimize(import_onnx(tiny_model()), 3, target)
     assert not any(n.op.endswith("NCHWc") or n.op == "LayoutTransform" for n in graph.nodes)
-    assert get_schedule("Relu", target) is CpuBackend().fallback_schedules()[0]  # no schedule of its own: generic
+    assert backend.schedule("Relu", target) is CpuBackend().fallback_schedules()[0]  # no schedule of its own: generic

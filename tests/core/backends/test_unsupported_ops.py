@@ -10,8 +10,7 @@ import core
 from core.backends import get_backend
 from core.errors import ScheduleError, UnsupportedOnTargetError
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
-from core.lowering.executable import build_executable
+from tests.backend_calls import optimize, build_executable
 from core.runtime import load
 from core.target import get_target
 

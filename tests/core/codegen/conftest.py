@@ -6,7 +6,8 @@ import itertools
 import numpy as np
 import pytest
 
-from core.codegen import build_library, load_kernels
+from core.codegen import load_kernels
+from tests.backend_calls import build_library
 from core.target import get_target
 from core.tir import Buffer, For, ForKind, IntImm, PrimFunc, Store, Var
 

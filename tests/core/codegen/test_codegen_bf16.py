@@ -18,6 +18,7 @@ from core.te.lower import lower
 from core.te.schedule import create_schedule
 from core.te.tensorize import TensorizeError, get_intrinsic, intrinsics_for
 from core.tir.expr import cast
+from tests.backend_calls import runs_on_host
 
 SPR = get_target("sapphirerapids")
 DOT, CONVERT = "x86_avx512bf16_dot_16x2", "x86_avx512bf16_cvt_16"
@@ -48,7 +49,7 @@ def bf16_dot_kernel(m: int, k: int, n: int, tensorized: bool = True):
 def test_sapphirerapids_has_the_bf16_intrinsics_and_avx2_does_not():
     assert {DOT, CONVERT} <= {i.name for i in intrinsics_for(SPR)}
     assert not {DOT, CONVERT} & {i.name for i in intrinsics_for(get_target("x86-64-v3"))}
-    assert not SPR.runs_on_host() or "+amx-bf16" in get_target("native").features
+    assert not runs_on_host(SPR) or "+amx-bf16" in get_target("native").features
 
 
 def test_the_bf16_kernel_holds_vcvtneps2bf16_and_vdpbf16ps():
@@ -80,7 +81,7 @@ def test_a_nest_that_is_not_the_conversion_is_refused():
 
 def test_the_untensorized_loops_give_the_bfloat16_sums():
     """What the intrinsics are declared to compute, run on this host as plain loops."""
-    from core.codegen.build import build_library
+    from tests.backend_calls import build_library
     from core.codegen.kernel_library import load_kernels
 
     m, k, n = 3, 64, 32

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from core.codegen import BufferRef, KernelCall, ModelPlan, build_library, lower_to_llvm_ir, optimized_llvm_ir
+from core.codegen import BufferRef, KernelCall, ModelPlan, lower_to_llvm_ir, optimized_llvm_ir
+from tests.backend_calls import build_library
 from core.errors import BuildError, CodegenError
 from core.tir import Buffer, FloatImm, For, ForKind, IntImm, PrimFunc, Store, Var
 from core.target import get_target

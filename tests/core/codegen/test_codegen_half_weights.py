@@ -12,8 +12,7 @@ from core.backends import get_backend
 from core.codegen import assembly, optimized_llvm_ir
 from core.driver.precision import store_weights
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
-from core.lowering.executable import build_executable
+from tests.backend_calls import optimize, build_executable
 from core.lowering.narrow_reads import scalar_reads
 from core.target import get_target
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from core.codegen.build import assembly
+from tests.backend_calls import runs_on_host
 from core.graph.op_defs.integer import matmul_integer_reference
 from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.int8 import column_correction, pack_dot_weights
@@ -109,7 +110,7 @@ def cases(data_dtype: str, weight_limit: int | None):
 
 def host_intrinsics():
     found = {i.name: "native" for i in intrinsics_for(get_target("native"), lambda i: i.weight_dtype == "int8")}
-    if get_target("x86-64-v3").runs_on_host():  # the AVX2 lowerings, on every AVX2 host
+    if runs_on_host(get_target("x86-64-v3")):  # the AVX2 lowerings, on every AVX2 host
         found.update({name: "x86-64-v3" for name in ("x86_avx2_u8s8_8x4", "x86_avx2_u8s7_8x4", "x86_avx2_s16s8_8x2")})
     return sorted(found.items())
 

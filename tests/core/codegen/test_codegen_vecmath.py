@@ -10,7 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from core.codegen import build_library, optimized_llvm_ir, vecmath
+from core.codegen import optimized_llvm_ir, vecmath
+from tests.backend_calls import build_library
 from core.target import get_target
 from core.tir import Buffer, For, ForKind, IntImm, PrimFunc, Store, Var, call, const
 

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from core.codegen import build_library, lower_to_llvm_ir, optimized_llvm_ir
+from core.codegen import lower_to_llvm_ir, optimized_llvm_ir
+from tests.backend_calls import build_library
 from core.target import get_target, host_target
 from core.tir import (Allocate, Buffer, FloatImm, For, ForKind, IfThenElse, IntImm, LetStmt, PrimFunc, Store, Var,
                       call, cast, logical_and, select, seq)

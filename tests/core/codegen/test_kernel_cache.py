@@ -12,7 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import core
-from core.codegen import build_library, load_kernels
+from core.codegen import load_kernels
+from tests.backend_calls import build_library
 from core.codegen.kernel_cache import CachedObject, KernelCache, resolve
 from core.errors import CodegenError, KilnError
 from core.graph.ir import Graph, Node, TensorType

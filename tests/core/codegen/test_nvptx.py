@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.codegen.build import build_library
+from tests.backend_calls import build_library
 from core.codegen.kernel_library import load_kernels
 from core.codegen.nvptx import GPUScheduleError, emit_ptx, launch_config
 from core.codegen.ptxas import assemble, find_ptxas

@@ -10,7 +10,7 @@ import pytest
 import core
 from core.driver.reference import reference_session
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
+from tests.backend_calls import optimize
 from core.runtime import load
 
 from .qdq_models import (assert_within_one_step, branchy_cnn, input_shape, output_step, quantize, residual_cnn,

@@ -7,7 +7,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from core.frontend import import_onnx
 from core.graph.ir import TensorType
-from core.graph.passes import eliminate_dead_code, fold_scale_bias, optimize
+from core.graph.passes import eliminate_dead_code, fold_scale_bias
+from tests.backend_calls import optimize
 from tests.helpers.graphs import F32, assert_same_meaning, conv, image_builder, ops, rng
 
 

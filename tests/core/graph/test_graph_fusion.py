@@ -166,8 +166,8 @@ def test_debug_print_shows_the_fused_ops(capsys):
 @pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v4"])
 @pytest.mark.parametrize("level,computing", [(0, 4), (1, 2), (2, 1), (3, 1)])
 def test_each_group_is_one_kernel(level, computing, target):
-    from core.lowering.executable import build_executable
-    from core.graph.passes import optimize
+    from tests.backend_calls import build_executable
+    from tests.backend_calls import optimize
     from core.target import get_target
 
     graph, _ = _conv_bias_relu()

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import core
 from core.driver.reference import reference_session
+from tests.backend_calls import runs_on_host
 from core.frontend import import_onnx
 from core.graph.passes.pack_int8_weights import pack_int8_weights
 from core.target import get_target
@@ -81,7 +82,7 @@ def test_the_cpu_backend_picks_the_intrinsic_from_features():
     assert options("aarch64") == {"intrinsics": ()}
 
 
-HOST_TARGETS = [spec for spec in ("x86-64-v3", "native") if get_target(spec).runs_on_host()]
+HOST_TARGETS = [spec for spec in ("x86-64-v3", "native") if runs_on_host(get_target(spec))]
 
 
 @pytest.mark.parametrize("spec", HOST_TARGETS)

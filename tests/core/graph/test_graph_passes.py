@@ -7,7 +7,8 @@ import pytest
 from core.debug import debug_level
 from core.graph.interpret import evaluate
 from core.graph.ir import Graph, Node, TensorType
-from core.graph.passes import LEVELS, eliminate_dead_code, fold_constants, optimize, run_passes
+from core.graph.passes import LEVELS, eliminate_dead_code, fold_constants, run_passes
+from tests.backend_calls import optimize
 
 F32 = "float32"
 

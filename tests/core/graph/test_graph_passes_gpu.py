@@ -6,7 +6,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from core.backends import get_backend
 from core.frontend import import_onnx
-from core.graph.passes.manager import LEVELS, optimize
+from core.graph.passes.manager import LEVELS
+from tests.backend_calls import optimize
 from core.target import get_target
 
 CUDA = get_target("cuda")

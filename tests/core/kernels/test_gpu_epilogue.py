@@ -7,9 +7,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from core.codegen.nvptx import emit_ptx
-from core.lowering.executable import build_executable
+from tests.backend_calls import build_executable, optimize
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
 from core.target import get_target
 
 from .test_gpu_models import emulate

@@ -9,12 +9,12 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 import pytest
 
-from core.codegen.build import build_library
+from tests.backend_calls import build_library, get_schedule
 from core.codegen.kernel_library import load_kernels
 from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble, find_ptxas
 from core.graph.ir import TensorType
-from core.kernels.registry import get_compute, get_schedule
+from core.kernels.registry import get_compute
 from tests.helpers.kernel_runs import onnx_reference
 from core.target import get_target
 from core.te import tensor as te

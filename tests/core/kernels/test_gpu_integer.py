@@ -13,8 +13,7 @@ from core.codegen.ptxas import assemble, find_ptxas
 from core.frontend import import_onnx
 from core.graph.ir import TensorType
 from core.graph.op_defs.integer import matmul_integer_reference
-from core.graph.passes.manager import optimize
-from core.lowering.executable import build_executable
+from tests.backend_calls import optimize, build_executable
 from core.packing.int8 import column_correction, pack_dot_weights
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
@@ -164,7 +163,7 @@ def test_tuning_explores_dp4a_tiles():
     (the same loops without it, run here) compute the exact sums."""
     import random
 
-    from core.tune.task import extract_tasks
+    from tests.backend_calls import extract_tasks
 
     target = get_target("cuda")
     graph = optimize(import_onnx(matmul_integer_model(48, 96, 64).SerializeToString()), 3, target)

@@ -9,12 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.codegen.build import build_library
+from tests.backend_calls import build_library, build_executable, optimize
 from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble, find_ptxas
-from core.lowering.executable import build_executable
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
 from core.runtime import load
 from core.target import get_target, host_target
 from core.driver.validate import index_bounds, random_inputs

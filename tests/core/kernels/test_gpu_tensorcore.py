@@ -12,8 +12,7 @@ from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble, find_ptxas
 from core.frontend import import_onnx
 from core.graph.ir import TensorType
-from core.graph.passes.manager import optimize
-from core.lowering.executable import build_executable
+from tests.backend_calls import optimize, build_executable
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
 
@@ -135,7 +134,7 @@ def test_tuning_explores_tensor_core_tiles():
     """A batched float16 MatMul's task (one the whole-group GEMM of gemm_group.py does not take: its B is 3-D) has
     the tensor-core knobs; its valid configs tensorize and ptxas takes them. A 2-D one has no task: the GEMM
     kernel builds its group whole."""
-    from core.tune.task import extract_tasks
+    from tests.backend_calls import extract_tasks
 
     target = get_target("cuda")
     graph = optimize(import_onnx(matmul_model(64, 128, 64).SerializeToString()), 3, target)

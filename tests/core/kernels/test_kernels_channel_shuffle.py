@@ -10,8 +10,7 @@ from onnx import TensorProto, helper
 
 import core
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
-from core.lowering.executable import build_executable
+from tests.backend_calls import optimize, build_executable
 from core.target import get_target
 from core.tir.expr import BinOp, IntImm
 from core.tir.functor import stmt_exprs, walk_expr, walk_stmt

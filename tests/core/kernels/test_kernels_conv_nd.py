@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
+from tests.backend_calls import optimize
 
 from .conv_nd_models import r3d_block_net, unet3d
 from .spatial_cases import assert_kiln_matches_ort, assert_model_matches

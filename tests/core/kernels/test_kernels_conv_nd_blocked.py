@@ -8,8 +8,8 @@ from onnx import helper
 
 from core.codegen.build import optimized_llvm_ir
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
-from core.kernels import get_compute, get_schedule
+from tests.backend_calls import optimize, get_schedule
+from core.kernels import get_compute
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower

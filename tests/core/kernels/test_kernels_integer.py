@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from core.graph.op_defs.integer import conv_integer_reference, matmul_integer_reference
+from tests.backend_calls import runs_on_host
 from tests.helpers.kernel_runs import Case, assert_matches, run_cases
 
 rng = np.random.default_rng(21)
@@ -145,7 +146,7 @@ def _packed_targets():
     for spec in ("x86-64-v3", "native"):
         target = get_target(spec)
         exact = lambda i: i.weight_dtype == "int8" and i.weight_limit is None  # noqa: E731 (full-range weights)
-        dots = intrinsics_for(target, exact) if target.runs_on_host() else []
+        dots = intrinsics_for(target, exact) if runs_on_host(target) else []
         for dot in dots if spec == "x86-64-v3" else dots[:1]:  # every exact AVX2 lowering; the host's best
             if dot.name not in [d.name for _, d in found]:
                 found.append((spec, dot))

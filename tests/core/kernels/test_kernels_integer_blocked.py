@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from core.graph.op_defs.integer import conv_integer_reference
+from tests.backend_calls import runs_on_host
 from core.graph.op_defs.integer_blocked import to_channels_last
 from tests.helpers.kernel_runs import Case, assert_matches, run_cases
 from core.packing.int8 import column_correction, conv_weights_as_columns, pack_dot_weights
@@ -16,7 +17,7 @@ TARGET = get_target("x86-64-v3")
 # Exact for any s8 weights, on every x86-64-v3 host: 8-bit data widened per call, and int16 data (vpmaddwd, 2 deep)
 INTRINSIC, WORDS = "x86_avx2_u8s8_8x4", "x86_avx2_s16s8_8x2"
 rng = np.random.default_rng(33)
-pytestmark = pytest.mark.skipif(not TARGET.runs_on_host(), reason="needs an AVX2 host")
+pytestmark = pytest.mark.skipif(not runs_on_host(TARGET), reason="needs an AVX2 host")
 LIMITS = {"uint8": (0, 255), "int8": (-128, 127)}
 
 

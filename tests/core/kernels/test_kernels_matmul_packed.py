@@ -8,7 +8,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from core.codegen.build import assembly, build_library
+from core.codegen.build import assembly
+from tests.backend_calls import build_library
 from core.codegen.kernel_library import load_kernels
 from core.graph.ir import Graph, Node, TensorType
 from core.graph.ops import get_op

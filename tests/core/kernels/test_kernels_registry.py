@@ -7,7 +7,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from core.codegen.build import build_library
+from core.backends import resolve
+from core.codegen.build import build_cpu_library
 from core.codegen.kernel_library import load_kernels
 from core.errors import KilnError
 from core.graph.ir import TensorType
@@ -28,7 +29,7 @@ Add Sub Mul Div Pow Max Min Equal Less Greater LessOrEqual GreaterOrEqual And Or
 GlobalAveragePool GlobalMaxPool MatMul Reshape Transpose Concat Slice Gather GatherElements Expand Pad ReduceSum
 ReduceMean ReduceMax ReduceMin ReduceProd Softmax LogSoftmax LayerNormalization""".split()
 
-NATIVE = get_target("native")
+NATIVE, CPU = resolve("native")  # the generic schedules of ops without their own are the Backend's
 
 
 def kernel(op, shapes, attrs=None, out_types=None, target=NATIVE, dtype="float32"):
@@ -36,7 +37,7 @@ def kernel(op, shapes, attrs=None, out_types=None, target=NATIVE, dtype="float32
     holders = [te.placeholder(s, dtype, f"in{k}") for k, s in enumerate(shapes)]
     outs = get_compute(op)(holders, attrs or {}, out_types or [])
     sch = create_schedule(outs)
-    get_schedule(op, target)(sch, outs, target)
+    resolve(target)[1].schedule(op, target)(sch, outs, target)
     return lower(sch, holders + outs, f"k_{op.lower()}", num_outputs=len(outs)), sch, outs
 
 
@@ -48,7 +49,7 @@ def test_every_graph_op_has_a_compute_and_a_schedule():
     missing = [op for op in GRAPH_OPS if op not in registered_ops()]
     assert not missing
     for op in GRAPH_OPS:
-        assert callable(get_compute(op)) and callable(get_schedule(op, NATIVE))
+        assert callable(get_compute(op)) and callable(CPU.schedule(op, NATIVE))
 
 
 def test_unknown_op_is_a_typed_error():
@@ -70,10 +71,15 @@ def test_unscheduled_op_falls_back_to_a_generic_schedule():
         x = inputs[0]
         return [te.compute(x.shape, lambda *i: x(*i) * 2.0, name="twice")]
 
-    assert get_schedule("KernelsTestOnlyTwice", NATIVE) is schedule_injective
+    assert CPU.schedule("KernelsTestOnlyTwice", NATIVE) is schedule_injective
+    with pytest.raises(MissingKernelError, match="KernelsTestOnlyTwice"):  # the registry alone has none for it
+        get_schedule("KernelsTestOnlyTwice", NATIVE)
     assert schedule_reduce is not schedule_injective
-    # cuda has generic fallbacks of its own; a kind without any still refuses clearly.
-    assert get_schedule("KernelsTestOnlyTwice", dataclasses.replace(NATIVE, kind="cuda")) is not schedule_injective
+    # The generic schedules are the caller's (its Backend's, handed down); cuda has its own; none: a clear refusal.
+    cuda, cuda_backend = resolve("cuda")
+    assert cuda_backend.schedule("KernelsTestOnlyTwice", cuda) is not schedule_injective
+    assert get_schedule("KernelsTestOnlyTwice", cuda, cuda_backend.fallback_schedules()) is cuda_backend.schedule(
+        "KernelsTestOnlyTwice", cuda)
     other = dataclasses.replace(NATIVE, kind="tpu")
     with pytest.raises(MissingKernelError, match="tpu"):
         get_schedule("KernelsTestOnlyTwice", other)
@@ -139,7 +145,7 @@ def test_conv_schedule_leaves_foreign_stages_alone():
     assert sch[conv.op.input_tensors[0]].annotations  # the conv reduction itself was tiled
     func = lower(sch, [x, w, b, relu], "k_conv_relu")
     with tempfile.TemporaryDirectory() as tmp:
-        lib = load_kernels(build_library([func], NATIVE, f"{tmp}/k.so"))
+        lib = load_kernels(build_cpu_library([func], NATIVE, f"{tmp}/k.so"))
     rng = np.random.default_rng(0)
     xa, wa = rng.standard_normal((1, 8, 10, 10)).astype(np.float32), rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
     ba = rng.standard_normal(8).astype(np.float32)
@@ -170,14 +176,14 @@ def test_op_schedules_with_a_fused_consumer():
         (out,) = get_compute(op)(holders, attrs, [])
         relu = unary("Relu", out, {})
         sch = create_schedule([relu])
-        get_schedule(op, NATIVE)(sch, [relu], NATIVE)
+        CPU.schedule(op, NATIVE)(sch, [relu], NATIVE)
         assert not sch[relu].annotations and sch[relu].leaf_iter_vars == list(relu.op.axis), op
         funcs.append(lower(sch, holders + [relu], f"fused{k}"))
         arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
         feeds.append(arrays)
         refs.append(np.maximum(onnx_reference(op, arrays, onnx_attrs)[0], 0))
     with tempfile.TemporaryDirectory() as tmp:
-        lib = load_kernels(build_library(funcs, NATIVE, f"{tmp}/fused.so"))
+        lib = load_kernels(build_cpu_library(funcs, NATIVE, f"{tmp}/fused.so"))
     for func, arrays, ref, (op, *_) in zip(funcs, feeds, refs, FUSED):
         out = np.zeros(ref.shape, np.float32)
         lib.call(func.name, *arrays, out, *[np.zeros(b.shape, b.dtype) for b in func.workspaces])

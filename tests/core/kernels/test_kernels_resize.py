@@ -88,7 +88,7 @@ def _conv_then_resize(tail_conv: bool):
 @pytest.mark.parametrize("tail_conv", [False, True])
 def test_resize_between_blocked_convs_runs_on_channel_blocks(tail_conv):
     from core.frontend import import_onnx
-    from core.graph.passes.manager import optimize
+    from tests.backend_calls import optimize
     from core.target import get_target
     from .spatial_cases import assert_model_matches
 

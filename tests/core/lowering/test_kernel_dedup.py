@@ -1,14 +1,13 @@
-"""Kernel deduplication (core.kernel_dedup): identical kernels compile once and are called at each site."""
+"""Kernel deduplication (core/tir/kernel_dedup.py): identical kernels compile once and are called at each site."""
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import core
-from core.lowering.executable import build_executable
+from tests.backend_calls import build_executable, optimize
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
-from core.lowering.kernel_dedup import share_identical, structural_key
+from core.tir.kernel_dedup import share_identical, structural_key
 from core.target import get_target
 from core.driver.validate import compare, index_bounds, onnxruntime_session, random_inputs
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.codegen import BufferRef, KernelCall, ModelPlan, build_library
+from core.codegen import BufferRef, KernelCall, ModelPlan
+from tests.backend_calls import build_library, target_metadata
 from core.runtime.header import render_header
-from core.runtime.package import target_metadata, write_artifact
+from core.runtime.package import write_artifact
 from core.target import get_target
 from core.tir import Buffer, FloatImm, For, ForKind, IntImm, PrimFunc, Store, Var, maximum, seq
 

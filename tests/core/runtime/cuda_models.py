@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from core.codegen import BufferRef, KernelCall, ModelPlan, build_library
+from core.codegen import BufferRef, KernelCall, ModelPlan
+from tests.backend_calls import build_library, target_metadata
 from core.runtime.header import render_header
-from core.runtime.package import target_metadata, write_artifact
+from core.runtime.package import write_artifact
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower

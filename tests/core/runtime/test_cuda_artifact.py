@@ -11,7 +11,7 @@ import tarfile
 import pytest
 
 from tests.core.runtime import cuda_models
-from core.codegen import build_library
+from tests.backend_calls import build_library
 from core.target import get_target
 from core.codegen.build_cuda import DEVICE_ALIGN, check_ptx, device_layout
 from core.codegen.nvptx import emit_ptx

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.codegen.build import build_library
+from tests.backend_calls import build_library
 from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower

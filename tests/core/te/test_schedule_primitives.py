@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from core.codegen.build import build_library
+from tests.backend_calls import build_library
 from core.codegen.kernel_library import load_kernels
 from core.errors import ScheduleError
 from core.target import get_target
@@ -636,7 +636,7 @@ def test_matmul_template_exposes_the_unroll_pragma_as_a_knob():
     from core.codegen.build import lower_to_llvm_ir
     from core.kernels.schedules.matmul import schedule_matmul
     from tests.helpers.kernel_runs import OpKernel, build_kernels
-    from core.tune.templates import get_template
+    from tests.backend_calls import get_template
 
     rng = np.random.default_rng(1)
     # Two rows: too few to pack B, so the product runs the register-tile schedule (matmul.py) that has the knob.

@@ -40,7 +40,7 @@ def tiny_model() -> bytes:
 @pytest.fixture(scope="session")
 def tiny_graph(tiny_model):
     from core.frontend import import_onnx
-    from core.graph.passes.manager import optimize
+    from tests.backend_calls import optimize
 
     return optimize(import_onnx(tiny_model), 3)
 
@@ -48,7 +48,7 @@ def tiny_graph(tiny_model):
 @pytest.fixture(scope="session")
 def tiny_tasks(tiny_graph):
     from core.target import get_target
-    from core.tune.task import extract_tasks
+    from tests.backend_calls import extract_tasks
 
     return extract_tasks(tiny_graph, get_target("native"))
 

@@ -12,7 +12,8 @@ from core.kernels.schedules.conv_nd_nchwc import schedule_conv_nd_nchwc
 from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.blocked import from_blocked, pack_weights, to_blocked
 from core.target import get_target
-from core.tune.templates import anchor_stage, get_template
+from core.tune.templates import anchor_stage
+from tests.backend_calls import get_template
 
 rng = np.random.default_rng(9)
 TARGET = get_target("native")

@@ -11,7 +11,8 @@ from core.graph.op_defs.conv_nd import conv_nd_fold
 from core.kernels.schedules.conv_nd import schedule_conv_nd
 from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.target import get_target
-from core.tune.templates import anchor_stage, get_template
+from core.tune.templates import anchor_stage
+from tests.backend_calls import get_template
 
 rng = np.random.default_rng(8)
 TARGET = get_target("native")

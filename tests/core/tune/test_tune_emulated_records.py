@@ -12,7 +12,8 @@ import pytest
 
 import core
 from core.target import get_target
-from core.tune import TuningOptions, tune_graph
+from core.tune import TuningOptions
+from tests.backend_calls import tune_graph
 from core.tune.measuring_device import NativeDevice
 from core.tune.records import EMULATED, NATIVE, RecordsDB, load_records
 from core.tune.remote import RemoteMeasurement
@@ -58,7 +59,7 @@ def remote_options(records, emulated, key: str, trials: int = 6) -> TuningOption
 @pytest.fixture(scope="module")
 def graph(make_tiny_cnn):
     from core.frontend import import_onnx
-    from core.graph.passes.manager import optimize
+    from tests.backend_calls import optimize
 
     return optimize(import_onnx(make_tiny_cnn(two_identical=False)), 3, get_target("native"))
 

@@ -11,16 +11,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.codegen.build import build_library
+from tests.backend_calls import build_library, optimize, extract_tasks, tunable_ops
 from core.codegen.kernel_library import load_kernels
 from core.codegen.ptxas import assemble, find_ptxas
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
 from core.tune.measure import LocalBuilder, Measurer
-from core.tune.task import extract_tasks
-from core.tune.templates import tunable_ops
 
 CUDA = get_target("cuda")
 

@@ -12,13 +12,14 @@ from core.kernels.schedules.integer import schedule_conv_integer, schedule_depth
 from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.int8 import column_correction, conv_weights_as_columns, pack_dot_weights
 from core.target import get_target
-from core.tune.templates import anchor_stage, get_template, tunable_ops
+from core.tune.templates import anchor_stage
+from tests.backend_calls import get_template, tunable_ops, runs_on_host
 
 TARGET = get_target("x86-64-v3")  # the AVX2 intrinsics: every x86-64-v3 host runs them
 INTRINSIC = "x86_avx2_u8s8_8x4"
 WORDS = "x86_avx2_s16s8_8x2"  # int16 data, 2 deep
 rng = np.random.default_rng(12)
-pytestmark = pytest.mark.skipif(not TARGET.runs_on_host(), reason="needs an AVX2 host")
+pytestmark = pytest.mark.skipif(not runs_on_host(TARGET), reason="needs an AVX2 host")
 
 
 def matmul_case():

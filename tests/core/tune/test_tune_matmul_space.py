@@ -11,10 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import core
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
+from tests.backend_calls import optimize, extract_tasks
 from core.target import get_target
 from core.tune.records import Record, append_records
-from core.tune.task import extract_tasks
 
 rng = np.random.default_rng(3)
 SHAPES = [(24, 64, 48), (96, 256, 64), (1, 96, 40)]  # packed, packed with k and column blocks, a GEMV (plain)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from core.target import get_target
-from core.tune import TuningOptions, tune_graph
+from core.tune import TuningOptions
+from tests.backend_calls import tune_graph, measuring_device
 from core.tune.measure import MeasureErrorNo
-from core.tune.measuring_device import EmulatedDevice, NativeDevice, measuring_device
+from core.tune.measuring_device import EmulatedDevice, NativeDevice
 from core.tune.remote import MeasuringDevicesLost, RemoteMeasurement
 
 N = 64
@@ -98,7 +99,7 @@ class DeviceTransport:
 @pytest.fixture(scope="module")
 def rpi5_graph(make_tiny_cnn):
     from core.frontend import import_onnx
-    from core.graph.passes.manager import optimize
+    from tests.backend_calls import optimize
 
     return optimize(import_onnx(make_tiny_cnn(two_identical=False)), 3, get_target("rpi5"))
 

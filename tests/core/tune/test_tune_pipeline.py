@@ -7,7 +7,8 @@ import onnxruntime as ort
 
 import core
 from core.target import get_target
-from core.tune import RecordsDB, TuningOptions, tune_graph
+from core.tune import RecordsDB, TuningOptions
+from tests.backend_calls import tune_graph
 from core.tune.records import load_records
 from core.tune.session import MIN_GAIN
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.target import get_target
+from core.backends import resolve
 from core.tune import session
 from core.tune.options import TuningOptions
 from core.tune.features import FEATURE_VERSION
 from core.tune.records import Record, RecordsDB
 from core.tune.tuner import TuneResult
+
+NATIVE = resolve("native")  # the target and its Backend, handed to tune_graph
 
 
 def test_budget_is_spread_over_tasks_by_trial_share(tiny_graph, tiny_tasks, monkeypatch):
@@ -24,7 +26,7 @@ def test_budget_is_spread_over_tasks_by_trial_share(tiny_graph, tiny_tasks, monk
     monkeypatch.setattr(session.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(session, "tune", fake_tune)
     monkeypatch.setattr(session, "Measurer", lambda task, runner, builder: type("M", (), {"close": lambda self: None})())
-    session.tune_graph(tiny_graph, get_target("native"), TuningOptions(trials=6, time_budget_s=10.0, tuner="random"))
+    session.tune_graph(tiny_graph, *NATIVE, TuningOptions(trials=6, time_budget_s=10.0, tuner="random"))
     assert [k for k, *_ in deadlines] == [t.key for t in tiny_tasks]
     (_, first_trials, first_s), (_, second_trials, second_s) = deadlines
     assert (first_trials, second_trials) == (4, 2)
@@ -54,7 +56,7 @@ def test_other_workloads_records_pre_train_the_model(tmp_path, tiny_graph, tiny_
     db = RecordsDB(records)
     db.add([Record("another-model-conv", "native", {}, k, (1e-3,), 0, float(rng.uniform(10, 100)), "Conv2dNCHWc",
                    tuple(rng.uniform(0, 4, FEATURE_LENGTH)), FEATURE_VERSION) for k in range(12)])
-    outcome = session.tune_graph(tiny_graph, get_target("native"),
+    outcome = session.tune_graph(tiny_graph, *NATIVE,
                                  TuningOptions(trials=4, records=str(records), batch_size=2, min_repeat_ms=1.0))
     conv = next(t for t in outcome.report["tasks"] if t["workload"].startswith("Conv2dNCHWc"))
     assert conv["transfer_workloads"] == 1 and conv["trials"] > 0 and conv["best_gflops"] > 0
@@ -87,7 +89,7 @@ def test_asked_to_stop_ends_tuning_after_the_batch_and_keeps_the_best(tiny_graph
     plans: list[dict] = []
     opts = TuningOptions(trials=64, tuner="random", batch_size=4, build_workers=1, min_repeat_ms=1.0,
                          on_plan=plans.append, on_batch=batches.append, should_stop=lambda: len(batches) >= 1)
-    outcome = session.tune_graph(tiny_graph, get_target("native"), opts)
+    outcome = session.tune_graph(tiny_graph, *NATIVE, opts)
     assert plans[0]["trials"] == 64 and plans[0]["estimate_s"] > 0
     assert len(batches) == 1 and batches[0]["trials"] == 4 and batches[0]["planned"] == 64
     assert batches[0]["best_gflops"] > 0 and batches[0]["left_s"] >= 0

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
+from tests.backend_calls import optimize, extract_tasks
 from core.target import get_target
 from core.tune.session import split_trials
-from core.tune.task import extract_tasks
 
 
 def test_identical_workloads_share_a_task(tiny_tasks):
@@ -43,7 +42,8 @@ def test_trials_split_by_weight(tiny_tasks):
 
 
 def test_cross_target_tuning_measures_nothing(tiny_graph):
-    from core.tune import TuningOptions, tune_graph
+    from core.tune import TuningOptions
+    from tests.backend_calls import tune_graph
 
     target = get_target("aarch64")
     outcome = tune_graph(tiny_graph, target, TuningOptions(trials=8))

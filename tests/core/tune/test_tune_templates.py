@@ -18,7 +18,8 @@ from core.packing.blocked import block_for, from_blocked, pack_weights, to_block
 from core.packing.winograd import winograd_weights
 from core.target import get_target
 from core.tir.stmt import For, ForKind
-from core.tune.templates import MAX_UNROLLED_FMAS, anchor_stage, get_template
+from core.tune.templates import MAX_UNROLLED_FMAS, anchor_stage
+from tests.backend_calls import get_template
 
 rng = np.random.default_rng(5)
 TARGET = get_target("native")

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from core.graph.op_defs.ml import tree_ensemble_fold
-from core.kernels.registry import get_schedule
+from tests.backend_calls import get_schedule, get_template
 from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.kernels.tree_ensemble import BRANCH_FREE, BRANCHY, LAYOUT_ATTR, WALKS, tree_layout
 from core.target import get_target
 from core.tune import templates_trees  # noqa: F401 (registers the template)
-from core.tune.templates import anchor_stage, get_template
+from core.tune.templates import anchor_stage
 from tests.core.kernels.test_kernels_tree_ensemble import random_trees
 
 TARGET = get_target("native")
@@ -92,10 +92,11 @@ def test_tree_tasks_are_measured_on_their_tables_and_distinct_inputs():
     from sklearn.ensemble import GradientBoostingClassifier
 
     from core.frontend import import_onnx
-    from core.graph.passes.manager import optimize
+    from tests.backend_calls import optimize
     from core.tune.measure import DISTINCT_INPUTS, LocalRunner, Measurer, real_inputs
     from core.tune.measure_worker import distinct_sets, seeded_arrays, with_real_inputs
-    from core.tune.task import extract_tasks, group_inputs
+    from core.tune.task import group_inputs
+    from tests.backend_calls import extract_tasks
 
     x, y = make_classification(120, 5, random_state=0)
     model = skl2onnx.to_onnx(GradientBoostingClassifier(n_estimators=12, max_depth=3, random_state=0).fit(x, y),

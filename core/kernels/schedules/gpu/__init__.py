@@ -1,9 +1,9 @@
 """cuda schedules (and the computes shaped for them): registers each op family's GPU schedule with
-`register_schedule(op, CudaBackend.kind)`; the generic GPU fallbacks (injective, reduction, epilogue)
+`register_schedule(op, CUDA_KIND)`; the generic GPU fallbacks (injective, reduction, epilogue)
 are the CudaBackend's."""
 from __future__ import annotations
 
-from ....backends.cuda import CudaBackend
+from ....target import CUDA_KIND
 from ...registry import register_schedule
 from .conv2d import schedule_conv2d
 from .dense import schedule_matmul
@@ -22,4 +22,4 @@ _SCHEDULES = {
 }
 for _schedule, _ops in _SCHEDULES.items():
     for _op in _ops:
-        register_schedule(_op, CudaBackend.kind)(_schedule)
+        register_schedule(_op, CUDA_KIND)(_schedule)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from ....backends.cuda import CudaBackend
+from ....target import CUDA_KIND
 from ....errors import ScheduleError, ShapeError
 from ....graph.ir import TensorType
 from ....target import Target
@@ -70,7 +70,7 @@ def conv2d_gpu(x: te.Tensor, w: te.Tensor, strides: Sequence[int], pads: Sequenc
     return te.compute((n, m, oh, ow), body, name="conv2d", tag="conv2d", attrs=attrs)
 
 
-@register_compute("Conv", CudaBackend.kind)
+@register_compute("Conv", CUDA_KIND)
 def conv_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     x, w = require(inputs, 2, "Conv")
     bias = inputs[2] if len(inputs) > 2 else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from ....backends.cuda import CudaBackend
+from ....target import CUDA_KIND
 from ....errors import ScheduleError, ShapeError
 from ....graph.ir import TensorType
 from ....target import Target
@@ -35,7 +35,7 @@ from .reduce import one_thread_per_output
 TARGET_BLOCKS = 132  # one block per SM of an H100 at least, before register tiles grow
 
 
-@register_compute("MatMul", CudaBackend.kind)
+@register_compute("MatMul", CUDA_KIND)
 def matmul_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     a, b = require(inputs, 2, "MatMul")
     if attrs.get("packed_columns") is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from ....backends.cuda import CudaBackend
+from ....target import CUDA_KIND
 from ....graph.ir import TensorType
 from ....target import Target
 from ....te import tensor as te
@@ -69,19 +69,19 @@ def _axis(attrs: Mapping[str, Any], rank: int, op: str) -> int:
     return axis + rank if axis < 0 else axis
 
 
-@register_compute("Softmax", CudaBackend.kind)
+@register_compute("Softmax", CUDA_KIND)
 def softmax_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     (x,) = require(inputs, 1, "Softmax")
     return [_softmax(x, _axis(attrs, x.ndim, "Softmax"), log=False)]
 
 
-@register_compute("LogSoftmax", CudaBackend.kind)
+@register_compute("LogSoftmax", CUDA_KIND)
 def log_softmax_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     (x,) = require(inputs, 1, "LogSoftmax")
     return [_softmax(x, _axis(attrs, x.ndim, "LogSoftmax"), log=True)]
 
 
-@register_compute("LayerNormalization", CudaBackend.kind)
+@register_compute("LayerNormalization", CUDA_KIND)
 def layer_norm_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     x, scale, bias, axis, epsilon = layer_norm_operands(inputs, attrs)
     eps = const(epsilon, "float32")

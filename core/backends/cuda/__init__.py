@@ -6,14 +6,15 @@ import glob
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..target import Target, host_target
-from . import register_backend
-from .base import Backend
+from ...target import CUDA_KIND, Target, host_target
+from .. import register_backend
+from ..base import Backend
+from . import pipeline
 
 
 @register_backend
 class CudaBackend(Backend):
-    kind = "cuda"
+    kind = CUDA_KIND
     host_code = False
     has_shared = True
     blocked_layouts = False
@@ -26,13 +27,7 @@ class CudaBackend(Backend):
                                  "If", "Loop"})  # If/Loop run at run time: CPU entries only (control_flow.py)
 
     def pass_names(self, opt_level: int) -> tuple[str, ...]:
-        """The CPU's passes less the blocked layouts; float16 MatMuls keep float16 operands for the tensor cores
-        (before fusion, so their epilogues fuse as before)."""
-        names = super().pass_names(opt_level)
-        if not opt_level:
-            return names
-        at = names.index("fuse_ops") if "fuse_ops" in names else len(names)
-        return names[:at] + ("half_matmul_operands",) + names[at:]
+        return pipeline.pass_names(opt_level)
 
     def weight_storage_dtypes(self, target: Target) -> tuple[str, ...]:
         """float16 and bfloat16 weights widen in a conversion per load (cvt), and a half-precision MatMul feeds them
@@ -40,19 +35,16 @@ class CudaBackend(Backend):
         return ("float16", "bfloat16")
 
     def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
-        from ..te.tensorize import intrinsics_for
-
-        dots = intrinsics_for(target, lambda i: i.lanes == 1 and i.weight_dtype == "int8")  # dp4a
-        return {"pack_int8_weights": {"intrinsics": tuple(i.name for i in dots)}}
+        return pipeline.pass_options(target)
 
     def fallback_schedules(self):
-        from ..kernels.schedules.gpu.injective import schedule_injective
-        from ..kernels.schedules.gpu.reduce import schedule_reduce
+        from ...kernels.schedules.gpu.injective import schedule_injective
+        from ...kernels.schedules.gpu.reduce import schedule_reduce
 
         return schedule_injective, schedule_reduce
 
     def epilogue_schedule(self):
-        from ..kernels.schedules.gpu.epilogue import schedule_epilogue
+        from ...kernels.schedules.gpu.epilogue import schedule_epilogue
 
         return schedule_epilogue
 
@@ -64,21 +56,21 @@ class CudaBackend(Backend):
 
     def group_kernel(self, nodes, graph, target: Target, name: str, outputs, inputs):
         """A float16/bfloat16 MatMul and its epilogue chain: the tensor-core GEMM (gemm_group.py)."""
-        from ..kernels.schedules.gpu.gemm_group import gemm_group_kernel
+        from ...kernels.schedules.gpu.gemm_group import gemm_group_kernel
 
         return gemm_group_kernel(nodes, graph, target, name, outputs, inputs)
 
     def load_templates(self) -> None:
-        from ..tune import templates_gpu  # noqa: F401 (registers; CPU-only compiles never load the GPU schedules)
+        from ...tune import templates_gpu  # noqa: F401 (registers; CPU-only compiles never load the GPU schedules)
 
     def build_library(self, funcs: Sequence, target: Target, out_path: Path, plan=None) -> Path:
-        from ..codegen.build_cuda import build_cuda_library
+        from ...codegen.build_cuda import build_cuda_library
 
         return build_cuda_library(funcs, target, out_path, plan)
 
     def build_candidate(self, funcs: Sequence, target: Target, directory: Path, name: str) -> Path:
         """PTX and its launches, which the GPU runner's driver loads."""
-        from ..codegen.cuda_kernels import save_cuda_kernels
+        from ...codegen.cuda_kernels import save_cuda_kernels
 
         return save_cuda_kernels(funcs, target, Path(directory) / f"{name}.cuda.json")
 
@@ -89,13 +81,13 @@ class CudaBackend(Backend):
 
     def has_device(self, target: Target) -> bool:
         """An NVIDIA GPU and its driver, found without cuInit."""
-        from ..runtime.loader import _cuda_driver
+        from ...runtime.loader import _cuda_driver
 
         return bool(glob.glob("/dev/nvidia[0-9]*")) and _cuda_driver() is not None
 
     def cannot_run_reason(self, target: Target) -> Optional[str]:
-        from ..codegen.ptxas import find_ptxas
-        from ..runtime.loader import cuda_device_count
+        from ...codegen.ptxas import find_ptxas
+        from ...runtime.loader import cuda_device_count
 
         if cuda_device_count() == 0:
             return (f"no NVIDIA GPU on this machine: the {target.cpu} artifact was built"
@@ -104,7 +96,7 @@ class CudaBackend(Backend):
 
     def can_measure(self, target: Target) -> bool:
         """Candidates run on this machine's GPU, through the CUDA driver."""
-        from ..runtime.loader import cuda_device_count
+        from ...runtime.loader import cuda_device_count
 
         return cuda_device_count() > 0
 
@@ -112,6 +104,6 @@ class CudaBackend(Backend):
         return {"memory_bytes": 0}  # the CUDA driver reserves far more address space than a limit would allow
 
     def report_device(self, target: Target, ran: bool) -> Optional[dict[str, Any]]:
-        from ..codegen.ptxas import find_ptxas
+        from ...codegen.ptxas import find_ptxas
 
         return {"kind": self.kind, "arch": target.cpu, "ptxas_checked": find_ptxas() is not None, "ran": ran}

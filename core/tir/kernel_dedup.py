@@ -14,9 +14,9 @@ import hashlib
 import weakref
 from typing import Hashable, Sequence
 
-from ..tir.expr import Load, Var
-from ..tir.functor import rewrite_stmt
-from ..tir.stmt import For, LetStmt, PrimFunc, Store
+from .expr import Load, Var
+from .functor import rewrite_stmt
+from .stmt import For, LetStmt, PrimFunc, Store
 
 
 def structural_key(func: PrimFunc) -> Hashable:

@@ -1,29 +1,24 @@
-"""The CPU backend (x86-64, AArch64): blocked layouts, LLVM for the CPU, linked by the C toolchain."""
+"""The CPU backend (x86-64, AArch64): blocked layouts (pipeline.py), LLVM for the CPU, linked by the C toolchain."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..target import Target, host_target
-from . import register_backend
-from .base import Backend
+from ...target import CPU_KIND, Target, host_target
+from .. import register_backend
+from ..base import Backend
+from . import pipeline
 
 
 @register_backend
 class CpuBackend(Backend):
-    kind = "cpu"
+    kind = CPU_KIND
+
+    def pass_names(self, opt_level: int) -> tuple[str, ...]:
+        return pipeline.pass_names(opt_level, self.blocked_layouts)
 
     def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
-        from ..packing.panels import micro_tile
-        from ..te.tensorize import intrinsics_for
-
-        # 8-bit weights packed for the best s8-weight dot-product instruction the target's features have
-        dots = intrinsics_for(target, lambda i: i.weight_dtype == "int8")
-        panel, tile_rows = micro_tile(target.lanes("float32"), target.vector_registers)
-        return {"alter_layout": {"lanes": target.lanes("float32")},  # blocks of one vector of floats
-                "alter_layout_3d": {"lanes": target.lanes("float32")},
-                "pack_matmul_weights": {"panel": panel, "tile_rows": tile_rows},  # float GEMM's register tile
-                "pack_int8_weights": {"intrinsics": tuple(i.name for i in dots)}}
+        return pipeline.pass_options(target)
 
     def weight_storage_dtypes(self, target: Target) -> tuple[str, ...]:
         # float16 -> float32 is one instruction with x86's F16C (vcvtph2ps) and on every AArch64 (fcvtl); without
@@ -32,17 +27,17 @@ class CpuBackend(Backend):
         return ("float16", "bfloat16") if half else ("bfloat16",)
 
     def fallback_schedules(self):
-        from ..kernels.schedules.generic import schedule_injective, schedule_reduce
+        from ...kernels.schedules.generic import CPU_GENERIC
 
-        return schedule_injective, schedule_reduce
+        return CPU_GENERIC
 
     def epilogue_schedule(self):
-        from ..kernels.schedules.epilogue import schedule_epilogue
+        from ...kernels.schedules.epilogue import schedule_epilogue
 
         return schedule_epilogue
 
     def build_library(self, funcs: Sequence, target: Target, out_path: Path, plan=None) -> Path:
-        from ..codegen.build import build_cpu_library
+        from ...codegen.build import build_cpu_library
 
         return build_cpu_library(funcs, target, out_path, plan)
 
@@ -79,9 +74,9 @@ class CpuBackend(Backend):
 
     def emulator(self, target: Target):
         """qemu-user for another architecture, with its cross compiler (which builds the harness)."""
-        from ..codegen.toolchain import find_compiler
-        from ..errors import BuildError
-        from ..runtime.emulated import QemuUser
+        from ...codegen.toolchain import find_compiler
+        from ...errors import BuildError
+        from ...runtime.emulated import QemuUser
 
         if target.arch == host_target().arch:  # same ISA, missing features: qemu's TCG lacks AVX-512
             return None
