@@ -12,20 +12,17 @@ import numpy as np
 import pytest
 
 import core
-from core.backends import get_backend
-from core.codegen.build import build_library
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
-from core.lowering.executable import build_executable
 from core.driver.reference import reference_session
 from core.runtime import loader
 from core.target import get_target, host_target
+from tests.backend_calls import backend_of, build_executable, build_library, optimize, runs_on_host
 from tests.core.graph.test_graph_pack_int8_weights import conv_integer_model
 from tests.core.quantize.models import INPUT, SHAPE, small_cnn
 
 pytestmark = pytest.mark.skipif(host_target().arch != "x86_64", reason="x86-64 machine code runs on x86-64 hosts")
 
-HOST_HAS_AVX512 = get_target("x86-64").isa_variants[1][1].runs_on_host()
+HOST_HAS_AVX512 = runs_on_host(get_target("x86-64").isa_variants[1][1])
 ISAS_HERE = ["avx2", "avx512"] if HOST_HAS_AVX512 else ["avx2"]
 
 
@@ -64,7 +61,7 @@ def test_the_target_is_listed_with_its_variants():
     assert [name for name, _ in target.isa_variants] == ["avx2", "avx512"]
     assert target.features == get_target("x86-64-v3").features  # the graph and schedules: what every variant has
     assert {"+avx512f", "+avx512vnni", "+avx512vl"} <= set(target.isa_variants[1][1].features.split(","))
-    assert target.describe()["isa_variants"] == ["avx2", "avx512"] and target.runs_on_host()
+    assert target.describe()["isa_variants"] == ["avx2", "avx512"] and runs_on_host(target)
     assert len(target.compiled_for()) == 2 and get_target("x86-64-v3").compiled_for() == (get_target("x86-64-v3"),)
 
 
@@ -157,7 +154,7 @@ def test_kernels_without_a_model_dispatch_too(tmp_path):
 
 def test_a_tuning_candidate_is_built_for_the_variant_that_runs_here(tmp_path):
     target = get_target("x86-64")
-    backend = get_backend(target)
+    backend = backend_of(target)
     assert backend.measured_variant(target).name == ("x86-64-v4-vnni" if HOST_HAS_AVX512 else "x86-64-v3")
     first = cnn_kernels(target)[0]
     library = backend.build_candidate([first], target, tmp_path, "candidate")

@@ -10,16 +10,15 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from core.backends import get_backend
 from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.driver.precision import store_weights
 from core.frontend import import_onnx
-from core.graph.passes.manager import optimize
 from core.kernels.schedules.gpu.gemm_group import gemm_of
 from core.kernels.schedules.gpu.gemm_mma_emulate import emulate
-from core.lowering.executable import build_executable, group_inputs
+from core.lowering.executable import group_inputs
 from core.target import get_target
+from tests.backend_calls import backend_of, build_executable, optimize
 
 rng = np.random.default_rng(37)
 ONNX_TYPES = {np.float16: onnx.TensorProto.FLOAT16, np.float32: onnx.TensorProto.FLOAT}
@@ -57,7 +56,7 @@ def compiled(model: onnx.ModelProto, precision: str, requested: bool, arch: str 
     """The graph and executable as the pipeline makes them (weights stored at `precision`)."""
     target = get_target(f"cuda -arch={arch}")
     graph = optimize(import_onnx(model.SerializeToString()), 3, target)
-    graph = store_weights(graph, precision, requested, get_backend(target).weight_storage_dtypes(target), target)
+    graph = store_weights(graph, precision, requested, backend_of(target).weight_storage_dtypes(target), target)
     return graph, build_executable(graph, target), target
 
 
