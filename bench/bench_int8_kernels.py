@@ -88,7 +88,7 @@ def main() -> None:
 
     from core.backends import resolve
     from tests.helpers.kernel_runs import build_kernels
-    from core.te.tensorize import intrinsics_for
+    from core.te.intrinsics import intrinsics_for
 
     target, backend = resolve(args.target)
     dots = intrinsics_for(target, lambda i: i.inputs[0].dtype in ("uint8", "int16") and i.weight_dtype == "int8"

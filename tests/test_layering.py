@@ -170,14 +170,6 @@ CORE_LAYERS = (
     ("driver",),
     ("onnx_backend",),
 )
-# The imports that still go up, each by its module, with why (a ratchet: no other may be added).
-CORE_UPWARD_IMPORTS = {
-    ("core.te.tensorize", "codegen"): "loads the concrete tensor intrinsics, declared with their LLVM lowering "
-                                      "(codegen/intrinsics*.py)",
-    ("core.kernels.testing", "codegen"): "a test helper that builds single-op kernels, leaving the product packages",
-}
-
-
 def core_package(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if parts[0] == "core" and len(parts) > 1 else None
@@ -191,7 +183,7 @@ def core_package_imports() -> dict[tuple[str, str], list[str]]:
         source = core_package(name)
         for imported, line in imported_names(path):
             target = core_package(own_module(imported) or "")
-            if source and target and target != source and (name, target) not in CORE_UPWARD_IMPORTS:
+            if source and target and target != source:
                 edges.setdefault((source, target), []).append(f"{name}:{line} imports {imported}")
     return edges
 

@@ -1,41 +1,27 @@
-"""The tensor intrinsics tensorize can use (core/te/tensorize.py): each an 8-bit dot-product
-instruction declared once as its compute, `c[lanes] += sum_{k<4} int32(a[k]) * int32(b[lanes, 4])`
-(a: four activations shared by every lane; b: four weights per lane, lane-major), with the target
-features it needs and its LLVM lowering. Chosen by features (`intrinsics_for(target)`), never by name.
+"""The LLVM lowerings of the tensor intrinsics (declared as data in core/te/intrinsics.py), by name, and the codegen
+of an IntrinsicCall: the 8-bit dot products here; AVX-512-BF16's in intrinsics_bf16.py, CUDA tensor cores' in
+intrinsics_mma.py.
 
-- x86 AVX-512-VNNI `vpdpbusd` on zmm (16 lanes) and AVX-VNNI on ymm (8 lanes): u8 x s8, exact int32.
 - x86 AVX2 (8 lanes): `vpmaddubsw` would saturate its int16 pair sums (255 * -128 * 2 < -32768, the
   case MLAS leaves to 7-bit weights). Exact: int16 data (widened once, by the kernel's data stage) times
   int8 weights sign-extended as loaded, two deep (`vpmaddwd`: pair sums in int32); or, from 8-bit data,
   both operands widened per call. Weights within +-64 (ONNX Runtime's reduce_range) cannot saturate, and
   get the `vpmaddubsw` + `vpmaddwd` lowering. (On AMD Zen 3 either multiply issues once a cycle against
   two FMAs: 16 products a cycle, as float32's.)
-- AArch64 `sdot` (s8 x s8) and `udot` (u8 x u8) with +dotprod (4 lanes of a 128-bit register).
-- CUDA `dp4a` (s8 x s8 and u8 x s8, one lane: each GPU thread owns its accumulator; sm_61 and later).
-Beyond 8-bit dots: CUDA tensor cores' mma.sync (intrinsics_mma.py), AVX-512-BF16 (intrinsics_bf16.py).
+- VNNI's `vpdpbusd`/`vpdpwssd`, Arm's `sdot`/`udot`: one LLVM intrinsic each; CUDA `dp4a`: one per lane.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from llvmlite import ir
 
 from ..errors import CodegenError
-from ..te import tensor as te
-from ..te.tensorize import TensorIntrinsic, get_intrinsic, intrinsics_for, register_intrinsic
-from ..tir.expr import cast
+from ..te.intrinsics import DEPTH, TensorIntrinsic, get_intrinsic, intrinsics_for
 from ..tir.stmt import IntrinsicCall
+from . import intrinsics_bf16, intrinsics_mma
 from .arith import declare, splat
 from .llvm_types import I32
-
-DEPTH = 4  # 8-bit products summed into each int32 lane per instruction (vpmaddwd's int16 ones: 2)
-
-
-def dot_declaration(lanes: int, a_dtype: str, b_dtype: str, name: str,
-                    depth: int = DEPTH) -> tuple[te.Tensor, tuple[te.Tensor, ...]]:
-    a = te.placeholder((depth,), a_dtype, "a")
-    b = te.placeholder((lanes, depth), b_dtype, "b")
-    k = te.reduce_axis(depth, "k")
-    c = te.compute((lanes,), lambda j: te.sum(cast("int32", a[k.var]) * cast("int32", b[j, k.var]), k), name=name)
-    return c, (a, b)
 
 
 def _vector(lanes: int, bits: int = 32) -> ir.VectorType:
@@ -126,33 +112,6 @@ def _emit_avx2_pairs(b: ir.IRBuilder, pointers) -> None:
     _accumulate(b, c_ptr, 8, lambda acc: b.add(acc, b.call(widen, [b.call(pairs, [acts, weights]), ones])))
 
 
-def _declare(name: str, lanes: int, a_dtype: str, b_dtype: str, arch: str, features: set[str], emit,
-             instructions: int = 1, weight_limit: int | None = None, depth: int = DEPTH) -> None:
-    declaration, inputs = dot_declaration(lanes, a_dtype, b_dtype, name, depth)
-    register_intrinsic(TensorIntrinsic(name, declaration, inputs, arch, frozenset(features), emit, instructions,
-                                       weight_limit))
-
-
-_declare("x86_vnni_u8s8_16x4", 16, "uint8", "int8", "x86_64", {"avx512vnni", "avx512f"},
-         _dot_instruction("llvm.x86.avx512.vpdpbusd.512", 16))
-_declare("x86_avxvnni_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avxvnni"},
-         _dot_instruction("llvm.x86.avx512.vpdpbusd.256", 8))
-# vpdpbusd on ymm in its EVEX form (AVX-512 VNNI with VL, no AVX-VNNI): the AVX2 8-lane dots' operands, so that
-# a multi-ISA library's AVX-512 variant runs kernels scheduled for 8 lanes with one instruction per call.
-_declare("x86_avx512vl_vnni_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avx512vnni", "avx512vl"},
-         _dot_instruction("llvm.x86.avx512.vpdpbusd.256", 8))
-_declare("x86_avx512vl_vnni_s16s8_8x2", 8, "int16", "int8", "x86_64", {"avx512vnni", "avx512vl"}, _emit_vnni_words,
-         depth=2)
-_declare("x86_avx2_u8s8_8x4", 8, "uint8", "int8", "x86_64", {"avx2"}, _emit_avx2_exact, instructions=8)
-_declare("x86_avx2_s16s8_8x2", 8, "int16", "int8", "x86_64", {"avx2"}, _emit_avx2_words, instructions=2, depth=2)
-_declare("x86_avx2_u8s7_8x4", 8, "uint8", "int8", "x86_64", {"avx2"}, _emit_avx2_pairs, instructions=3,
-         weight_limit=64)
-_declare("aarch64_sdot_s8s8_4x4", 4, "int8", "int8", "aarch64", {"dotprod"},
-         _dot_instruction("llvm.aarch64.neon.sdot.v4i32.v16i8", 4, byte_operands=True))
-_declare("aarch64_udot_u8u8_4x4", 4, "uint8", "uint8", "aarch64", {"dotprod"},
-         _dot_instruction("llvm.aarch64.neon.udot.v4i32.v16i8", 4, byte_operands=True))
-
-
 def _dp4a(llvm_name: str):
     def emit(b: ir.IRBuilder, pointers) -> None:
         """One lane: c += four 8-bit products (PTX dp4a); the regions start 4-byte aligned (K is packed in
@@ -165,8 +124,22 @@ def _dp4a(llvm_name: str):
     return emit
 
 
-_declare("cuda_dp4a_s8s8_1x4", 1, "int8", "int8", "nvptx64", set(), _dp4a("llvm.nvvm.idp4a.s.s"))
-_declare("cuda_dp4a_u8s8_1x4", 1, "uint8", "int8", "nvptx64", set(), _dp4a("llvm.nvvm.idp4a.u.s"))
+# Each declared intrinsic's lowering, `emit(builder, pointers)` (a strided one's also takes the operands' strides).
+LOWERINGS: dict[str, Callable] = {
+    "x86_vnni_u8s8_16x4": _dot_instruction("llvm.x86.avx512.vpdpbusd.512", 16),
+    "x86_avxvnni_u8s8_8x4": _dot_instruction("llvm.x86.avx512.vpdpbusd.256", 8),
+    "x86_avx512vl_vnni_u8s8_8x4": _dot_instruction("llvm.x86.avx512.vpdpbusd.256", 8),
+    "x86_avx512vl_vnni_s16s8_8x2": _emit_vnni_words,
+    "x86_avx2_u8s8_8x4": _emit_avx2_exact,
+    "x86_avx2_s16s8_8x2": _emit_avx2_words,
+    "x86_avx2_u8s7_8x4": _emit_avx2_pairs,
+    "aarch64_sdot_s8s8_4x4": _dot_instruction("llvm.aarch64.neon.sdot.v4i32.v16i8", 4, byte_operands=True),
+    "aarch64_udot_u8u8_4x4": _dot_instruction("llvm.aarch64.neon.udot.v4i32.v16i8", 4, byte_operands=True),
+    "cuda_dp4a_s8s8_1x4": _dp4a("llvm.nvvm.idp4a.s.s"),
+    "cuda_dp4a_u8s8_1x4": _dp4a("llvm.nvvm.idp4a.u.s"),
+    **intrinsics_bf16.LOWERINGS,
+    **intrinsics_mma.LOWERINGS,
+}
 
 
 BYTE_TABLE = 256  # a LookupTable's entries (core/kernels/quantize.py)
@@ -223,10 +196,8 @@ def emit_intrinsic_call(fe, call: IntrinsicCall) -> None:
                            f"{', '.join('+' + f for f in sorted(intrinsic.features))}; target {fe.ctx.target.name} "
                            f"has {fe.ctx.target.features}")
     pointers = [fe.element_ptr(o.buffer, fe.emit_index(o.index)) for o in call.operands]
+    emit = LOWERINGS[intrinsic.name]
     if intrinsic.strided:
-        intrinsic.emit(fe.b, pointers, call.strides)
+        emit(fe.b, pointers, call.strides)
     else:
-        intrinsic.emit(fe.b, pointers)
-
-
-from . import intrinsics_bf16, intrinsics_mma  # noqa: E402,F401 (declare AVX-512-BF16's and CUDA's tensor cores')
+        emit(fe.b, pointers)

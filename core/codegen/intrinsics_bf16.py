@@ -1,4 +1,4 @@
-"""x86 AVX-512-BF16 as tensor intrinsics (Cooper Lake, Sapphire Rapids, Zen 4 and later; the `sapphirerapids` target):
+"""The LLVM lowerings of x86 AVX-512-BF16's tensor intrinsics (declared in core/te/intrinsics.py; Cooper Lake, Sapphire Rapids, Zen 4 and later; the `sapphirerapids` target):
 
 - `vdpbf16ps` (zmm): c[16] += sum_{k<2} f32(a[k]) * f32(b[16, 2]): a pair of bfloat16 activations shared by every
   lane, two bfloat16 weights per lane (lane-major, as the 8-bit dots' packed weights), float32 sums; the products
@@ -13,14 +13,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..te import tensor as te
-from ..te.tensorize import TensorIntrinsic, register_intrinsic
-from ..tir.expr import cast
+from ..te.intrinsics import BF16_LANES as LANES, BF16_PAIR as PAIR
 from .arith import declare, splat
 from .llvm_types import F32, I32
-
-LANES, PAIR = 16, 2
-FEATURES = frozenset({"avx512bf16", "avx512f"})
 
 
 class BFloatType(ir.Type):
@@ -58,22 +53,4 @@ def _emit_convert(b: ir.IRBuilder, pointers) -> None:
     b.store(b.bitcast(narrow, ir.VectorType(ir.IntType(16), LANES)), c_ptr, align=2)
 
 
-def _dot_declaration():
-    a = te.placeholder((PAIR,), "bfloat16", "a")
-    w = te.placeholder((LANES, PAIR), "bfloat16", "b")
-    k = te.reduce_axis(PAIR, "k")
-    c = te.compute((LANES,), lambda j: te.sum(cast("float32", a[k.var]) * cast("float32", w[j, k.var]), k),
-                   name="x86_avx512bf16_dot_16x2")
-    return c, (a, w)
-
-
-def _convert_declaration():
-    a = te.placeholder((LANES,), "float32", "a")
-    c = te.compute((LANES,), lambda j: cast("bfloat16", a[j]), name="x86_avx512bf16_cvt_16")
-    return c, (a,)
-
-
-for _declare, _emit, _instructions in ((_dot_declaration, _emit_dot, 1), (_convert_declaration, _emit_convert, 1)):
-    _declaration, _inputs = _declare()
-    register_intrinsic(TensorIntrinsic(_declaration.op.name, _declaration, _inputs, "x86_64", FEATURES, _emit,
-                                       _instructions))
+LOWERINGS = {"x86_avx512bf16_dot_16x2": _emit_dot, "x86_avx512bf16_cvt_16": _emit_convert}

@@ -1,6 +1,6 @@
-"""CUDA tensor cores: `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32` (sm_80 and later) as a tensor intrinsic.
+"""The LLVM lowering of CUDA tensor cores' `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32` (sm_80 and later).
 
-Declared per thread, as TIR sees each GPU thread: c[2, 2] += sum_{k<16} f32(a[2, 16]) * f32(b[16, 2]) (float16
+Declared per thread (core/te/intrinsics.py), as TIR sees each GPU thread: c[2, 2] += sum_{k<16} f32(a[2, 16]) * f32(b[16, 2]) (float16
 operands, float32 sums), a thread's two rows of A (any row stride), the 16 k of one step, and two adjacent columns.
 The warp's 32 threads compute one 16 x 8 tile together: lane l = 4 g + t (g = l / 4, t = l % 4) owns the outputs
 (its a rows) x (columns 2t, 2t+1 of an 8-column tile whose first column is its b region's start minus 2t). The
@@ -15,24 +15,11 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..errors import CodegenError
-from ..te import tensor as te
-from ..te.tensorize import TensorIntrinsic, register_intrinsic
-from ..tir.expr import cast
+from ..te.intrinsics import MMA_F16
 from .arith import declare
 from .llvm_types import F16, F32, I32, I64
 
-MMA_F16 = "cuda_mma_f16f32_m16n8k16"
-ROWS, COLUMNS, DEPTH = 2, 2, 16  # one thread's share of a 16 x 8 x 16 product
 _PAIR = ir.VectorType(F16, 2)
-
-
-def mma_declaration() -> tuple[te.Tensor, tuple[te.Tensor, ...]]:
-    a = te.placeholder((ROWS, DEPTH), "float16", "a")
-    b = te.placeholder((DEPTH, COLUMNS), "float16", "b")
-    k = te.reduce_axis(DEPTH, "k")
-    c = te.compute((ROWS, COLUMNS), lambda h, e: te.sum(cast("float32", a[h, k.var]) * cast("float32", b[k.var, e]), k),
-                   name=MMA_F16)
-    return c, (a, b)
 
 
 def _at(b: ir.IRBuilder, ptr: ir.Value, offset: ir.Value, etype: ir.Type) -> ir.Value:
@@ -73,6 +60,4 @@ def _emit_mma(b: ir.IRBuilder, pointers, strides) -> None:
         b.store(b.extract_value(d, slot), p, align=4)
 
 
-_declaration, _inputs = mma_declaration()
-register_intrinsic(TensorIntrinsic(MMA_F16, _declaration, _inputs, "nvptx64", frozenset(), _emit_mma,
-                                   strided=True, min_sm=80, warp_collective=True))
+LOWERINGS = {MMA_F16: _emit_mma}

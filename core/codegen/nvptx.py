@@ -13,7 +13,7 @@ from llvmlite import ir
 
 from ..errors import CodegenError, ScheduleError
 from ..target import Target
-from ..te.tensorize import get_intrinsic
+from ..te.intrinsics import get_intrinsic
 from ..tir.expr import Var
 from ..tir.functor import walk_expr, walk_stmt
 from ..tir.stmt import (Allocate, Barrier, For, ForKind, IfThenElse, IntrinsicCall, LetStmt, PrimFunc, Seq, Stmt,

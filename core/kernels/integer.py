@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ..errors import ShapeError
 from ..graph.ir import TensorType
 from ..te import tensor as te
-from ..te.tensorize import get_intrinsic
+from ..te.intrinsics import get_intrinsic
 from ..tir.expr import Expr, cast, const, logical_and, minimum, select
 from .common import attr, require
 from .conv2d import conv2d_nchw, conv_output_shape, read_conv

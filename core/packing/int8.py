@@ -1,4 +1,4 @@
-"""8-bit weights for the dot-product intrinsics (core/codegen/intrinsics.py): a [K, N] matrix as blocks
+"""8-bit weights for the dot-product intrinsics (core/te/intrinsics.py): a [K, N] matrix as blocks
 [N/lanes][K/depth][lanes][depth] (each call's lanes x 4 weights are 64 contiguous bytes on AVX-512), padded
 with zeros to whole blocks, plus the per-column int32 correction that the zero points leave."""
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""Tensor intrinsics and the `tensorize` primitive (TVM's tensorize, from the OSDI'18 paper).
+"""The `tensorize` primitive (TVM's tensorize, from the OSDI'18 paper): a loop nest as one tensor intrinsic's call.
 
 An intrinsic is declared once, as a small compute over placeholders (what one hardware instruction
 computes: `c[16] += sum_{k<4} int32(a[k]) * int32(b[16, 4])`, or a conversion `c[16] = bfloat16(a[16])`),
-with the target features it needs and its lowering (what codegen emits for it; core/codegen/intrinsics.py
-declares the concrete ones).
+with the target features it needs (core/te/intrinsics.py; its lowering is codegen's, core/codegen/intrinsics*.py).
 `Stage.tensorize(axis, intrinsic)` marks a loop; lowering then checks that the loop nest from that
 loop down computes exactly the declaration (loop extents and kinds, the update, the operand dtypes,
 and each operand's strides over the loops: a dense region laid out as the placeholder's shape) and
@@ -13,113 +12,21 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Sequence
 
 from ..errors import ScheduleError
 from ..tir.expr import BinOp, Cast, Expr, IntImm, Load, Var
 from ..tir.functor import substitute, walk_expr
 from ..tir.simplify import simplify
 from ..tir.stmt import For, IntrinsicCall, Stmt, Store
-from .tensor import ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead
+from .intrinsics import TensorIntrinsic
+from .tensor import PlaceholderOp, Reduce, TensorRead
 
 
 class TensorizeError(ScheduleError):
     """A loop nest does not compute what the tensor intrinsic it was tensorized with declares."""
 
     code = "tensorize_mismatch"
-
-
-@dataclass(frozen=True, eq=False)
-class TensorIntrinsic:
-    """`declaration`: the compute (one Reduce-sum stage over `inputs`); `features`: LLVM target features
-    it needs (all of them), on `arch`; `emit(function_emitter, pointers)`: its lowering, given pointers
-    to the first element of the output region and of each input's, in `inputs` order."""
-
-    name: str
-    declaration: Tensor
-    inputs: tuple[Tensor, ...]
-    arch: str
-    features: frozenset[str]
-    emit: Callable
-    instructions: int = 1  # machine instructions per call, about: ranks intrinsics of equal width
-    weight_limit: Optional[int] = None  # exact only for weights with |w| <= this (None: any weight)
-    # Each operand's dimensions but the innermost (always unit stride) may have any constant stride: the matcher
-    # measures them and emit takes them as a third argument, one tuple of element strides per operand.
-    strided: bool = False
-    min_sm: int = 0  # nvptx64: the lowest GPU architecture (sm_XX) that has the instruction
-    # Executed by a whole warp together (mma.sync): never under a condition that only some of its threads take.
-    warp_collective: bool = False
-
-    def admits(self, weights) -> bool:
-        """Whether this intrinsic is exact for these (constant) weights."""
-        return self.weight_limit is None or int(abs(weights.astype("int32")).max(initial=0)) <= self.weight_limit
-
-    @property
-    def op(self) -> ComputeOp:
-        return self.declaration.op  # type: ignore[return-value]
-
-    @property
-    def weight_dtype(self) -> Optional[str]:
-        """The second operand's dtype (a dot product's weights); None for a conversion."""
-        return self.inputs[1].dtype if len(self.inputs) > 1 else None
-
-    @property
-    def lanes(self) -> int:
-        """Output elements per call."""
-        count = 1
-        for d in self.declaration.shape:
-            count *= d
-        return count
-
-    @property
-    def depth(self) -> int:
-        """Reduction elements per output element and call."""
-        count = 1
-        for iv in self.op.reduce_axis:
-            count *= iv.extent
-        return count
-
-    def available_on(self, target) -> bool:
-        have = {f[1:] for f in target.features.split(",") if f.startswith("+")}
-        sm_ok = not self.min_sm or (target.cpu.startswith("sm_") and int(target.cpu[3:]) >= self.min_sm)
-        return target.arch == self.arch and self.features <= have and sm_ok
-
-
-_INTRINSICS: dict[str, TensorIntrinsic] = {}
-
-
-def register_intrinsic(intrinsic: TensorIntrinsic) -> TensorIntrinsic:
-    if intrinsic.name in _INTRINSICS:
-        raise ValueError(f"tensor intrinsic {intrinsic.name} registered twice")
-    op = intrinsic.op
-    if not isinstance(op, ComputeOp) or (isinstance(op.body, Reduce) and op.body.combiner != "sum"):
-        raise ValueError(f"tensor intrinsic {intrinsic.name}: the declaration must be one sum reduction or one "
-                         "elementwise stage (a conversion)")
-    _INTRINSICS[intrinsic.name] = intrinsic
-    return intrinsic
-
-
-def get_intrinsic(name: str) -> TensorIntrinsic:
-    _load()
-    try:
-        return _INTRINSICS[name]
-    except KeyError:
-        raise ScheduleError(f"no tensor intrinsic named {name!r} (known: {', '.join(sorted(_INTRINSICS))})") from None
-
-
-def intrinsics_for(target, predicate: Callable[[TensorIntrinsic], bool] = lambda i: True) -> list[TensorIntrinsic]:
-    """The intrinsics `target`'s features allow that `predicate` accepts, most products per instruction first."""
-    _load()
-    found = [i for i in _INTRINSICS.values() if i.available_on(target) and predicate(i)]
-    return sorted(found, key=lambda i: (-(i.lanes * i.depth) / i.instructions, i.name))
-
-
-def _load() -> None:
-    from ..codegen import intrinsics  # noqa: F401 (declares the concrete intrinsics)
-
-
-# ---------------------------------------------------------------- matching a loop nest
 
 
 def tensorize_nest(loop: For, kinds: Sequence[str], intrinsic: TensorIntrinsic) -> Stmt:

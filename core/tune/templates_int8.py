@@ -12,7 +12,7 @@ from ..kernels.schedules.util import inputs_tagged
 from ..target import Target
 from ..te.schedule import Schedule, Split, Stage
 from ..te.tensor import ComputeOp, Tensor
-from ..te.tensorize import get_intrinsic
+from ..te.intrinsics import get_intrinsic
 from .space import ConfigSpace
 from .templates import Template, conv_valid, define_conv, read_conv_default, register_template, split_factor
 

@@ -15,7 +15,7 @@ def pass_names(opt_level: int, blocked_layouts: bool = True) -> tuple[str, ...]:
 def pass_options(target: Target) -> dict[str, dict[str, Any]]:
     """The passes' keyword arguments that depend on `target`: its vector width, register tile and dot instructions."""
     from ...packing.panels import micro_tile
-    from ...te.tensorize import intrinsics_for
+    from ...te.intrinsics import intrinsics_for
 
     # 8-bit weights packed for the best s8-weight dot-product instruction the target's features have
     dots = intrinsics_for(target, lambda i: i.weight_dtype == "int8")

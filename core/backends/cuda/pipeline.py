@@ -20,7 +20,7 @@ def pass_names(opt_level: int) -> tuple[str, ...]:
 
 def pass_options(target: Target) -> dict[str, dict[str, Any]]:
     """int8 weights packed for the target's one-lane s8 dot instruction (dp4a)."""
-    from ...te.tensorize import intrinsics_for
+    from ...te.intrinsics import intrinsics_for
 
     dots = intrinsics_for(target, lambda i: i.lanes == 1 and i.weight_dtype == "int8")  # dp4a
     return {"pack_int8_weights": {"intrinsics": tuple(i.name for i in dots)}}

@@ -2,7 +2,7 @@
 at compile time (core/packing/int8.py): MatMulInteger(a, W, za, zw) with constant W and zero points becomes
 MatMulIntegerPacked(a, W_blocks, correction) (za computed at run time: MatMulIntegerPacked(a, W_blocks,
 correction per unit of za, za)), a group-1 ConvInteger ConvIntegerPacked (W as [C*kh*kw, O]);
-their kernels are tensorized (core/codegen/intrinsics.py)."""
+their kernels are tensorized (core/te/intrinsics.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +31,7 @@ def pack_int8_weights(graph: Graph, intrinsics: tuple[str, ...] = ()) -> Graph:
     uint8 around 128); data of the other 8-bit type than the intrinsic's is shifted by 128 in the kernel."""
     if not intrinsics:
         return graph
-    from core.te.tensorize import get_intrinsic
+    from core.te.intrinsics import get_intrinsic
 
     candidates = [get_intrinsic(name) for name in intrinsics]
     constants, types = dict(graph.constants), dict(graph.types)

@@ -9,7 +9,7 @@ from ...te.schedule import Schedule
 from ...te.tensor import Tensor
 from ..integer_depthwise import PAD_TAG, ROWS_TAG
 from ..registry import register_schedule
-from ...te.tensorize import get_intrinsic
+from ...te.intrinsics import get_intrinsic
 from ...te.tensor import ComputeOp
 from .conv2d import column_tile, schedule_conv2d
 from .epilogue import schedule_epilogue

@@ -16,7 +16,8 @@ from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
-from core.te.tensorize import TensorizeError, get_intrinsic, intrinsics_for
+from core.te.intrinsics import get_intrinsic, intrinsics_for
+from core.te.tensorize import TensorizeError
 from core.tir.expr import cast
 from tests.backend_calls import runs_on_host
 

@@ -15,7 +15,7 @@ from core.graph.op_defs.integer import matmul_integer_reference
 from tests.helpers.kernel_runs import OpKernel, build_kernels
 from core.packing.int8 import column_correction, pack_dot_weights
 from core.target import get_target
-from core.te.tensorize import get_intrinsic, intrinsics_for
+from core.te.intrinsics import get_intrinsic, intrinsics_for
 
 # intrinsic -> (a target with the features it needs, the instruction its assembly must hold)
 INSTRUCTIONS = {
@@ -159,3 +159,11 @@ def test_dp4a_lowers_to_ptx_that_ptxas_accepts():
     assert ptx.count("dp4a.s32.s32") == 8  # one per group of 4 along K, the ko loop unrolled by LLVM
     if find_ptxas() is not None:
         assert assemble(ptx, "sm_80")
+
+
+def test_every_declared_intrinsic_has_one_lowering():
+    """te declares the intrinsics (data), codegen lowers them by name: neither may have a name the other lacks."""
+    from core.codegen.intrinsics import LOWERINGS
+    from core.te.intrinsics import intrinsic_names
+
+    assert sorted(LOWERINGS) == intrinsic_names()

@@ -140,7 +140,7 @@ PACKED_CONVS = [
 
 def _packed_targets():
     from core.target import get_target
-    from core.te.tensorize import intrinsics_for
+    from core.te.intrinsics import intrinsics_for
 
     found = []
     for spec in ("x86-64-v3", "native"):

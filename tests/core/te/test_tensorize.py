@@ -12,7 +12,8 @@ from core.target import get_target
 from core.te import tensor as te
 from core.te.lower import lower
 from core.te.schedule import create_schedule
-from core.te.tensorize import TensorizeError, get_intrinsic, intrinsics_for
+from core.te.intrinsics import get_intrinsic, intrinsics_for
+from core.te.tensorize import TensorizeError
 from core.tir.expr import cast
 from core.tir.functor import walk_stmt
 from core.tir.stmt import IntrinsicCall
@@ -112,7 +113,7 @@ def test_intrinsics_are_chosen_by_target_features():
 
 def test_a_strided_intrinsic_measures_its_operands_strides():
     """cuda's mma declares a thread's 2 rows x 16 k of A at any row stride: the call carries the measured strides."""
-    from core.codegen.intrinsics_mma import MMA_F16
+    from core.te.intrinsics import MMA_F16
 
     a, b = te.placeholder((4, 40), "float16", "a"), te.placeholder((32, 24), "float16", "b")
     k = te.reduce_axis(32, "k")
@@ -140,7 +141,7 @@ def test_a_conversion_is_an_elementwise_declaration():
 
 
 def test_a_warp_wide_intrinsic_where_only_some_threads_arrive_is_refused():
-    from core.codegen.intrinsics_mma import MMA_F16
+    from core.te.intrinsics import MMA_F16
     from core.codegen.nvptx import GPUScheduleError, verify_gpu_kernel
     from core.tir.expr import Buffer, IntImm, Load, Var
     from core.tir.stmt import For, ForKind, PrimFunc, Seq

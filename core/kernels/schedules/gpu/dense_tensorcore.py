@@ -1,5 +1,5 @@
 """GPU MatMul on tensor cores: float16 operands, float32 sums (half_matmul_operands), each warp's tile computed
-by mma.sync (core/codegen/intrinsics_mma.py) through tensorize.
+by mma.sync (core/te/intrinsics.py) through tensorize.
 
 A block of `warps` warps computes a (mma_m * 16) x (warps * 8) tile; each warp mma_m 16 x 8 tiles stacked along
 the rows (a warp's 8 columns). Lane l = 4 g + t holds the outputs of rows g * 2 mma_m .. + 2 mma_m - 1 of its warp's
@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 from ....target import Target
 from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, Tensor, TensorRead
-from ....te.tensorize import TensorIntrinsic, intrinsics_for
+from ....te.intrinsics import TensorIntrinsic, intrinsics_for
 from ....tir.functor import walk_expr
 from .launch import cooperative_fetch
 

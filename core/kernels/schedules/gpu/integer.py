@@ -13,7 +13,7 @@ from ....errors import ScheduleError
 from ....target import Target
 from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorRead
-from ....te.tensorize import get_intrinsic
+from ....te.intrinsics import get_intrinsic
 from ....tir.functor import walk_expr
 from ..util import find_op
 from .launch import cooperative_fetch, inline_intermediates, output_stages, reject_extern, thread_tiles
