@@ -1,5 +1,5 @@
 """Convolution throughput on the GPU against cuDNN (through PyTorch): resnet-class float16 convs at batch 32 as
-Kiln's implicit-GEMM tensor-core kernel (core/kernels/schedules/gpu/conv_mma.py on gemm_mma's tiles) computes
+Kiln's implicit-GEMM tensor-core kernel (core/kernels/gemm_plan/conv_mma.py on gemm_mma's tiles) computes
 them, in both of its layouts: NCHW (what a compiled model runs today: the input gathered element by element)
 against cuDNN on NCHW tensors, and NHWC (cp.async of channel chunks) against cuDNN channels_last. A few tile
 configs per conv, the best kept; each result is checked against cuDNN's before it is timed. Data stays on the
@@ -34,7 +34,7 @@ CONVS = [("r50.l1.reduce", 256, 56, 64, 1, 1), ("r50.l1.3x3", 64, 56, 64, 3, 1),
 def candidates(problem, target):
     """The default config, then 4 stages, then 2x1 warps of 64x64 (an output-channel tile of 64: resnet's narrow
     convs); three at most, as the driver JIT-compiles each one's PTX at load."""
-    from core.kernels.schedules.gpu.gemm_mma import GemmConfig, config_error, default_config, shared_limit
+    from core.kernels.gemm_plan.gemm_mma import GemmConfig, config_error, default_config, shared_limit
 
     default = default_config(problem, target.max_shared_bytes, 132 if target.cpu == "sm_90" else 108, split=False)
     out = []
@@ -47,8 +47,8 @@ def candidates(problem, target):
 def run(target_name: str, batch: int, layouts, json_path: Path | None) -> list[dict]:
     import torch
 
-    from core.kernels.schedules.gpu.conv_mma import ConvShape
-    from core.kernels.schedules.gpu.gemm_mma import conv_problem
+    from core.kernels.gemm_plan.conv_mma import ConvShape
+    from core.kernels.gemm_plan.gemm_mma import conv_problem
     from core.target import get_target
 
     torch.backends.cudnn.benchmark = True

@@ -26,7 +26,7 @@ DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 def candidates(problem, target):
     """The default config first, then a few others of the space (wider and deeper tiles, more stages)."""
-    from core.kernels.schedules.gpu.gemm_mma import GemmConfig, config_error, default_config, shared_limit
+    from core.kernels.gemm_plan.gemm_mma import GemmConfig, config_error, default_config, shared_limit
 
     default = default_config(problem, target.max_shared_bytes, 132 if target.cpu == "sm_90" else 108)
     wide, tall = GemmConfig(block_n=256, warps_n=4), GemmConfig(block_m=256, warps_m=4)
@@ -67,7 +67,7 @@ def torch_ms(fn, repeat: int = 20, warmup: int = 3) -> float:
 
 def kiln_half(size: int, dtype: str, target, pool, a_bits, b_bits, want) -> tuple[float, str, float]:
     """(best ms, its config, its max relative error against cuBLAS)."""
-    from core.kernels.schedules.gpu.gemm_mma import GemmProblem
+    from core.kernels.gemm_plan.gemm_mma import GemmProblem
 
     problem = GemmProblem(size, size, size, dtype, dtype)
     np_dtype = np.float16 if dtype == "float16" else np.uint16

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.codegen.mma_gemm import build_gemm  # noqa: E402
 from core.codegen.ptxas import assemble_with_usage  # noqa: E402
 from core.codegen.sass import sass_counts  # noqa: E402
-from core.kernels.schedules.gpu.conv_mma import ConvShape  # noqa: E402
-from core.kernels.schedules.gpu.gemm_mma import GemmConfig, GemmProblem, conv_problem  # noqa: E402
+from core.kernels.gemm_plan.conv_mma import ConvShape  # noqa: E402
+from core.kernels.gemm_plan.gemm_mma import GemmConfig, GemmProblem, conv_problem  # noqa: E402
 from core.target import get_target  # noqa: E402
 
 CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),

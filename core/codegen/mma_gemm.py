@@ -1,4 +1,4 @@
-"""Kiln's tensor-core GEMM as NVPTX: the tile plan of kernels/schedules/gpu/gemm_mma.py emitted as one LLVM kernel
+"""Kiln's tensor-core GEMM as NVPTX: the tile plan of kernels/gemm_plan/gemm_mma.py emitted as one LLVM kernel
 (cp.async multi-stage pipeline into swizzled shared memory, ldmatrix fragments, mma.sync m16n8k16 with float32
 sums, the fused epilogue at the accumulators) plus, for split-K, a kernel that sums the parts and applies it.
 
@@ -13,8 +13,8 @@ from typing import Callable, Optional
 
 from llvmlite import ir
 
-from ..kernels.schedules.gpu import gemm_mma as plan
-from ..kernels.schedules.gpu.gemm_mma import GemmConfig, GemmProblem
+from ..kernels.gemm_plan import gemm_mma as plan
+from ..kernels.gemm_plan.gemm_mma import GemmConfig, GemmProblem
 from ..target import Target
 from . import gpu_math
 from .arith import declare

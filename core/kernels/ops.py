@@ -2,7 +2,7 @@
 from . import (broadcast, conv2d, conv2d_nchwc, conv2d_winograd, conv_nd, cumulative, data_dependent, deform, einsum,  # noqa: F401
                elementwise, grid_sample, indexing, layer_norm, layout_transform, matmul, nms, pool, pool_nchwc,
                pool_nd, reduce, resize, roi_align, scatter, softmax, topk, transform, tree_ensemble, unpool)
-from .schedules import cpu, gpu  # noqa: F401
+from .schedules import cpu  # noqa: F401 (the cuda schedules are the cuda backend's, registered when it loads)
 from . import integer  # noqa: F401,E402 (MatMulInteger, ConvInteger and their packed forms)
 from .schedules import integer as integer_schedules  # noqa: F401,E402
 from . import quantize  # noqa: F401,E402 (DequantizeLinear, QuantizeLinear, Requantize)

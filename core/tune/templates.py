@@ -37,7 +37,7 @@ class Template:
     apply: ApplyFn  # (schedule, kernel outputs, target, knob values) -> scheduled
     read_default: Callable[[Stage], dict]  # default-scheduled anchor stage -> its knob values
     valid: Callable[[Mapping[str, Any], ComputeOp, Target], bool] = lambda cfg, op, target: True
-    target_kind: str = CPU_KIND  # the schedules it drives (CUDA_KIND: templates_gpu.py)
+    target_kind: str = CPU_KIND  # the schedules it drives (CUDA_KIND: core/backends/cuda/templates.py)
     # Kernels whose speed depends on their data (tree walks: the paths the tables and inputs take) are
     # measured on the model's own constant inputs and several draws of the others (core/tune/measure.py).
     real_inputs: bool = False

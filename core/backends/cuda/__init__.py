@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 from ...target import CUDA_KIND, Target, host_target
 from .. import register_backend
 from ..base import Backend
-from . import pipeline
+from . import pipeline, schedules  # noqa: F401 (schedules: registers the cuda schedules and computes)
 
 
 @register_backend
@@ -38,30 +38,30 @@ class CudaBackend(Backend):
         return pipeline.pass_options(target)
 
     def fallback_schedules(self):
-        from ...kernels.schedules.gpu.injective import schedule_injective
-        from ...kernels.schedules.gpu.reduce import schedule_reduce
+        from .schedules.injective import schedule_injective
+        from .schedules.reduce import schedule_reduce
 
         return schedule_injective, schedule_reduce
 
     def epilogue_schedule(self):
-        from ...kernels.schedules.gpu.epilogue import schedule_epilogue
+        from .schedules.epilogue import schedule_epilogue
 
         return schedule_epilogue
 
     def finish_graph(self, graph, target: Target):
         """Activations between tensor-core groups stored in half precision (half_activations.py)."""
-        from ..kernels.schedules.gpu.half_activations import half_activations
+        from .schedules.half_activations import half_activations
 
         return half_activations(graph, target)
 
     def group_kernel(self, nodes, graph, target: Target, name: str, outputs, inputs):
         """A float16/bfloat16 MatMul and its epilogue chain: the tensor-core GEMM (gemm_group.py)."""
-        from ...kernels.schedules.gpu.gemm_group import gemm_group_kernel
+        from .schedules.gemm_group import gemm_group_kernel
 
         return gemm_group_kernel(nodes, graph, target, name, outputs, inputs)
 
     def load_templates(self) -> None:
-        from ...tune import templates_gpu  # noqa: F401 (registers; CPU-only compiles never load the GPU schedules)
+        from . import templates  # noqa: F401 (registers the cuda tuning templates)
 
     def build_library(self, funcs: Sequence, target: Target, out_path: Path, plan=None) -> Path:
         from ...codegen.build_cuda import build_cuda_library

@@ -8,7 +8,7 @@ import pytest
 from core.codegen.mma_gemm import build_gemm
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.codegen.sass import decode_counts, disassembled_counts, elf_sections, find_cuobjdump
-from core.kernels.schedules.gpu.gemm_mma import GemmConfig, GemmProblem
+from core.kernels.gemm_plan.gemm_mma import GemmConfig, GemmProblem
 from core.target import get_target
 
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")

@@ -14,8 +14,8 @@ from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.driver.precision import store_weights
 from core.frontend import import_onnx
-from core.kernels.schedules.gpu.gemm_group import gemm_of
-from core.kernels.schedules.gpu.gemm_mma_emulate import emulate
+from core.backends.cuda.schedules.gemm_group import gemm_of
+from core.backends.cuda.schedules.gemm_mma_emulate import emulate
 from core.lowering.executable import group_inputs
 from core.target import get_target
 from tests.backend_calls import backend_of, build_executable, optimize
@@ -140,7 +140,7 @@ def test_activations_between_tensor_core_groups_stay_half_with_the_same_results(
     and the second rounds it to float16 as it copies; with it the first writes float16 and the second reads it
     as it is (and the first reads the half input, its Cast kernel gone): the same numbers (emulated), within
     float16 tolerance of ONNX Runtime, half the bytes between."""
-    from core.kernels.schedules.gpu.half_activations import half_activations
+    from core.backends.cuda.schedules.half_activations import half_activations
 
     f16 = onnx.TensorProto.FLOAT16
     w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float16), "w1")
@@ -180,7 +180,7 @@ def test_a_value_also_read_as_a_residual_or_on_sm_75_stays_float32():
     """--precision fp16 on a float32 residual block: the Add reads its operand in float32 (rounding it would
     change the result), so it stays float32; a float16 model's Cast kernel feeding a conv that also reads the
     half value as its residual stays too; sm_75 has no tensor-core groups: the graphs are left as they are."""
-    from core.kernels.schedules.gpu.half_activations import half_activations
+    from core.backends.cuda.schedules.half_activations import half_activations
 
     for dtype, precision, requested in ((np.float32, "fp16", True), (np.float16, "fp16", False)):
         t = ONNX_TYPES[dtype]
@@ -205,7 +205,7 @@ def test_a_value_also_read_as_a_residual_or_on_sm_75_stays_float32():
 def test_a_cast_kernel_of_a_half_value_into_a_conv_is_skipped():
     """A float16 model's Cast of a half activation to float32 that only a tensor-core conv reads (as A): the conv
     reads the half value itself (what it rounded the float32 copy back to anyway) and the Cast kernel goes."""
-    from core.kernels.schedules.gpu.half_activations import half_activations
+    from core.backends.cuda.schedules.half_activations import half_activations
 
     model = conv_model(np.float16, tail=("Relu",))
     graph, _, target = compiled(model, "fp16", False)

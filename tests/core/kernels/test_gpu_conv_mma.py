@@ -15,10 +15,10 @@ from core.codegen.cuda_kernels import gemm_library
 from core.codegen.mma_gemm import build_gemm
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.codegen.sass import sass_counts
-from core.kernels.schedules.gpu.conv_mma import ConvShape
-from core.kernels.schedules.gpu.gemm_mma import (GemmConfig, GemmProblem, config_error, conv_problem,
+from core.kernels.gemm_plan.conv_mma import ConvShape
+from core.kernels.gemm_plan.gemm_mma import (GemmConfig, GemmProblem, config_error, conv_problem,
                                                  default_config, shared_limit)
-from core.kernels.schedules.gpu.gemm_mma_emulate import EmulationStats, apply_epilogue, emulate, half_bits, to_float32
+from core.backends.cuda.schedules.gemm_mma_emulate import EmulationStats, apply_epilogue, emulate, half_bits, to_float32
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
 
@@ -119,7 +119,7 @@ def test_a_float32_input_is_rounded_to_the_operand_dtype_as_it_is_copied():
 
 def test_the_emulation_catches_a_wrong_padding_test(monkeypatch):
     """A padding test that forgets the top/left border (negative coordinates pass) reads wrong taps: caught."""
-    import core.kernels.schedules.gpu.conv_mma as geometry
+    import core.kernels.gemm_plan.conv_mma as geometry
 
     c = conv(1, 16, 6, 16, 3, pad=1)
     problem = conv_problem(c, "float16", "float32")

@@ -9,14 +9,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import core.kernels.schedules.gpu.gemm_mma as plan
+import core.kernels.gemm_plan.gemm_mma as plan
 from core.codegen.cuda_kernels import gemm_library
 from core.codegen.mma_gemm import build_gemm
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.codegen.sass import sass_counts
-from core.kernels.schedules.gpu.gemm_mma import (GemmConfig, GemmProblem, config_error, config_space, default_config,
+from core.kernels.gemm_plan.gemm_mma import (GemmConfig, GemmProblem, config_error, config_space, default_config,
                                                  shared_limit)
-from core.kernels.schedules.gpu.gemm_mma_emulate import EmulationStats, apply_epilogue, emulate, half_bits, to_float32
+from core.backends.cuda.schedules.gemm_mma_emulate import EmulationStats, apply_epilogue, emulate, half_bits, to_float32
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
 

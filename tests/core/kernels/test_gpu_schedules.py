@@ -8,9 +8,9 @@ import pytest
 
 from core.codegen.nvptx import launch_config
 from core.graph.ir import TensorType
-from core.kernels.schedules.gpu.conv2d import schedule_conv2d
-from core.kernels.schedules.gpu.dense import schedule_matmul
-from core.kernels.schedules.gpu.launch import UnsupportedOnGPUError
+from core.backends.cuda.schedules.conv2d import schedule_conv2d
+from core.backends.cuda.schedules.dense import schedule_matmul
+from core.backends.cuda.schedules.launch import UnsupportedOnGPUError
 from core.tir.functor import walk_stmt
 from core.tir.stmt import Allocate, Barrier
 

@@ -4,7 +4,7 @@ are the CudaBackend's."""
 from __future__ import annotations
 
 from ....target import CUDA_KIND
-from ...registry import register_schedule
+from ....kernels.registry import register_schedule
 from .conv2d import schedule_conv2d
 from .dense import schedule_matmul
 from .integer import schedule_conv_integer, schedule_matmul_integer

@@ -21,11 +21,11 @@ from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, Tensor, TensorRead
 from ....tir.expr import cast, const
 from ....tir.functor import walk_expr
-from ...broadcast import broadcast_shape
-from ...common import require
-from ...matmul import matmul as cpu_matmul
-from ...registry import register_compute
-from ..util import find_op
+from ....kernels.broadcast import broadcast_shape
+from ....kernels.common import require
+from ....kernels.matmul import matmul as cpu_matmul
+from ....kernels.registry import register_compute
+from ....kernels.schedules.util import find_op
 from . import dense_tensorcore as tensorcore
 from . import gemv
 from .launch import (cooperative_fetch, inline_intermediates, output_stages, reduction_producers, reject_extern,

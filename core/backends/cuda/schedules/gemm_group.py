@@ -15,9 +15,9 @@ from ....target import Target
 from ....tir.expr import Buffer, IntImm, Var
 from ....tir.stmt import For, ForKind, PrimFunc, Seq
 from .conv_group import match_conv_group
-from .conv_mma import ConvShape
+from ....kernels.gemm_plan.conv_mma import ConvShape
 from .group_match import anchored, epilogue_chain, static_shape
-from .gemm_mma import OPERAND_DTYPES, GemmConfig, GemmProblem, config_error, default_config, grid, shared_limit
+from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES, GemmConfig, GemmProblem, config_error, default_config, grid, shared_limit
 
 ATTR = "gemm_mma"
 SM_COUNTS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}

@@ -21,11 +21,11 @@ from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, Tensor, TensorRead
 from ....tir.expr import Expr
 from ....tir.functor import walk_expr
-from ...common import attr, require
-from ...conv2d import conv_out_size
-from ...registry import register_compute
-from ...transform import pad
-from ..util import find_op, inputs_tagged
+from ....kernels.common import attr, require
+from ....kernels.conv2d import conv_out_size
+from ....kernels.registry import register_compute
+from ....kernels.transform import pad
+from ....kernels.schedules.util import find_op, inputs_tagged
 from . import conv2d_pointwise as pointwise
 from .launch import cooperative_fetch, inline_intermediates, output_stages, reject_extern, thread_tiles
 from .reduce import one_thread_per_output

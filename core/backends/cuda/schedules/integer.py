@@ -15,7 +15,7 @@ from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorRead
 from ....te.intrinsics import get_intrinsic
 from ....tir.functor import walk_expr
-from ..util import find_op
+from ....kernels.schedules.util import find_op
 from .launch import cooperative_fetch, inline_intermediates, output_stages, reject_extern, thread_tiles
 from .reduce import one_thread_per_output
 

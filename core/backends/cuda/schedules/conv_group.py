@@ -8,10 +8,10 @@ import math
 from typing import Optional, Sequence
 
 from ....graph.ir import Graph, Node
-from ...conv2d import conv_out_size
-from .conv_mma import ConvShape
+from ....kernels.conv2d import conv_out_size
+from ....kernels.gemm_plan.conv_mma import ConvShape
 from .group_match import anchored, epilogue_chain, static_shape
-from .gemm_mma import OPERAND_DTYPES, GemmProblem, conv_problem
+from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES, GemmProblem, conv_problem
 
 MIN_CHANNELS = 16  # fewer input channels leave most of each 16-deep mma k step to padding or a ragged K
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 from ....graph.ir import Graph, Node
-from .gemm_mma import OPERAND_DTYPES
+from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES
 
 ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}
 

@@ -11,8 +11,8 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from . import gemm_mma as plan
-from .gemm_mma import GemmConfig, GemmProblem
+from ....kernels.gemm_plan import gemm_mma as plan
+from ....kernels.gemm_plan.gemm_mma import GemmConfig, GemmProblem
 
 BANKS = 32
 

@@ -17,9 +17,9 @@ from ....te import tensor as te
 from ....te.schedule import Schedule
 from ....te.tensor import Tensor
 from ....tir.expr import Expr, call, cast, const
-from ...common import attr, broadcast_read, prod, require
-from ...layer_norm import layer_norm_operands, square
-from ...registry import register_compute
+from ....kernels.common import attr, broadcast_read, prod, require
+from ....kernels.layer_norm import layer_norm_operands, square
+from ....kernels.registry import register_compute
 from .launch import is_scheduled, output_stages, reject_extern
 from .reduce import attach_reductions, block_threads, schedule_reduce
 

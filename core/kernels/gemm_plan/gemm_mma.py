@@ -13,7 +13,7 @@ OIHW/OHWI order: loaded by plain ldmatrix). Split-K
 sums before the epilogue.
 
 The index functions are written once over +, *, //, %, ^, &, <<, >> so that the NVPTX emitter
-(core/codegen/mma_gemm.py) evaluates them on LLVM values and the CPU emulator (gemm_mma_emulate.py) on numpy
+(core/codegen/mma_gemm.py) evaluates them on LLVM values and the CPU emulator (core/backends/cuda/schedules/gemm_mma_emulate.py) on numpy
 arrays: the CPU check runs the very addresses and fragment maps the GPU code uses.
 """
 from __future__ import annotations

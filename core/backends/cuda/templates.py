@@ -7,17 +7,17 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from ..kernels.schedules.gpu import conv2d as gpu_conv
-from ..kernels.schedules.gpu import conv2d_pointwise as gpu_pointwise
-from ..kernels.schedules.gpu import dense as gpu_dense
-from ..kernels.schedules.gpu import dense_tensorcore as tensorcore
-from ..kernels.schedules.gpu import gemv
-from ..kernels.schedules.gpu import integer as gpu_integer
-from ..target import CUDA_KIND, Target, get_target
-from ..te.schedule import Schedule, Stage
-from ..te.tensor import ComputeOp, Tensor
-from .space import ConfigSpace
-from .templates import Template, register_template
+from .schedules import conv2d as gpu_conv
+from .schedules import conv2d_pointwise as gpu_pointwise
+from .schedules import dense as gpu_dense
+from .schedules import dense_tensorcore as tensorcore
+from .schedules import gemv
+from .schedules import integer as gpu_integer
+from ...target import CUDA_KIND, Target, get_target
+from ...te.schedule import Schedule, Stage
+from ...te.tensor import ComputeOp, Tensor
+from ...tune.space import ConfigSpace
+from ...tune.templates import Template, register_template
 
 _CUDA = get_target("cuda")
 _MIN_THREADS = 32  # below a warp per block most of every SM's lanes idle
