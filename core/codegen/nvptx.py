@@ -178,7 +178,7 @@ class NVPTXEmitter(FunctionEmitter):
 
 def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Module, dict[str, LaunchConfig]]:
     """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
-    from ..backends.cuda.schedules.gemm_group import gemm_of
+    from ..kernels.gemm_plan.kernel_attr import gemm_of
     from .mma_gemm import dynamic_shared, emit_gemm_body
 
     if not target.triple.startswith("nvptx"):

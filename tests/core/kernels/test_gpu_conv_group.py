@@ -14,7 +14,7 @@ from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.driver.precision import store_weights
 from core.frontend import import_onnx
-from core.backends.cuda.schedules.gemm_group import gemm_of
+from core.kernels.gemm_plan.kernel_attr import gemm_of
 from core.backends.cuda.schedules.gemm_mma_emulate import emulate
 from core.lowering.executable import group_inputs
 from core.target import get_target

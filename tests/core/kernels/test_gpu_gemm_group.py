@@ -13,7 +13,7 @@ from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.frontend import import_onnx
 from tests.backend_calls import optimize, build_executable
-from core.backends.cuda.schedules.gemm_group import gemm_of
+from core.kernels.gemm_plan.kernel_attr import gemm_of
 from core.backends.cuda.schedules.gemm_mma_emulate import emulate, to_float32
 from core.lowering.executable import group_inputs
 from core.runtime.cuda_driver import gpu_available

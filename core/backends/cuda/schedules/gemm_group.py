@@ -1,25 +1,23 @@
 """Fused groups the tensor-core GEMM computes whole: a float16/bfloat16 MatMul (A [..., m, k] @ B [k, n]; or a
 float32 A times a weight stored in half precision, `--precision fp16|bf16`) followed by a chain of Cast, bias or
-residual Add, Relu and Sigmoid; or such a Conv as its implicit GEMM (conv_group.py). Such a group becomes a PrimFunc whose loops only bind the
-launch grid and whose `gemm_mma` attribute (problem, tile config, which parameter plays which role) tells the
-NVPTX backend to emit core/codegen/mma_gemm.py's kernel in its place."""
+residual Add, Relu and Sigmoid; or such a Conv as its implicit GEMM (conv_group.py). Such a group becomes a PrimFunc
+whose loops only bind the launch grid and whose `gemm_mma` attribute (core/kernels/gemm_plan/kernel_attr.py: problem,
+tile config, which parameter plays which role) tells the NVPTX backend to emit core/codegen/mma_gemm.py's kernel in
+its place."""
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict
 from typing import Optional, Sequence
 
 from ....graph.ir import Graph, Node
+from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES, GemmProblem, config_error, default_config, grid, shared_limit
+from ....kernels.gemm_plan.kernel_attr import gemm_attr
 from ....target import Target
 from ....tir.expr import Buffer, IntImm, Var
 from ....tir.stmt import For, ForKind, PrimFunc, Seq
 from .conv_group import match_conv_group
-from ....kernels.gemm_plan.conv_mma import ConvShape
 from .group_match import anchored, epilogue_chain, static_shape
-from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES, GemmConfig, GemmProblem, config_error, default_config, grid, shared_limit
 
-ATTR = "gemm_mma"
 SM_COUNTS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
 
 
@@ -69,21 +67,7 @@ def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name:
         body = For(Var(tag.replace(".", "_"), "int64"), IntImm(extent, "int64"), ForKind.THREAD_BINDING, body, (("thread_tag", tag),))
     where = {role: list(inputs).index(value) for role, value in roles.items()}
     where["c"] = len(inputs)
-    attr = json.dumps({"problem": asdict(problem), "config": asdict(cfg), "params": where}, sort_keys=True)
-    return PrimFunc(name, tuple(params), body, num_inputs=len(inputs), num_outputs=1, attrs={ATTR: attr})
+    return PrimFunc(name, tuple(params), body, num_inputs=len(inputs), num_outputs=1, attrs=gemm_attr(problem, cfg, where))
 
 
-def gemm_of(func: PrimFunc) -> Optional[tuple[GemmProblem, GemmConfig, dict]]:
-    """(problem, config, role -> parameter index) of a gemm_group_kernel, None for any other kernel."""
-    attr = func.attrs.get(ATTR)
-    if attr is None:
-        return None
-    data = json.loads(attr)
-    problem = data["problem"]
-    problem["epilogue"] = tuple(problem["epilogue"])
-    if problem.get("conv") is not None:
-        problem["conv"] = ConvShape(**problem["conv"])
-    return GemmProblem(**problem), GemmConfig(**data["config"]), data["params"]
-
-
-__all__ = ["match_gemm_group", "gemm_group_kernel", "gemm_of", "ATTR"]
+__all__ = ["match_gemm_group", "gemm_group_kernel"]
