@@ -90,7 +90,8 @@ def test_dense_convs_compute_width_7_as_8_columns_where_a_tile_takes_several_blo
     assert (dense.shape[3], dense.op.attrs["width"]) == (8, 7)
     assert default_tiles(dense.op, get_target("x86-64-v3"))[:2] == (2, 4)
     assert (depthwise.shape[3], depthwise.op.attrs["width"]) == (7, 7)
-    one_block_tiles = conv2d_nchwc(x, te.placeholder((5, 4, 1, 1, 8, 8), "float32", "w"), (1, 1), (0,) * 4, (1, 1), False)
+    five_blocks = te.placeholder((5, 4, 1, 1, 8, 8), "float32", "w")
+    one_block_tiles = conv2d_nchwc(x, five_blocks, (1, 1), (0,) * 4, (1, 1), False)
     assert one_block_tiles.shape[3] == 7  # 5 output blocks: each tile holds one, 8 columns would only add work
 
 
