@@ -7,7 +7,7 @@ its session profiler), medians per kernel; each Kiln kernel is matched to the OR
 nodes it fuses (ORT's fused and NCHWc nodes keep the first node's name, with a suffix). Conv kinds: `dwKsS`
 (depthwise, kernel K, stride S), `pw` (1x1), `convKsS`; other kernels by their first ONNX op. Both profiles
 are wall clock: on a busy machine run it more than once (the kinds' ratios held within ~5% here). Single-layer
-models (bench_layers.py) can take other layouts than the same layer in a network (a lone conv stays NCHW), so
+models (bench_layers.py) can take other layouts than the same layer in a network (a lone depthwise conv stays NCHW), so
 this is the profile that says which in-model kernels lose.
 """
 from __future__ import annotations
