@@ -32,6 +32,10 @@ CONVS = [  # id, input NCHW shape, out channels, kernel, stride, pad, depthwise,
     ("depthwise_block6_pad1", (1, 12, 9, 7), 12, 3, 1, 1, True, {}),
     ("depthwise_5x5_pad2", (2, 16, 10, 10), 16, 5, 1, 2, True, {}),
     ("1x1_short_reduction", (1, 16, 11, 13), 24, 1, 1, 0, False, {}),
+    ("1x1_width7_widened", (1, 32, 7, 7), 64, 1, 1, 0, False, {}),  # computed 8 wide, cropped to 7
+    ("3x3_width7_widened", (1, 16, 7, 7), 32, 3, 1, 1, False, {}),
+    ("depthwise_width7", (1, 16, 7, 7), 16, 3, 1, 1, True, {}),
+    ("1x1_width7_odd_blocks", (1, 16, 7, 7), 40, 1, 1, 0, False, {}),  # 5 output blocks: not widened
     ("tuned_tiles", (1, 16, 8, 8), 32, 3, 1, 1, False, {"ow_tile": 2, "oc_tile": 2, "oh_tile": 2}),
 ]
 
@@ -71,6 +75,24 @@ GROUPED = [  # id, input NCHW shape, out channels, kernel, stride, pad, group, l
     ("tile_across_groups", (1, 64, 8, 8), 64, 3, 1, 1, 4, 8, (8, 4),  # each unrolled oc block reads its own group
      {"ow_tile": 4, "oc_tile": 4, "oh_tile": 2, "ic_tile": 2, "reduce_order": 1}),
 ]
+
+
+def test_dense_convs_compute_width_7_as_8_columns_where_a_tile_takes_several_blocks():
+    """A 7-column tile holds one channel block (a broadcast per FMA); 8 columns take a 4 x 2 tile."""
+    from core.kernels.conv2d_nchwc import conv2d_nchwc
+    from core.kernels.schedules.conv2d_nchwc import default_tiles
+    from core.target import get_target
+    from core.te import tensor as te
+
+    x = te.placeholder((1, 4, 7, 7, 8), "float32", "x")
+    dense = conv2d_nchwc(x, te.placeholder((8, 4, 1, 1, 8, 8), "float32", "w"), (1, 1), (0,) * 4, (1, 1), False)
+    depthwise = conv2d_nchwc(x, te.placeholder((4, 1, 3, 3, 1, 8), "float32", "w"), (1, 1), (1,) * 4, (1, 1), True)
+    assert (dense.shape[3], dense.op.attrs["width"]) == (8, 7)
+    assert default_tiles(dense.op, get_target("x86-64-v3"))[:2] == (2, 4)
+    assert (depthwise.shape[3], depthwise.op.attrs["width"]) == (7, 7)
+    five_blocks = te.placeholder((5, 4, 1, 1, 8, 8), "float32", "w")
+    one_block_tiles = conv2d_nchwc(x, five_blocks, (1, 1), (0,) * 4, (1, 1), False)
+    assert one_block_tiles.shape[3] == 7  # 5 output blocks: each tile holds one, 8 columns would only add work
 
 
 @pytest.mark.parametrize("case", GROUPED, ids=[c[0] for c in GROUPED])
