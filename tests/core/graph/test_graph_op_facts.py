@@ -26,11 +26,11 @@ def test_every_rule_names_a_registered_op_and_the_table_reads_every_rule_module(
 
 
 def test_the_table_lists_each_facts_answer():
-    conv, relu, expand = op_facts("Conv"), op_facts("Relu"), op_facts("Expand")
+    conv, relu, transpose = op_facts("Conv"), op_facts("Relu"), op_facts("Transpose")
     assert conv.rules[Fact.LAYOUT] == "alter_layout._conv" and Fact.LAYOUT_3D not in conv.rules
     assert conv.rules[Fact.FOLD_SCALE_BIAS] == "fold_scale_bias._fold_into_conv"
     assert relu.rules[Fact.BOUND] == "bound_rules._broadcast" and Fact.BOUND in relu.elementwise
-    assert expand.declined[Fact.MULTI_BOUND] == "refused" and Fact.MULTI_BOUND not in expand.rules
+    assert transpose.declined[Fact.PADDING_MERGED] == "lifts padding" and Fact.PADDING_MERGED not in transpose.rules
     assert op_facts("Reshape").rules[Fact.SIMPLIFY] == "simplify._same_shape + simplify._reshape_chain"
     assert op_facts("Softmax").rules[Fact.PADDING] == "padding._first_input_only()"
 
@@ -38,7 +38,8 @@ def test_the_table_lists_each_facts_answer():
 def test_an_op_gets_its_own_rule_else_the_elementwise_one_unless_it_declines():
     assert rule_for("Add", Fact.LAYOUT).__name__ == "_elementwise"  # BROADCAST pattern, no rule of its own
     assert rule_for("Softmax", Fact.LAYOUT) is None  # OPAQUE: no default
-    assert rule_for("Expand", Fact.BOUND).__name__ == "_broadcast" and rule_for("Expand", Fact.MULTI_BOUND) is None
+    assert rule_for("Expand", Fact.BOUND).__name__ == "_broadcast"
+    assert rule_for("Transpose", Fact.PADDING_MERGED) is None  # declined: its plain rule, lifted, refuses merged axes
     assert rule_for("NoSuchOp", Fact.LAYOUT) is None
 
 
@@ -46,7 +47,7 @@ def test_a_fact_is_registered_once_per_op():
     with pytest.raises(ValueError, match="registered twice"):
         op_rule(Fact.LAYOUT, "Conv")(lambda rw, node: False)
     with pytest.raises(ValueError, match="declines it"):
-        op_rule(Fact.MULTI_BOUND, "Expand")(lambda node: [])
+        op_rule(Fact.PADDING_MERGED, "Transpose")(lambda node, graph, carried: [])
     with pytest.raises(ValueError, match="cannot also decline"):
         decline(Fact.LAYOUT, "Conv", why="no")
     with pytest.raises(ValueError, match="registered twice"):
