@@ -33,7 +33,8 @@ REFUSED = "submit_refused"  # the request itself was wrong (a 4xx): a user error
 _OPTION_OF_FIELD = {"input_shapes": "--input-shape", "time_budget_s": "--tune-time", "trials": "--tune-trials",
                     "opt_level": "--opt-level", "model_id": "MODEL", "name": "--name", "target": "--target",
                     "keep_float": "--keep-float", "max_error": "--max-error", "calibration_id": "--calibration",
-                    "op_types": "--op-types", "sensitivity_layers": "--sensitivity-layers"}
+                    "op_types": "--op-types", "sensitivity_layers": "--sensitivity-layers",
+                    "max_trip_count": "--max-trip-count"}
 
 
 def _as_options(text: str) -> str:
@@ -144,6 +145,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                                      for k, v in (args.input_shape or [])}}
             if args.name:
                 body["name"] = args.name
+            if args.max_trip_count is not None:
+                body["max_trip_count"] = args.max_trip_count
             if args.precision in ("fp16", "bf16"):
                 body["precision"] = args.precision
             if args.precision == "int8":
@@ -196,6 +199,8 @@ def add_parser(sub, parse_shape) -> None:
     p.add_argument("--input-shape", type=parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="fix an input's shape (repeatable), for models with symbolic dimensions")
     p.add_argument("--name", help="artifact name: libNAME.so, NAME.h, C symbols NAME_load, ... (see kiln compile)")
+    p.add_argument("--max-trip-count", type=int, metavar="N",
+                   help="the most iterations a loop run at run time may make (see kiln compile)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp16/bf16: weights stored at half size, float32 arithmetic (see kiln compile); "
                         "int8: the server quantizes the float32 model on --calibration samples, then compiles it "

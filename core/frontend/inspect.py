@@ -21,7 +21,7 @@ from core.graph.ir import Graph
 from .converters import find_converter
 from .converters.registry import canonical_domain
 from .model_loading import DEFAULT_BUDGET, ModelSource, SizeBudget, load_model
-from .converters.control_flow_runtime import max_trip_count
+from .converters.control_flow_runtime import DECLARE_BOUND, max_trip_count
 from .onnx_importer import import_onnx
 from .onnx_values import declared_dims, numpy_dtype
 
@@ -107,9 +107,17 @@ def inspect_model(model: ModelSource, *, allow_external_data: bool = True,
     initializers = {t.name for t in proto.graph.initializer}
     inputs = _signature(proto.graph.input, initializers)
     symbolic = [i["name"] for i in inputs if i["shape"] is None or any(isinstance(d, str) for d in i["shape"])]
-    if not symbolic:  # loops sized for one iteration: their trip bound is a compile option (max_trip_count)
-        with max_trip_count(1):
-            check_graph_sizes(import_onnx(proto), budget)
+    needs_trip_bound = False
+    if not symbolic:
+        try:
+            graph = import_onnx(proto)
+        except UnsupportedOpError as err:
+            if DECLARE_BOUND not in str(err):
+                raise
+            needs_trip_bound = True  # a job must give max_trip_count: refused at job creation without it
+            with max_trip_count(1):  # sized for one iteration here: the job's bound sizes the rest
+                graph = import_onnx(proto)
+        check_graph_sizes(graph, budget)
     return {
         "inputs": inputs,
         "outputs": _signature(proto.graph.output, set()),
@@ -120,6 +128,7 @@ def inspect_model(model: ModelSource, *, allow_external_data: bool = True,
         # default-domain op types, subgraphs included: what a target-aware check (Backend.check_ops) reads
         "op_types": sorted({n.op_type for n in _nodes(proto.graph) if canonical_domain(n.domain) == ""}),
         "symbolic_inputs": symbolic,
+        "needs_trip_bound": needs_trip_bound,  # a loop run at run time needs max_trip_count (static inputs only)
     }
 
 

@@ -91,6 +91,13 @@ def _check_input_shapes(input_shapes: dict[str, list], summary: dict, settings: 
         raise _refuse(f"inputs {unfixed} have symbolic dimensions: give their shapes in input_shapes")
 
 
+def _check_trip_bound(body: JobCreate, summary: dict) -> None:
+    """A loop run at run time whose outputs need room for every iteration: the job must bound its trip count."""
+    if summary.get("needs_trip_bound") and body.max_trip_count is None:
+        raise _refuse("the model has a loop whose trip count is known only at run time and whose outputs need room "
+                      "for every iteration: give max_trip_count (the most iterations it may make)")
+
+
 def _check_ranges(body: JobCreate) -> None:
     """Declared ranges: refused for what core.compile refuses them for, before anything is queued (the same check)."""
     if not any(isinstance(d, str) for dims in body.input_shapes.values() for d in dims):
@@ -161,6 +168,7 @@ def create_job(body: JobCreate, request: Request, user: UserDep, _allowed: JobAl
     _check_server_limits(body, settings)
     _check_input_shapes(body.input_shapes, model.summary, settings)
     _check_ranges(body)
+    _check_trip_bound(body, model.summary)
     _check_target_ops(body, model.summary)
     job_id, options = new_id(), body.compile_options()
     if body.validation.inputs_id:

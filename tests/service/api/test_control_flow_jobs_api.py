@@ -1,5 +1,5 @@
 """The job option `max_trip_count` over HTTP: a greedy decoder whose loop runs at run time compiles, validates
-against ONNX Runtime and runs from the downloaded artifact; without the option the job fails with the reason."""
+against ONNX Runtime and runs from the downloaded artifact; without the option the job is refused up front (422)."""
 from __future__ import annotations
 
 import io
@@ -26,8 +26,8 @@ def test_a_greedy_decoder_job_with_a_trip_bound(api, tmp_path):
     uploaded = api.upload(headers, model)
     assert uploaded.status_code == 201, uploaded.text
     model_id = uploaded.json()["id"]
-    refused = _job(api, headers, model_id)
-    assert refused["status"] == "failed" and "max-trip-count" in refused["error"]
+    refused = api.client.post("/api/v1/jobs", headers=headers, json={"model_id": model_id, "quick": True})
+    assert refused.status_code == 422 and "max_trip_count" in refused.json()["detail"]["message"], refused.text
     done = _job(api, headers, model_id, max_trip_count=24)
     assert done["status"] == "succeeded", done
     artifact = api.client.get(f"/api/v1/jobs/{done['id']}/artifact", headers=headers)
