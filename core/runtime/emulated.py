@@ -103,7 +103,7 @@ class EmulatedModule(Module):
         self._harness.write_bytes(harness_bytes(emulator.compiler))
         self._harness.chmod(self._harness.stat().st_mode | stat.S_IXUSR)
         self._threads = min(num_threads or os.cpu_count() or 1, os.cpu_count() or 1)
-        self._ranges = None  # the harness runs the model entry (kiln_run) at the declared shapes only
+        self._ranges = self.metadata.get("dynamic_shapes")  # input-shape ranges: shaped runs (PREFIX_run_shaped)
         self._handle = True  # open: Module._prepare refuses a closed module
 
     def set_num_threads(self, n: int) -> None:
@@ -116,6 +116,7 @@ class EmulatedModule(Module):
 
     def run(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
         arrays, outs = self._prepare(feeds)
+        shaped = bool(self._ranges) and self._off_max(arrays)  # the upper bounds are kiln_run's own shapes
         run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=self._scratch))
         try:
             in_files = []
@@ -126,16 +127,27 @@ class EmulatedModule(Module):
             lib = self._directory / self.metadata.get("library", "libkiln_model.so")
             weights = self._directory / self.metadata.get("weights", "weights.bin")
             prefix = str(self.metadata.get("symbol_prefix", "kiln"))  # a named artifact exports NAME_load, ...
-            args = [str(lib.resolve()), str(weights.resolve()), prefix, str(len(arrays)), *map(str, in_files),
-                    *(f"{f}:{o.nbytes}" for f, o in zip(out_files, outs))]
-            self._execute(self._emulator.command(self._harness, *args))
-            results = {t["name"]: np.frombuffer(f.read_bytes(), dtype=_np_dtype(t["dtype"])).reshape(t["shape"]).copy()
-                       for t, f in zip(self._outputs, out_files)}
+            # A shaped run: each input with its actual shape, each output's buffer at its largest size (outs are
+            # at the upper bounds, see _shaped_call) with what the harness needs to write it at its actual shape.
+            ins = [f"{f}:{','.join(map(str, a.shape))}" if shaped else str(f) for f, a in zip(in_files, arrays)]
+            out_specs = [f"{f}:{o.nbytes}" + (f":{o.itemsize}:{o.ndim}" if shaped else "") for f, o in zip(out_files, outs)]
+            printed = self._execute(self._emulator.command(self._harness, str(lib.resolve()), str(weights.resolve()),
+                                                           prefix, str(len(arrays)), *ins, *out_specs))
+            shapes = ([tuple(int(d) for d in line.split(",") if d) for line in printed.split("\n")[:len(outs)]]
+                      if shaped else [t["shape"] for t in self._outputs])
+            results = {t["name"]: np.frombuffer(f.read_bytes(), dtype=_np_dtype(t["dtype"])).reshape(shape).copy()
+                       for t, f, shape in zip(self._outputs, out_files, shapes)}
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
         return trim_bounded(results)
 
-    def _execute(self, cmd: list[str]) -> None:
+    def _shaped_call(self, arrays) -> tuple[None, list[tuple[int, ...]]]:
+        """The library is not loaded here: the harness checks the input shapes and reports the outputs' actual shapes
+        at run time; _prepare's output buffers are the largest (what the harness allocates)."""
+        return None, [t["shape"] for t in self._outputs]
+
+    def _execute(self, cmd: list[str]) -> str:
+        """Runs the harness; returns what it printed (a shaped run's output shapes)."""
         env = dict(os.environ, KILN_NUM_THREADS=str(self._threads))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
@@ -147,6 +159,7 @@ class EmulatedModule(Module):
             lines = (proc.stderr or proc.stdout or "").strip().splitlines()[-_STDERR_LINES:]
             why = " | ".join(lines) or f"exit status {proc.returncode}"
             raise KilnRuntimeError(f"the model failed under {self._emulator.name}: {why}")
+        return proc.stdout
 
     def benchmark(self, *args, **kwargs) -> dict:
         raise KilnRuntimeError(f"no benchmark of a model run under {self._emulator.name}: {EMULATED}")
