@@ -44,12 +44,16 @@ print(json.dumps(result))
 """
 
 
+def build_fake_driver(folder: Path, *defines: str) -> Path:
+    """fake_libcuda.c built as `folder`/libcuda.so.1 (`defines`: -DFAKE_... variants of the driver)."""
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", *defines, "-Wl,-soname,libcuda.so.1", "-o",
+                    str(folder / "libcuda.so.1"), str(Path(__file__).with_name("fake_libcuda.c"))], check=True)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("fake_cuda")
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so.1"),
-                    str(Path(__file__).with_name("fake_libcuda.c"))], check=True)
-    return folder
+    return build_fake_driver(tmp_path_factory.mktemp("fake_cuda"))
 
 
 @pytest.fixture(scope="module")
@@ -214,10 +218,7 @@ print(json.dumps(result))
 @pytest.fixture(scope="module")
 def old_driver(tmp_path_factory) -> Path:
     """A driver without streams and graphs (CUDA before 11.4)."""
-    folder = tmp_path_factory.mktemp("old_cuda")
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-DFAKE_NO_GRAPHS", "-Wl,-soname,libcuda.so.1", "-o",
-                    str(folder / "libcuda.so.1"), str(Path(__file__).with_name("fake_libcuda.c"))], check=True)
-    return folder
+    return build_fake_driver(tmp_path_factory.mktemp("old_cuda"), "-DFAKE_NO_GRAPHS")
 
 
 def run_graph_child(driver: Path, artifact: Path, **env) -> dict:
