@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session's checks, prepared to run on a lent GPU machine (H200: torch + CUDA toolkit, no fastapi) in
 # under 9 minutes, from the repository root:   OUT=/some/dir bash bench/gpu_session.sh
+# Each step's time limit can be set in seconds: T_TESTS, T_CONV, T_MODELS, T_GEMM, T_SASS. Everything is packed into
+# $OUT/gpu_session.tgz at the end (the device tool brings back at most 8 files).
 # (the device tool: run(command="bash bench/gpu_session.sh", timeout_s=560); it sets $OUT).
 # Writes to $OUT: machine.txt, tests.txt (the GPU test files, pytest --noconftest), conv.md/json (the implicit-GEMM
 # conv against cuDNN, NHWC and NCHW), models.md/json (against PyTorch; Kiln device = the model as one CUDA graph on
@@ -20,7 +22,7 @@ step "machine"
   > "$OUT/machine.txt" 2>&1
 
 step "GPU tests"
-timeout 120 $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
+timeout ${T_TESTS:-120} $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
   tests/core/kernels/test_gpu_conv_mma.py tests/core/kernels/test_gpu_conv_group.py tests/core/runtime/test_cuda_gpu.py \
   tests/core/kernels/test_gpu_gemm_mma.py tests/core/kernels/test_gpu_gemm_group.py tests/core/codegen/test_sass.py \
   tests/core/kernels/test_gpu_tensorcore.py tests/core/codegen/test_nvptx_gpu.py \
@@ -29,23 +31,26 @@ timeout 120 $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
 step "tests exit $? : $(tail -1 "$OUT/tests.txt")"
 
 step "convs against cuDNN"
-timeout 90 $PY bench/bench_gpu_conv.py -t "cuda -arch=sm_90" --json "$OUT/conv.json" > "$OUT/conv.md" 2> "$OUT/conv.log"
+timeout ${T_CONV:-90} $PY bench/bench_gpu_conv.py -t "cuda -arch=sm_90" --json "$OUT/conv.json" > "$OUT/conv.md" 2> "$OUT/conv.log"
 step "conv exit $?"
 
 step "models against PyTorch"
-timeout 150 $PY bench/bench_gpu.py -t "cuda -arch=sm_90" --rounds 15 --budget-s 100 --json "$OUT/models.json" \
+timeout ${T_MODELS:-150} $PY bench/bench_gpu.py -t "cuda -arch=sm_90" --rounds 15 --budget-s $(( ${T_MODELS:-150} * 2 / 3 )) --json "$OUT/models.json" \
   --runs resnet50:fp16:32 resnet18:fp32:32 resnet50:fp16:1 resnet18:fp32:1 resnet18:fp16:32 mobilenet_v2:fp32:32 \
   bert_base:fp16:32 resnet50:fp32:32 bert_base:fp32:1 mobilenet_v2:fp16:32 \
   > "$OUT/models.md" 2> "$OUT/models.log"
 step "models exit $?"
 
 step "GEMM against cuBLAS"
-timeout 110 $PY bench/bench_gpu_gemm.py -t "cuda -arch=sm_90" --json "$OUT/gemm.json" > "$OUT/gemm.md" 2> "$OUT/gemm.log"
+timeout ${T_GEMM:-110} $PY bench/bench_gpu_gemm.py -t "cuda -arch=sm_90" --json "$OUT/gemm.json" > "$OUT/gemm.md" 2> "$OUT/gemm.log"
 step "gemm exit $?"
 
 step "SASS"
-timeout 50 $PY bench/bench_gpu_sass.py --archs sm_90 --no-convs > "$OUT/sass.md" 2>&1
+timeout ${T_SASS:-50} $PY bench/bench_gpu_sass.py --archs sm_90 --no-convs > "$OUT/sass.md" 2>&1
 step "sass exit $?"
 cat "$OUT/conv.md" "$OUT/models.md" "$OUT/gemm.md" >> "$OUT/summary.txt" 2>/dev/null
 step "done"
+cat "$OUT/summary.txt"
+(cd "$OUT" && tar czf /tmp/gpu_session.tgz --exclude gpu_session.tgz . && mv /tmp/gpu_session.tgz . && \
+  find . -type f ! -name gpu_session.tgz ! -name summary.txt -delete)
 exit 0
