@@ -16,7 +16,7 @@ from core.errors import KilnError, ShapeError, UnsupportedOpError
 from core.graph.bounded import Bound, bound_pair
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
-from core.graph.length_inputs import Affine, add_length_inputs, output_lengths
+from core.graph.length_inputs import Affine, add_length_inputs, output_lengths, skippable_bounds
 
 from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
@@ -60,13 +60,14 @@ def _import(model: ModelSource, input_shapes, lengths=None) -> tuple[Graph, dict
         values[tensor.name] = builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
 
     _convert_nodes(graph, opsets, builder, values)
-    run_time = {}
+    run_time, skippable = {}, {}
     if symbols is not None:  # the runtime cuts these outputs by their lengths: no `::bound` outputs
         run_time = output_lengths(builder, {o.name: values[o.name] for o in graph.output
                                             if isinstance(values[o.name], str)}, symbols)
+        skippable = skippable_bounds(builder, symbols)
         builder.bounds.clear()
     builder.set_outputs(_bind_outputs(graph, builder, values))
-    return builder.build(), run_time
+    return builder.build().replace(run_time_bounds=skippable), run_time
 
 
 def _input_types(inputs: Sequence[onnx.ValueInfoProto], shapes: dict[str, Sequence[int]]) -> dict[str, TensorType]:

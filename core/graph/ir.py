@@ -107,6 +107,9 @@ class Graph:
     types: Mapping[str, TensorType]
     constants: Mapping[str, np.ndarray]
     name: str = "model"
+    # value -> ((axis, length input), ...): past that input's run-time length along the axis the value is
+    # unspecified padding that every reader masks (core/graph/length_inputs.py), so its kernel may skip it
+    run_time_bounds: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=FrozenDict, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))

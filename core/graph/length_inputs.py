@@ -117,6 +117,25 @@ def simplest_length(builder: "GraphBuilder", value: str) -> str:
     return result
 
 
+def skippable_bounds(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dict[str, tuple[tuple[int, str], ...]]:
+    """Per bounded value, the axes whose length is one length input itself (value -> ((axis, input), ...)):
+    what a kernel computing it may leave unwritten past that length, since every reader masks it there (but a
+    mask's own output, whose fill its reader needs)."""
+    inputs = {v: k for k, v in symbols.items()}
+    result: dict[str, tuple[tuple[int, str], ...]] = {}
+    for value, bound in builder.bounds.items():
+        axes = []
+        for part in parts_of(bound):
+            if part.axis in builder.filled.get(value, ()):  # a mask's fill, which its reader needs
+                continue
+            affine = affine_length(builder, part.length, symbols)
+            if affine is not None and affine[1] == 0 and len(affine[0]) == 1 and list(affine[0].values()) == [1]:
+                axes.append((part.axis, inputs[next(iter(affine[0]))]))
+        if axes:
+            result[value] = tuple(axes)
+    return result
+
+
 def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols: Mapping[str, str]
                    ) -> dict[str, dict[int, Affine]]:
     """Per graph output (ONNX name -> value) with run-time lengths, per axis, its length (ShapeError when one
@@ -133,4 +152,4 @@ def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols:
 
 
 __all__ = ["Affine", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "simplest_length",
-           "output_lengths"]
+           "skippable_bounds", "output_lengths"]

@@ -23,6 +23,7 @@ from .narrow_reads import scalar_reads, weight_widenings
 from ..graph.ops import Pattern, get_op, node_flops
 from ..tir.kernel_dedup import share_identical
 from .lowering_memo import derived_key, group_key, recall, remember
+from .run_time_bounds import Bounds, bound_stages, describe, kernel_bounds, length_params
 from ..kernels.indexing import CHECKS_INDICES
 from ..kernels.registry import ScheduleFn, get_compute
 from ..target import Target
@@ -67,7 +68,8 @@ def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
 
 
 def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, backend: "Backend", name: str,
-                outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn] = None, widen_once: frozenset = frozenset()):
+                outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn] = None, widen_once: frozenset = frozenset(),
+                bounds: Bounds = {}):
     """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op
     (by `anchor_schedule` instead of the registry's when given: a tuned config, core/tune); `backend` (the
     target's, handed down) gives the schedules of ops without their own, the epilogue's and whole-group kernels.
@@ -77,7 +79,8 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, backend: "B
     computes after the anchor) is then placed by `schedule_epilogue`. A group of injective ops is
     computed inline into its output stages, each scheduled by its own op. A half-size weight is widened inside
     its loads unless the kernel reads it as scalars: then once per call into a workspace (`widen_once`,
-    core/lowering/narrow_reads.py)."""
+    core/lowering/narrow_reads.py). `bounds`: outputs that stop at run-time lengths (core/lowering/run_time_bounds.py),
+    whose lengths the kernel takes after its inputs when it does not read them already."""
     inputs = group_inputs(nodes)
     whole = None if anchor_schedule else backend.group_kernel(nodes, graph, target, name, outputs, inputs)
     if whole is not None:  # a hand-built kernel (tuning never gives these groups a schedule: see group_task)
@@ -120,13 +123,16 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, backend: "B
                 schedule_of(node)(sch, outs, target)
     for value in widen_once:
         backend.schedule("Cast", target)(sch, [tensors[value]], target)
+    if bounds:
+        bound_stages(sch, tensors, bounds, params)
+        inputs = inputs + length_params(bounds, inputs)
     func = lower(sch, params + out_tensors, name, num_outputs=len(out_tensors))
     widenings = weight_widenings(nodes, graph, inputs)
     if widenings:
         scalar = scalar_reads(func, [func.params[inputs.index(v)] for v in widenings.values()])
         more = {cast for cast, value in widenings.items() if func.params[inputs.index(value)] in scalar} - widen_once
         if more:
-            return lower_group(nodes, graph, target, backend, name, outputs, anchor_schedule, widen_once | more)
+            return lower_group(nodes, graph, target, backend, name, outputs, anchor_schedule, widen_once | more, bounds)
     return func, inputs
 
 
@@ -137,13 +143,16 @@ def group_inputs(nodes: Sequence[Node]) -> list[str]:
 
 
 def _lower_or_recall(nodes: Sequence[Node], graph: Graph, target: Target, backend: "Backend", name: str,
-                     outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn]) -> tuple[PrimFunc, Optional[str]]:
+                     outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn], bounds: Bounds = {}
+                     ) -> tuple[PrimFunc, Optional[str]]:
     """lower_group's kernel, or its earlier result from the kernel cache (untuned groups: a tuned schedule is not
     part of the key); and the memo key (None: not memoized)."""
     key = group_key(nodes, graph, outputs, target) if anchor_schedule is None else None
+    key = derived_key(key, describe(bounds)) if bounds else key
     func = recall(key, name)
     if func is None:
-        func, _ = lower_group(nodes, graph, target, backend, name, outputs, anchor_schedule=anchor_schedule)
+        func, _ = lower_group(nodes, graph, target, backend, name, outputs, anchor_schedule=anchor_schedule,
+                              bounds=bounds)
         remember(key, func)
     return func, key
 
@@ -235,7 +244,10 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
             funcs.append(None)
             continue
         tuned = schedule_for(info.name, owners[k]) if schedule_for and owners[k] is not None else None
-        func, memo_key = _lower_or_recall(nodes, types, target, backend, info.name, outputs, tuned)
+        bounds = kernel_bounds(graph, outputs)  # outputs that stop at run-time lengths take them as inputs
+        func, memo_key = _lower_or_recall(nodes, types, target, backend, info.name, outputs, tuned, bounds)
+        if func.num_inputs > len(info.inputs):
+            info = infos[k] = dataclasses.replace(info, inputs=info.inputs + tuple(length_params(bounds, info.inputs)))
         # In place: a kernel whose single output is elementwise in an input that dies there reads that
         # input from the output's buffer (one parameter, so codegen's noalias promise still holds).
         dying = [v for v in info.inputs if v in first and v not in graph_outputs and last[v] == k]

@@ -16,6 +16,7 @@ from ..tir.index_guard import with_index_fault
 from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
+from .run_time_bounds import loop_bounds, skippable_axes
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 from .tensorize import TensorizeError, tensorize_nest
@@ -61,6 +62,8 @@ class _Lowering:
             buf = self._add_buffer(stage.tensor, names, scope=stage.scope, aligns=stage.aligns)
             (self.locals if stage.scope in ("local", "shared") else self.workspaces).append(buf)
         self._expanded: dict[int, Expr] = {}
+        # stages that stop at run-time lengths (op id -> axis -> length): core/te/run_time_bounds.py
+        self.skipped = skippable_axes(sch, self.reads_of) if any(s.run_time_bounds for s in sch.stages) else {}
 
     def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global", aligns: Optional[dict] = None,
                     shape: Optional[Sequence[int]] = None) -> Buffer:
@@ -228,6 +231,12 @@ class _Lowering:
         # point is over leaf variables too (and a leaf may be a root axis' own variable).
         body = self.expand(substitute(stage.body, root))
         placed: list[IterVar] = []
+        reduced = [k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv)]
+        outer = reduced[0] if reduced else len(leaves)
+        skips, run_time_extents = [], {}
+        if region is None and id(op) in self.skipped:
+            skips, run_time_extents = loop_bounds(stage, leaves, values, {a: self.expand(n) for a, n in
+                                                                         self.skipped[id(op)].items()}, outer, ext)
 
         def guarded(stmt: Stmt, conds: list[Expr]) -> Stmt:
             if not conds:
@@ -255,7 +264,8 @@ class _Lowering:
                 pragmas = tuple(sorted(stage.pragmas.get(iv, {}).items()))
                 if iv in stage.bindings:
                     pragmas += (("thread_tag", stage.bindings[iv]),)
-                stmt = For(iv.var, IntImm(ext[iv]), stage.annotations.get(iv, ForKind.SERIAL), stmt, pragmas)
+                stmt = For(iv.var, run_time_extents.get(iv, IntImm(ext[iv])), stage.annotations.get(iv, ForKind.SERIAL),
+                           stmt, pragmas)
                 if iv in stage.tensorized and not init:
                     stmt = _tensorize_or_defer(stmt, [v.kind for v in ivs[d:]], stage.tensorized[iv])
             return guarded(stmt, [c for c in conds if depth[id(c)] == -1])
@@ -271,7 +281,7 @@ class _Lowering:
         if not isinstance(body, Reduce):
             if epilogues:
                 raise ScheduleError(f"reverse_compute_at: {op.name} is not a reduction")
-            return finished(nest(leaves, Store(buf, out_index, body), guards))
+            return finished(nest(leaves, Store(buf, out_index, body), guards + skips))
 
         update = Store(buf, out_index, body.combine(buf.load(out_index), body.source))
         first_reduce = next(k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv))
@@ -285,12 +295,14 @@ class _Lowering:
         # Vectorizing the init over a spatial axis is always safe; keep other annotations serial.
         main = seq(init_nest, nest(inner, update, guards))
         if not epilogues:
-            return finished(nest(leaves[:first_reduce], main))
+            return finished(nest(leaves[:first_reduce], main, skips))
         if len(epilogues) > 1 or epilogues[0].attach[1] not in leaves[:first_reduce]:
             raise ScheduleError("reverse_compute_at: one consumer per reduction, attached outside its reduce loops")
         at = leaves.index(epilogues[0].attach[1]) + 1
         epilogue = self.epilogue_nest(stage, epilogues[0], leaves[at:], values, init_guards, nest)
-        return finished(nest(leaves[:at], seq(nest(leaves[at:first_reduce], main), epilogue)))
+        inside = [c for c in skips if any(_mentions(c, iv.var) for iv in leaves[at:first_reduce])]
+        return finished(nest(leaves[:at], seq(nest(leaves[at:first_reduce], main, inside), epilogue),
+                             [c for c in skips if not any(c is x for x in inside)]))
 
     def epilogue_nest(self, producer: Stage, consumer: Stage, inner: Sequence[IterVar], values: dict,
                       guards: list[Expr], nest) -> Stmt:

@@ -58,6 +58,8 @@ class Stage:
     aligns: dict = field(default_factory=dict)  # axis position -> (factor, offset) of that axis' stride
     body_override: Optional[Expr] = None  # what cache_read/cache_write made this stage compute instead
     tensorized: dict = field(default_factory=dict)  # IterVar -> TensorIntrinsic replacing its loop nest
+    # axis position -> a read of a run-time length: past it the points are padding nobody reads (core/te/run_time_bounds.py)
+    run_time_bounds: dict = field(default_factory=dict)
 
     @property
     def body(self) -> Expr:
