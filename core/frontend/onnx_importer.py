@@ -16,7 +16,7 @@ from core.errors import KilnError, ShapeError, UnsupportedOpError
 from core.graph.bounded import Bound, bound_pair
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
-from core.graph.length_inputs import Affine, add_length_inputs, output_lengths, skippable_bounds
+from core.graph.length_inputs import Affine, add_length_inputs, output_lengths, skippable_bounds, skippable_outputs
 
 from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
@@ -67,7 +67,10 @@ def _import(model: ModelSource, input_shapes, lengths=None) -> tuple[Graph, dict
         skippable = skippable_bounds(builder, symbols)
         builder.bounds.clear()
     builder.set_outputs(_bind_outputs(graph, builder, values))
-    return builder.build().replace(run_time_bounds=skippable), run_time
+    graph = builder.build()
+    if symbols is not None:  # the outputs themselves: the runtime cuts them at their lengths
+        skippable.update(skippable_outputs(run_time, symbols, graph.outputs))
+    return graph.replace(run_time_bounds=skippable), run_time
 
 
 def _input_types(inputs: Sequence[onnx.ValueInfoProto], shapes: dict[str, Sequence[int]]) -> dict[str, TensorType]:

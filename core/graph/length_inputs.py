@@ -136,6 +136,20 @@ def skippable_bounds(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dic
     return result
 
 
+def skippable_outputs(lengths: Mapping[str, Mapping[int, Affine]], symbols: Mapping[str, str],
+                      outputs: Sequence[str]) -> dict[str, tuple[tuple[int, str], ...]]:
+    """skippable_bounds of the graph `outputs` whose length along an axis (`lengths`, output_lengths' answer) is one
+    length input itself: the runtime cuts them there."""
+    inputs = {v: k for k, v in symbols.items()}
+    result = {}
+    for name in outputs:
+        axes = tuple((axis, inputs[next(iter(coefs))]) for axis, (coefs, constant) in sorted(lengths.get(name, {}).items())
+                     if constant == 0 and list(coefs.values()) == [1])
+        if axes:
+            result[name] = axes
+    return result
+
+
 def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols: Mapping[str, str]
                    ) -> dict[str, dict[int, Affine]]:
     """Per graph output (ONNX name -> value) with run-time lengths, per axis, its length (ShapeError when one
@@ -152,4 +166,4 @@ def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols:
 
 
 __all__ = ["Affine", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "simplest_length",
-           "skippable_bounds", "output_lengths"]
+           "skippable_bounds", "skippable_outputs", "output_lengths"]
