@@ -1,0 +1,92 @@
+"""Kernels stop at the run-time length of a masked dim: one artifact at the upper bound runs sizes between the
+compiled ones with its loops bounded by the length argument (MatMul rows, softmax and layer-norm rows, attention
+queries), matching ONNX Runtime; a mask's output, whose fill its reader needs, keeps its full extent."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import core
+from core.backends import resolve
+from core.driver.shape_plan import shape_plan
+from core.lowering.executable import build_executable
+from core.tir.expr import Load
+from core.tir.functor import walk_expr, walk_stmt
+from core.tir.stmt import For, IfThenElse
+
+from tests.core.driver.dynamic_models import assert_same_outputs, greedy_tokens, tiny_decoder, tiny_encoder
+
+RANGES = {"input_ids": "1..4,1..64"}
+
+
+@pytest.fixture
+def one_compiled_shape(monkeypatch):
+    """No default specializations: the upper bound alone serves every size."""
+    monkeypatch.setattr("core.driver.shape_plan.DEFAULT_SHAPES", 1)
+
+
+def _ort_run(model: bytes):
+    session = ort.InferenceSession(model)
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: dict(zip(names, session.run(None, feeds)))
+
+
+def _top_executable(model: bytes, ranges):
+    """The kernels of the largest compiled shape, as the pipeline builds them, and its graph."""
+    tgt, backend = resolve("x86-64-v3")
+    graph = shape_plan(model, model, ranges).import_graphs()[-1]
+    graph = backend.optimize(graph, 3, tgt)
+    return build_executable(graph, tgt, backend), graph
+
+
+def _stops_at(func, length_index: int) -> bool:
+    """Whether a loop of `func` takes input `length_index` as its extent, or skips iterations past it."""
+    length = func.params[length_index]
+    reads = lambda e: any(isinstance(x, Load) and x.buffer is length for x in walk_expr(e))  # noqa: E731
+    return any(isinstance(s, For) and reads(s.extent) or isinstance(s, IfThenElse) and reads(s.cond)
+               for s in walk_stmt(func.body))
+
+
+def test_encoder_kernels_take_the_sequence_length_as_their_loop_bound(one_compiled_shape):
+    exe, graph = _top_executable(tiny_encoder(), RANGES)
+    assert "seq::length" in graph.inputs
+    funcs = {f.name: f for f in exe.funcs}
+    stopping = {}
+    for kernel in exe.kernels:
+        func = funcs[kernel.func]
+        if "seq::length" in kernel.inputs and kernel.ops != ("Where",):
+            stopping[kernel.name] = _stops_at(func, kernel.inputs.index("seq::length"))
+        if {"MatMul", "Softmax", "LayerNormalization"} & set(kernel.ops):
+            assert "seq::length" in kernel.inputs, kernel  # every row-wise kernel gets the length
+    by_op = lambda op: [name for name in stopping if op in name]  # noqa: E731
+    assert by_op("matmul") and by_op("softmax") and by_op("layernormalization")
+    assert all(stopping[name] for name in by_op("matmul") + by_op("softmax") + by_op("layernormalization"))
+    # QK^T's output is the softmax's mask (-inf past the length along the keys): its keys are all computed
+    scores = next(k for k in exe.kernels if k.ops[:1] == ("MatMul",) and "Where" in k.ops)
+    assert graph.run_time_bounds[scores.outputs[0]] == ((2, "seq::length"),)
+
+
+def test_one_upper_bound_artifact_matches_onnxruntime_between_sizes(one_compiled_shape):
+    model = tiny_encoder()
+    art = core.compile(model, input_shapes=RANGES, benchmark=False)
+    assert len(art.metadata["dynamic_shapes"]["buckets"]) == 1
+    run = _ort_run(model)
+    rng = np.random.default_rng(11)
+    with art.load() as module:
+        for batch, seq in ((1, 1), (3, 5), (2, 33), (1, 47), (4, 63), (4, 64), (2, 9)):
+            feeds = {"input_ids": rng.integers(0, 50, (batch, seq)).astype(np.int64)}
+            assert_same_outputs(module.run(feeds), run(feeds))
+
+
+def test_decoder_with_bounded_kernels_generates_like_onnxruntime(one_compiled_shape):
+    model = tiny_decoder()
+    art = core.compile(model, input_shapes={"input_ids": "1..4,1..8", "past_key_values.0.key": "1..4,2,0..56,4"},
+                       benchmark=False)
+    prompt = [2, 7, 1, 8, 2]
+    expected, reference = greedy_tokens(_ort_run(model), prompt, steps=16)
+    with art.load() as module:
+        tokens, outputs = greedy_tokens(module.run, prompt, steps=16)
+    assert tokens == expected
+    for got, ref in zip(outputs, reference):
+        assert_same_outputs(got, ref, atol=1e-4)

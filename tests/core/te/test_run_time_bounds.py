@@ -1,0 +1,129 @@
+"""Stages that stop at a run-time length: the loops over a bounded axis take the length (a kernel argument) as
+their extent or skip the tiles past it, the points before it match the unbounded kernel, and the points past it
+are never written (the work really stops there); a producer read across the axis keeps its full extent."""
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import pytest
+
+from core.codegen.kernel_library import load_kernels
+from core.target import get_target
+from core.te import tensor as te
+from core.te.lower import lower
+from core.te.schedule import create_schedule
+from core.tir.expr import Load
+from core.tir.functor import walk_expr, walk_stmt
+from core.tir.stmt import For, ForKind, IfThenElse
+from tests.backend_calls import build_library
+
+ROWS, COLS = 37, 24
+SENTINEL = -7.0
+
+
+def _rows_kernel(schedule: str, bounded: bool = True):
+    """out[i, j] = (a[i, j] + 1) * 2 through an intermediate stage, rows bounded by len[0]; `schedule`: how
+    the rows are looped (split, fused with the columns, parallel)."""
+    a = te.placeholder((ROWS, COLS), "float32", "a")
+    length = te.placeholder((1,), "int64", "len")
+    mid = te.compute((ROWS, COLS), lambda i, j: a[i, j] + 1.0, name="mid")
+    out = te.compute((ROWS, COLS), lambda i, j: mid[i, j] * 2.0, name="out")
+    sch = create_schedule([out])
+    for stage_of in (mid, out):
+        i, j = stage_of.op.axis
+        if schedule == "split":
+            io, ii = sch[stage_of].split(i, 8)
+            jo, ji = sch[stage_of].split(j, 8)
+            sch[stage_of].reorder(io, jo, ii, ji)
+            sch[stage_of].vectorize(ji)
+        elif schedule == "fused":
+            sch[stage_of].parallel(sch[stage_of].fuse(i, j))
+        elif schedule == "parallel":
+            sch[stage_of].parallel(i)
+    if bounded:
+        sch[out].run_time_bounds = {0: length(0)}
+    return lower(sch, [a, length, out], f"rows_{schedule}"), sch
+
+
+def _row_sums_kernel():
+    """A stage read across the bounded axis (column sums over every row) must keep all its rows."""
+    a = te.placeholder((ROWS, COLS), "float32", "a")
+    length = te.placeholder((1,), "int64", "len")
+    mid = te.compute((ROWS, COLS), lambda i, j: a[i, j] * 3.0, name="mid")
+    k = te.reduce_axis(ROWS, "k")
+    sums = te.compute((COLS,), lambda j: te.sum(mid[k, j], k), name="sums")
+    total = te.compute((ROWS, COLS), lambda i, j: sums[j] + mid[i, j], name="total")
+    sch = create_schedule([total])
+    sch[total].run_time_bounds = {0: length(0)}
+    return lower(sch, [a, length, total], "row_sums")
+
+
+def _reads_length(expr, length_buffer) -> bool:
+    return any(isinstance(e, Load) and e.buffer is length_buffer for e in walk_expr(expr))
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    funcs = [_rows_kernel(s)[0] for s in ("split", "fused", "parallel")] + [_row_sums_kernel()]
+    target = get_target("x86-64-v3")
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library(funcs, target, f"{tmp}/bounds.so"))
+    return {f.name: f for f in funcs}, lib
+
+
+def test_a_split_axis_takes_the_length_as_its_outer_loop_extent():
+    func, _ = _rows_kernel("split")
+    length = func.inputs[1]
+    bounded = [s for s in walk_stmt(func.body) if isinstance(s, For) and _reads_length(s.extent, length)]
+    # both stages (out, and mid that out reads at its own rows) run their row tiles to ceil(len / 8)
+    assert len(bounded) == 2 and all(str(s.extent) == f"min(5, (({length.name}[0] + 7) // 8))" for s in bounded)
+    assert all(s.kind is ForKind.SERIAL for s in bounded)
+
+
+def test_a_fused_axis_skips_its_iterations_past_the_length():
+    func, _ = _rows_kernel("fused")
+    length = func.inputs[1]
+    loops = [s for s in walk_stmt(func.body) if isinstance(s, For)]
+    assert all(s.kind is ForKind.PARALLEL and str(s.extent) == str(ROWS * COLS) for s in loops)
+    guards = [s for s in walk_stmt(func.body) if isinstance(s, IfThenElse) and _reads_length(s.cond, length)]
+    assert len(guards) == 2 and all(isinstance(loop.body, IfThenElse) for loop in loops)
+
+
+@pytest.mark.parametrize("name", ["rows_split", "rows_fused", "rows_parallel"])
+@pytest.mark.parametrize("rows", [0, 1, 9, 16, 30, ROWS])
+def test_rows_before_the_length_are_computed_and_none_past_it(kernels, name, rows):
+    funcs, lib = kernels
+    a = np.random.default_rng(rows).standard_normal((ROWS, COLS)).astype(np.float32)
+    out = np.full((ROWS, COLS), SENTINEL, np.float32)
+    workspaces = [np.full(b.shape, np.nan, b.dtype) for b in funcs[name].workspaces]
+    lib.call(name, a, np.array([rows], np.int64), out, *workspaces)
+    np.testing.assert_allclose(out[:rows], (a[:rows] + 1.0) * 2.0, rtol=1e-6)
+    if name == "rows_split":  # whole tiles of 8 rows: the tile holding the length is computed, none after it
+        done = min(ROWS, -(-rows // 8) * 8)
+    else:
+        done = rows
+    assert (out[done:] == SENTINEL).all()
+
+
+def test_a_stage_read_across_the_bounded_axis_keeps_every_row(kernels):
+    funcs, lib = kernels
+    func = funcs["row_sums"]
+    assert not any(isinstance(s, For) and _reads_length(s.extent, func.inputs[1]) and "mid" in str(s.body)
+                   and "total" not in str(s.body) for s in walk_stmt(func.body))
+    a = np.random.default_rng(3).standard_normal((ROWS, COLS)).astype(np.float32)
+    out = np.full((ROWS, COLS), SENTINEL, np.float32)
+    workspaces = [np.full(b.shape, np.nan, b.dtype) for b in func.workspaces]
+    lib.call("row_sums", a, np.array([10], np.int64), out, *workspaces)
+    mid = a * 3.0
+    np.testing.assert_allclose(out[:10], mid.sum(0) + mid[:10], rtol=1e-5, atol=1e-5)
+    assert (out[10:] == SENTINEL).all()
+
+
+@pytest.mark.parametrize("schedule", ["split", "fused", "parallel"])
+def test_without_bounds_the_kernel_never_reads_the_length(schedule):
+    func, _ = _rows_kernel(schedule, bounded=False)
+    length = func.inputs[1]
+    assert not any(isinstance(s, For) and _reads_length(s.extent, length) or
+                   isinstance(s, IfThenElse) and _reads_length(s.cond, length) for s in walk_stmt(func.body))
+    assert all(isinstance(s.extent.value, int) for s in walk_stmt(func.body) if isinstance(s, For))
