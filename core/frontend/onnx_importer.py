@@ -16,7 +16,8 @@ from core.errors import KilnError, ShapeError, UnsupportedOpError
 from core.graph.bounded import Bound, bound_pair
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
-from core.graph.length_inputs import Affine, add_length_inputs, output_lengths, skippable_bounds, skippable_outputs
+from core.graph.length_inputs import (Affine, add_length_inputs, filled_values, output_lengths, skippable_bounds,
+                                     skippable_outputs)
 
 from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
@@ -60,17 +61,17 @@ def _import(model: ModelSource, input_shapes, lengths=None) -> tuple[Graph, dict
         values[tensor.name] = builder.add_constant(tensor_to_array(tensor, "initializer"), tensor.name)
 
     _convert_nodes(graph, opsets, builder, values)
-    run_time, skippable = {}, {}
+    run_time, skippable, fills = {}, {}, {}
     if symbols is not None:  # the runtime cuts these outputs by their lengths: no `::bound` outputs
         run_time = output_lengths(builder, {o.name: values[o.name] for o in graph.output
                                             if isinstance(values[o.name], str)}, symbols)
-        skippable = skippable_bounds(builder, symbols)
+        skippable, fills = skippable_bounds(builder, symbols), filled_values(builder, symbols)
         builder.bounds.clear()
     builder.set_outputs(_bind_outputs(graph, builder, values))
     graph = builder.build()
     if symbols is not None:  # the outputs themselves: the runtime cuts them at their lengths
         skippable.update(skippable_outputs(run_time, symbols, graph.outputs))
-    return graph.replace(run_time_bounds=skippable), run_time
+    return graph.replace(run_time_bounds=skippable, run_time_fills=fills), run_time
 
 
 def _input_types(inputs: Sequence[onnx.ValueInfoProto], shapes: dict[str, Sequence[int]]) -> dict[str, TensorType]:

@@ -107,7 +107,8 @@ def masked(builder: "GraphBuilder", value: str, fill, bound: Optional[Bound] = N
     fill_const = builder.add_constant(fill.reshape((1,) * ttype.rank) if fill.ndim == 0 else fill, "padding")
     out = builder.add_unbounded_node("Where", [valid, value, fill_const], 1, "masked")[0]
     builder.bounds[out] = builder.bounds.get(value, bound)  # masked along one axis, still bounded along all
-    builder.filled[out] = builder.filled.get(value, frozenset()) | {bound.axis}  # its reader needs the fill there
+    builder.filled[out] = {**builder.filled.get(value, {}),  # its reader needs the fill there
+                           bound.axis: (bound.length, float(fill.reshape(-1)[0]) if fill.size == 1 else None)}
     return out
 
 

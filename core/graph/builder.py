@@ -39,7 +39,8 @@ class GraphBuilder:
         # value -> its Bound (core/graph/bounded.py): how much of this upper-bound-sized value is valid
         # along which axis (data-dependent shapes: NonZero, Compress, Unique, NonMaxSuppression, TopK)
         self.bounds: dict[str, Bound] = {}
-        self.filled: dict[str, frozenset[int]] = {}  # a mask's output -> the axes whose padding it fills (read as such)
+        # a mask's output -> axis -> (length, fill: a number or None) past which it holds the fill its reader needs
+        self.filled: dict[str, dict[int, tuple[str, object]]] = {}
         self.runtime_ints: dict[str, np.ndarray] = {}  # int values computed from run-time lengths -> largest
         self.bound_pairs: dict[tuple[str, int], str] = {}  # (length, axis) -> its [axis, length] value
         self.shape_bounds: dict[str, Bound] = {}  # run-time shape -> which entry (axis) is which length

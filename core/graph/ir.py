@@ -110,6 +110,8 @@ class Graph:
     # value -> ((axis, length input), ...): past that input's run-time length along the axis the value is
     # unspecified padding that every reader masks (core/graph/length_inputs.py), so its kernel may skip it
     run_time_bounds: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=FrozenDict, compare=False)
+    # a mask's output -> ((axis, length input, fill), ...): past the length along the axis it holds the fill
+    run_time_fills: Mapping[str, tuple[tuple[int, str, float], ...]] = field(default_factory=FrozenDict, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))

@@ -121,19 +121,38 @@ def skippable_bounds(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dic
     """Per bounded value, the axes whose length is one length input itself (value -> ((axis, input), ...)):
     what a kernel computing it may leave unwritten past that length, since every reader masks it there (but a
     mask's own output, whose fill its reader needs)."""
-    inputs = {v: k for k, v in symbols.items()}
     result: dict[str, tuple[tuple[int, str], ...]] = {}
     for value, bound in builder.bounds.items():
         axes = []
         for part in parts_of(bound):
-            if part.axis in builder.filled.get(value, ()):  # a mask's fill, which its reader needs
+            if part.axis in builder.filled.get(value, {}):  # a mask's fill, which its reader needs
                 continue
-            affine = affine_length(builder, part.length, symbols)
-            if affine is not None and affine[1] == 0 and len(affine[0]) == 1 and list(affine[0].values()) == [1]:
-                axes.append((part.axis, inputs[next(iter(affine[0]))]))
+            single = _single_input(builder, part.length, symbols)
+            if single is not None:
+                axes.append((part.axis, single))
         if axes:
             result[value] = tuple(axes)
     return result
+
+
+def filled_values(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dict[str, tuple[tuple[int, str, float], ...]]:
+    """Per mask output, the axes it fills with one number past one length input's value: value -> ((axis, input,
+    fill), ...) (a reduction that multiplies by it may stop there: core/te/run_time_bounds.py)."""
+    result: dict[str, tuple[tuple[int, str, float], ...]] = {}
+    for value, axes in builder.filled.items():
+        found = [(axis, single, fill) for axis, (length, fill) in sorted(axes.items())
+                 if fill is not None and (single := _single_input(builder, length, symbols)) is not None]
+        if found:
+            result[value] = tuple(found)
+    return result
+
+
+def _single_input(builder: "GraphBuilder", length: str, symbols: Mapping[str, str]) -> Optional[str]:
+    """The length input that `length` is, itself (through reshapes), or None."""
+    affine = affine_length(builder, length, symbols)
+    if affine is None or affine[1] != 0 or list(affine[0].values()) != [1]:
+        return None
+    return {v: k for k, v in symbols.items()}[next(iter(affine[0]))]
 
 
 def skippable_outputs(lengths: Mapping[str, Mapping[int, Affine]], symbols: Mapping[str, str],
@@ -166,4 +185,4 @@ def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols:
 
 
 __all__ = ["Affine", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "simplest_length",
-           "skippable_bounds", "skippable_outputs", "output_lengths"]
+           "skippable_bounds", "filled_values", "skippable_outputs", "output_lengths"]

@@ -23,7 +23,7 @@ from .narrow_reads import scalar_reads, weight_widenings
 from ..graph.ops import Pattern, get_op, node_flops
 from ..tir.kernel_dedup import share_identical
 from .lowering_memo import derived_key, group_key, recall, remember
-from .run_time_bounds import Bounds, bound_stages, describe, kernel_bounds, length_params
+from .run_time_bounds import NO_BOUNDS, KernelBounds, bound_stages, kernel_bounds, length_params
 from ..kernels.indexing import CHECKS_INDICES
 from ..kernels.registry import ScheduleFn, get_compute
 from ..target import Target
@@ -69,7 +69,7 @@ def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
 
 def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, backend: "Backend", name: str,
                 outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn] = None, widen_once: frozenset = frozenset(),
-                bounds: Bounds = {}):
+                bounds: KernelBounds = NO_BOUNDS):
     """One kernel for `nodes`: their computes chained, scheduled by the group's main (anchor) op
     (by `anchor_schedule` instead of the registry's when given: a tuned config, core/tune); `backend` (the
     target's, handed down) gives the schedules of ops without their own, the epilogue's and whole-group kernels.
@@ -79,8 +79,8 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, backend: "B
     computes after the anchor) is then placed by `schedule_epilogue`. A group of injective ops is
     computed inline into its output stages, each scheduled by its own op. A half-size weight is widened inside
     its loads unless the kernel reads it as scalars: then once per call into a workspace (`widen_once`,
-    core/lowering/narrow_reads.py). `bounds`: outputs that stop at run-time lengths (core/lowering/run_time_bounds.py),
-    whose lengths the kernel takes after its inputs when it does not read them already."""
+    core/lowering/narrow_reads.py). `bounds`: outputs that stop at run-time lengths and inputs filled past them
+    (core/lowering/run_time_bounds.py), whose lengths the kernel takes after its inputs unless it reads them already."""
     inputs = group_inputs(nodes)
     whole = None if anchor_schedule else backend.group_kernel(nodes, graph, target, name, outputs, inputs)
     if whole is not None:  # a hand-built kernel (tuning never gives these groups a schedule: see group_task)
@@ -143,12 +143,12 @@ def group_inputs(nodes: Sequence[Node]) -> list[str]:
 
 
 def _lower_or_recall(nodes: Sequence[Node], graph: Graph, target: Target, backend: "Backend", name: str,
-                     outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn], bounds: Bounds = {}
+                     outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn], bounds: KernelBounds = NO_BOUNDS
                      ) -> tuple[PrimFunc, Optional[str]]:
     """lower_group's kernel, or its earlier result from the kernel cache (untuned groups: a tuned schedule is not
     part of the key); and the memo key (None: not memoized)."""
     key = group_key(nodes, graph, outputs, target) if anchor_schedule is None else None
-    key = derived_key(key, describe(bounds)) if bounds else key
+    key = derived_key(key, bounds.describe()) if bounds else key
     func = recall(key, name)
     if func is None:
         func, _ = lower_group(nodes, graph, target, backend, name, outputs, anchor_schedule=anchor_schedule,
@@ -244,7 +244,7 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
             funcs.append(None)
             continue
         tuned = schedule_for(info.name, owners[k]) if schedule_for and owners[k] is not None else None
-        bounds = kernel_bounds(graph, outputs)  # outputs that stop at run-time lengths take them as inputs
+        bounds = kernel_bounds(graph, info.inputs, outputs)  # kernels that stop at run-time lengths take them as inputs
         func, memo_key = _lower_or_recall(nodes, types, target, backend, info.name, outputs, tuned, bounds)
         if func.num_inputs > len(info.inputs):
             info = infos[k] = dataclasses.replace(info, inputs=info.inputs + tuple(length_params(bounds, info.inputs)))

@@ -16,7 +16,7 @@ from ..tir.index_guard import with_index_fault
 from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
-from .run_time_bounds import loop_bounds, skippable_axes
+from .run_time_bounds import loop_bounds, skippable_axes, summed_lengths
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 from .tensorize import TensorizeError, tensorize_nest
@@ -64,6 +64,7 @@ class _Lowering:
         self._expanded: dict[int, Expr] = {}
         # stages that stop at run-time lengths (op id -> axis -> length): core/te/run_time_bounds.py
         self.skipped = skippable_axes(sch, self.reads_of) if any(s.run_time_bounds for s in sch.stages) else {}
+        # (Schedule.run_time_fills: inputs holding a number past a length, which sums over them may stop at)
 
     def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global", aligns: Optional[dict] = None,
                     shape: Optional[Sequence[int]] = None) -> Buffer:
@@ -234,9 +235,11 @@ class _Lowering:
         reduced = [k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv)]
         outer = reduced[0] if reduced else len(leaves)
         skips, run_time_extents = [], {}
-        if region is None and id(op) in self.skipped:
-            skips, run_time_extents = loop_bounds(stage, leaves, values, {a: self.expand(n) for a, n in
-                                                                         self.skipped[id(op)].items()}, outer, ext)
+        summed = summed_lengths(stage, self.sch.run_time_fills) if region is None else {}
+        if region is None and (id(op) in self.skipped or summed):
+            skips, run_time_extents = loop_bounds(
+                stage, leaves, values, {a: self.expand(n) for a, n in self.skipped.get(id(op), {}).items()}, outer,
+                ext, {r: self.expand(n) for r, n in summed.items()})
 
         def guarded(stmt: Stmt, conds: list[Expr]) -> Stmt:
             if not conds:

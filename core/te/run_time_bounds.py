@@ -3,17 +3,19 @@ no reader uses runs its loops over those axes only up to the length. A loop that
 or the outer loop of a split) takes ceil(length / step) as its extent, a symbolic For extent; a fused loop, or
 one whose tile starts further in, skips each tile that starts past the length. Vector, unrolled, bound and
 tensorized loops and the loops inside a reduction keep their static extents, so the schedule's micro-kernels
-stay as they are (a tile that crosses the length is computed whole: its points past it are padding)."""
+stay as they are (a tile that crosses the length is computed whole: its points past it are padding).
+A sum whose terms multiply by an input that holds 0 past a length along the summed axis (a mask's output, such as
+attention weights before their product with the values) stops there too."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..tir.expr import BinOp, Expr, IntImm, Var, binop, cast, minimum
+from ..tir.expr import BinOp, Cast, Expr, IntImm, Var, binop, cast, minimum
 from ..tir.functor import substitute, walk_expr
 from ..tir.simplify import simplify
 from ..tir.stmt import ForKind
-from .schedule import Fuse, Schedule, Stage
-from .tensor import ExternOp, IterVar
+from .schedule import Fuse, Schedule, Split, Stage
+from .tensor import ExternOp, IterVar, Reduce, TensorRead
 
 SKIPPABLE_KINDS = (ForKind.SERIAL, ForKind.PARALLEL)
 
@@ -49,13 +51,39 @@ def skippable_axes(sch: Schedule, reads_of: Callable) -> dict[int, dict[int, Exp
     return {k: v for k, v in skipped.items() if v}
 
 
+def summed_lengths(stage: Stage, fills: dict) -> dict[IterVar, Expr]:
+    """Reduce axis -> length, for a sum whose every term is a product with a read, at that axis, of an input that
+    holds 0 past the length there (`fills`: Schedule.run_time_fills): the terms past it add nothing."""
+    body = stage.body
+    if not fills or not isinstance(body, Reduce) or body.combiner != "sum":
+        return {}
+    found: dict[IterVar, Expr] = {}
+    for factor in _factors(body.source):
+        if not isinstance(factor, TensorRead):
+            continue
+        for axis, (length, fill) in fills.get(id(factor.tensor.op), {}).items():
+            axis_of = next((r for r in body.axis if _is_var(factor.indices[axis], r.var)), None)
+            if fill == 0 and axis_of is not None:
+                found.setdefault(axis_of, length)
+    return found
+
+
 def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: dict[int, Expr], outer: int,
-                extents: dict[IterVar, int]) -> tuple[list[Expr], dict[IterVar, Expr]]:
+                extents: dict[IterVar, int], summed: dict[IterVar, Expr] = {}) -> tuple[list[Expr], dict[IterVar, Expr]]:
     """Guards and symbolic extents that stop `stage`'s loops at the run-time `lengths` (axis -> int64 length,
-    already a Load) among its first `outer` leaves (those outside any reduction): (conditions, leaf -> extent)."""
+    already a Load) among its first `outer` leaves (those outside any reduction), and its reduce loops at `summed`
+    (reduce axis -> length: summed_lengths'): (conditions, leaf -> extent)."""
     fused = {rel.fused for rel in stage.relations if isinstance(rel, Fuse)}
     conds: list[Expr] = []
     bounded: dict[IterVar, Expr] = {}
+    for axis, length in summed.items():  # the axis itself a leaf, or the outer leaf of its split
+        leaf, step = (axis, 1) if axis in leaves else next(
+            ((rel.outer, rel.factor) for rel in stage.relations if isinstance(rel, Split) and rel.parent is axis
+             and rel.outer in leaves), (None, 0))
+        if leaf is not None and stage.annotations.get(leaf, ForKind.SERIAL) in SKIPPABLE_KINDS \
+                and leaf not in stage.tensorized:
+            bound = cast(leaf.var.dtype, length)
+            bounded[leaf] = minimum(IntImm(extents[leaf], leaf.var.dtype), (bound + (step - 1)) // step)
     for axis, length in sorted(lengths.items()):
         value = values[stage.op.axis[axis]]
         for d, iv in enumerate(leaves[:outer]):
@@ -85,6 +113,15 @@ def _step(start: Expr, var: Var):
     return at[1].value
 
 
+def _factors(expr: Expr) -> list[Expr]:
+    """The factors of a product (through casts, which keep a 0 a 0)."""
+    if isinstance(expr, BinOp) and expr.op == "mul":
+        return _factors(expr.a) + _factors(expr.b)
+    if isinstance(expr, Cast):
+        return _factors(expr.value)
+    return [expr]
+
+
 def _is_var(index: Expr, var: Var) -> bool:
     return index is var or (isinstance(index, Var) and index == var)
 
@@ -93,4 +130,4 @@ def _mentions(expr: Expr, var: Var) -> bool:
     return any(e is var for e in walk_expr(expr))
 
 
-__all__ = ["skippable_axes", "loop_bounds"]
+__all__ = ["skippable_axes", "summed_lengths", "loop_bounds"]

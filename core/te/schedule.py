@@ -255,6 +255,8 @@ class Schedule:
         self.outputs = list(outputs)
         self.stages: list[Stage] = []
         self._by_op: dict[int, Stage] = {}
+        # placeholder op id -> axis -> (a read of a run-time length, the number the input holds past it)
+        self.run_time_fills: dict[int, dict[int, tuple]] = {}
         seen: set[int] = set()
 
         def visit(t: Tensor) -> None:
