@@ -107,8 +107,11 @@ def masked(builder: "GraphBuilder", value: str, fill, bound: Optional[Bound] = N
     fill_const = builder.add_constant(fill.reshape((1,) * ttype.rank) if fill.ndim == 0 else fill, "padding")
     out = builder.add_unbounded_node("Where", [valid, value, fill_const], 1, "masked")[0]
     builder.bounds[out] = builder.bounds.get(value, bound)  # masked along one axis, still bounded along all
-    builder.filled[out] = {**builder.filled.get(value, {}),  # its reader needs the fill there
-                           bound.axis: (bound.length, float(fill.reshape(-1)[0]) if fill.size == 1 else None)}
+    number = float(fill.reshape(-1)[0]) if fill.size == 1 else None
+    # its reader needs the fill there; an axis masked before holds its own fill or this one (unknown when they
+    # differ); the last axis is this mask's own (what the output holds whatever its input)
+    earlier = {a: (n, f if f == number else None) for a, (n, f) in builder.filled.get(value, {}).items() if a != bound.axis}
+    builder.filled[out] = {**earlier, bound.axis: (bound.length, number)}
     return out
 
 

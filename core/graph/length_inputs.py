@@ -136,12 +136,13 @@ def skippable_bounds(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dic
 
 
 def filled_values(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dict[str, tuple[tuple[int, str, float], ...]]:
-    """Per mask output, the axes it fills with one number past one length input's value: value -> ((axis, input,
-    fill), ...) (a reduction that multiplies by it may stop there: core/te/run_time_bounds.py)."""
+    """Per mask output, the axes it fills past one length input's value: value -> ((axis, input, fill: a number or
+    None), ...), its own mask's axis last (a reduction that multiplies by a 0 fill may stop there, and the kernel
+    computing it need not compute what its mask replaces: core/te/run_time_bounds.py)."""
     result: dict[str, tuple[tuple[int, str, float], ...]] = {}
     for value, axes in builder.filled.items():
         found = [(axis, single, fill) for axis, (length, fill) in sorted(axes.items())
-                 if fill is not None and (single := _single_input(builder, length, symbols)) is not None]
+                 if (single := _single_input(builder, length, symbols)) is not None]
         if found:
             result[value] = tuple(found)
     return result

@@ -15,7 +15,8 @@ from ..te.tensor import Tensor, placeholder
 @dataclass(frozen=True)
 class KernelBounds:
     outputs: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)  # value -> ((axis, length), ...)
-    fills: Mapping[str, tuple[tuple[int, str, float], ...]] = field(default_factory=dict)  # ((axis, length, fill), ...)
+    # an input's ((axis, length, fill), ...); an output's (a mask's output) the last: its own mask, which it writes
+    fills: Mapping[str, tuple[tuple[int, str, float], ...]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.outputs or self.fills)
@@ -34,12 +35,14 @@ NO_BOUNDS = KernelBounds()
 
 
 def kernel_bounds(graph: Graph, inputs: Sequence[str], outputs: Sequence[str]) -> KernelBounds:
-    """The run-time bounds of a kernel's `outputs` and fills of its `inputs` whose lengths are inputs of `graph`
-    (what every call can pass)."""
+    """The run-time bounds of a kernel's `outputs` and fills of its `inputs` and `outputs` whose lengths are inputs of
+    `graph` (what every call can pass)."""
     bounds = getattr(graph, "run_time_bounds", None) or {}
     fills = getattr(graph, "run_time_fills", None) or {}
+    filled = {i: fills[i] for i in inputs if i in fills}
+    filled.update({o: fills[o][-1:] for o in outputs if o in fills})
     return KernelBounds({o: bounds[o] for o in outputs if o in bounds and all(n in graph.inputs for _, n in bounds[o])},
-                        {i: fills[i] for i in inputs if i in fills and all(n in graph.inputs for _, n, _ in fills[i])})
+                        {v: axes for v, axes in filled.items() if all(n in graph.inputs for _, n, _ in axes)})
 
 
 def length_params(bounds: KernelBounds, inputs: Sequence[str]) -> list[str]:

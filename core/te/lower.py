@@ -232,14 +232,6 @@ class _Lowering:
         # point is over leaf variables too (and a leaf may be a root axis' own variable).
         body = self.expand(substitute(stage.body, root))
         placed: list[IterVar] = []
-        reduced = [k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv)]
-        outer = reduced[0] if reduced else len(leaves)
-        skips, run_time_extents = [], {}
-        summed = summed_lengths(stage, self.sch.run_time_fills) if region is None else {}
-        if region is None and (id(op) in self.skipped or summed):
-            skips, run_time_extents = loop_bounds(
-                stage, leaves, values, {a: self.expand(n) for a, n in self.skipped.get(id(op), {}).items()}, outer,
-                ext, {r: self.expand(n) for r, n in summed.items()})
 
         def guarded(stmt: Stmt, conds: list[Expr]) -> Stmt:
             if not conds:
@@ -279,12 +271,13 @@ class _Lowering:
             return stmt
 
         epilogues = [s for s in self.sch.stages if s.attach is not None and s.attach[0] is stage and s.after_producer]
+        skips, main_skips, run_time_extents = self._run_time_loops(stage, leaves, values, ext, region, epilogues)
         if epilogues and region is not None:
             raise ScheduleError(f"reverse_compute_at: {op.name} is itself computed at another stage")
         if not isinstance(body, Reduce):
             if epilogues:
                 raise ScheduleError(f"reverse_compute_at: {op.name} is not a reduction")
-            return finished(nest(leaves, Store(buf, out_index, body), guards + skips))
+            return finished(nest(leaves, Store(buf, out_index, body), guards + skips + main_skips))
 
         update = Store(buf, out_index, body.combine(buf.load(out_index), body.source))
         first_reduce = next(k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv))
@@ -298,14 +291,34 @@ class _Lowering:
         # Vectorizing the init over a spatial axis is always safe; keep other annotations serial.
         main = seq(init_nest, nest(inner, update, guards))
         if not epilogues:
-            return finished(nest(leaves[:first_reduce], main, skips))
+            return finished(nest(leaves[:first_reduce], main, skips + main_skips))
         if len(epilogues) > 1 or epilogues[0].attach[1] not in leaves[:first_reduce]:
             raise ScheduleError("reverse_compute_at: one consumer per reduction, attached outside its reduce loops")
         at = leaves.index(epilogues[0].attach[1]) + 1
         epilogue = self.epilogue_nest(stage, epilogues[0], leaves[at:], values, init_guards, nest)
         inside = [c for c in skips if any(_mentions(c, iv.var) for iv in leaves[at:first_reduce])]
-        return finished(nest(leaves[:at], seq(nest(leaves[at:first_reduce], main, inside), epilogue),
+        return finished(nest(leaves[:at], seq(nest(leaves[at:first_reduce], main, inside + main_skips), epilogue),
                              [c for c in skips if not any(c is x for x in inside)]))
+
+    def _run_time_loops(self, stage: Stage, leaves: Sequence[IterVar], values: dict, ext: dict, region,
+                        epilogues: Sequence[Stage]) -> tuple[list[Expr], list[Expr], dict]:
+        """Where `stage`'s loops stop at run-time lengths (core/te/run_time_bounds.py): guards for the whole nest,
+        guards for its main part only (an axis its epilogue still runs over in full: the epilogue writes a mask's
+        fill there), and leaf -> symbolic extent."""
+        skipped = self.skipped.get(id(stage.op), {})
+        summed = summed_lengths(stage, self.sch.run_time_fills) if region is None else {}
+        if region is not None or not (skipped or summed):
+            return [], [], {}
+        reduced = [k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv)]
+        outer = reduced[0] if reduced else len(leaves)
+        after = self.skipped.get(id(epilogues[0].op), {}) if epilogues else skipped
+        shared = {a: self.expand(n) for a, n in skipped.items() if after.get(a) is n}
+        own = {a: self.expand(n) for a, n in skipped.items() if after.get(a) is not n}
+        conds, extents = loop_bounds(stage, leaves, values, shared, outer, ext,
+                                     {r: self.expand(n) for r, n in summed.items()})
+        at = leaves.index(epilogues[0].attach[1]) + 1 if epilogues else 0
+        main, more = loop_bounds(stage, leaves, values, own, outer, ext, fixed=set(leaves[:at]) | set(extents))
+        return conds, main, {**extents, **more}
 
     def epilogue_nest(self, producer: Stage, consumer: Stage, inner: Sequence[IterVar], values: dict,
                       guards: list[Expr], nest) -> Stmt:

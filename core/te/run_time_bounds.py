@@ -39,7 +39,8 @@ def skippable_axes(sch: Schedule, reads_of: Callable) -> dict[int, dict[int, Exp
             for r, reads in readers[id(p.op)]:
                 if not reads:
                     continue
-                own = skipped.get(id(r.op), {})
+                # a kernel output that is a mask's output holds its fill past the length whatever it reads there
+                own = {**{a: n for a, (n, _) in sch.run_time_fills.get(id(r.op), {}).items()}, **skipped.get(id(r.op), {})}
                 ok = {a: length for a, length in own.items()
                       if len(r.op.axis) == len(p.op.axis) and all(_is_var(index[a], r.op.axis[a].var)
                                                                   for index in reads)}
@@ -69,10 +70,12 @@ def summed_lengths(stage: Stage, fills: dict) -> dict[IterVar, Expr]:
 
 
 def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: dict[int, Expr], outer: int,
-                extents: dict[IterVar, int], summed: dict[IterVar, Expr] = {}) -> tuple[list[Expr], dict[IterVar, Expr]]:
+                extents: dict[IterVar, int], summed: dict[IterVar, Expr] = {}, fixed: frozenset = frozenset()
+                ) -> tuple[list[Expr], dict[IterVar, Expr]]:
     """Guards and symbolic extents that stop `stage`'s loops at the run-time `lengths` (axis -> int64 length,
     already a Load) among its first `outer` leaves (those outside any reduction), and its reduce loops at `summed`
-    (reduce axis -> length: summed_lengths'): (conditions, leaf -> extent)."""
+    (reduce axis -> length: summed_lengths'): (conditions, leaf -> extent). The `fixed` leaves keep their extents
+    (a guard instead)."""
     fused = {rel.fused for rel in stage.relations if isinstance(rel, Fuse)}
     conds: list[Expr] = []
     bounded: dict[IterVar, Expr] = {}
@@ -93,7 +96,7 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
             # the first point of the tile this leaf's iteration starts: deeper leaves at 0
             start = simplify(substitute(value, {leaf.var: IntImm(0, leaf.var.dtype) for leaf in leaves[d + 1:]}))
             bound = cast(iv.var.dtype, length)
-            step = None if iv in fused else _step(start, iv.var)
+            step = None if iv in fused or iv in fixed else _step(start, iv.var)
             if step is not None:
                 bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), (bound + (step - 1)) // step)
             else:
