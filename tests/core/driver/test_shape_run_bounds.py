@@ -1,6 +1,7 @@
 """Kernels stop at the run-time length of a masked dim: one artifact at the upper bound runs sizes between the
 compiled ones with its loops bounded by the length argument (MatMul rows, softmax and layer-norm rows, attention
-queries), matching ONNX Runtime; a mask's output, whose fill its reader needs, keeps its full extent."""
+queries; the keys of QK^T's product and of the weights-times-values sum), matching ONNX Runtime; a mask's output,
+whose fill its reader needs, is still written in full."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,11 +41,14 @@ def _top_executable(model: bytes, ranges):
     return build_executable(graph, tgt, backend), graph
 
 
+def _reads(expr, buffer) -> bool:
+    return any(isinstance(x, Load) and x.buffer is buffer for x in walk_expr(expr))
+
+
 def _stops_at(func, length_index: int) -> bool:
     """Whether a loop of `func` takes input `length_index` as its extent, or skips iterations past it."""
     length = func.params[length_index]
-    reads = lambda e: any(isinstance(x, Load) and x.buffer is length for x in walk_expr(e))  # noqa: E731
-    return any(isinstance(s, For) and reads(s.extent) or isinstance(s, IfThenElse) and reads(s.cond)
+    return any(isinstance(s, For) and _reads(s.extent, length) or isinstance(s, IfThenElse) and _reads(s.cond, length)
                for s in walk_stmt(func.body))
 
 
@@ -62,9 +66,21 @@ def test_encoder_kernels_take_the_sequence_length_as_their_loop_bound(one_compil
     by_op = lambda op: [name for name in stopping if op in name]  # noqa: E731
     assert by_op("matmul") and by_op("softmax") and by_op("layernormalization")
     assert all(stopping[name] for name in by_op("matmul") + by_op("softmax") + by_op("layernormalization"))
-    # QK^T's output is the softmax's mask (-inf past the length along the keys): its keys are all computed
+    # QK^T's output is the softmax's mask (-inf past the length along the keys): its rows stop at the length, and
+    # along the keys its product stops there while its epilogue still writes the fill
     scores = next(k for k in exe.kernels if k.ops[:1] == ("MatMul",) and "Where" in k.ops)
     assert graph.run_time_bounds[scores.outputs[0]] == ((2, "seq::length"),)
+    assert graph.run_time_fills[scores.outputs[0]][-1] == (3, "seq::length", float("-inf"))
+    func = funcs[scores.func]
+    length = func.params[scores.inputs.index("seq::length")]
+    guards = [s for s in walk_stmt(func.body) if isinstance(s, IfThenElse) and _reads(s.cond, length)]
+    assert any("i3" in str(g.cond) for g in guards)  # a guard on the keys' tile, around the product only
+    # attention weights times values: the sum over the keys stops at the length (the weights hold 0 past it)
+    context = next(k for k in exe.kernels if k.ops == ("MatMul",) and k.inputs[0] in graph.run_time_fills)
+    func = funcs[context.func]
+    length = func.params[context.inputs.index("seq::length")]
+    assert any(isinstance(s, For) and s.var.name.startswith("rk") and _reads(s.extent, length)
+               for s in walk_stmt(func.body))
 
 
 def test_one_upper_bound_artifact_matches_onnxruntime_between_sizes(one_compiled_shape):

@@ -127,3 +127,31 @@ def test_without_bounds_the_kernel_never_reads_the_length(schedule):
     assert not any(isinstance(s, For) and _reads_length(s.extent, length) or
                    isinstance(s, IfThenElse) and _reads_length(s.cond, length) for s in walk_stmt(func.body))
     assert all(isinstance(s.extent.value, int) for s in walk_stmt(func.body) if isinstance(s, For))
+
+
+def _weights_times_values():
+    """out[i, j] = sum_k w[i, k] * v[k, j], where w holds 0 past len[0] along k (a mask's output)."""
+    w = te.placeholder((ROWS, COLS), "float32", "w")
+    v = te.placeholder((COLS, 8), "float32", "v")
+    length = te.placeholder((1,), "int64", "len")
+    k = te.reduce_axis(COLS, "k")
+    out = te.compute((ROWS, 8), lambda i, j: te.sum(w[i, k] * v[k, j], k), name="out")
+    sch = create_schedule([out])
+    sch.run_time_fills = {id(w.op): {1: (length(0), 0.0)}}
+    return lower(sch, [w, v, length, out], "weights_times_values")
+
+
+def test_a_sum_over_an_input_holding_zero_past_the_length_stops_there():
+    func = _weights_times_values()
+    length = func.inputs[2]
+    (reduce_loop,) = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.var.name.startswith("k")]
+    assert str(reduce_loop.extent) == f"min({COLS}, {length.name}[0])"
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/sum.so"))
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    v = rng.standard_normal((COLS, 8)).astype(np.float32)
+    w[:, 10:] = np.nan  # past the length: never read (the fill promises 0 there, so the sum is the same)
+    out = np.full((ROWS, 8), SENTINEL, np.float32)
+    lib.call("weights_times_values", w, v, np.array([10], np.int64), out)
+    np.testing.assert_allclose(out, w[:, :10] @ v[:10], rtol=1e-5, atol=1e-5)
