@@ -145,6 +145,15 @@ def greedy_tokens(run, prompt, steps: int = 32, layers: int = 2, heads: int = 2,
     return tokens, steps_out
 
 
+def ort_runner(model: bytes):
+    """ONNX Runtime on `model` as a function of feeds to outputs by name."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model)
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: dict(zip(names, session.run(None, feeds)))
+
+
 def assert_same_outputs(got: dict, expected: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """Every output of `expected` (ONNX Runtime's, by name) at the same shape and close in `got` (Kiln's)."""
     for name, value in expected.items():

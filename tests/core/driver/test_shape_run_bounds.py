@@ -5,8 +5,6 @@ whose fill its reader needs, is still written in full."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
-import pytest
 
 import core
 from core.backends import resolve
@@ -16,21 +14,10 @@ from core.tir.expr import Load
 from core.tir.functor import walk_expr, walk_stmt
 from core.tir.stmt import For, IfThenElse
 
-from tests.core.driver.dynamic_models import assert_same_outputs, greedy_tokens, tiny_decoder, tiny_encoder
+from tests.core.driver.dynamic_models import (assert_same_outputs, greedy_tokens, ort_runner, tiny_decoder,
+                                              tiny_encoder)
 
 RANGES = {"input_ids": "1..4,1..64"}
-
-
-@pytest.fixture
-def one_compiled_shape(monkeypatch):
-    """No default specializations: the upper bound alone serves every size."""
-    monkeypatch.setattr("core.driver.shape_plan.DEFAULT_SHAPES", 1)
-
-
-def _ort_run(model: bytes):
-    session = ort.InferenceSession(model)
-    names = [o.name for o in session.get_outputs()]
-    return lambda feeds: dict(zip(names, session.run(None, feeds)))
 
 
 def _top_executable(model: bytes, ranges):
@@ -87,7 +74,7 @@ def test_one_upper_bound_artifact_matches_onnxruntime_between_sizes(one_compiled
     model = tiny_encoder()
     art = core.compile(model, input_shapes=RANGES, benchmark=False)
     assert len(art.metadata["dynamic_shapes"]["buckets"]) == 1
-    run = _ort_run(model)
+    run = ort_runner(model)
     rng = np.random.default_rng(11)
     with art.load() as module:
         for batch, seq in ((1, 1), (3, 5), (2, 33), (1, 47), (4, 63), (4, 64), (2, 9)):
@@ -100,7 +87,7 @@ def test_decoder_with_bounded_kernels_generates_like_onnxruntime(one_compiled_sh
     art = core.compile(model, input_shapes={"input_ids": "1..4,1..8", "past_key_values.0.key": "1..4,2,0..56,4"},
                        benchmark=False)
     prompt = [2, 7, 1, 8, 2]
-    expected, reference = greedy_tokens(_ort_run(model), prompt, steps=16)
+    expected, reference = greedy_tokens(ort_runner(model), prompt, steps=16)
     with art.load() as module:
         tokens, outputs = greedy_tokens(module.run, prompt, steps=16)
     assert tokens == expected

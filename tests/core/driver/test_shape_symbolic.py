@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
@@ -15,19 +14,8 @@ from core.driver.shape_ranges import DimRange
 from core.errors import ShapeError
 from core.runtime.loader import KilnRuntimeError
 
-from tests.core.driver.dynamic_models import assert_same_outputs, greedy_tokens, tiny_decoder, tiny_encoder
-
-
-@pytest.fixture
-def one_compiled_shape(monkeypatch):
-    """No default specializations: the upper bound alone serves every size (what the specializations speed up)."""
-    monkeypatch.setattr("core.driver.shape_plan.DEFAULT_SHAPES", 1)
-
-
-def _ort_run(model: bytes):
-    session = ort.InferenceSession(model)
-    names = [o.name for o in session.get_outputs()]
-    return lambda feeds: dict(zip(names, session.run(None, feeds)))
+from tests.core.driver.dynamic_models import (assert_same_outputs, greedy_tokens, ort_runner, tiny_decoder,
+                                              tiny_encoder)
 
 
 def test_default_specializations_spread_powers_of_two_over_the_range_within_the_budget():
@@ -51,7 +39,7 @@ def test_encoder_compiles_default_specializations_and_matches_onnxruntime_betwee
         ("batch", [1, 4], True, False), ("seq", [1, 8, 64], False, True)]
     validated = [s["input_ids"] for s in art.report["validation"]["shapes"]]
     assert [1, 1] in validated and [4, 33] in validated and [4, 63] in validated  # low end, between, below max
-    run = _ort_run(model)
+    run = ort_runner(model)
     rng = np.random.default_rng(7)
     with art.load() as module:
         for batch, seq in ((1, 1), (3, 5), (2, 33), (1, 47), (4, 64)):  # 3, 5, 33, 47: no power of two
@@ -69,7 +57,7 @@ def test_decoder_whose_ranges_made_too_many_buckets_compiles_once_and_generates_
     art = core.compile(model, input_shapes=shapes, benchmark=False)
     assert len(art.metadata["dynamic_shapes"]["buckets"]) == 1
     prompt = [3, 1, 4, 1, 5, 9, 2]  # a prompt of 7 (between buckets), then one token a step over a growing cache
-    expected, reference = greedy_tokens(_ort_run(model), prompt, steps=24)
+    expected, reference = greedy_tokens(ort_runner(model), prompt, steps=24)
     with art.load() as module:
         tokens, outputs = greedy_tokens(module.run, prompt, steps=24)
         assert tokens == expected
@@ -78,7 +66,7 @@ def test_decoder_whose_ranges_made_too_many_buckets_compiles_once_and_generates_
         feeds = {"input_ids": np.array([[1, 2, 3]] * 3, np.int64), "attention_mask": np.ones((3, 13), np.int64),
                  **{f"past_key_values.{i}.{n}": np.random.default_rng(i).standard_normal((3, 2, 10, 4)).astype(
                      np.float32) for i in (0, 1) for n in ("key", "value")}}  # batch 3, past 10, seq 3
-        assert_same_outputs(module.run(feeds), _ort_run(model)(feeds), atol=1e-4)
+        assert_same_outputs(module.run(feeds), ort_runner(model)(feeds), atol=1e-4)
 
 
 def _double_pad() -> bytes:
@@ -135,7 +123,7 @@ def test_a_mask_flattened_and_gathered_back_runs_masked_at_every_length(one_comp
     art = core.compile(model, input_shapes={"x": "1..4,1..64"}, benchmark=False)
     assert len(art.metadata["dynamic_shapes"]["buckets"]) == 1
     assert art.metadata["dynamic_shapes"]["variables"][1]["masked"]
-    run = _ort_run(model)
+    run = ort_runner(model)
     rng = np.random.default_rng(8)
     with art.load() as module:
         for batch, seq in ((1, 1), (3, 5), (2, 33), (4, 47), (4, 64)):
@@ -167,7 +155,7 @@ def test_a_batch_merged_into_matmul_rows_stays_padded_while_the_sequence_runs_ma
     assert len(shapes["buckets"]) == 1
     assert [(v["name"], v["padded"], v["masked"]) for v in shapes["variables"]] == [("batch", True, False),
                                                                                     ("seq", False, True)]
-    run = _ort_run(model)
+    run = ort_runner(model)
     rng = np.random.default_rng(10)
     with art.load() as module:
         for batch, seq in ((1, 1), (3, 5), (2, 11), (4, 16)):

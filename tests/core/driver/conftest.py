@@ -1,0 +1,10 @@
+"""Fixtures of the shape-range tests."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def one_compiled_shape(monkeypatch):
+    """No default specializations: the upper bound alone serves every size (what the specializations speed up)."""
+    monkeypatch.setattr("core.driver.shape_plan.DEFAULT_SHAPES", 1)
