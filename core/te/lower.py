@@ -16,7 +16,7 @@ from ..tir.index_guard import with_index_fault
 from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
-from .run_time_bounds import loop_bounds, skippable_axes, summed_lengths
+from .run_time_bounds import derived_fills, loop_bounds, skippable_axes, summed_lengths
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 from .tensorize import TensorizeError, tensorize_nest
@@ -64,7 +64,9 @@ class _Lowering:
         self._expanded: dict[int, Expr] = {}
         # stages that stop at run-time lengths (op id -> axis -> length): core/te/run_time_bounds.py
         self.skipped = skippable_axes(sch, self.reads_of) if any(s.run_time_bounds for s in sch.stages) else {}
-        # (Schedule.run_time_fills: inputs holding a number past a length, which sums over them may stop at)
+        # what holds a number past a length (inputs: Schedule.run_time_fills; stages computed from them), which
+        # sums and maxima over it may stop at
+        self.fills = derived_fills(sch, sch.run_time_fills, self.skipped) if sch.run_time_fills else {}
 
     def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global", aligns: Optional[dict] = None,
                     shape: Optional[Sequence[int]] = None) -> Buffer:
@@ -306,7 +308,7 @@ class _Lowering:
         guards for its main part only (an axis its epilogue still runs over in full: the epilogue writes a mask's
         fill there), and leaf -> symbolic extent."""
         skipped = self.skipped.get(id(stage.op), {})
-        summed = summed_lengths(stage, self.sch.run_time_fills) if region is None else {}
+        summed = summed_lengths(stage, self.fills) if region is None else {}
         if region is not None or not (skipped or summed):
             return [], [], {}
         reduced = [k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv)]
@@ -315,7 +317,7 @@ class _Lowering:
         shared = {a: self.expand(n) for a, n in skipped.items() if after.get(a) is n}
         own = {a: self.expand(n) for a, n in skipped.items() if after.get(a) is not n}
         conds, extents = loop_bounds(stage, leaves, values, shared, outer, ext,
-                                     {r: self.expand(n) for r, n in summed.items()})
+                                     {r: (self.expand(n), step) for r, (n, step) in summed.items()})
         at = leaves.index(epilogues[0].attach[1]) + 1 if epilogues else 0
         main, more = loop_bounds(stage, leaves, values, own, outer, ext, fixed=set(leaves[:at]) | set(extents))
         return conds, main, {**extents, **more}

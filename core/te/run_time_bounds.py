@@ -4,13 +4,16 @@ or the outer loop of a split) takes ceil(length / step) as its extent, a symboli
 one whose tile starts further in, skips each tile that starts past the length. Vector, unrolled, bound and
 tensorized loops and the loops inside a reduction keep their static extents, so the schedule's micro-kernels
 stay as they are (a tile that crosses the length is computed whole: its points past it are padding).
-A sum whose terms multiply by an input that holds 0 past a length along the summed axis (a mask's output, such as
-attention weights before their product with the values) stops there too."""
+A sum whose terms multiply by something that holds 0 past a length along the summed axis (a mask's output, such as
+attention weights before their product with the values; exp(x - max) of an x holding -inf there: a softmax's sum),
+and a max of something holding -inf there, stop there too."""
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
-from ..tir.expr import BinOp, Cast, Expr, IntImm, Var, binop, cast, minimum
+
+from ..tir.expr import BinOp, Call, Cast, Expr, FloatImm, IntImm, Var, binop, cast, minimum
 from ..tir.functor import substitute, walk_expr
 from ..tir.simplify import simplify
 from ..tir.stmt import ForKind
@@ -52,36 +55,98 @@ def skippable_axes(sch: Schedule, reads_of: Callable) -> dict[int, dict[int, Exp
     return {k: v for k, v in skipped.items() if v}
 
 
-def summed_lengths(stage: Stage, fills: dict) -> dict[IterVar, Expr]:
-    """Reduce axis -> length, for a sum whose every term is a product with a read, at that axis, of an input that
-    holds 0 past the length there (`fills`: Schedule.run_time_fills): the terms past it add nothing."""
-    body = stage.body
-    if not fills or not isinstance(body, Reduce) or body.combiner != "sum":
-        return {}
-    found: dict[IterVar, Expr] = {}
-    for factor in _factors(body.source):
-        if not isinstance(factor, TensorRead):
+def derived_fills(sch: Schedule, fills: dict, skipped: dict) -> dict:
+    """`fills` (Schedule.run_time_fills) plus the stages computed in full along an axis that hold a number past a
+    length because what they read there does: exp(x - max) is 0 where x holds -inf (finite other operands
+    assumed: a NaN there would make the unbounded kernel's row NaN too)."""
+    found = dict(fills)
+    for stage in sch.stages:
+        if stage.inlined or stage.attach is not None or isinstance(stage.op, ExternOp) or id(stage.op) in found \
+                or isinstance(stage.body, Reduce):
             continue
-        for axis, (length, fill) in fills.get(id(factor.tensor.op), {}).items():
-            axis_of = next((r for r in body.axis if _is_var(factor.indices[axis], r.var)), None)
-            if fill == 0 and axis_of is not None:
-                found.setdefault(axis_of, length)
+        axes = {}
+        for read in (e for e in walk_expr(stage.body) if isinstance(e, TensorRead)):
+            for axis, (length, fill) in found.get(id(read.tensor.op), {}).items():
+                if axis < len(stage.op.axis) and _is_var(read.indices[axis], stage.op.axis[axis].var) \
+                        and axis not in skipped.get(id(stage.op), {}):
+                    value = _certain(stage.body, read.tensor.op, axis, fill)
+                    if value is not None:
+                        axes.setdefault(axis, (length, value))
+        if axes:
+            found[id(stage.op)] = axes
     return found
 
 
+def _certain(expr: Expr, op, axis: int, fill: float):
+    """The number `expr` is wherever its reads of `op` (at their own point along `axis`) are `fill`, or None."""
+    if isinstance(expr, TensorRead):
+        return fill if expr.tensor.op is op else None
+    if isinstance(expr, FloatImm):
+        return expr.value
+    if isinstance(expr, Cast):
+        return _certain(expr.value, op, axis, fill)
+    if isinstance(expr, Call) and expr.name == "exp" and len(expr.args) == 1:
+        return 0.0 if _certain(expr.args[0], op, axis, fill) == -math.inf else None
+    if isinstance(expr, BinOp) and expr.op in ("add", "sub"):  # -inf plus or minus a (finite) other value
+        for inf, other in ((expr.a, expr.b),) + (((expr.b, expr.a),) if expr.op == "add" else ()):
+            if _certain(inf, op, axis, fill) == -math.inf and not any(
+                    isinstance(e, TensorRead) and e.tensor.op is op for e in walk_expr(other)):
+                return -math.inf
+    return None
+
+
+def summed_lengths(stage: Stage, fills: dict) -> dict[IterVar, tuple[Expr, int]]:
+    """Reduce axis -> (length, step), for a sum whose every term is a product with a read of something holding 0
+    past the length, or a max of a read of something holding -inf there (`fills`: derived_fills'), at that axis
+    read at the reduce variable (step 1) or at var * step + a lane (a spatial axis narrower than step: the
+    partial sums of core/kernels/reduce_lanes.py): the terms past it change nothing."""
+    body = stage.body
+    if not fills or not isinstance(body, Reduce) or body.combiner not in ("sum", "max"):
+        return {}
+    factors = _factors(body.source) if body.combiner == "sum" else [_uncast(body.source)]
+    neutral = 0.0 if body.combiner == "sum" else -math.inf
+    found: dict[IterVar, tuple[Expr, int]] = {}
+    for factor in factors:
+        if not isinstance(factor, TensorRead):
+            continue
+        for axis, (length, fill) in fills.get(id(factor.tensor.op), {}).items():
+            at = _reduce_step(factor.indices[axis], body.axis, stage)
+            if fill == neutral and at is not None:
+                found.setdefault(at[0], (length, at[1]))
+    return found
+
+
+def _reduce_step(index: Expr, axes: Sequence[IterVar], stage: Stage):
+    """(reduce axis, step) when `index` is its variable, or its variable * step + a spatial axis narrower than step."""
+    for r in axes:
+        if _is_var(index, r.var):
+            return r, 1
+        if isinstance(index, BinOp) and index.op == "add":
+            for scaled, lane in ((index.a, index.b), (index.b, index.a)):
+                if isinstance(scaled, BinOp) and scaled.op == "mul" and _is_var(scaled.a, r.var) \
+                        and isinstance(scaled.b, IntImm) and any(_is_var(lane, a.var) and a.extent <= scaled.b.value
+                                                                 for a in stage.op.axis):
+                    return r, scaled.b.value
+    return None
+
+
+def _uncast(expr: Expr) -> Expr:
+    return _uncast(expr.value) if isinstance(expr, Cast) else expr
+
+
 def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: dict[int, Expr], outer: int,
-                extents: dict[IterVar, int], summed: dict[IterVar, Expr] = {}, fixed: frozenset = frozenset()
+                extents: dict[IterVar, int], summed: dict[IterVar, tuple] = {}, fixed: frozenset = frozenset()
                 ) -> tuple[list[Expr], dict[IterVar, Expr]]:
     """Guards and symbolic extents that stop `stage`'s loops at the run-time `lengths` (axis -> int64 length,
     already a Load) among its first `outer` leaves (those outside any reduction), and its reduce loops at `summed`
-    (reduce axis -> length: summed_lengths'): (conditions, leaf -> extent). The `fixed` leaves keep their extents
+    (reduce axis -> (length, step): summed_lengths'): (conditions, leaf -> extent). The `fixed` leaves keep their extents
     (a guard instead)."""
     fused = {rel.fused for rel in stage.relations if isinstance(rel, Fuse)}
     conds: list[Expr] = []
     bounded: dict[IterVar, Expr] = {}
-    for axis, length in summed.items():  # the axis itself a leaf, or the outer leaf of its split
-        leaf, step = (axis, 1) if axis in leaves else next(
-            ((rel.outer, rel.factor) for rel in stage.relations if isinstance(rel, Split) and rel.parent is axis
+    for axis, (length, lane) in summed.items():  # the axis itself a leaf, or the outer leaf of its split
+        leaf, step = (axis, lane) if axis in leaves else next(
+            ((rel.outer, rel.factor * lane) for rel in stage.relations if isinstance(rel, Split) and rel.parent is axis
              and rel.outer in leaves), (None, 0))
         if leaf is not None and stage.annotations.get(leaf, ForKind.SERIAL) in SKIPPABLE_KINDS \
                 and leaf not in stage.tensorized:
@@ -133,4 +198,4 @@ def _mentions(expr: Expr, var: Var) -> bool:
     return any(e is var for e in walk_expr(expr))
 
 
-__all__ = ["skippable_axes", "summed_lengths", "loop_bounds"]
+__all__ = ["skippable_axes", "derived_fills", "summed_lengths", "loop_bounds"]

@@ -155,3 +155,28 @@ def test_a_sum_over_an_input_holding_zero_past_the_length_stops_there():
     out = np.full((ROWS, 8), SENTINEL, np.float32)
     lib.call("weights_times_values", w, v, np.array([10], np.int64), out)
     np.testing.assert_allclose(out, w[:, :10] @ v[:10], rtol=1e-5, atol=1e-5)
+
+
+def test_a_softmax_over_an_input_holding_minus_infinity_past_the_length_reduces_only_up_to_it():
+    from core.kernels.softmax import softmax
+
+    x = te.placeholder((3, 128), "float32", "x")
+    length = te.placeholder((1,), "int64", "len")
+    (out,) = softmax([x], {"axis": -1}, [])
+    sch = create_schedule([out])
+    sch.run_time_fills = {id(x.op): {1: (length(0), float("-inf"))}}
+    func = lower(sch, [x, length, out], "masked_softmax")
+    reads = [s for s in walk_stmt(func.body) if isinstance(s, For) and _reads_length(s.extent, func.inputs[1])]
+    # the lane partials of the max and of the sum of exp(x - max) stop at ceil(len / 32) chunks
+    assert len(reads) == 2 and all(s.var.name.startswith("rc") for s in reads)
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/softmax.so"))
+    x_value = np.random.default_rng(2).standard_normal((3, 128)).astype(np.float32)
+    for valid in (1, 40, 64, 100, 128):
+        masked = x_value.copy()
+        masked[:, valid:] = -np.inf
+        out_value = np.empty((3, 128), np.float32)
+        workspaces = [np.full(b.shape, np.nan, b.dtype) for b in func.workspaces]
+        lib.call("masked_softmax", masked, np.array([valid], np.int64), out_value, *workspaces)
+        e = np.exp(masked - masked.max(-1, keepdims=True))
+        np.testing.assert_allclose(out_value, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
