@@ -1,7 +1,4 @@
-"""Kernels that stop at run-time lengths: a kernel output whose points past a length input's value (along some
-axes) are padding that every reader masks (Graph.run_time_bounds, from core/graph/length_inputs.py), and a kernel
-input that holds one number past a length (a mask's output: Graph.run_time_fills) give the kernel those lengths
-as extra inputs; its stages stop their loops there (core/te/run_time_bounds.py)."""
+"""Which kernels stop at run-time lengths, and the length inputs they take for it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,6 +11,11 @@ from ..te.tensor import Tensor, placeholder
 
 @dataclass(frozen=True)
 class KernelBounds:
+    """A kernel output whose points past a length input's value (along some axes) are padding that every reader
+    masks (Graph.run_time_bounds, from core/graph/length_inputs.py), and a kernel input or output that holds one
+    number past a length (a mask's output: Graph.run_time_fills), give the kernel those lengths as extra inputs;
+    its stages stop their loops there (core/te/run_time_bounds.py)."""
+
     outputs: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)  # value -> ((axis, length), ...)
     # an input's ((axis, length, fill), ...); an output's (a mask's output) the last: its own mask, which it writes
     fills: Mapping[str, tuple[tuple[int, str, float], ...]] = field(default_factory=dict)

@@ -1,17 +1,8 @@
-"""Run-time loop bounds: a stage whose points past a run-time length (along some of its axes) are padding that
-no reader uses runs its loops over those axes only up to the length. A loop that alone walks the axis (plain,
-or the outer loop of a split) takes ceil(length / step) as its extent, a symbolic For extent; a fused loop, or
-one whose tile starts further in, skips each tile that starts past the length. Vector, unrolled, bound and
-tensorized loops and the loops inside a reduction keep their static extents, so the schedule's micro-kernels
-stay as they are (a tile that crosses the length is computed whole: its points past it are padding).
-A sum whose terms multiply by something that holds 0 past a length along the summed axis (a mask's output, such as
-attention weights before their product with the values; exp(x - max) of an x holding -inf there: a softmax's sum),
-and a max of something holding -inf there, stop there too."""
+"""Run-time loop bounds: loops that stop at a run-time length read from a kernel argument."""
 from __future__ import annotations
 
 import math
 from typing import Callable, Sequence
-
 
 from ..tir.expr import BinOp, Call, Cast, Expr, FloatImm, IntImm, Var, binop, cast, minimum
 from ..tir.functor import substitute, walk_expr
@@ -20,6 +11,15 @@ from ..tir.stmt import ForKind
 from .schedule import Fuse, Schedule, Split, Stage
 from .tensor import ExternOp, IterVar, Reduce, TensorRead
 
+# A stage whose points past a run-time length (along some of its axes) are padding that no reader uses runs its
+# loops over those axes only up to the length: a loop that alone walks the axis (plain, or the outer loop of a
+# split) takes ceil(length / step) as its extent, a symbolic For extent; a fused loop, or one whose tile starts
+# further in, skips each tile that starts past the length. Vector, unrolled, bound and tensorized loops and the
+# loops inside a reduction keep their static extents, so the schedule's micro-kernels stay as they are (a tile that
+# crosses the length is computed whole: its points past it are padding). A sum whose terms multiply by something
+# that holds 0 past a length along the summed axis (a mask's output, such as attention weights before their product
+# with the values; exp(x - max) of an x holding -inf there: a softmax's sum), and a max of something holding -inf
+# there, stop there too.
 SKIPPABLE_KINDS = (ForKind.SERIAL, ForKind.PARALLEL)
 
 

@@ -1,7 +1,4 @@
-"""Kernels stop at the run-time length of a masked dim: one artifact at the upper bound runs sizes between the
-compiled ones with its loops bounded by the length argument (MatMul rows, softmax and layer-norm rows, attention
-queries; the keys of QK^T's product and of the weights-times-values sum), matching ONNX Runtime; a mask's output,
-whose fill its reader needs, is still written in full."""
+"""Kernels of one upper-bound artifact take the masked dim's run-time length as their loop bound."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,4 @@
-"""Stages that stop at a run-time length: the loops over a bounded axis take the length (a kernel argument) as
-their extent or skip the tiles past it, the points before it match the unbounded kernel, and the points past it
-are never written (the work really stops there); a producer read across the axis keeps its full extent."""
+"""Stages that stop at a run-time length: loop extents and guards read it, and no work is done past it."""
 from __future__ import annotations
 
 import tempfile
