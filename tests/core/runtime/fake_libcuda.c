@@ -75,7 +75,7 @@ CUresult cuModuleLoadDataEx(void** mod, const void* ptx, unsigned n, int* option
         return 218; /* CUDA_ERROR_INVALID_PTX */
     }
     const char* library = getenv("FAKE_CUDA_KERNELS");
-    if (library && *library && !cpu_kernels && !(cpu_kernels = dlopen(library, RTLD_NOW | RTLD_LOCAL))) {
+    if (library && *library && !(cpu_kernels = dlopen(library, RTLD_NOW | RTLD_LOCAL))) { /* this module's build */
         fprintf(stderr, "fake libcuda: %s\n", dlerror());
         return 200; /* CUDA_ERROR_INVALID_IMAGE */
     }
@@ -83,7 +83,12 @@ CUresult cuModuleLoadDataEx(void** mod, const void* ptx, unsigned n, int* option
     *mod = &module;
     return 0;
 }
-CUresult cuModuleUnload(void* mod) { return mod == &module ? 0 : 400; }
+CUresult cuModuleUnload(void* mod) {
+    if (mod != &module) return 400;
+    if (cpu_kernels) dlclose(cpu_kernels);
+    cpu_kernels = NULL;
+    return 0;
+}
 CUresult cuFuncSetAttribute(fake_function* fn, int attribute, int value) { (void)fn, (void)attribute, (void)value; return 0; }
 CUresult cuModuleGetFunction(fake_function** fn, void* mod, const char* name) {
     (void)mod;
