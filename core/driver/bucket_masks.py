@@ -9,7 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, UnsupportedOpError
 from ..frontend import import_onnx_with_lengths
 from ..graph.ir import Graph
 from ..graph.length_inputs import Affine
@@ -57,7 +57,7 @@ def find_masked(plan: BucketPlan, source, refused: Mapping[str, str]) -> MaskedB
             graphs.append(graph)
             found.append((lengths_out, full))
         outputs = _output_lengths(graphs, found)
-    except ShapeError as err:
+    except (ShapeError, UnsupportedOpError) as err:  # the graph imported without lengths: these stay unmasked
         return _refuse(plan, refused, str(err))
     masked = frozenset(names.values())
     return MaskedBuckets(replace(plan, masked=masked), tuple(graphs), outputs,
