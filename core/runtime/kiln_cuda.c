@@ -23,6 +23,7 @@
 
 #include "kiln_cuda.h"
 #include "kiln_graph.h"
+#include "kiln_shaped.h"
 
 void kiln_runtime_set_error(const char* message); /* kiln_runtime.c: the text kiln_last_error() returns */
 
@@ -84,7 +85,9 @@ enum { CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1 };
     X(GraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                                       \
     X(GraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec))                                       \
     X(GraphDestroy, "cuGraphDestroy", CUresult, (CUgraph))                                                   \
-    X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))
+    X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))       \
+    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", CUresult, (CUdeviceptr, const void*, size_t, CUstream))       \
+    X(MemsetD8Async, "cuMemsetD8Async", CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))
 
 #define KILN_CUDA_FIELD(field, symbol, ret, params) ret(*field) params;
 static struct {
@@ -497,10 +500,38 @@ __attribute__((weak)) int32_t kiln_graph_profile(void* arena, const void* weight
     return kiln_cuda_bucket_run(0, arena, weights, inputs, outputs, call_ms);
 }
 
+__attribute__((weak)) const kiln_shaped_request* kiln_shaped_device_request(void); /* kiln_shaped.c, with ranges */
+
+/* The leading `region` block of a dense `src` (src_shape) into a dense `dst` (dst_shape) on `stream`: one copy per
+ * run that is contiguous in both (the whole region when only the outermost dim differs, as a padded batch). */
+static int copy_region_async(CUdeviceptr dst, const int64_t* dst_shape, CUdeviceptr src, const int64_t* src_shape,
+                             const int64_t* region, int ndim, size_t item, CUstream stream, const char* who,
+                             const char* what) {
+    int contiguous = 1;
+    size_t inner = item, dst_stride = item, src_stride = item;
+    for (int d = 1; d < ndim; d++) {
+        contiguous &= dst_shape[d] == region[d] && src_shape[d] == region[d];
+        inner *= (size_t)region[d];
+        dst_stride *= (size_t)dst_shape[d];
+        src_stride *= (size_t)src_shape[d];
+    }
+    if (ndim == 0 || contiguous) {
+        size_t bytes = ndim == 0 ? item : (size_t)region[0] * inner;
+        return bytes && CU_TRY(who, what, cg.MemcpyDtoDAsync(dst, src, bytes, stream)) ? -1 : 0;
+    }
+    for (int64_t k = 0; k < region[0]; k++)
+        if (copy_region_async(dst + (CUdeviceptr)k * dst_stride, dst_shape + 1, src + (CUdeviceptr)k * src_stride,
+                              src_shape + 1, region + 1, ndim - 1, item, stream, who, what))
+            return -1;
+    return 0;
+}
+
 /* kiln_run_device (kiln_runtime.c): the inputs copied from the caller's device buffers into the arena, the
  * model, the outputs copied to the caller's device buffers, all queued on `stream` (returns once queued).
- * With input-shape ranges it runs the largest bucket at the upper bounds, as kiln_run does: the run-time lengths
- * at their largest are copied from the host first (a few bytes, synchronously). */
+ * With input-shape ranges, kiln_run_device_shaped's request (kiln_shaped.h) says which bucket runs: each input
+ * is zero-filled at its compiled shape and its actual region copied in, the run-time lengths are copied from the
+ * host (the driver takes pageable memory before returning), and each output's actual region is copied out;
+ * without one, the largest bucket runs at the upper bounds, as kiln_run does. */
 __attribute__((visibility("hidden"))) int32_t kiln_device_run(void* arena_ptr, const void* weights_ptr,
                                                               const uint64_t* inputs, const uint64_t* outputs,
                                                               void* stream_ptr) {
@@ -511,33 +542,46 @@ __attribute__((visibility("hidden"))) int32_t kiln_device_run(void* arena_ptr, c
         fail("%s: the CUDA driver lacks streams and graphs (cuGraphLaunch: CUDA 11.4 or later); use kiln_run", who);
         return -1;
     }
-    const int b = kiln_cuda_num_buckets - 1;
+    const kiln_shaped_request* shaped = kiln_shaped_device_request ? kiln_shaped_device_request() : NULL;
+    const int b = shaped ? shaped->bucket : kiln_cuda_num_buckets - 1;
     const int64_t* input_bytes = kiln_cuda_input_bytes + (int64_t)b * kiln_cuda_num_staged_inputs;
     const int64_t* output_bytes = kiln_cuda_output_bytes + (int64_t)b * kiln_graph_num_outputs;
+    const int64_t* lengths = shaped ? shaped->lengths : kiln_cuda_top_lengths;
+    char what[64];
     if (CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context))) return -1;
     for (int i = kiln_graph_num_inputs; i < kiln_cuda_num_staged_inputs; i++) {
-        if (input_bytes[i] == 0) continue;
-        char what[64];
-        snprintf(what, sizeof what, "cuMemcpyHtoD (run-time length %d)", i - kiln_graph_num_inputs);
-        if (CU_TRY(who, what, cu.MemcpyHtoD(arena + (CUdeviceptr)kiln_cuda_input_offsets[i],
-                                            &kiln_cuda_top_lengths[i - kiln_graph_num_inputs], sizeof(int64_t))))
+        snprintf(what, sizeof what, "cuMemcpyHtoDAsync (run-time length %d)", i - kiln_graph_num_inputs);
+        if (input_bytes[i] && CU_TRY(who, what, cg.MemcpyHtoDAsync(arena + (CUdeviceptr)kiln_cuda_input_offsets[i],
+                                                                   &lengths[i - kiln_graph_num_inputs],
+                                                                   sizeof(int64_t), stream)))
             return -1;
     }
-    for (int i = 0; i < kiln_graph_num_inputs; i++) {
+    for (int i = 0, dims = 0; i < kiln_graph_num_inputs; dims += shaped ? shaped->in_ndim[i] : 0, i++) {
         if (input_bytes[i] == 0) continue;
-        char what[64];
+        const CUdeviceptr slot = arena + (CUdeviceptr)kiln_cuda_input_offsets[i];
         snprintf(what, sizeof what, "cuMemcpyDtoDAsync (input %d)", i);
-        if (CU_TRY(who, what, cg.MemcpyDtoDAsync(arena + (CUdeviceptr)kiln_cuda_input_offsets[i], inputs[i],
-                                                 (size_t)input_bytes[i], stream)))
+        if (!shaped) {
+            if (CU_TRY(who, what, cg.MemcpyDtoDAsync(slot, inputs[i], (size_t)input_bytes[i], stream))) return -1;
+            continue;
+        }
+        const int64_t* compiled = shaped->in_compiled + dims;
+        int padded = 0;
+        for (int d = 0; d < shaped->in_ndim[i]; d++) padded |= compiled[d] != shaped->in_actual[i][d];
+        if ((padded && CU_TRY(who, "cuMemsetD8Async (padding an input)",
+                              cg.MemsetD8Async(slot, 0, (size_t)input_bytes[i], stream))) ||
+            copy_region_async(slot, compiled, inputs[i], shaped->in_actual[i], shaped->in_actual[i],
+                              shaped->in_ndim[i], (size_t)shaped->in_itemsize[i], stream, who, what))
             return -1;
     }
     if (launch_model(graph_of(arena), b, arena, weights, stream, who)) return -1;
-    for (int i = 0; i < kiln_graph_num_outputs; i++) {
+    for (int i = 0, dims = 0; i < kiln_graph_num_outputs; dims += shaped ? shaped->out_ndim[i] : 0, i++) {
         if (output_bytes[i] == 0) continue;
-        char what[64];
+        const CUdeviceptr slot = arena + (CUdeviceptr)kiln_cuda_output_offsets[i];
         snprintf(what, sizeof what, "cuMemcpyDtoDAsync (output %d)", i);
-        if (CU_TRY(who, what, cg.MemcpyDtoDAsync(outputs[i], arena + (CUdeviceptr)kiln_cuda_output_offsets[i],
-                                                 (size_t)output_bytes[i], stream)))
+        if (shaped ? copy_region_async(outputs[i], shaped->out_actual + dims, slot, shaped->out_compiled + dims,
+                                       shaped->out_actual + dims, shaped->out_ndim[i], (size_t)shaped->out_itemsize[i],
+                                       stream, who, what)
+                   : CU_TRY(who, what, cg.MemcpyDtoDAsync(outputs[i], slot, (size_t)output_bytes[i], stream)))
             return -1;
     }
     return 0;

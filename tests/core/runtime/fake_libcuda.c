@@ -221,6 +221,16 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void* stre
     memcpy((void*)(uintptr_t)d, (void*)(uintptr_t)s, n);
     return 0;
 }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, void* stream) {
+    (void)stream;
+    memcpy((void*)(uintptr_t)d, s, n);
+    return 0;
+}
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void* stream) {
+    (void)stream;
+    memset((void*)(uintptr_t)p, v, n);
+    return 0;
+}
 #endif
 
 static int event;

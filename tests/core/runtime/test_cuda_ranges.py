@@ -33,7 +33,15 @@ def build_with_cpu_kernels(self, funcs, target, out_path, plan=None):
 CudaBackend.build_library = build_with_cpu_kernels
 """
 
-_ENCODER_CHILD = _COMPILE + r"""
+_BUFFER = r"""
+class Buffer:  # host memory the fake driver takes for device memory, as a GPU array library exposes it
+    def __init__(self, array):
+        self.array = array  # an empty one at address 0, as torch gives it
+        self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str, "strides": None,
+                                         "data": (array.ctypes.data if array.size else 0, False), "version": 3}
+"""
+
+_ENCODER_CHILD = _COMPILE + _BUFFER + r"""
 import ctypes, json, sys
 import numpy as np
 import onnxruntime as ort
@@ -41,11 +49,6 @@ import core
 from core.runtime.loader import KilnRuntimeError
 from tests.core.driver.dynamic_models import tiny_encoder
 
-class Buffer:  # host memory the fake driver takes for device memory, as a GPU array library exposes it
-    def __init__(self, array):
-        self.array = array
-        self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str, "strides": None,
-                                         "data": (array.ctypes.data, False), "version": 3}
 
 model = tiny_encoder()
 art = core.compile(model, target="cuda -arch=sm_90", input_shapes={"input_ids": "1..4,1..16"}, benchmark=False)
@@ -63,16 +66,24 @@ with art.load() as m:
         m.run({"input_ids": np.zeros((1, 17), np.int64)})
     except KilnRuntimeError as e:
         result["out_of_range"] = str(e)
-    ids = rng.integers(0, 50, (4, 16)).astype(np.int64)
-    out = Buffer(np.zeros((4, 16, 16), np.float32))
-    m.run_device({"input_ids": Buffer(ids)}, {"hidden": out})  # at the upper bounds, as kiln_run
-    result["device_err"] = float(np.abs(out.array - session.run(None, {"input_ids": ids})[0]).max())
+    result["device"] = {}
+    for shape in [(4, 16), (2, 7), (3, 16), (1, 1)]:  # padded and cut on the device: one copy per padded row at most
+        ids = rng.integers(0, 50, shape).astype(np.int64)
+        (out_shape,) = m.output_shapes([shape])
+        out = Buffer(np.full(out_shape, np.nan, np.float32))
+        m.run_device({"input_ids": Buffer(ids)}, {"hidden": out})
+        result["device"][str(shape)] = {"shape": list(out_shape),
+                                        "err": float(np.abs(out.array - session.run(None, {"input_ids": ids})[0]).max())}
+    try:
+        m.run_device({"input_ids": Buffer(np.zeros((2, 7), np.int64))}, {"hidden": Buffer(np.zeros((4, 16, 16), np.float32))})
+    except KilnRuntimeError as e:
+        result["device_wrong_output"] = str(e)
     result["profiled_calls"] = len(m.profile(repeat=1))
 result["launches"] = {"direct": fake.fake_direct_launches(), "graphs": fake.fake_graph_launches()}
 print(json.dumps(result))
 """
 
-_DECODER_CHILD = _COMPILE + r"""
+_DECODER_CHILD = _COMPILE + _BUFFER + r"""
 import json
 import numpy as np
 import onnxruntime as ort
@@ -86,12 +97,26 @@ session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
 names = [o.name for o in session.get_outputs()]
 prompt = [3, 1, 4, 1, 5]
 expected, reference = greedy_tokens(lambda feeds: dict(zip(names, session.run(None, feeds))), prompt, steps=12)
+
+
+def on_device(m):
+    def run(feeds):  # device buffers of any shape in range, the outputs at the shapes the library gives
+        shapes = m.output_shapes([feeds[t["name"]].shape for t in m.inputs])
+        outs = {t["name"]: Buffer(np.zeros(s, t["dtype"])) for t, s in zip(m.outputs, shapes)}
+        m.run_device({k: Buffer(np.ascontiguousarray(v)) for k, v in feeds.items()}, outs)
+        return {k: b.array for k, b in outs.items()}
+    return run
+
+
+result = {"passed": art.report["validation"].get("passed"), "expected": expected}
 with art.load() as m:
-    tokens, outputs = greedy_tokens(m.run, prompt, steps=12)
-shapes_match = all(got[n].shape == ref[n].shape for got, ref in zip(outputs, reference) for n in ref)
-err = max(float(np.abs(got[n] - ref[n]).max()) for got, ref in zip(outputs, reference) for n in ref)
-print(json.dumps({"passed": art.report["validation"].get("passed"), "tokens": tokens, "expected": expected,
-                  "shapes_match": shapes_match, "err": err}))
+    for how, run in (("host", m.run), ("device", on_device(m))):
+        tokens, outputs = greedy_tokens(run, prompt, steps=12)
+        result[how] = {"tokens": tokens, "err": max(float(np.abs(got[n] - ref[n]).max()) for got, ref in
+                                                    zip(outputs, reference) for n in ref),
+                       "shapes_match": all(got[n].shape == ref[n].shape for got, ref in zip(outputs, reference)
+                                           for n in ref)}
+print(json.dumps(result))
 """
 
 
@@ -119,7 +144,11 @@ def test_a_ranged_cuda_encoder_validates_and_runs_shapes_in_range_through_the_dr
         batch, seq = json.loads(shape.replace("(", "[").replace(")", "]"))
         assert got["shape"] == [batch, seq, 16] and got["err"] < 1e-4, (shape, got)
     assert "dim 1 (seq) is 17, outside the declared range 1..16" in result["out_of_range"]
-    assert result["device_err"] < 1e-4
+    for shape, got in result["device"].items():
+        batch, seq = json.loads(shape.replace("(", "[").replace(")", "]"))
+        assert got["shape"] == [batch, seq, 16] and got["err"] < 1e-4, (shape, got)
+    assert "'hidden' must be a C-contiguous GPU buffer (__cuda_array_interface__) of float32 [2, 7, 16]" in \
+        result["device_wrong_output"]
     assert result["profiled_calls"] > 0
     assert result["launches"]["graphs"] > 0  # each bucket's launches replayed as its own CUDA graph
 
@@ -132,11 +161,13 @@ def test_without_cuda_graphs_a_ranged_artifact_launches_each_buckets_kernels(fak
 
 
 def test_a_ranged_cuda_decoder_generates_onnxruntimes_tokens_from_an_empty_cache(fake_driver, tmp_path):
-    """Run-time lengths that are sums (present = past + new) and a KV cache compacted along its length."""
+    """Run-time lengths that are sums (present = past + new), a KV cache compacted along its length, and an empty
+    past (a device buffer at address 0) on the first step."""
     result = run_child(_DECODER_CHILD, fake_driver, tmp_path)
     assert result["passed"] is True
-    assert result["tokens"] == result["expected"] and result["shapes_match"]
-    assert result["err"] < 1e-4
+    for how in ("host", "device"):  # host buffers (kiln_run_shaped), device ones (kiln_run_device_shaped)
+        assert result[how]["tokens"] == result["expected"] and result[how]["shapes_match"], (how, result)
+        assert result[how]["err"] < 1e-4, (how, result)
 
 
 def test_a_ranged_cuda_library_exports_the_shaped_entry_points_under_its_name():
