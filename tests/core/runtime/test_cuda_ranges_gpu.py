@@ -1,7 +1,7 @@
 """Input-shape ranges on a real NVIDIA GPU (skipped without one; runs under `pytest --noconftest` in
 bench/gpu_session.sh): an encoder (padded batch, masked sequence), a CNN (masked image sides) and a KV-cache decoder
 compiled for cuda, validated by the compile on the GPU, and run at shapes between the compiled ones against ONNX
-Runtime; device buffers at the upper bounds through run_device."""
+Runtime; torch device buffers of shapes in range through run_device (kiln_run_device_shaped)."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,11 +49,14 @@ def test_encoder_runs_batches_and_sequences_between_compiled_shapes():
         with pytest.raises(KilnRuntimeError, match="outside the declared range 1..64"):
             m.run({"input_ids": np.zeros((1, 65), np.int64)})
         torch = pytest.importorskip("torch")
-        ids = rng.integers(0, 50, (4, 64)).astype(np.int64)
-        out = torch.zeros((4, 64, 16), dtype=torch.float32, device="cuda")
-        m.run_device({"input_ids": torch.from_numpy(ids).cuda()}, {"hidden": out})  # the upper bounds, as kiln_run
-        torch.cuda.synchronize()
-        np.testing.assert_allclose(out.cpu().numpy(), reference({"input_ids": ids})["hidden"], rtol=1e-4, atol=1e-4)
+        for shape in [(4, 64), (2, 7), (3, 64), (1, 1)]:  # padded and cut on the device
+            ids = rng.integers(0, 50, shape).astype(np.int64)
+            (out_shape,) = m.output_shapes([shape])
+            out = torch.full(out_shape, float("nan"), dtype=torch.float32, device="cuda")
+            m.run_device({"input_ids": torch.from_numpy(ids).cuda()}, {"hidden": out})
+            torch.cuda.synchronize()
+            np.testing.assert_allclose(out.cpu().numpy(), reference({"input_ids": ids})["hidden"], rtol=1e-4,
+                                       atol=1e-4, err_msg=str(shape))
 
 
 def test_cnn_runs_image_sides_between_compiled_shapes():
