@@ -36,6 +36,7 @@ int32_t kiln_bucket_profile(void* arena, const void* weights, const void* const*
                             double* call_ms);
 
 #define KILN_MAX_RANK 16
+#define KILN_MAX_VARS (KILN_MAX_RANK * 8 + 1)
 enum { EXACT = 0, PADDED = 1, MASKED = 2 }; /* kiln_dyn_var_mode */
 
 static _Thread_local int selected = -1; /* set by kiln_run_shaped, whose inputs carry the lengths already */
@@ -238,12 +239,12 @@ static void actual_output_shape(int o, int b, const int64_t* actual, int64_t* sh
 }
 
 int kiln_output_shapes(const int64_t* const* input_shapes, int64_t* const* output_shapes) {
-    int64_t actual[KILN_MAX_RANK * 8 + 1];
+    int64_t actual[KILN_MAX_VARS];
     if (!input_shapes && kiln_graph_num_inputs > 0) {
         fail("kiln_output_shapes: input_shapes is NULL");
         return -1;
     }
-    if (kiln_dyn_num_vars > (int)(sizeof actual / sizeof *actual) || read_sizes(input_shapes, actual) != 0) return -1;
+    if (kiln_dyn_num_vars > KILN_MAX_VARS || read_sizes(input_shapes, actual) != 0) return -1;
     int b = pick_bucket(actual);
     if (b < 0) return -1;
     for (int o = 0; output_shapes && o < kiln_graph_num_outputs; o++)
@@ -257,23 +258,30 @@ static size_t numel(const int64_t* shape, int ndim) {
     return n;
 }
 
-int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
-                    void* const* outputs, int64_t* const* output_shapes) {
+/* The bucket a shaped run takes, after checking its arrays and shapes (`actual`: KILN_MAX_VARS sizes); -1 with
+ * the error set. */
+static int checked_bucket(const char* who, const void* inputs, const void* outputs, const int64_t* const* input_shapes,
+                          int64_t* actual) {
     if (!input_shapes && kiln_graph_num_inputs > 0) {
-        fail("kiln_run_shaped: input_shapes is NULL");
+        fail("%s: input_shapes is NULL", who);
         return -1;
     }
     if (!inputs && kiln_graph_num_inputs > 0) {
-        fail("kiln_run_shaped: the input pointer array is NULL");
+        fail("%s: the input pointer array is NULL", who);
         return -1;
     }
     if (!outputs && kiln_graph_num_outputs > 0) {
-        fail("kiln_run_shaped: the output pointer array is NULL");
+        fail("%s: the output pointer array is NULL", who);
         return -1;
     }
-    int64_t actual[KILN_MAX_RANK * 8 + 1];
-    if (kiln_dyn_num_vars > (int)(sizeof actual / sizeof *actual) || read_sizes(input_shapes, actual) != 0) return -1;
-    int b = pick_bucket(actual);
+    if (kiln_dyn_num_vars > KILN_MAX_VARS || read_sizes(input_shapes, actual) != 0) return -1;
+    return pick_bucket(actual);
+}
+
+int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                    void* const* outputs, int64_t* const* output_shapes) {
+    int64_t actual[KILN_MAX_VARS];
+    int b = checked_bucket("kiln_run_shaped", inputs, outputs, input_shapes, actual);
     if (b < 0) return -1;
     const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
     const void** ins = calloc((size_t)kiln_graph_num_inputs + (size_t)kiln_dyn_num_lengths + 1, sizeof *ins);
@@ -347,17 +355,8 @@ const kiln_shaped_request* kiln_shaped_device_request(void) { return device_requ
 
 int kiln_run_device_shaped(kiln_model* model, const uint64_t* inputs, const int64_t* const* input_shapes,
                            const uint64_t* outputs, int64_t* const* output_shapes, void* stream) {
-    if (!input_shapes && kiln_graph_num_inputs > 0) {
-        fail("kiln_run_device_shaped: input_shapes is NULL");
-        return -1;
-    }
-    if ((!inputs && kiln_graph_num_inputs > 0) || (!outputs && kiln_graph_num_outputs > 0)) {
-        fail("kiln_run_device_shaped: the input or output pointer array is NULL");
-        return -1;
-    }
-    int64_t actual[KILN_MAX_RANK * 8 + 1];
-    if (kiln_dyn_num_vars > (int)(sizeof actual / sizeof *actual) || read_sizes(input_shapes, actual) != 0) return -1;
-    int b = pick_bucket(actual);
+    int64_t actual[KILN_MAX_VARS];
+    int b = checked_bucket("kiln_run_device_shaped", inputs, outputs, input_shapes, actual);
     if (b < 0) return -1;
     const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
     const int in_dims = in_offset(kiln_graph_num_inputs), out_dims = out_offset(kiln_graph_num_outputs);
