@@ -95,7 +95,7 @@ def cut_feeds(plan: BucketPlan, feeds: Mapping[str, np.ndarray], sizes) -> dict[
     for name, array in feeds.items():
         index = tuple(slice(0, plan.dim_size(name, a, sizes)) if d is None else slice(None)
                       for a, d in enumerate(plan.base[name]))
-        cut[name] = np.ascontiguousarray(array[index])
+        cut[name] = np.array(array[index], order="C")  # ascontiguousarray makes a 0-d input 1-d
     return cut
 
 

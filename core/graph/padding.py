@@ -193,8 +193,28 @@ def _batch_only(node: Node, axis: int, rank: int) -> bool:
     return axis == 0
 
 
+def _if(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    """Each branch, a graph of its own, carries the padded axes to the same output axes; the condition and the
+    outputs whose shape differs between the branches (their shape comes from the run) may not carry them."""
+    if carried[0]:
+        raise NotPaddable(f"If {node.name!r} branches on the padded axis")
+    outs = None
+    for branch, inputs_of in zip(node.attr("branches"), node.attr("inputs_of")):
+        if branch is None:
+            raise NotPaddable(f"If {node.name!r} has a branch that does not compile at these shapes")
+        axes = padded_output_axes(branch, {v: carried[i] for v, i in zip(branch.inputs, inputs_of) if carried[i]})
+        mine = [axes[o] for o in branch.outputs]
+        if outs is not None and mine != outs:
+            raise NotPaddable(f"If {node.name!r}: its branches carry the padded axis to different outputs")
+        outs = mine
+    if any(outs[k] for k in node.attr("shaped", ())):
+        raise NotPaddable(f"If {node.name!r}: an output whose shape differs between its branches carries the "
+                          f"padded axis")
+    return outs + [frozenset()] * (len(node.outputs) - len(outs))
+
+
 _RULES: dict[str, Rule] = {
-    "MatMul": _matmul, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
+    "If": _if, "MatMul": _matmul, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
     "Expand": _broadcast, "Where": _broadcast,
     "Softmax": _first_input_only(_axis_attr_not()), "LogSoftmax": _first_input_only(_axis_attr_not()),
     "LayerNormalization": _first_input_only(lambda node, a, rank: a < int(node.attr("axis")) % rank),

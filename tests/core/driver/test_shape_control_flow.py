@@ -1,7 +1,7 @@
 """Input-shape ranges together with If and Loop run at run time (refused up front before): every compiled shape has
-its own branch and body runners in the one library. A variable the branches or the body see must match a compiled
-size (If and Loop have no padding rule, and their outputs' lengths depend on the data); one they do not see is padded
-as usual. Compared with ONNX Runtime, both branches taken, loops of several trip counts."""
+its own branch and body runners in the one library. A variable is padded through an If whose branches both keep it
+in place; one a condition reads across, or a loop body sees (Loop has no padding rule), matches a compiled size.
+Compared with ONNX Runtime, both branches taken, loops of several trip counts."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,29 +49,48 @@ def test_an_if_beside_a_padded_input_takes_both_branches_at_every_size_in_range(
                 _compare(module, session, {"x": x, "u": rng.standard_normal(n).astype(np.float32)})
 
 
-def _if_over_the_batch():
-    """y[N, 4] = If(c): relu(x) @ w, else (x * 2) @ w: the ranged batch N runs through both branches."""
+def _if_over_the_batch(condition_on_data: bool = False):
+    """y[N, 4] = If(c): relu(x) @ w, else (x * 2) @ w: the ranged batch N runs through both branches; c is an
+    input, or sum(x) > 0 (read across the batch)."""
     then_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["t"])],
                                     "then", [], [_value("t", F32, ["N", 4])])
     else_branch = helper.make_graph([_const("two", np.float32(2)), helper.make_node("Mul", ["x", "two"], ["d"]),
                                      helper.make_node("MatMul", ["d", "w"], ["e"])], "else", [], [_value("e", F32, ["N", 4])])
     w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32), "w")
-    return _model([helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)],
-                  [_value("x", F32, ["N", 3]), _value("c", BOOL, [])], [_value("y", F32, ["N", 4])], [w])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    inputs = [_value("x", F32, ["N", 3])]
+    if condition_on_data:
+        nodes[:0] = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), _const("zero", np.float32(0)),
+                     helper.make_node("Greater", ["s", "zero"], ["c"])]
+    else:
+        inputs.append(_value("c", BOOL, []))
+    return _model(nodes, inputs, [_value("y", F32, ["N", 4])], [w])
 
 
-def test_a_variable_through_if_branches_runs_at_its_compiled_sizes_and_says_so_between():
+def test_a_batch_through_both_if_branches_is_padded_and_runs_every_size_in_range():
     model = _if_over_the_batch()
     art = core.compile(model, input_shapes={"x": "1..8,3"}, benchmark=False)
     _validated(art)
-    assert "If 'y' has no padding rule" in art.metadata["dynamic_shapes"]["not_padded"]["N"]
+    assert art.metadata["dynamic_shapes"]["variables"][0]["padded"] is True
+    session, rng = ort.InferenceSession(model), np.random.default_rng(1)
+    with art.load() as module:
+        for n in (1, 3, 5, 8):
+            for taken in (True, False):
+                _compare(module, session, {"x": rng.standard_normal((n, 3)).astype(np.float32), "c": np.array(taken)})
+
+
+def test_an_if_on_the_batchs_data_keeps_it_at_compiled_sizes_and_says_so_between():
+    model = _if_over_the_batch(condition_on_data=True)
+    art = core.compile(model, input_shapes={"x": "1..8,3"}, benchmark=False)
+    _validated(art)
+    assert "ReduceSum 's' reduces over the padded axis" in art.metadata["dynamic_shapes"]["not_padded"]["N"]
     session, rng = ort.InferenceSession(model), np.random.default_rng(1)
     with art.load() as module:
         for n in (1, 2, 4, 8):
-            for taken in (True, False):
-                _compare(module, session, {"x": rng.standard_normal((n, 3)).astype(np.float32), "c": np.array(taken)})
+            for sign in (1, -1):  # both branches
+                _compare(module, session, {"x": (np.abs(rng.standard_normal((n, 3))) * sign).astype(np.float32)})
         with pytest.raises(KilnRuntimeError, match="dimension N is 3, but this model was compiled for 1, 2, 4, 8 only"):
-            module.run({"x": np.zeros((3, 3), np.float32), "c": np.array(True)})
+            module.run({"x": np.zeros((3, 3), np.float32)})
 
 
 def _loop_over_a_ranged_vector():
