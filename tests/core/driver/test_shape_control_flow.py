@@ -1,6 +1,6 @@
 """Input-shape ranges together with If and Loop run at run time (refused up front before): every compiled shape has
-its own branch and body runners in the one library. A variable is padded through an If whose branches both keep it
-in place; one a condition reads across, or a loop body sees (Loop has no padding rule), matches a compiled size.
+its own branch and body runners in the one library. A variable is padded through an If whose branches, or a Loop
+whose body, keep it in place; one that a condition reads across matches a compiled size.
 Compared with ONNX Runtime, both branches taken, loops of several trip counts."""
 from __future__ import annotations
 
@@ -93,13 +93,15 @@ def test_an_if_on_the_batchs_data_keeps_it_at_compiled_sizes_and_says_so_between
             module.run({"x": np.zeros((3, 3), np.float32)})
 
 
-def _loop_over_a_ranged_vector():
-    """acc' = acc / 2 + w * i while i < M and sum(acc') < limit, acc and w of length n; scans acc' each step."""
+def _loop_over_a_ranged_vector(stop_on_data: bool = True):
+    """acc' = acc / 2 + w * i while i < M and sum(acc') < limit (or i < limit: not reading across acc), acc and w
+    of length n; scans acc' each step."""
+    stop = ([helper.make_node("ReduceSum", ["acc2"], ["s"], keepdims=0), helper.make_node("Less", ["s", "limit"], ["c2"])]
+            if stop_on_data else [helper.make_node("Less", ["fi", "limit"], ["c2"])])
     body = helper.make_graph([
         helper.make_node("Cast", ["i"], ["fi"], to=F32), helper.make_node("Mul", ["w", "fi"], ["wi"]),
         _const("half", np.float32(0.5)), helper.make_node("Mul", ["acc", "half"], ["ah"]),
-        helper.make_node("Add", ["ah", "wi"], ["acc2"]), helper.make_node("ReduceSum", ["acc2"], ["s"], keepdims=0),
-        helper.make_node("Less", ["s", "limit"], ["c2"]), helper.make_node("Identity", ["acc2"], ["scan"])],
+        helper.make_node("Add", ["ah", "wi"], ["acc2"]), *stop, helper.make_node("Identity", ["acc2"], ["scan"])],
         "body", [_value("i", I64, []), _value("c", BOOL, []), _value("acc", F32, ["n"])],
         [_value("c2", BOOL, []), _value("acc2", F32, ["n"]), _value("scan", F32, ["n"])])
     return _model([helper.make_node("Loop", ["M", "", "acc0"], ["final", "history"], body=body)],
@@ -107,19 +109,33 @@ def _loop_over_a_ranged_vector():
                   [_value("final", F32, ["n"]), _value("history", F32, ["t", "n"])])
 
 
-def test_a_loop_over_a_ranged_vector_runs_each_compiled_size_with_run_time_trip_counts():
+def _run_loops(module, session, sizes, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for n in sizes:
+        for trips, limit in ((5, 100.0), (12, 3.0), (16, 1e9)):  # full runs and an early exit
+            _compare(module, session, {"M": np.array(trips, np.int64), "limit": np.array(limit, np.float32),
+                                       "acc0": rng.standard_normal(n).astype(np.float32),
+                                       "w": rng.standard_normal(n).astype(np.float32)})
+
+
+def test_a_vector_carried_through_a_loop_is_padded_and_runs_every_size_in_range():
+    model = _loop_over_a_ranged_vector(stop_on_data=False)
+    art = core.compile(model, input_shapes={"acc0": "1..8", "w": "1..8"}, max_trip_count=16, benchmark=False)
+    _validated(art)
+    assert art.metadata["dynamic_shapes"]["variables"][0]["padded"] is True
+    with art.load() as module:
+        _run_loops(module, ort.InferenceSession(model), (1, 3, 6, 8), seed=3)
+
+
+def test_a_loop_stopping_on_the_vectors_sum_runs_each_compiled_size_with_run_time_trip_counts():
     model = _loop_over_a_ranged_vector()
     art = core.compile(model, input_shapes={"acc0": "1..8:2|5|8", "w": "1..8:2|5|8"}, max_trip_count=16,
                        benchmark=False)
     _validated(art)
     assert [list(b["acc0"]) for b in art.metadata["dynamic_shapes"]["buckets"]] == [[2], [5], [8]]
-    session, rng = ort.InferenceSession(model), np.random.default_rng(2)
+    assert "ReduceSum 's' reduces over the padded axis" in art.metadata["dynamic_shapes"]["not_padded"]["n"]
     with art.load() as module:
-        for n in (2, 5, 8):
-            for trips, limit in ((5, 100.0), (12, 3.0), (16, 1e9)):  # full runs and an early exit
-                _compare(module, session, {"M": np.array(trips, np.int64), "limit": np.array(limit, np.float32),
-                                           "acc0": rng.standard_normal(n).astype(np.float32),
-                                           "w": rng.standard_normal(n).astype(np.float32)})
+        _run_loops(module, ort.InferenceSession(model), (2, 5, 8), seed=2)
         with pytest.raises(KilnRuntimeError, match="runs past 16 iterations"):  # the bound holds in every bucket
             module.run({"M": np.array(17, np.int64), "limit": np.array(1e9, np.float32),
                         "acc0": np.zeros(5, np.float32), "w": np.zeros(5, np.float32)})
