@@ -24,6 +24,7 @@ step "machine"
 step "GPU tests"
 timeout ${T_TESTS:-120} $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
   tests/core/kernels/test_gpu_conv_mma.py tests/core/kernels/test_gpu_conv_group.py tests/core/runtime/test_cuda_gpu.py \
+  tests/core/runtime/test_cuda_ranges_gpu.py \
   tests/core/kernels/test_gpu_gemm_mma.py tests/core/kernels/test_gpu_gemm_group.py tests/core/codegen/test_sass.py \
   tests/core/kernels/test_gpu_tensorcore.py tests/core/codegen/test_nvptx_gpu.py \
   tests/core/kernels/test_gpu_models.py tests/core/kernels/test_gpu_integer.py tests/core/tune/test_tune_gpu.py \

@@ -19,6 +19,7 @@ from typing import Mapping, Optional
 from llvmlite import ir
 
 from ..tir.stmt import PrimFunc
+from .control_flow import emit_sub_runners
 from .llvm_types import I32, I64, PTR
 from .model_entry import ModelPlan, _cstring, _emit_runner, _global, emit_graph_globals, validate_plan
 
@@ -44,6 +45,7 @@ def emit_bucketed_entry(module: ir.Module, plan: BucketedPlan, funcs: Mapping[st
     runners = []
     for b, bucket in enumerate(plan.plans):
         validate_plan(bucket, funcs)
+        emit_sub_runners(module, bucket, lambda sub, name: _emit_runner(module, sub, kernels, funcs, False, name))
         runners.append(_emit_runner(module, bucket, kernels, funcs, profile=False, name=f"kiln_bucket_run_{b}"))
     top = plan.plans[-1]
     _emit_runner(module, top, kernels, funcs, profile=True, name="kiln_bucket_profile")  # kiln_shaped.c adds the lengths

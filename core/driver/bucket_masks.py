@@ -9,7 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, UnsupportedOpError
 from ..frontend import import_onnx_with_lengths
 from ..graph.ir import Graph
 from ..graph.length_inputs import Affine
@@ -57,7 +57,7 @@ def find_masked(plan: BucketPlan, source, refused: Mapping[str, str]) -> MaskedB
             graphs.append(graph)
             found.append((lengths_out, full))
         outputs = _output_lengths(graphs, found)
-    except ShapeError as err:
+    except (ShapeError, UnsupportedOpError) as err:  # the graph imported without lengths: these stay unmasked
         return _refuse(plan, refused, str(err))
     masked = frozenset(names.values())
     return MaskedBuckets(replace(plan, masked=masked), tuple(graphs), outputs,
@@ -95,7 +95,7 @@ def cut_feeds(plan: BucketPlan, feeds: Mapping[str, np.ndarray], sizes) -> dict[
     for name, array in feeds.items():
         index = tuple(slice(0, plan.dim_size(name, a, sizes)) if d is None else slice(None)
                       for a, d in enumerate(plan.base[name]))
-        cut[name] = np.ascontiguousarray(array[index])
+        cut[name] = np.array(array[index], order="C")  # ascontiguousarray makes a 0-d input 1-d
     return cut
 
 

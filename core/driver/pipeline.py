@@ -20,7 +20,7 @@ from .benchmark import compare_latency, profile_kernels
 from ..backends import resolve
 from ..codegen.kernel_cache import CacheSetting, building
 from ..debug import DEBUG
-from ..errors import KilnError, ShapeError, ValidationError
+from ..errors import KilnError, ValidationError
 from ..lowering.executable import build_executable
 from ..frontend.inspect import onnx_node_names
 from ..frontend.model_loading import serialized_model
@@ -41,8 +41,7 @@ from .quantize_stage import (accuracy_not_measured, accuracy_on_artifact, after_
 from .precision import PrecisionError, check_precision, judged_as, judged_origin, model_precision, report_section, store_weights
 from .tolerance import origins_or_empty
 from .reference import onnxruntime_on_host, open_sessions
-from .shape_plan import StaticShapes, io_info, shape_plan, shapes_option
-from ..graph.op_defs.control_flow import CONTROL_FLOW_OPS
+from .shape_plan import io_info, shape_plan, shapes_option
 from ..frontend.converters.control_flow_runtime import max_trip_count as loop_bound
 from .validate import validate as validate_against_ort
 
@@ -77,14 +76,6 @@ def _runtime_failures(target: Target):
         yield
     except KilnRuntimeError as err:
         raise ValidationError(f"the compiled model failed on {target.name} while being validated: {err}") from None
-
-
-def refuse_run_time_control_flow(shapes, graph) -> None:
-    """If/Loop run at run time are compiled at one set of input shapes (not yet per shape bucket)."""
-    ran = sorted({n.op for n in graph.nodes if n.op in CONTROL_FLOW_OPS})
-    if ran and not isinstance(shapes, StaticShapes):
-        raise ShapeError(f"the model's {' and '.join(ran)} run at run time, which Kiln does not combine with "
-                         f"--input-shape ranges yet: compile it at fixed input shapes")
 
 
 def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int = 3,
@@ -149,7 +140,6 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         with loop_bound(max_trip_count):
             imported = shapes.import_graphs()  # one graph, or one per shape bucket (the largest last)
         backend.check_ops((node.op for node in imported[-1].nodes), tgt)  # what the target cannot compile, at once
-        refuse_run_time_control_flow(shapes, imported[-1])
         samples = shapes.samples(checks, imported)  # bad inputs fail before minutes of building
     nodes_in = len(imported[-1].nodes)
     weights_precision = precision or model_precision(imported[-1])

@@ -107,7 +107,7 @@ class BucketedShapes:
 
     def refuse(self, target: Target, backend, checks: ValidationOptions) -> None:
         """What ranges cannot be combined with yet, before anything is built (the API asks the same at job creation)."""
-        check_ranges_supported(target, backend, validation_inputs=bool(checks.inputs), bisect=bool(checks.bisect))
+        check_ranges_supported(validation_inputs=bool(checks.inputs), bisect=bool(checks.bisect))
 
     def import_graphs(self) -> list[Graph]:
         plan = self.plan

@@ -138,13 +138,10 @@ def normalize_shapes(input_shapes: Optional[Mapping[str, Any]]) -> dict[str, tup
     return shapes
 
 
-def check_ranges_supported(tgt, backend, *, validation_inputs: bool = False, bisect: bool = False) -> None:
-    """What a compile with declared ranges needs, checked before any work (core.compile, and the API when it creates
-    the job): a CPU target that runs on this machine or under its emulator (qemu-user: validated there), and neither
-    validation inputs nor bisection."""
-    if not backend.host_code or (backend.cannot_run_reason(tgt) is not None and backend.emulator(tgt) is None):
-        raise ShapeError(f"input-shape ranges are supported for CPU targets that run on this machine or under an "
-                         f"emulator here (qemu-user), not {tgt.name} yet: give fixed shapes")
+def check_ranges_supported(*, validation_inputs: bool = False, bisect: bool = False) -> None:
+    """What a compile with declared ranges cannot be combined with yet, checked before any work (core.compile, and the
+    API when it creates the job): validation inputs and bisection. Every target takes ranges: the artifact is
+    validated where it runs (this machine, qemu-user, a GPU) and only built elsewhere, as with fixed shapes."""
     if validation_inputs or bisect:
         raise ShapeError("input-shape ranges cannot be combined with validation inputs or --bisect yet")
 

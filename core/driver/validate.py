@@ -22,7 +22,7 @@ def random_inputs(graph: Graph, seed: int = 0, index_bounds: Optional[Mapping[st
     for name in graph.inputs:
         t = graph.type_of(name)
         if t.dtype == "bool":
-            feeds[name] = rng.random(t.shape) < 0.5
+            feeds[name] = np.asarray(rng.random(t.shape) < 0.5)  # a 0-d comparison gives a numpy scalar
         elif np.issubdtype(np.dtype(t.dtype), np.integer):
             feeds[name] = rng.integers(0, bounds.get(name, 2), size=t.shape).astype(t.dtype)
         else:

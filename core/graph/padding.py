@@ -193,8 +193,52 @@ def _batch_only(node: Node, axis: int, rank: int) -> bool:
     return axis == 0
 
 
+def _if(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    """Each branch, a graph of its own, carries the padded axes to the same output axes; the condition and the
+    outputs whose shape differs between the branches (their shape comes from the run) may not carry them."""
+    if carried[0]:
+        raise NotPaddable(f"If {node.name!r} branches on the padded axis")
+    outs = None
+    for branch, inputs_of in zip(node.attr("branches"), node.attr("inputs_of")):
+        if branch is None:
+            raise NotPaddable(f"If {node.name!r} has a branch that does not compile at these shapes")
+        axes = padded_output_axes(branch, {v: carried[i] for v, i in zip(branch.inputs, inputs_of) if carried[i]})
+        mine = [axes[o] for o in branch.outputs]
+        if outs is not None and mine != outs:
+            raise NotPaddable(f"If {node.name!r}: its branches carry the padded axis to different outputs")
+        outs = mine
+    if any(outs[k] for k in node.attr("shaped", ())):
+        raise NotPaddable(f"If {node.name!r}: an output whose shape differs between its branches carries the "
+                          f"padded axis")
+    return outs + [frozenset()] * (len(node.outputs) - len(outs))
+
+
+def _loop(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
+    """The body, a graph of its own, keeps the padded axes of its carried values in place (found by iterating to a
+    fixed point: an axis a carried value takes up stays) and off its condition; a scan output carries them one
+    axis further out (axis 0 counts iterations). Not the trip count or condition, nor values that grow."""
+    if carried[0] or carried[1]:
+        raise NotPaddable(f"Loop {node.name!r} reads the padded axis in its trip count or condition")
+    if node.attr("growing"):
+        raise NotPaddable(f"Loop {node.name!r} grows a carried value each iteration")
+    body, count = node.attr("body"), node.attr("carried")
+    state, captured = list(carried[2:2 + count]), dict(zip(body.inputs[2 + count:], carried[2 + count:]))
+    for _ in range(count + 1):  # each pass adds an axis to a carried value, or ends
+        seeds = {**{v: a for v, a in zip(body.inputs[2:2 + count], state)}, **captured}
+        axes = padded_output_axes(body, {v: a for v, a in seeds.items() if a})
+        outs = [axes[o] for o in body.outputs]
+        if outs[0]:
+            raise NotPaddable(f"Loop {node.name!r}: its condition reads the padded axis")
+        grown = [s | o for s, o in zip(state, outs[1:1 + count])]
+        if grown == state:
+            break
+        state = grown
+    scans = [frozenset(a + 1 for a in o) for o in outs[1 + count:]]
+    return state + scans + [frozenset()] * (len(node.outputs) - len(state) - len(scans))
+
+
 _RULES: dict[str, Rule] = {
-    "MatMul": _matmul, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
+    "If": _if, "Loop": _loop, "MatMul": _matmul, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
     "Expand": _broadcast, "Where": _broadcast,
     "Softmax": _first_input_only(_axis_attr_not()), "LogSoftmax": _first_input_only(_axis_attr_not()),
     "LayerNormalization": _first_input_only(lambda node, a, rank: a < int(node.attr("axis")) % rank),

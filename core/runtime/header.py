@@ -92,6 +92,13 @@ int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t*
  * writes output_shapes[i] (NULL skips one); 0, or nonzero with kiln_last_error() as kiln_run_shaped would. */
 int kiln_output_shapes(const int64_t* const* input_shapes, int64_t* const* output_shapes);
 
+/* GPU models: kiln_run_shaped on the caller's device memory, queued on `stream` as kiln_run_device is
+ * (kiln_run_device itself runs the largest shapes). inputs[i] are device pointers of dense buffers at the
+ * shapes input_shapes[i] gives, outputs[i] of buffers for each output at its actual shape (what
+ * kiln_output_shapes says; written to output_shapes[i] too, NULL skips). The padding into the compiled shape
+ * and the cutting back happen on the device. A CPU model returns nonzero (see kiln_last_error()). */
+int kiln_run_device_shaped(kiln_model* model, const uint64_t* inputs, const int64_t* const* input_shapes, const uint64_t* outputs, int64_t* const* output_shapes, void* stream);
+
 /* The declared range of input i: writes kiln_input_ndim(i) dims to min_shape and max_shape (either may be
  * NULL); returns the rank, or -1 for no such input. */
 int kiln_input_range(int i, int64_t* min_shape, int64_t* max_shape);

@@ -9,6 +9,8 @@
  * A run launches the whole model as one CUDA graph, captured from the model's launches on its first run (its
  * kernels' arguments are fixed: arena and weights offsets); KILN_CUDA_GRAPH=0, or a driver without the graph
  * API, launches kernel by kernel instead. kiln_device_run runs on the caller's device buffers and stream.
+ * A library compiled with input-shape ranges has one launch table per compiled shape (bucket) and a CUDA graph
+ * per bucket; kiln_shaped.c picks the bucket and pads on the host (its kiln_graph_run overrides the weak one here).
  * Device: KILN_CUDA_DEVICE (an ordinal, default 0).
  */
 #include <dlfcn.h>
@@ -21,6 +23,7 @@
 
 #include "kiln_cuda.h"
 #include "kiln_graph.h"
+#include "kiln_shaped.h"
 
 void kiln_runtime_set_error(const char* message); /* kiln_runtime.c: the text kiln_last_error() returns */
 
@@ -82,7 +85,9 @@ enum { CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1 };
     X(GraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                                       \
     X(GraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec))                                       \
     X(GraphDestroy, "cuGraphDestroy", CUresult, (CUgraph))                                                   \
-    X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))
+    X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))       \
+    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", CUresult, (CUdeviceptr, const void*, size_t, CUstream))       \
+    X(MemsetD8Async, "cuMemsetD8Async", CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))
 
 #define KILN_CUDA_FIELD(field, symbol, ret, params) ret(*field) params;
 static struct {
@@ -231,7 +236,7 @@ static int load_module(const char* who) {
         snprintf(what, sizeof what, "cuModuleGetFunction(%s)", kiln_cuda_kernel_names[k]);
         if (CU_TRY(who, what, cu.ModuleGetFunction(&functions[k], module, kiln_cuda_kernel_names[k]))) return -1;
     }
-    for (int c = 0; c < kiln_graph_num_calls; c++) { /* more than 48 KiB of dynamic shared memory is opt-in */
+    for (int c = 0; c < kiln_cuda_bucket_calls[kiln_cuda_num_buckets]; c++) { /* > 48 KiB of shared memory: opt-in */
         const kiln_cuda_launch* l = &kiln_cuda_launches[c];
         if (l->dynamic_shared <= 48 * 1024) continue;
         char what[200];
@@ -282,10 +287,12 @@ static int acquire_backend(const char* who) {
 
 typedef struct model_graph {
     CUdeviceptr arena; /* the model's: its key */
-    CUstream stream;   /* the graph is captured on it; host-buffer runs launch on it */
-    CUgraphExec exec;  /* NULL until the first run captures it, or when capturing failed */
-    int captured;      /* capturing was tried */
+    CUstream stream;   /* the graphs are captured on it; host-buffer runs launch on it */
     struct model_graph* next;
+    struct {
+        CUgraphExec exec; /* NULL until the bucket's first run captures it, or when capturing failed */
+        int captured;     /* capturing was tried */
+    } bucket[];           /* kiln_cuda_num_buckets */
 } model_graph;
 static model_graph* graphs; /* every attached model's, under backend_lock */
 
@@ -308,7 +315,8 @@ static void drop_graph(CUdeviceptr arena) {
         if ((*at)->arena != arena) continue;
         model_graph* g = *at;
         *at = g->next;
-        if (g->exec) cg.GraphExecDestroy(g->exec);
+        for (int b = 0; b < kiln_cuda_num_buckets; b++)
+            if (g->bucket[b].exec) cg.GraphExecDestroy(g->bucket[b].exec);
         if (g->stream) cg.StreamDestroy(g->stream);
         free(g);
         return;
@@ -325,7 +333,8 @@ __attribute__((visibility("hidden"))) int kiln_device_attach(const void* host_we
     const char* who = "kiln_load";
     if (acquire_backend(who) != 0) return -1;
     CUdeviceptr w = 0, a = 0;
-    model_graph* g = cg.StreamCreate ? (model_graph*)calloc(1, sizeof *g) : NULL;
+    model_graph* g = cg.StreamCreate ? (model_graph*)calloc(1, sizeof *g + (size_t)kiln_cuda_num_buckets *
+                                                                    sizeof g->bucket[0]) : NULL;
     if ((cg.StreamCreate && !g && (fail("%s: out of memory", who), 1)) ||
         CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context)) ||
         CU_TRY(who, "cuMemAlloc (weights)", cu.MemAlloc(&w, at_least_one(kiln_weights_bytes))) ||
@@ -366,9 +375,11 @@ __attribute__((visibility("hidden"))) void kiln_device_detach(void* weights, voi
 
 /* ------------------------------------------------------------------ one run */
 
-/* Every kernel call of the model on `stream`, an event recorded after each when `events` is given. */
-static int launch_kernels(CUdeviceptr arena, CUdeviceptr weights, CUstream stream, CUevent* events, const char* who) {
-    for (int c = 0; c < kiln_graph_num_calls; c++) {
+/* Every kernel call of bucket b on `stream`, an event recorded after each when `events` is given. */
+static int launch_kernels(int b, CUdeviceptr arena, CUdeviceptr weights, CUstream stream, CUevent* events,
+                          const char* who) {
+    const int first = kiln_cuda_bucket_calls[b];
+    for (int c = first; c < kiln_cuda_bucket_calls[b + 1]; c++) {
         const kiln_cuda_launch* l = &kiln_cuda_launches[c];
         CUdeviceptr pointers[KILN_CUDA_MAX_ARGS];
         void* params[KILN_CUDA_MAX_ARGS];
@@ -378,84 +389,90 @@ static int launch_kernels(CUdeviceptr arena, CUdeviceptr weights, CUstream strea
             params[a] = &pointers[a];
         }
         char what[200];
-        snprintf(what, sizeof what, "cuLaunchKernel(%s, call %d)", kiln_graph_call_names[c], c);
+        snprintf(what, sizeof what, "cuLaunchKernel(%s, call %d)", kiln_cuda_kernel_names[l->kernel], c - first);
         if (CU_TRY(who, what, cu.LaunchKernel(functions[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
                                               l->block[1], l->block[2], l->dynamic_shared, stream, params, NULL)))
             return -1;
-        if (events && CU_TRY(who, "cuEventRecord", cu.EventRecord(events[c + 1], stream))) return -1;
+        if (events && CU_TRY(who, "cuEventRecord", cu.EventRecord(events[c - first + 1], stream))) return -1;
     }
     return 0;
 }
 
-/* The model's launches captured once into a CUDA graph on its stream (g->exec; left NULL, and the runs then
+/* Bucket b's launches captured once into a CUDA graph on the model's stream (left NULL, and the runs then
  * launch kernel by kernel, when the driver refuses the capture: the reason stays in kiln_last_error). */
-static void capture(model_graph* g, CUdeviceptr arena, CUdeviceptr weights, const char* who) {
-    g->captured = 1;
+static void capture(model_graph* g, int b, CUdeviceptr arena, CUdeviceptr weights, const char* who) {
+    g->bucket[b].captured = 1;
     CUgraph graph = NULL;
     if (CU_TRY(who, "cuStreamBeginCapture", cg.StreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)))
         return;
-    int launched = launch_kernels(arena, weights, g->stream, NULL, who);
+    int launched = launch_kernels(b, arena, weights, g->stream, NULL, who);
     CUresult ended = CU_TRY(who, "cuStreamEndCapture", cg.StreamEndCapture(g->stream, &graph));
     if (launched == 0 && ended == CUDA_SUCCESS &&
-        CU_TRY(who, "cuGraphInstantiate", cg.GraphInstantiate(&g->exec, graph, 0)) != CUDA_SUCCESS)
-        g->exec = NULL;
+        CU_TRY(who, "cuGraphInstantiate", cg.GraphInstantiate(&g->bucket[b].exec, graph, 0)) != CUDA_SUCCESS)
+        g->bucket[b].exec = NULL;
     if (graph) cg.GraphDestroy(graph);
 }
 
-/* The whole model on `stream`: its CUDA graph (captured on the first run) where graphs are on, else each
- * kernel; `g` NULL: kernel by kernel on the legacy stream. */
-static int launch_model(model_graph* g, CUdeviceptr arena, CUdeviceptr weights, CUstream stream, const char* who) {
+/* Bucket b of the model on `stream`: its CUDA graph (captured on its first run) where graphs are on, else
+ * each kernel; `g` NULL: kernel by kernel on the legacy stream. */
+static int launch_model(model_graph* g, int b, CUdeviceptr arena, CUdeviceptr weights, CUstream stream,
+                        const char* who) {
     if (g && graphs_wanted()) {
-        if (!g->captured) capture(g, arena, weights, who);
-        if (g->exec) {
-            CUresult rc = cg.GraphLaunch(g->exec, stream);
+        if (!g->bucket[b].captured) capture(g, b, arena, weights, who);
+        if (g->bucket[b].exec) {
+            CUresult rc = cg.GraphLaunch(g->bucket[b].exec, stream);
             if (rc == CUDA_SUCCESS || sticky(rc)) return CU_TRY(who, "cuGraphLaunch", rc) ? -1 : 0;
             /* refused: kernel by kernel, which names the launch at fault (or runs, if the graph was the trouble) */
         }
     }
-    return launch_kernels(arena, weights, stream, NULL, who);
+    return launch_kernels(b, arena, weights, stream, NULL, who);
 }
 
-static int32_t launch_all(CUdeviceptr arena, CUdeviceptr weights, const void* const* inputs, void* const* outputs,
-                          double* call_ms) {
+/* Runs bucket b on host buffers: `inputs` are kiln_cuda_num_staged_inputs (the model's, then the run-time lengths). */
+int32_t kiln_cuda_bucket_run(int b, void* arena_ptr, const void* weights_ptr, const void* const* inputs,
+                             void* const* outputs, double* call_ms) {
     const char* who = call_ms ? "kiln_profile" : "kiln_run";
+    const CUdeviceptr arena = (CUdeviceptr)(uintptr_t)arena_ptr, weights = (CUdeviceptr)(uintptr_t)weights_ptr;
+    const int calls = kiln_cuda_bucket_calls[b + 1] - kiln_cuda_bucket_calls[b];
+    const int64_t* input_bytes = kiln_cuda_input_bytes + (int64_t)b * kiln_cuda_num_staged_inputs;
+    const int64_t* output_bytes = kiln_cuda_output_bytes + (int64_t)b * kiln_graph_num_outputs;
     CUevent* events = NULL;
     int32_t status = -1;
     if (CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context))) return -1;
-    for (int i = 0; i < kiln_graph_num_inputs; i++) {
-        if (kiln_cuda_input_bytes[i] == 0) continue;
+    for (int i = 0; i < kiln_cuda_num_staged_inputs; i++) {
+        if (input_bytes[i] == 0) continue;
         char what[64];
         snprintf(what, sizeof what, "cuMemcpyHtoD (input %d)", i);
         if (CU_TRY(who, what, cu.MemcpyHtoD(arena + (CUdeviceptr)kiln_cuda_input_offsets[i], inputs[i],
-                                            (size_t)kiln_cuda_input_bytes[i])))
+                                            (size_t)input_bytes[i])))
             return -1;
     }
     if (call_ms) { /* an event before the first launch and after each: launch i took events i..i+1 */
-        events = (CUevent*)calloc((size_t)kiln_graph_num_calls + 1, sizeof *events);
+        events = (CUevent*)calloc((size_t)calls + 1, sizeof *events);
         if (!events) {
             fail("%s: out of memory", who);
             return -1;
         }
-        for (int i = 0; i <= kiln_graph_num_calls; i++)
+        for (int i = 0; i <= calls; i++)
             if (CU_TRY(who, "cuEventCreate", cu.EventCreate(&events[i], 0))) goto done;
         if (CU_TRY(who, "cuEventRecord", cu.EventRecord(events[0], NULL))) goto done;
-        if (launch_kernels(arena, weights, NULL, events, who)) goto done;
+        if (launch_kernels(b, arena, weights, NULL, events, who)) goto done;
     } else {
         /* The model's stream is a blocking one: it waits for the copies above, and the copies below for it. */
         model_graph* g = graph_of(arena);
-        if (launch_model(g, arena, weights, g ? g->stream : NULL, who)) goto done;
+        if (launch_model(g, b, arena, weights, g ? g->stream : NULL, who)) goto done;
     }
     /* Default-stream copies wait for the launches; a kernel that faulted reports here or at the sync. */
     for (int i = 0; i < kiln_graph_num_outputs; i++) {
-        if (kiln_cuda_output_bytes[i] == 0) continue;
+        if (output_bytes[i] == 0) continue;
         char what[64];
         snprintf(what, sizeof what, "cuMemcpyDtoH (output %d)", i);
         if (CU_TRY(who, what, cu.MemcpyDtoH(outputs[i], arena + (CUdeviceptr)kiln_cuda_output_offsets[i],
-                                            (size_t)kiln_cuda_output_bytes[i])))
+                                            (size_t)output_bytes[i])))
             goto done;
     }
     if (CU_TRY(who, "cuCtxSynchronize (a kernel failed on the GPU)", cu.CtxSynchronize())) goto done;
-    for (int c = 0; call_ms && c < kiln_graph_num_calls; c++) {
+    for (int c = 0; call_ms && c < calls; c++) {
         float ms = 0;
         if (CU_TRY(who, "cuEventElapsedTime", cu.EventElapsedTime(&ms, events[c], events[c + 1]))) goto done;
         call_ms[c] = ms;
@@ -463,7 +480,7 @@ static int32_t launch_all(CUdeviceptr arena, CUdeviceptr weights, const void* co
     status = 0;
 done:
     if (events) {
-        for (int i = 0; i <= kiln_graph_num_calls; i++)
+        for (int i = 0; i <= calls; i++)
             if (events[i]) cu.EventDestroy(events[i]);
         free(events);
     }
@@ -471,18 +488,50 @@ done:
 }
 
 /* The CPU runtime's contract (model_entry.py), with `arena` and `weights` the device pointers of
- * kiln_device_attach and `inputs`/`outputs` the caller's host buffers. */
-int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs, void* const* outputs) {
-    return launch_all((CUdeviceptr)(uintptr_t)arena, (CUdeviceptr)(uintptr_t)weights, inputs, outputs, NULL);
+ * kiln_device_attach and `inputs`/`outputs` the caller's host buffers. Weak: a library with input-shape ranges
+ * links kiln_shaped.c, whose kiln_graph_run picks the bucket and adds the run-time lengths. */
+__attribute__((weak)) int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inputs,
+                                             void* const* outputs) {
+    return kiln_cuda_bucket_run(0, arena, weights, inputs, outputs, NULL);
 }
 
-int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
-                           double* call_ms) {
-    return launch_all((CUdeviceptr)(uintptr_t)arena, (CUdeviceptr)(uintptr_t)weights, inputs, outputs, call_ms);
+__attribute__((weak)) int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs,
+                                                 void* const* outputs, double* call_ms) {
+    return kiln_cuda_bucket_run(0, arena, weights, inputs, outputs, call_ms);
+}
+
+__attribute__((weak)) const kiln_shaped_request* kiln_shaped_device_request(void); /* kiln_shaped.c, with ranges */
+
+/* The leading `region` block of a dense `src` (src_shape) into a dense `dst` (dst_shape) on `stream`: one copy per
+ * run that is contiguous in both (the whole region when only the outermost dim differs, as a padded batch). */
+static int copy_region_async(CUdeviceptr dst, const int64_t* dst_shape, CUdeviceptr src, const int64_t* src_shape,
+                             const int64_t* region, int ndim, size_t item, CUstream stream, const char* who,
+                             const char* what) {
+    int contiguous = 1;
+    size_t inner = item, dst_stride = item, src_stride = item;
+    for (int d = 1; d < ndim; d++) {
+        contiguous &= dst_shape[d] == region[d] && src_shape[d] == region[d];
+        inner *= (size_t)region[d];
+        dst_stride *= (size_t)dst_shape[d];
+        src_stride *= (size_t)src_shape[d];
+    }
+    if (ndim == 0 || contiguous) {
+        size_t bytes = ndim == 0 ? item : (size_t)region[0] * inner;
+        return bytes && CU_TRY(who, what, cg.MemcpyDtoDAsync(dst, src, bytes, stream)) ? -1 : 0;
+    }
+    for (int64_t k = 0; k < region[0]; k++)
+        if (copy_region_async(dst + (CUdeviceptr)k * dst_stride, dst_shape + 1, src + (CUdeviceptr)k * src_stride,
+                              src_shape + 1, region + 1, ndim - 1, item, stream, who, what))
+            return -1;
+    return 0;
 }
 
 /* kiln_run_device (kiln_runtime.c): the inputs copied from the caller's device buffers into the arena, the
- * model, the outputs copied to the caller's device buffers, all queued on `stream` (returns once queued). */
+ * model, the outputs copied to the caller's device buffers, all queued on `stream` (returns once queued).
+ * With input-shape ranges, kiln_run_device_shaped's request (kiln_shaped.h) says which bucket runs: each input
+ * is zero-filled at its compiled shape and its actual region copied in, the run-time lengths are copied from the
+ * host (the driver takes pageable memory before returning), and each output's actual region is copied out;
+ * without one, the largest bucket runs at the upper bounds, as kiln_run does. */
 __attribute__((visibility("hidden"))) int32_t kiln_device_run(void* arena_ptr, const void* weights_ptr,
                                                               const uint64_t* inputs, const uint64_t* outputs,
                                                               void* stream_ptr) {
@@ -493,22 +542,46 @@ __attribute__((visibility("hidden"))) int32_t kiln_device_run(void* arena_ptr, c
         fail("%s: the CUDA driver lacks streams and graphs (cuGraphLaunch: CUDA 11.4 or later); use kiln_run", who);
         return -1;
     }
+    const kiln_shaped_request* shaped = kiln_shaped_device_request ? kiln_shaped_device_request() : NULL;
+    const int b = shaped ? shaped->bucket : kiln_cuda_num_buckets - 1;
+    const int64_t* input_bytes = kiln_cuda_input_bytes + (int64_t)b * kiln_cuda_num_staged_inputs;
+    const int64_t* output_bytes = kiln_cuda_output_bytes + (int64_t)b * kiln_graph_num_outputs;
+    const int64_t* lengths = shaped ? shaped->lengths : kiln_cuda_top_lengths;
+    char what[64];
     if (CU_TRY(who, "cuCtxSetCurrent", cu.CtxSetCurrent(context))) return -1;
-    for (int i = 0; i < kiln_graph_num_inputs; i++) {
-        if (kiln_cuda_input_bytes[i] == 0) continue;
-        char what[64];
-        snprintf(what, sizeof what, "cuMemcpyDtoDAsync (input %d)", i);
-        if (CU_TRY(who, what, cg.MemcpyDtoDAsync(arena + (CUdeviceptr)kiln_cuda_input_offsets[i], inputs[i],
-                                                 (size_t)kiln_cuda_input_bytes[i], stream)))
+    for (int i = kiln_graph_num_inputs; i < kiln_cuda_num_staged_inputs; i++) {
+        snprintf(what, sizeof what, "cuMemcpyHtoDAsync (run-time length %d)", i - kiln_graph_num_inputs);
+        if (input_bytes[i] && CU_TRY(who, what, cg.MemcpyHtoDAsync(arena + (CUdeviceptr)kiln_cuda_input_offsets[i],
+                                                                   &lengths[i - kiln_graph_num_inputs],
+                                                                   sizeof(int64_t), stream)))
             return -1;
     }
-    if (launch_model(graph_of(arena), arena, weights, stream, who)) return -1;
-    for (int i = 0; i < kiln_graph_num_outputs; i++) {
-        if (kiln_cuda_output_bytes[i] == 0) continue;
-        char what[64];
+    for (int i = 0, dims = 0; i < kiln_graph_num_inputs; dims += shaped ? shaped->in_ndim[i] : 0, i++) {
+        if (input_bytes[i] == 0) continue;
+        const CUdeviceptr slot = arena + (CUdeviceptr)kiln_cuda_input_offsets[i];
+        snprintf(what, sizeof what, "cuMemcpyDtoDAsync (input %d)", i);
+        if (!shaped) {
+            if (CU_TRY(who, what, cg.MemcpyDtoDAsync(slot, inputs[i], (size_t)input_bytes[i], stream))) return -1;
+            continue;
+        }
+        const int64_t* compiled = shaped->in_compiled + dims;
+        int padded = 0;
+        for (int d = 0; d < shaped->in_ndim[i]; d++) padded |= compiled[d] != shaped->in_actual[i][d];
+        if ((padded && CU_TRY(who, "cuMemsetD8Async (padding an input)",
+                              cg.MemsetD8Async(slot, 0, (size_t)input_bytes[i], stream))) ||
+            copy_region_async(slot, compiled, inputs[i], shaped->in_actual[i], shaped->in_actual[i],
+                              shaped->in_ndim[i], (size_t)shaped->in_itemsize[i], stream, who, what))
+            return -1;
+    }
+    if (launch_model(graph_of(arena), b, arena, weights, stream, who)) return -1;
+    for (int i = 0, dims = 0; i < kiln_graph_num_outputs; dims += shaped ? shaped->out_ndim[i] : 0, i++) {
+        if (output_bytes[i] == 0) continue;
+        const CUdeviceptr slot = arena + (CUdeviceptr)kiln_cuda_output_offsets[i];
         snprintf(what, sizeof what, "cuMemcpyDtoDAsync (output %d)", i);
-        if (CU_TRY(who, what, cg.MemcpyDtoDAsync(outputs[i], arena + (CUdeviceptr)kiln_cuda_output_offsets[i],
-                                                 (size_t)kiln_cuda_output_bytes[i], stream)))
+        if (shaped ? copy_region_async(outputs[i], shaped->out_actual + dims, slot, shaped->out_compiled + dims,
+                                       shaped->out_actual + dims, shaped->out_ndim[i], (size_t)shaped->out_itemsize[i],
+                                       stream, who, what)
+                   : CU_TRY(who, what, cg.MemcpyDtoDAsync(outputs[i], slot, (size_t)output_bytes[i], stream)))
             return -1;
     }
     return 0;

@@ -29,12 +29,26 @@ extern const char kiln_cuda_ptx[];
 extern const char kiln_cuda_arch[]; /* "sm_80": the oldest GPU architecture the PTX was generated for */
 extern const int32_t kiln_cuda_num_kernels;
 extern const char* const kiln_cuda_kernel_names[];
-extern const kiln_cuda_launch kiln_cuda_launches[]; /* kiln_graph_num_calls of them, in call order */
+/* One launch table per compiled shape (bucket; a library without input-shape ranges has one): bucket b's
+ * launches are kiln_cuda_launches[kiln_cuda_bucket_calls[b] .. kiln_cuda_bucket_calls[b + 1]), in call order. */
+extern const int32_t kiln_cuda_num_buckets;
+extern const int32_t kiln_cuda_bucket_calls[];
+extern const kiln_cuda_launch kiln_cuda_launches[];
 extern const kiln_cuda_arg kiln_cuda_args[];
-/* Where each model input/output is staged in the arena, and its size (0: no kernel reads/writes it). */
+/* The inputs staged per run: the model's, then (with ranges) each run-time length, an int64 the shaped entry
+ * (kiln_shaped.c) passes after them; kiln_cuda_top_lengths are those lengths at the upper bounds (what a run
+ * without shapes, kiln_run or kiln_run_device, runs at). */
+extern const int32_t kiln_cuda_num_staged_inputs;
+extern const int64_t kiln_cuda_top_lengths[];
+/* Where each staged input and model output lies in the arena (the same for every bucket), and its size per
+ * bucket, [b * count + i] (0: no kernel of that bucket reads/writes it). */
 extern const int64_t kiln_cuda_input_offsets[];
 extern const int64_t kiln_cuda_input_bytes[];
 extern const int64_t kiln_cuda_output_offsets[];
 extern const int64_t kiln_cuda_output_bytes[];
+
+/* Runs bucket b (kiln_cuda.c): the runners kiln_shaped.c dispatches to are generated around it. */
+int32_t kiln_cuda_bucket_run(int b, void* arena, const void* weights, const void* const* inputs,
+                             void* const* outputs, double* call_ms);
 
 #endif /* KILN_CUDA_H */

@@ -4,7 +4,9 @@
  * that bucket through kiln_run, and copies each output's valid part back at its true shape. Linked only into
  * libraries compiled with input-shape ranges; the tables come from core/codegen/bucket_entry.py.
  * `kiln_graph_run` and `kiln_graph_profile` live here: they run the bucket selected by the calling thread
- * (the largest by default, its lengths at their largest, so kiln_run serves the declared upper bounds). */
+ * (the largest by default, its lengths at their largest, so kiln_run serves the declared upper bounds).
+ * kiln_run_device_shaped does the same on device buffers: it checks the shapes and picks the bucket here, and the
+ * device backend (kiln_cuda.c) pads and cuts on the device while kiln_run_device runs (kiln_shaped.h). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,9 +14,11 @@
 #include <string.h>
 
 #include "kiln_graph.h"
+#include "kiln_shaped.h"
 
 typedef struct kiln_model kiln_model;
 int kiln_run(kiln_model* model, const void* const* inputs, void* const* outputs);
+int kiln_run_device(kiln_model* model, const uint64_t* inputs, const uint64_t* outputs, void* stream);
 void kiln_runtime_set_error(const char* message);
 
 typedef int32_t (*kiln_runner)(void*, const void*, const void* const*, void* const*);
@@ -32,6 +36,7 @@ int32_t kiln_bucket_profile(void* arena, const void* weights, const void* const*
                             double* call_ms);
 
 #define KILN_MAX_RANK 16
+#define KILN_MAX_VARS (KILN_MAX_RANK * 8 + 1)
 enum { EXACT = 0, PADDED = 1, MASKED = 2 }; /* kiln_dyn_var_mode */
 
 static _Thread_local int selected = -1; /* set by kiln_run_shaped, whose inputs carry the lengths already */
@@ -234,12 +239,12 @@ static void actual_output_shape(int o, int b, const int64_t* actual, int64_t* sh
 }
 
 int kiln_output_shapes(const int64_t* const* input_shapes, int64_t* const* output_shapes) {
-    int64_t actual[KILN_MAX_RANK * 8 + 1];
+    int64_t actual[KILN_MAX_VARS];
     if (!input_shapes && kiln_graph_num_inputs > 0) {
         fail("kiln_output_shapes: input_shapes is NULL");
         return -1;
     }
-    if (kiln_dyn_num_vars > (int)(sizeof actual / sizeof *actual) || read_sizes(input_shapes, actual) != 0) return -1;
+    if (kiln_dyn_num_vars > KILN_MAX_VARS || read_sizes(input_shapes, actual) != 0) return -1;
     int b = pick_bucket(actual);
     if (b < 0) return -1;
     for (int o = 0; output_shapes && o < kiln_graph_num_outputs; o++)
@@ -253,23 +258,30 @@ static size_t numel(const int64_t* shape, int ndim) {
     return n;
 }
 
-int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
-                    void* const* outputs, int64_t* const* output_shapes) {
+/* The bucket a shaped run takes, after checking its arrays and shapes (`actual`: KILN_MAX_VARS sizes); -1 with
+ * the error set. */
+static int checked_bucket(const char* who, const void* inputs, const void* outputs, const int64_t* const* input_shapes,
+                          int64_t* actual) {
     if (!input_shapes && kiln_graph_num_inputs > 0) {
-        fail("kiln_run_shaped: input_shapes is NULL");
+        fail("%s: input_shapes is NULL", who);
         return -1;
     }
     if (!inputs && kiln_graph_num_inputs > 0) {
-        fail("kiln_run_shaped: the input pointer array is NULL");
+        fail("%s: the input pointer array is NULL", who);
         return -1;
     }
     if (!outputs && kiln_graph_num_outputs > 0) {
-        fail("kiln_run_shaped: the output pointer array is NULL");
+        fail("%s: the output pointer array is NULL", who);
         return -1;
     }
-    int64_t actual[KILN_MAX_RANK * 8 + 1];
-    if (kiln_dyn_num_vars > (int)(sizeof actual / sizeof *actual) || read_sizes(input_shapes, actual) != 0) return -1;
-    int b = pick_bucket(actual);
+    if (kiln_dyn_num_vars > KILN_MAX_VARS || read_sizes(input_shapes, actual) != 0) return -1;
+    return pick_bucket(actual);
+}
+
+int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                    void* const* outputs, int64_t* const* output_shapes) {
+    int64_t actual[KILN_MAX_VARS];
+    int b = checked_bucket("kiln_run_shaped", inputs, outputs, input_shapes, actual);
     if (b < 0) return -1;
     const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
     const void** ins = calloc((size_t)kiln_graph_num_inputs + (size_t)kiln_dyn_num_lengths + 1, sizeof *ins);
@@ -332,6 +344,53 @@ done:
         if (ins[i] != inputs[i]) free((void*)ins[i]);
     for (int o = 0; outs && o < kiln_graph_num_outputs; o++)
         if (outs[o] != outputs[o]) free(outs[o]);
+    free(ins);
+    free(outs);
+    return rc;
+}
+
+static _Thread_local const kiln_shaped_request* device_request; /* set by kiln_run_device_shaped */
+
+const kiln_shaped_request* kiln_shaped_device_request(void) { return device_request; }
+
+int kiln_run_device_shaped(kiln_model* model, const uint64_t* inputs, const int64_t* const* input_shapes,
+                           const uint64_t* outputs, int64_t* const* output_shapes, void* stream) {
+    int64_t actual[KILN_MAX_VARS];
+    int b = checked_bucket("kiln_run_device_shaped", inputs, outputs, input_shapes, actual);
+    if (b < 0) return -1;
+    const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
+    const int in_dims = in_offset(kiln_graph_num_inputs), out_dims = out_offset(kiln_graph_num_outputs);
+    int64_t* in_compiled = calloc((size_t)in_dims + 1, sizeof *in_compiled);
+    int64_t* out_actual = calloc((size_t)out_dims + 1, sizeof *out_actual);
+    int64_t* lengths = calloc((size_t)kiln_dyn_num_lengths + 1, sizeof *lengths);
+    uint64_t* ins = calloc((size_t)kiln_graph_num_inputs + 1, sizeof *ins);
+    uint64_t* outs = calloc((size_t)kiln_graph_num_outputs + 1, sizeof *outs);
+    int rc = -1;
+    if (!in_compiled || !out_actual || !lengths || !ins || !outs) {
+        fail("kiln_run_device_shaped: out of memory");
+        goto done;
+    }
+    for (int d = 0; d < in_dims; d++) in_compiled[d] = input_dim(d, sizes);
+    for (int i = 0; i < kiln_graph_num_inputs; i++) /* an empty input (no past yet) copies nothing: any pointer */
+        ins[i] = inputs[i] || numel(input_shapes[i], kiln_dyn_in_ndim[i]) ? inputs[i] : 1;
+    for (int o = 0; o < kiln_graph_num_outputs; o++) {
+        actual_output_shape(o, b, actual, out_actual + out_offset(o));
+        outs[o] = outputs[o] || numel(out_actual + out_offset(o), kiln_dyn_out_ndim[o]) ? outputs[o] : 1;
+    }
+    for (int k = 0; k < kiln_dyn_num_lengths; k++) lengths[k] = actual[kiln_dyn_length_var[k]];
+    kiln_shaped_request request = {b, kiln_dyn_in_ndim, kiln_dyn_in_itemsize, input_shapes, in_compiled, lengths,
+                                   kiln_dyn_out_ndim, kiln_dyn_out_itemsize, out_actual,
+                                   kiln_dyn_out_shapes + (int64_t)b * out_dims};
+    device_request = &request;
+    rc = kiln_run_device(model, ins, outs, stream);
+    device_request = NULL;
+    for (int o = 0; rc == 0 && output_shapes && o < kiln_graph_num_outputs; o++)
+        if (output_shapes[o])
+            memcpy(output_shapes[o], out_actual + out_offset(o), sizeof(int64_t) * (size_t)kiln_dyn_out_ndim[o]);
+done:
+    free(in_compiled);
+    free(out_actual);
+    free(lengths);
     free(ins);
     free(outs);
     return rc;

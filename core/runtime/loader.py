@@ -220,6 +220,29 @@ def _unreferenced_count() -> int | None:
 _UNREFERENCED = _unreferenced_count()
 
 
+class _Shaped:
+    """A shape standing for an array where only its shape matters (device buffers' shapes for _shaped_call)."""
+
+    def __init__(self, shape) -> None:
+        self.shape = tuple(int(d) for d in shape)
+
+
+def _device_pointers(infos: list[dict], given: Mapping[str, object], shapes) -> ctypes.Array:
+    """The device pointers of `given`'s buffers, each checked to be a dense GPU buffer of its tensor's element
+    size at its shape in `shapes`."""
+    table = (ctypes.c_uint64 * max(1, len(infos)))()
+    for i, (t, shape) in enumerate(zip(infos, shapes)):
+        face = getattr(given.get(t["name"]), "__cuda_array_interface__", None) or {}
+        size, shape = np.dtype(face.get("typestr", "u1")).itemsize, tuple(shape)
+        dense = tuple(int(np.prod(shape[d + 1:])) * size for d in range(len(shape)))  # C-contiguous strides
+        if (tuple(face.get("shape", ())) != shape or size != _np_dtype(t["dtype"]).itemsize
+                or face.get("strides") not in (None, dense)):
+            raise KilnRuntimeError(f"run_device: {t['name']!r} must be a C-contiguous GPU buffer "
+                                   f"(__cuda_array_interface__) of {t['dtype']} {list(shape)}")
+        table[i] = face["data"][0]
+    return table
+
+
 def _data_pointer(array: np.ndarray) -> int:
     """The address of a C-contiguous array's first byte. Through the buffer protocol where numpy exports one
     (writable, non-empty, a buffer-protocol dtype): a seventh of `array.ctypes.data`'s cost, which builds a
@@ -542,25 +565,33 @@ class Module:
         """A GPU model on device buffers: `feeds` and `out` (one buffer per output, e.g. torch.empty(shape,
         device="cuda")) are C-contiguous objects with __cuda_array_interface__ (torch.cuda tensors, CuPy arrays,
         ...) of each tensor's shape and element size. All is queued on `stream` (a CUstream handle, or an
-        object with .cuda_stream; 0: the default stream) and nothing is waited for (kiln_run_device)."""
-        pointers = []
-        for infos, given in ((self._inputs, feeds), (self._outputs, out)):
-            table = (ctypes.c_uint64 * max(1, len(infos)))()
-            for i, t in enumerate(infos):
-                face = getattr(given.get(t["name"]), "__cuda_array_interface__", None) or {}
-                size, shape = np.dtype(face.get("typestr", "u1")).itemsize, t["shape"]
-                dense = tuple(int(np.prod(shape[d + 1:])) * size for d in range(len(shape)))  # C-contiguous strides
-                if (tuple(face.get("shape", ())) != shape or size != _np_dtype(t["dtype"]).itemsize
-                        or face.get("strides") not in (None, dense)):
-                    raise KilnRuntimeError(f"run_device: {t['name']!r} must be a C-contiguous GPU buffer "
-                                           f"(__cuda_array_interface__) of {t['dtype']} {list(t['shape'])}")
-                table[i] = face["data"][0]
-            pointers.append(table)
-        fn = getattr(self._lib, self.metadata.get("symbol_prefix", "kiln") + "_run_device")
+        object with .cuda_stream; 0: the default stream) and nothing is waited for (kiln_run_device). With
+        input-shape ranges the inputs may have any shape in range and each output must have its actual shape
+        (`output_shapes(...)` says it; kiln_run_device_shaped pads and cuts on the device)."""
+        faces = [getattr(feeds.get(t["name"]), "__cuda_array_interface__", None) or {} for t in self._inputs]
+        in_shapes = [tuple(f.get("shape", ())) if self._ranges else t["shape"] for f, t in zip(faces, self._inputs)]
+        for shape, t in zip(in_shapes, self._inputs):
+            if len(shape) != len(t["shape"]):
+                raise KilnRuntimeError(f"run_device: {t['name']!r} must be a C-contiguous GPU buffer "
+                                       f"(__cuda_array_interface__) of {t['dtype']} of rank {len(t['shape'])}")
+        out_shapes = self.output_shapes(in_shapes)
+        pointers = [_device_pointers(self._inputs, feeds, in_shapes), _device_pointers(self._outputs, out, out_shapes)]
+        prefix = self.metadata.get("symbol_prefix", "kiln")
+        if self._ranges:
+            table = self._shaped_call([_Shaped(s) for s in in_shapes])[0]
+            fn, args = getattr(self._lib, prefix + "_run_device_shaped"), (pointers[0], table, pointers[1], None)
+        else:
+            fn, args = getattr(self._lib, prefix + "_run_device"), tuple(pointers)
         fn.restype = ctypes.c_int
-        self._check(fn(self._handle_arg, *pointers, ctypes.c_void_p(getattr(stream, "cuda_stream", stream) or None)),
+        self._check(fn(self._handle_arg, *args, ctypes.c_void_p(getattr(stream, "cuda_stream", stream) or None)),
                     "kiln_run_device")
         return dict(out)
+
+    def output_shapes(self, input_shapes) -> list[tuple[int, ...]]:
+        """The outputs' actual shapes for these input shapes (in the inputs' order), checked against the ranges."""
+        if not self._ranges:
+            return [t["shape"] for t in self._outputs]
+        return self._shaped_call([_Shaped(s) for s in input_shapes])[1]
 
     def _off_max(self, arrays) -> bool:
         return any(tuple(a.shape) != t["shape"] for a, t in zip(arrays, self._inputs))

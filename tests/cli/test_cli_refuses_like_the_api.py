@@ -18,17 +18,28 @@ def test_tuning_a_target_nothing_here_measures_is_refused_before_any_work(tmp_pa
     assert not out.exists()
 
 
-def test_ranges_for_a_target_that_cannot_run_here_are_refused_by_both(tmp_path, api):
+def test_ranges_with_bisection_are_refused_by_both(tmp_path, api):
     model = tmp_path / "tiny.onnx"
     model.write_bytes(tiny_model(symbolic=True))
-    proc = kiln("compile", model, "-t", "cuda", "--input-shape", "x=1..4,3,8,8", "-o", tmp_path / "out.tar.gz")
-    assert proc.returncode == 2 and "input-shape ranges are supported for CPU targets" in proc.stderr, proc.stderr
+    proc = kiln("compile", model, "--bisect", "--input-shape", "x=1..4,3,8,8", "-o", tmp_path / "out.tar.gz")
+    assert proc.returncode == 2 and "input-shape ranges cannot be combined with" in proc.stderr, proc.stderr
 
     headers = api.auth()
     uploaded = api.upload(headers, model.read_bytes()).json()
     answer = api.client.post("/api/v1/jobs", headers=headers, json={
-        "model_id": uploaded["id"], "target": "cuda", "input_shapes": {"x": ["1..4", 3, 8, 8]}})
-    assert answer.status_code == 422, answer.text  # was 201, and the job failed with shape_error
+        "model_id": uploaded["id"], "input_shapes": {"x": ["1..4", 3, 8, 8]}, "validation": {"bisect": True}})
+    assert answer.status_code == 422, answer.text
     assert answer.json()["detail"]["code"] == "shape_error"
     assert proc.stderr.split("kiln: error: ", 1)[1].strip() in answer.json()["detail"]["message"]
     assert api.queued == []
+
+
+def test_ranges_for_a_gpu_target_are_taken_by_the_api(tmp_path, api):
+    model = tmp_path / "tiny.onnx"
+    model.write_bytes(tiny_model(symbolic=True))
+    headers = api.auth()
+    uploaded = api.upload(headers, model.read_bytes()).json()
+    answer = api.client.post("/api/v1/jobs", headers=headers, json={
+        "model_id": uploaded["id"], "target": "cuda", "input_shapes": {"x": ["1..4", 3, 8, 8]}})
+    assert answer.status_code == 201, answer.text  # was 422: "... not cuda yet: give fixed shapes"
+    assert len(api.queued) == 1

@@ -168,7 +168,8 @@ def test_padding_follows_a_batch_merged_into_one_axis_and_gathered_back():
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"target": "cuda"}, "CPU targets that run on this machine"), ({"precision": "fp64"}, "unknown precision"),
+    ({"bisect": True}, "cannot be combined with validation inputs or --bisect"),
+    ({"precision": "fp64"}, "unknown precision"),
 ])
 def test_what_ranges_do_not_support_yet_is_refused_before_any_build(options, message):
     with pytest.raises(KilnError, match=message):  # a ShapeError, or the precision check's PrecisionError

@@ -256,17 +256,6 @@ def test_a_scan_too_long_to_unroll_runs_at_run_time_with_reversed_inputs_and_out
                                  "x": rng.standard_normal((4, 9)).astype(np.float32)})
 
 
-def test_run_time_control_flow_with_input_shape_ranges_is_refused_up_front():
-    from core.errors import ShapeError
-
-    model = onnx.load_from_string(_if_model())  # plus an input of any length, elementwise (zero-paddable)
-    model.graph.input.append(_value("u", F32, ["n"]))
-    model.graph.output.append(_value("v", F32, ["n"]))
-    model.graph.node.append(helper.make_node("Relu", ["u"], ["v"]))
-    with pytest.raises(ShapeError, match="If run at run time.*--input-shape ranges"):
-        core.compile(model.SerializeToString(), input_shapes={"u": "1..8"}, validate=False, benchmark=False)
-
-
 SILERO = Path.home() / ".cache" / "kiln" / "real-models" / "silero_vad.onnx"
 
 

@@ -4,7 +4,11 @@
  * Streams are the host thread (everything runs at once, in order); stream capture records launches into a
  * graph that cuGraphLaunch replays; counters say how many kernels ran directly and how many graphs ran.
  * Built with -DFAKE_NO_GRAPHS it lacks the graph API, as an old driver does.
+ * FAKE_CUDA_KERNELS names a CPU library of the same kernels (the model's cuda-scheduled PrimFuncs compiled for this
+ * CPU: thread-bound loops run serially): any launched kernel then runs from it by name, its argument count read
+ * from the PTX's .entry, so a whole compiled model runs through the real runtime's tables and staging.
  * FAKE_CUDA_MODE picks a failure: nodevice, old_gpu, bad_ptx, launch_fails, capture_fails. */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,21 +42,63 @@ CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 CUresult cuCtxSetCurrent(void* ctx) { return ctx == &context ? 0 : 201; /* CUDA_ERROR_INVALID_CONTEXT */ }
 CUresult cuCtxSynchronize(void) { return 0; }
 
+#define FAKE_MAX_ARGS 32 /* a CPU kernel is called with this many pointers, the unused ones NULL (SysV x86-64) */
+
+typedef struct {
+    char* name;
+    int nargs; /* its .param count in the PTX */
+    void* cpu; /* its CPU version in FAKE_CUDA_KERNELS, or NULL: one of the hand-run kernels below */
+} fake_function;
+
 static int module;
+static const char* loaded_ptx;
+static void* cpu_kernels; /* dlopen(FAKE_CUDA_KERNELS) */
+
+/* The number of parameters of `.entry NAME(` in the loaded PTX; -1 when it has no such entry. */
+static int entry_params(const char* name) {
+    size_t len = strlen(name);
+    for (const char* at = strstr(loaded_ptx, ".entry "); at; at = strstr(at + 1, ".entry ")) {
+        const char* id = at + 7;
+        if (strncmp(id, name, len) != 0 || id[len] != '(') continue;
+        const char* end = strchr(id, ')');
+        int n = 0;
+        for (const char* p = strstr(id, ".param"); p && (!end || p < end); p = strstr(p + 1, ".param")) n++;
+        return n;
+    }
+    return -1;
+}
+
 CUresult cuModuleLoadDataEx(void** mod, const void* ptx, unsigned n, int* options, void** values) {
     if (strcmp(mode(), "bad_ptx") == 0 || strstr((const char*)ptx, ".entry") == NULL) {
         for (unsigned i = 0; i < n; i++)
             if (options[i] == 5) snprintf((char*)values[i], 64, "ptxas fatal   : fake rejection\nsecond line");
         return 218; /* CUDA_ERROR_INVALID_PTX */
     }
+    const char* library = getenv("FAKE_CUDA_KERNELS");
+    if (library && *library && !(cpu_kernels = dlopen(library, RTLD_NOW | RTLD_LOCAL))) { /* this module's build */
+        fprintf(stderr, "fake libcuda: %s\n", dlerror());
+        return 200; /* CUDA_ERROR_INVALID_IMAGE */
+    }
+    loaded_ptx = (const char*)ptx;
     *mod = &module;
     return 0;
 }
-CUresult cuModuleUnload(void* mod) { return mod == &module ? 0 : 400; }
-CUresult cuFuncSetAttribute(const char* fn, int attribute, int value) { (void)fn, (void)attribute, (void)value; return 0; }
-CUresult cuModuleGetFunction(const char** fn, void* mod, const char* name) {
+CUresult cuModuleUnload(void* mod) {
+    if (mod != &module) return 400;
+    if (cpu_kernels) dlclose(cpu_kernels);
+    cpu_kernels = NULL;
+    return 0;
+}
+CUresult cuFuncSetAttribute(fake_function* fn, int attribute, int value) { (void)fn, (void)attribute, (void)value; return 0; }
+CUresult cuModuleGetFunction(fake_function** fn, void* mod, const char* name) {
     (void)mod;
-    *fn = strdup(name); /* the handle is the kernel's name */
+    int nargs = entry_params(name);
+    void* cpu = cpu_kernels ? dlsym(cpu_kernels, name) : NULL;
+    if (nargs < 0 || nargs > FAKE_MAX_ARGS || (cpu_kernels && !cpu)) return 500; /* CUDA_ERROR_NOT_FOUND */
+    *fn = (fake_function*)calloc(1, sizeof **fn); /* never freed, as the handles of a real module live with it */
+    (*fn)->name = strdup(name);
+    (*fn)->nargs = nargs;
+    (*fn)->cpu = cpu;
     return 0;
 }
 
@@ -72,9 +118,22 @@ static int direct_launches, graph_launches;
 int fake_direct_launches(void) { return direct_launches; }
 int fake_graph_launches(void) { return graph_launches; }
 
-/* One of the three kernels on device pointers `p`; 0, or CUDA_ERROR_INVALID_VALUE for an unexpected shape. */
-static CUresult execute(const char* fn, unsigned gx, unsigned gy, unsigned bx, unsigned by, const CUdeviceptr* p) {
-    if (strcmp(fn, "scale_shift") == 0 && gx == M * K / 256 && bx == 256) {
+typedef void (*cpu_kernel)(void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*,
+                           void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*,
+                           void*, void*, void*, void*, void*, void*);
+
+/* The kernel on device pointers `p`: its CPU version, or one of the three hand-run kernels; 0, or
+ * CUDA_ERROR_INVALID_VALUE for an unexpected kernel or launch shape. */
+static CUresult execute(const fake_function* f, unsigned gx, unsigned gy, unsigned bx, unsigned by,
+                        const CUdeviceptr* p) {
+    const char* fn = f->name;
+    if (f->cpu) {
+        void* a[FAKE_MAX_ARGS] = {0};
+        for (int i = 0; i < f->nargs; i++) a[i] = (void*)(uintptr_t)p[i];
+        ((cpu_kernel)f->cpu)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13],
+                             a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26],
+                             a[27], a[28], a[29], a[30], a[31]);
+    } else if (strcmp(fn, "scale_shift") == 0 && gx == M * K / 256 && bx == 256) {
         float *x = arg(p, 0), *t = arg(p, 1);
         for (int i = 0; i < M * K; i++) t[i] = x[i] * 2 + 1;
     } else if (strcmp(fn, "matmul") == 0 && gx == N / 16 && gy == M / 16 && bx == 16 && by == 16) {
@@ -95,26 +154,25 @@ static CUresult execute(const char* fn, unsigned gx, unsigned gy, unsigned bx, u
 }
 
 typedef struct {
-    const char* fn;
+    const fake_function* fn;
     unsigned gx, gy, bx, by;
-    CUdeviceptr params[4];
+    CUdeviceptr params[FAKE_MAX_ARGS];
 } recorded_launch;
 typedef struct {
     int count;
-    recorded_launch launches[16];
+    recorded_launch launches[1024];
 } fake_graph;
 static void* capturing; /* the stream under capture */
 static fake_graph* captured;
 
-CUresult cuLaunchKernel(const char* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, void* stream, void** params, void** extra) {
+CUresult cuLaunchKernel(const fake_function* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, void* stream, void** params, void** extra) {
     (void)gz, (void)bz, (void)shared, (void)extra;
-    if (strcmp(mode(), "launch_fails") == 0 && strcmp(fn, "matmul") == 0) return 719; /* LAUNCH_FAILED */
+    if (strcmp(mode(), "launch_fails") == 0 && strcmp(fn->name, "matmul") == 0) return 719; /* LAUNCH_FAILED */
     recorded_launch l = {fn, gx, gy, bx, by, {0}};
-    int args = strcmp(fn, "scale_shift") == 0 ? 2 : 3;
-    for (int i = 0; i < args; i++) l.params[i] = *(CUdeviceptr*)params[i];
+    for (int i = 0; i < fn->nargs; i++) l.params[i] = *(CUdeviceptr*)params[i];
     if (stream && stream == capturing) {
-        if (captured->count == 16) return 1;
+        if (captured->count == (int)(sizeof captured->launches / sizeof captured->launches[0])) return 1;
         captured->launches[captured->count++] = l;
         return 0;
     }
@@ -161,6 +219,16 @@ CUresult cuGraphDestroy(fake_graph* graph) { free(graph); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void* stream) {
     (void)stream;
     memcpy((void*)(uintptr_t)d, (void*)(uintptr_t)s, n);
+    return 0;
+}
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, void* stream) {
+    (void)stream;
+    memcpy((void*)(uintptr_t)d, s, n);
+    return 0;
+}
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void* stream) {
+    (void)stream;
+    memset((void*)(uintptr_t)p, v, n);
     return 0;
 }
 #endif

@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
     bad[0] = wrong_side;
     printf("rc %d: %s\n", kiln_run_shaped(m, inputs, bad, outputs, NULL), kiln_last_error());
     printf("rc %d: %s\n", kiln_run_shaped(m, inputs, NULL, outputs, NULL), kiln_last_error());
+    const uint64_t device_in[] = {(uint64_t)(uintptr_t)x}, device_out[] = {(uint64_t)(uintptr_t)y};
+    printf("rc %d: %s\n", kiln_run_device_shaped(m, device_in, input_shapes, device_out, NULL, NULL), kiln_last_error());
     kiln_free(m);
     return 0;
 }
@@ -69,6 +71,7 @@ def test_c_program_runs_a_padded_batch_and_reads_errors(tmp_path):
     assert lines[16].startswith("rc -1: ") and "is 17, outside the declared range 1..16" in lines[16]
     assert lines[17].startswith("rc -1: ") and "dim 3 is 9, but the model fixes it to 8" in lines[17]
     assert lines[18] == "rc -1: kiln_run_shaped: input_shapes is NULL"
+    assert lines[19] == "rc -1: kiln_run_device: this model runs on the CPU; pass host buffers to kiln_run"
 
 
 def test_a_named_artifact_exports_the_shaped_entry_point_under_its_name():
