@@ -19,6 +19,7 @@ from core.backends.cuda.schedules.gemm_mma_emulate import emulate
 from core.lowering.executable import group_inputs
 from core.target import get_target
 from tests.backend_calls import backend_of, build_executable, optimize
+from tests.helpers.onnx_models import make_model
 
 rng = np.random.default_rng(37)
 ONNX_TYPES = {np.float16: onnx.TensorProto.FLOAT16, np.float32: onnx.TensorProto.FLOAT}
@@ -49,7 +50,7 @@ def conv_model(dtype, channels=32, size=10, out_channels=48, kernel=3, stride=1,
     nodes.append(helper.make_node("Identity", [current], ["y"]))
     graph = helper.make_graph(nodes, "conv", inputs, [helper.make_tensor_value_info("y", t, [2, out_channels, out, out])],
                               [w, b, b2])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make_model(graph)
 
 
 def compiled(model: onnx.ModelProto, precision: str, requested: bool, arch: str = "sm_80"):
@@ -145,11 +146,11 @@ def test_activations_between_tensor_core_groups_stay_half_with_the_same_results(
     f16 = onnx.TensorProto.FLOAT16
     w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float16), "w1")
     w2 = numpy_helper.from_array((rng.standard_normal((64, 32, 1, 1)) * 0.1).astype(np.float16), "w2")
-    model = helper.make_model(helper.make_graph(
+    model = make_model(helper.make_graph(
         [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["b"]),
          helper.make_node("Conv", ["b", "w2"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "chain",
         [helper.make_tensor_value_info("x", f16, [2, 16, 8, 8])], [helper.make_tensor_value_info("y", f16, [2, 64, 8, 8])],
-        [w1, w2]), opset_imports=[helper.make_opsetid("", 17)])
+        [w1, w2]))
     x = rng.standard_normal((2, 16, 8, 8)).astype(np.float16)
     graph, _, target = compiled(model, "fp16", False)
     results = {}
@@ -186,12 +187,11 @@ def test_a_value_also_read_as_a_residual_or_on_sm_75_stays_float32():
         t = ONNX_TYPES[dtype]
         w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(dtype), "w1")
         w2 = numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(dtype), "w2")
-        model = helper.make_model(helper.make_graph(
+        model = make_model(helper.make_graph(
             [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["b"]),
              helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1] * 4), helper.make_node("Add", ["c", "b"], ["y"])],
             "block", [helper.make_tensor_value_info("x", t, [2, 16, 8, 8])],
-            [helper.make_tensor_value_info("y", t, [2, 32, 8, 8])], [w1, w2]),
-            opset_imports=[helper.make_opsetid("", 17)])
+            [helper.make_tensor_value_info("y", t, [2, 32, 8, 8])], [w1, w2]))
         for arch in ("sm_80", "sm_75"):
             graph, exe, target = compiled(model, precision, requested, arch)
             assert len([f for f in exe.funcs if gemm_of(f)]) == (2 if arch == "sm_80" else 0)
