@@ -82,7 +82,8 @@ def emulated(graph, exe, feeds: dict) -> np.ndarray:
     (dict(kernel=1, pad=0), ("residual", "Relu")),
     (dict(stride=2, size=11), ("Sigmoid",)),
     (dict(channels=16, out_channels=64, own_bias=False), ("bias2", "Relu")),
-], ids=["3x3", "1x1-residual", "3x3s2", "second-bias"])
+    (dict(channels=16, out_channels=1024, kernel=1, pad=0, size=4), ("residual", "Relu")),
+], ids=["3x3", "1x1-residual", "3x3s2", "second-bias", "narrow-bias"])
 def test_a_float16_models_conv_runs_on_the_implicit_gemm_and_matches_onnxruntime(shape, tail):
     model = conv_model(np.float16, tail=tail, **shape)
     graph, exe, _ = compiled(model, "fp16", False)
@@ -92,6 +93,8 @@ def test_a_float16_models_conv_runs_on_the_implicit_gemm_and_matches_onnxruntime
     assert problem.conv is not None and problem.dtype == "float16" and problem.out_dtype == "float16"
     steps = ["bias"] * shape.get("own_bias", True) + ["residual" if t == "residual" else "bias" if t == "bias2" else t.lower() for t in tail]
     assert list(problem.epilogue) == steps
+    if shape.get("out_channels") == 1024:  # 1024 bias values: a weight stored narrow, widened by a Cast in the group
+        assert problem.bias_stored == "float16"  # the kernel reads it as stored
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
 

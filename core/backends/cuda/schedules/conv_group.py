@@ -22,7 +22,7 @@ def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     found = anchored(nodes, graph, outputs, "Conv")
     if found is None:
         return None
-    at, node, w = found
+    at, node, w, widened = found
     x = node.inputs[0]
     tx, tw = graph.type_of(x), graph.type_of(w)
     if (tw.dtype not in OPERAND_DTYPES or tx.dtype not in (tw.dtype, "float32") or len(tx.shape) != 4
@@ -38,7 +38,8 @@ def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     if (channels < MIN_CHANNELS or min(shape.out_h, shape.out_w) < 1
             or max(math.prod(tx.shape), math.prod(shape.output_shape)) >= 2 ** 31):  # the kernel's i32 offsets
         return None
-    own_bias = {"bias": node.inputs[2]} if len(node.inputs) > 2 and node.inputs[2] else {}
+    # The Conv's own bias, read as stored (a float16 model's bias: narrow, widened by a leading Cast).
+    own_bias = {"bias": widened.get(node.inputs[2], node.inputs[2])} if len(node.inputs) > 2 and node.inputs[2] else {}
     chain = epilogue_chain(nodes[at + 1:], node.outputs[0], graph, {o for n in nodes for o in n.outputs},
                            lambda s: _per_channel(s, out_channels), shape.output_shape, own_bias)
     if chain is None or chain[0] != outputs[0]:

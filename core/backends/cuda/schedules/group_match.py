@@ -14,9 +14,11 @@ def static_shape(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def anchored(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str], op: str) -> Optional[tuple[int, Node, str]]:
+def anchored(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str],
+             op: str) -> Optional[tuple[int, Node, str, dict[str, str]]]:
     """(its position, the group's `op` node, the weight it reads: the narrow value itself when a leading Cast
-    widens it) when the group has one output, that op, and before it only widenings of its weight."""
+    widens it, widened operand -> its narrow value) when the group has one output, that op, and before it only
+    widenings of its operands after A (the weight; a Conv's own bias, which a float16 model stores narrow too)."""
     if len(outputs) != 1:
         return None
     # A half-precision compile stores weights narrow, widened by a Cast at the top of the body: the kernel reads the
@@ -26,9 +28,9 @@ def anchored(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str], op: st
                          for node in nodes[:at]):
         return None
     anchor, widened = nodes[at], {node.outputs[0]: node.inputs[0] for node in nodes[:at]}
-    if len(anchor.inputs) < 2 or set(widened) - {anchor.inputs[1]}:  # a widening the weight does not use
+    if len(anchor.inputs) < 2 or set(widened) - set(anchor.inputs[1:]):  # a widening A or no operand uses
         return None
-    return at, anchor, widened.get(anchor.inputs[1], anchor.inputs[1])
+    return at, anchor, widened.get(anchor.inputs[1], anchor.inputs[1]), widened
 
 
 def epilogue_chain(nodes: Sequence[Node], current: str, graph: Graph, produced: set,
