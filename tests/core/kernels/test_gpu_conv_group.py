@@ -222,3 +222,57 @@ def test_a_cast_kernel_of_a_half_value_into_a_conv_is_skipped():
     got, _ = emulated(rewritten, build_executable(rewritten, target), feeds)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_taps_to_add_makes_k_whole_16_byte_rows_within_a_quarter_more_work():
+    from core.backends.cuda.schedules.conv_taps import taps_to_add
+
+    assert taps_to_add(3, 7, 7) == 1  # resnet's stem: K 147 -> 168
+    assert taps_to_add(6, 7, 7) == 1  # 294 -> 336
+    assert taps_to_add(16, 3, 3) is None  # K 144 already is
+    assert taps_to_add(3, 3, 3) is None  # K 27 -> 72: the zero taps would be most of the work
+    assert taps_to_add(3, 11, 11) is None  # 363 -> 528
+
+
+def stem_model(dtype, batch: int = 2, size: int = 20) -> onnx.ModelProto:
+    """resnet's stem: a 7x7 stride-2 conv of 3 channels (K = 147), pads 3, with bias, then Relu."""
+    return conv_model(dtype, channels=3, size=size, out_channels=64, kernel=7, stride=2, pad=3)
+
+
+@pytest.mark.parametrize("dtype,precision", [(np.float16, "fp16"), (np.float32, "fp16"), (np.float32, "bf16")])
+def test_a_stem_conv_of_3_channels_runs_on_the_implicit_gemm_with_a_zero_tap_per_kernel_row(dtype, precision):
+    """The cuda backend's finish_graph gives the 7x7 kernel an 8th, zero column and one more column of right
+    padding: K = 3 * 7 * 8 = 168, whole 16-byte rows; the same convolution (the reference interpreter on the graph
+    before and after), on the tensor cores, emulated within the half format's tolerance of ONNX Runtime."""
+    from core.backends.cuda.schedules.conv_taps import widen_kernel_rows
+    from core.graph.interpret import evaluate
+
+    model = stem_model(dtype)
+    graph, exe, target = compiled(model, precision, dtype == np.float32)
+    assert not any(gemm_of(f) for f in exe.funcs)
+    widened = widen_kernel_rows(graph, target)
+    (fused,) = [n for n in widened.nodes if n.op == "Fused"]
+    (conv,) = [n for n in fused.attr("body").nodes if n.op == "Conv"]
+    assert tuple(conv.attr("pads")) == (3, 3, 3, 4)
+    feeds = {"x": rng.standard_normal((2, 3, 20, 20)).astype(dtype)}
+    before, after = evaluate(graph, feeds), evaluate(widened, feeds)
+    np.testing.assert_allclose(after["y"].astype(np.float32), before["y"].astype(np.float32), rtol=1e-3, atol=1e-3)
+    finished = backend_of(target).finish_graph(graph, target)
+    exe = build_executable(finished, target)
+    got, problem = emulated(finished, exe, feeds)
+    assert problem.conv is not None and problem.k == 168 and list(problem.epilogue) == ["bias", "relu"]
+    if find_ptxas() is not None:
+        ptx, _ = emit_ptx(list(exe.funcs), target)
+        assert "mma.sync.aligned.m16n8k16" in ptx
+        assert all(u["spill_stores"] == 0 for u in assemble_with_usage(ptx, "sm_80")[1].values())
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    tolerance = 4e-2 if precision == "bf16" else 1e-2
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tolerance, atol=tolerance)
+
+
+def test_a_float32_compile_or_sm_75_leaves_the_stem_conv_as_it_is():
+    from core.backends.cuda.schedules.conv_taps import widen_kernel_rows
+
+    for precision, arch in (("fp32", "sm_80"), ("fp16", "sm_75")):
+        graph, _, target = compiled(stem_model(np.float32), precision, precision != "fp32", arch)
+        assert widen_kernel_rows(graph, target) is graph

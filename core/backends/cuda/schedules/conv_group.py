@@ -13,7 +13,7 @@ from ....kernels.gemm_plan.conv_mma import ConvShape
 from .group_match import anchored, epilogue_chain, static_shape
 from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES, GemmProblem, conv_problem
 
-MIN_CHANNELS = 16  # fewer input channels leave most of each 16-deep mma k step to padding or a ragged K
+MIN_K = 16  # one mma k step: a shallower K = C*KH*KW would be mostly zero padding
 
 
 def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]) -> Optional[tuple[GemmProblem, dict]]:
@@ -35,7 +35,7 @@ def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     shape = ConvShape(batch, channels, height, width, out_channels, kh, kw,
                       conv_out_size(height, kh, sh, top, bottom, dh), conv_out_size(width, kw, sw, left, right, dw),
                       sh, sw, top, left, dh, dw)
-    if (channels < MIN_CHANNELS or min(shape.out_h, shape.out_w) < 1
+    if (shape.gemm_mnk[2] < MIN_K or min(shape.out_h, shape.out_w) < 1
             or max(math.prod(tx.shape), math.prod(shape.output_shape)) >= 2 ** 31):  # the kernel's i32 offsets
         return None
     # The Conv's own bias, read as stored (a float16 model's bias: narrow, widened by a leading Cast).
@@ -63,4 +63,4 @@ def _per_channel(shape: tuple, channels: int) -> bool:
     return len(trimmed) == 3 and trimmed[0] == channels and trimmed[1:] == [1, 1]
 
 
-__all__ = ["match_conv_group", "MIN_CHANNELS"]
+__all__ = ["match_conv_group", "MIN_K"]
