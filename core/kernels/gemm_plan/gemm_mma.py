@@ -36,7 +36,7 @@ STATIC_SHARED_BYTES = 48 * 1024  # more is dynamic shared memory, which a kernel
 # Shared memory a block may have (dynamic, opted in) per architecture; CUDA's "maximum shared memory per block".
 SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
                  "sm_90": 227 * 1024}
-EPILOGUE_STEPS = ("bias", "residual", "relu", "gelu", "sigmoid")
+EPILOGUE_STEPS = ("bias", "residual", "relu", "relu6", "gelu", "sigmoid")  # relu6: Clip(0, 6), mobilenet's
 OPERAND_DTYPES = ("float16", "bfloat16")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 B_LAYOUTS = ("kn", "nk")  # B[k, n] row-major, or stored transposed as [n, k] (k contiguous)

@@ -44,12 +44,15 @@ def conv_model(dtype, channels=32, size=10, out_channels=48, kernel=3, stride=1,
             nodes.append(helper.make_node("Add", ["r", current], [f"t{step}"]))
         elif what == "bias2":
             nodes.append(helper.make_node("Add", [current, "b2"], [f"t{step}"]))
+        elif what == "relu6":  # mobilenet's ReLU6: Clip with its bounds as constant inputs
+            nodes.append(helper.make_node("Clip", [current, "zero", "six"], [f"t{step}"]))
         else:
             nodes.append(helper.make_node(what, [current], [f"t{step}"]))
         current = f"t{step}"
     nodes.append(helper.make_node("Identity", [current], ["y"]))
+    bounds = [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (("zero", 0), ("six", 6))]
     graph = helper.make_graph(nodes, "conv", inputs, [helper.make_tensor_value_info("y", t, [2, out_channels, out, out])],
-                              [w, b, b2])
+                              [w, b, b2, *bounds])
     return make_model(graph)
 
 
@@ -83,15 +86,17 @@ def emulated(graph, exe, feeds: dict) -> np.ndarray:
     (dict(stride=2, size=11), ("Sigmoid",)),
     (dict(channels=16, out_channels=64, own_bias=False), ("bias2", "Relu")),
     (dict(channels=16, out_channels=1024, kernel=1, pad=0, size=4), ("residual", "Relu")),
-], ids=["3x3", "1x1-residual", "3x3s2", "second-bias", "narrow-bias"])
+    (dict(channels=16), ("relu6",)),
+], ids=["3x3", "1x1-residual", "3x3s2", "second-bias", "narrow-bias", "relu6"])
 def test_a_float16_models_conv_runs_on_the_implicit_gemm_and_matches_onnxruntime(shape, tail):
     model = conv_model(np.float16, tail=tail, **shape)
     graph, exe, _ = compiled(model, "fp16", False)
     inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
-    feeds = {k: rng.standard_normal(s).astype(np.float16) for k, s in inputs.items()}
+    scale = 4 if "relu6" in tail else 1  # sums beyond 6 for the clip to cut
+    feeds = {k: (rng.standard_normal(s) * scale).astype(np.float16) for k, s in inputs.items()}
     got, problem = emulated(graph, exe, feeds)
     assert problem.conv is not None and problem.dtype == "float16" and problem.out_dtype == "float16"
-    steps = ["bias"] * shape.get("own_bias", True) + ["residual" if t == "residual" else "bias" if t == "bias2" else t.lower() for t in tail]
+    steps = ["bias"] * shape.get("own_bias", True) + [{"bias2": "bias"}.get(t, t.lower()) for t in tail]
     assert list(problem.epilogue) == steps
     if shape.get("out_channels") == 1024:  # 1024 bias values: a weight stored narrow, widened by a Cast in the group
         assert problem.bias_stored == "float16"  # the kernel reads it as stored

@@ -40,7 +40,7 @@ CASES = [  # (conv, operand dtype, output dtype, epilogue, config)
     (conv(2, 16, 9, 24, 3, pad=1), "float16", "float16", ("bias", "residual", "relu"), SMALL),
     (conv(1, 24, 11, 16, 3, stride=2, pad=1), "bfloat16", "float32", ("relu",),
      GemmConfig(block_m=64, block_n=64, block_k=16, warps_m=2, warps_n=2, stages=4)),
-    (conv(2, 8, 10, 32, 3, pad=2, dilation=2), "float16", "float32", ("bias",), SMALL),
+    (conv(2, 8, 10, 32, 3, pad=2, dilation=2), "float16", "float32", ("bias", "relu6"), SMALL),
     (conv(1, 64, 8, 64, 3, pad=1), "float16", "float32", ("sigmoid",),  # split-K: the parts summed by the reduce
      GemmConfig(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=2, split_k=3)),
 ]

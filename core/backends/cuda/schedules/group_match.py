@@ -1,5 +1,5 @@
 """What the tensor-core groups (gemm_group.py, conv_group.py) match around their anchor: the Casts into it and the
-epilogue chain after it (Cast, bias or residual Add, Relu, Sigmoid)."""
+epilogue chain after it (Cast, bias or residual Add, Relu, Clip(0, 6), Sigmoid)."""
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
@@ -8,6 +8,7 @@ from ....graph.ir import Graph, Node
 from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES
 
 ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}
+RELU6 = {"min": 0.0, "max": 6.0}  # the one Clip the epilogue fuses (mobilenet's ReLU6), bounds as attributes
 
 
 def static_shape(shape) -> bool:
@@ -49,6 +50,8 @@ def epilogue_chain(nodes: Sequence[Node], current: str, graph: Graph, produced: 
             dtype = node.attr("to")
         elif node.op in ACTIVATIONS:
             steps.append(ACTIVATIONS[node.op])
+        elif node.op == "Clip" and len(node.inputs) == 1 and all(node.attr(k) == v for k, v in RELU6.items()):
+            steps.append("relu6")
         elif node.op == "Add" and len(node.inputs) == 2 and node.inputs[0] != node.inputs[1]:
             other = node.inputs[1] if node.inputs[0] == current else node.inputs[0]
             t = graph.type_of(other)
