@@ -281,3 +281,37 @@ def test_a_float32_compile_or_sm_75_leaves_the_stem_conv_as_it_is():
     for precision, arch in (("fp32", "sm_80"), ("fp16", "sm_75")):
         graph, _, target = compiled(stem_model(np.float32), precision, precision != "fp32", arch)
         assert widen_kernel_rows(graph, target) is graph
+
+
+def test_a_maxpool_group_ending_in_a_widening_cast_ends_half_for_the_convs_reading_it():
+    """A float16 model's MaxPool (computed in half, then widened) read only by tensor-core convs as their A, as
+    resnet's first block reads it: its group ends in the half value (the Cast a copy) and the convs read it so;
+    the pool's body gives the half maximum (reference interpreter) and the conv matches ONNX Runtime, emulated."""
+    from core.backends.cuda.schedules.half_activations import half_activations
+    from core.graph.interpret import evaluate
+
+    f16 = onnx.TensorProto.FLOAT16
+    w = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float16), "w")
+    model = make_model(helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Conv", ["p", "w"], ["c"], pads=[1] * 4), helper.make_node("Relu", ["c"], ["y"])], "pool",
+        [helper.make_tensor_value_info("x", f16, [2, 16, 12, 12])], [helper.make_tensor_value_info("y", f16, [2, 32, 6, 6])],
+        [w]))
+    graph, _, target = compiled(model, "fp16", False)
+    rewritten = half_activations(graph, target)
+    pool, conv = [n for n in rewritten.nodes if n.op == "Fused"]
+    assert rewritten.type_of(pool.outputs[0]).dtype == "float16" and graph.type_of(pool.outputs[0]).dtype == "float32"
+    x = rng.standard_normal((2, 16, 12, 12)).astype(np.float16)
+    pooled = x.reshape(2, 16, 6, 2, 6, 2).max(axis=(3, 5))
+    body = pool.attr("body")  # what the pool kernel computes: the half maximum, copied
+    np.testing.assert_array_equal(evaluate(body, {body.inputs[0]: x})[pool.outputs[0]], pooled)
+    exe = build_executable(rewritten, target)
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    problem, cfg, where = gemm_of(func)
+    assert problem.a_stored == "float16"
+    if find_ptxas() is not None:  # the pool kernel's half-to-half Cast too
+        assemble_with_usage(emit_ptx(list(exe.funcs), target)[0], target.cpu)
+    got = emulate(problem, cfg, pooled.view(np.uint16), np.asarray(rewritten.constants[
+        group_inputs(list(conv.attr("body").nodes))[where["b"]]]).reshape(problem.n, problem.k).view(np.uint16))
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
