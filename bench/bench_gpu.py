@@ -3,13 +3,15 @@ BERT-base encoder (12 post-LayerNorm layers, 768 wide, 12 heads, 3072 hidden, se
 float32 and float16 (the model itself in half precision: float16 end to end). Optionally the GEMM table against
 cuBLAS first (bench_gpu_gemm.py). ONNX Runtime's CUDA provider is timed too when onnxruntime-gpu is installed.
 
-    python bench/bench_gpu.py [--runs resnet50:fp16:32 resnet18:fp32:1 ...] [-t "cuda -arch=sm_90"] [--rounds 20]
+    python bench/bench_gpu.py [--runs resnet50:fp16:32 resnet18:fp32+fp16:32 ...] [-t "cuda -arch=sm_90"] [--rounds 20]
                               [--gemm] [--json OUT.json] [--budget-s 300]
 
 Columns: Kiln host (kiln_run with host arrays in and out, as `Module.run`), Kiln kernels (the sum of its kernels'
 device times, kiln_profile), Kiln device (Module.run_device on torch's device tensors: the model as one CUDA graph,
 CUDA-event time: the throughput comparison with PyTorch's CUDA graph), PyTorch eager with host arrays in and out (the batch-1 comparison), PyTorch with a
 CUDA graph on device-resident data (channels_last for the convnets; cuDNN / cuBLAS: the throughput comparison).
+PyTorch runs in strict float32 (TF32 off: the arithmetic Kiln's float32 kernels do); a float32 model's CUDA graph is
+timed with TF32 too (torch's default for cuDNN convs), in its own column.
 Errors are Kiln's against PyTorch's output, relative to its largest magnitude.
 """
 from __future__ import annotations
@@ -91,15 +93,38 @@ def wall_ms(fn, repeat: int) -> float:
     return statistics.median(samples)
 
 
-def torch_times(model, x: np.ndarray, conv: bool, rounds: int) -> tuple[float, float, np.ndarray]:
-    """(eager ms with host arrays in and out, CUDA-graph ms on device data, the output)."""
+def set_tf32(on: bool) -> None:
+    """TF32 for float32 convs and matmuls (torch's default: on for cuDNN convs, off for matmuls)."""
     import torch
 
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = on
+
+
+def torch_times(model, x: np.ndarray, conv: bool, rounds: int) -> tuple[float, float, float | None, np.ndarray]:
+    """(eager ms with host arrays in and out, CUDA-graph ms on device data, both in strict float32 as Kiln
+    computes; for a float32 model the CUDA-graph ms with TF32 as well (None for float16); the output)."""
+    import torch
+
+    set_tf32(False)
     with torch.inference_mode():
         host = lambda: model(torch.from_numpy(x).cuda()).cpu()  # noqa: E731
         for _ in range(3):
             out = host()
         eager = wall_ms(host, rounds)
+        graphed = graph_ms(model, x, conv, rounds)
+        tf32 = None
+        if x.dtype == np.float32:
+            set_tf32(True)
+            tf32 = graph_ms(model, x, conv, rounds)
+            set_tf32(False)
+    return eager, graphed, tf32, out.float().numpy()
+
+
+def graph_ms(model, x: np.ndarray, conv: bool, rounds: int) -> float:
+    """CUDA-event ms of the model captured as one CUDA graph on device-resident data (channels_last convnets)."""
+    import torch
+
+    with torch.inference_mode():
         fmt = torch.channels_last if conv else torch.contiguous_format
         graph_model = model.to(memory_format=fmt) if conv else model
         static_x = torch.from_numpy(x).cuda().contiguous(memory_format=fmt)
@@ -114,8 +139,7 @@ def torch_times(model, x: np.ndarray, conv: bool, rounds: int) -> tuple[float, f
             graph_model(static_x)
         for _ in range(3):
             graph.replay()
-        graphed = torch_ms(graph.replay, rounds, warmup=0)
-    return eager, graphed, out.float().numpy()
+        return torch_ms(graph.replay, rounds, warmup=0)
 
 
 def ort_cuda_ms(model_bytes: bytes, x: np.ndarray, rounds: int) -> float | None:
@@ -138,6 +162,7 @@ def bench_one(spec: str, target: str, rounds: int, folder: Path) -> dict:
     import core
 
     name, precision, batch = spec.split(":")
+    precision, _, kiln_precision = precision.partition("+")  # fp32+fp16: the float32 model at --precision fp16
     batch = int(batch)
     model, shape = torch_model(name)
     dtype = torch.float16 if precision == "fp16" else torch.float32
@@ -146,9 +171,10 @@ def bench_one(spec: str, target: str, rounds: int, folder: Path) -> dict:
     x = x.astype(np.float16) if precision == "fp16" else x
     with torch.no_grad():
         model_bytes = export(model, torch.from_numpy(x).cuda(), folder / f"{name}_{precision}_{batch}.onnx")
-    eager, graphed, want = torch_times(model, x, name in CONVNETS, rounds)
+    eager, graphed, graphed_tf32, want = torch_times(model, x, name in CONVNETS, rounds)
     start = time.perf_counter()
-    artifact = core.compile(model_bytes, target=target, validate=False, benchmark=False)
+    artifact = core.compile(model_bytes, target=target, validate=False, benchmark=False,
+                            precision=kiln_precision or None)
     compile_s = time.perf_counter() - start
     module = artifact.load()
     got = np.asarray(list(module.run({"input": x}).values())[0]).astype(np.float32)
@@ -159,9 +185,11 @@ def bench_one(spec: str, target: str, rounds: int, folder: Path) -> dict:
     top = sorted(profile, key=lambda c: -c["time_ms"])[:5]
     device, device_err = device_ms(module, x, want, rounds)
     module.close()
-    return {"model": name, "precision": precision, "batch": batch, "kiln_host_ms": host, "kiln_kernels_ms": kernels,
+    label = precision + (f"+{kiln_precision}" if kiln_precision else "")
+    return {"model": name, "precision": label, "batch": batch, "kiln_host_ms": host, "kiln_kernels_ms": kernels,
             "kiln_device_ms": device, "device_max_rel_err": device_err,
-            "torch_eager_host_ms": eager, "torch_cuda_graph_ms": graphed, "ort_cuda_ms": ort_cuda_ms(model_bytes, x, rounds),
+            "torch_eager_host_ms": eager, "torch_cuda_graph_ms": graphed, "torch_cuda_graph_tf32_ms": graphed_tf32,
+            "ort_cuda_ms": ort_cuda_ms(model_bytes, x, rounds),
             "compile_s": compile_s, "max_rel_err": err, "top_kernels": [(c["name"], c["time_ms"]) for c in top]}
 
 
@@ -183,22 +211,25 @@ def print_rows(rows, target: str) -> None:
 
     print(f"\nModels, {target}, {torch.cuda.get_device_name()}, torch {torch.__version__}; medians\n")
     print("| model | precision | batch | Kiln host ms | Kiln kernels ms | Kiln device ms | torch eager (host) ms | "
-          "torch CUDA graph ms | Kiln host / eager | Kiln device / graph | ORT CUDA ms | compile s | max rel err |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "torch CUDA graph ms | torch graph TF32 ms | Kiln host / eager | Kiln device / graph | ORT CUDA ms | compile s | "
+          "max rel err |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "error" in r:
             print(f"| {r['spec']} | failed: {r['error'][:150]} |")
             continue
         ort = f"{r['ort_cuda_ms']:.3f}" if r["ort_cuda_ms"] else "-"
+        tf32 = f"{r['torch_cuda_graph_tf32_ms']:.3f}" if r.get("torch_cuda_graph_tf32_ms") else "-"
         print(f"| {r['model']} | {r['precision']} | {r['batch']} | {r['kiln_host_ms']:.3f} | {r['kiln_kernels_ms']:.3f} | "
-              f"{r['kiln_device_ms']:.3f} | {r['torch_eager_host_ms']:.3f} | {r['torch_cuda_graph_ms']:.3f} | "
+              f"{r['kiln_device_ms']:.3f} | {r['torch_eager_host_ms']:.3f} | {r['torch_cuda_graph_ms']:.3f} | {tf32} | "
               f"{r['kiln_host_ms'] / r['torch_eager_host_ms']:.2f}x | {r['kiln_device_ms'] / r['torch_cuda_graph_ms']:.2f}x | "
               f"{ort} | {r['compile_s']:.1f} | {max(r['max_rel_err'], r['device_max_rel_err']):.1e} |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="+", default=DEFAULT_RUNS, help="MODEL:fp32|fp16:BATCH, in order")
+    parser.add_argument("--runs", nargs="+", default=DEFAULT_RUNS,
+                        help="MODEL:fp32|fp16|fp32+fp16|fp32+bf16:BATCH, in order (+: Kiln's --precision)")
     parser.add_argument("-t", "--target", default="cuda -arch=sm_90")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--gemm", action="store_true", help="the GEMM table against cuBLAS first")

@@ -25,10 +25,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_gpu_gemm import fastest, torch_ms  # noqa: E402
 
 # (name, in channels, size, out channels, kernel, stride): resnet50's convs (v1.5: the stride in the 3x3), and
-# resnet18's 3x3
-CONVS = [("r50.l1.reduce", 256, 56, 64, 1, 1), ("r50.l1.3x3", 64, 56, 64, 3, 1), ("r50.l1.expand", 64, 56, 256, 1, 1),
-         ("r50.l2.3x3s2", 128, 56, 128, 3, 2), ("r50.l2.3x3", 128, 28, 128, 3, 1), ("r50.l3.3x3", 256, 14, 256, 3, 1),
-         ("r50.l3.expand", 256, 14, 1024, 1, 1), ("r50.l4.3x3", 512, 7, 512, 3, 1), ("r18.l2.3x3", 128, 28, 128, 3, 1)]
+# resnet18's 3x3; the stem of both (3 channels, K = 147: NCHW only, with the zero tap per kernel row a compiled
+# model gives it, core/backends/cuda/schedules/conv_taps.py)
+CONVS = [("r50.stem", 3, 224, 64, 7, 2), ("r50.l1.reduce", 256, 56, 64, 1, 1), ("r50.l1.3x3", 64, 56, 64, 3, 1),
+         ("r50.l1.expand", 64, 56, 256, 1, 1), ("r50.l2.3x3s2", 128, 56, 128, 3, 2),
+         ("r50.l2.3x3", 128, 28, 128, 3, 1), ("r50.l3.3x3", 256, 14, 256, 3, 1),
+         ("r50.l3.expand", 256, 14, 1024, 1, 1), ("r50.l4.3x3", 512, 7, 512, 3, 1),
+         ("r18.l2.3x3", 128, 28, 128, 3, 1)]
 
 
 def candidates(problem, target):
@@ -47,6 +50,7 @@ def candidates(problem, target):
 def run(target_name: str, batch: int, layouts, json_path: Path | None) -> list[dict]:
     import torch
 
+    from core.backends.cuda.schedules.conv_taps import taps_to_add
     from core.kernels.gemm_plan.conv_mma import ConvShape
     from core.kernels.gemm_plan.gemm_mma import conv_problem
     from core.target import get_target
@@ -61,12 +65,15 @@ def run(target_name: str, batch: int, layouts, json_path: Path | None) -> list[d
             x = torch.randn(batch, channels, size, size, device="cuda").half()
             w = (torch.randn(out_channels, channels, kernel, kernel, device="cuda") * 0.05).half()
             flops = 2.0 * batch * out_channels * out_size * out_size * channels * kernel * kernel
+            extra = taps_to_add(channels, kernel, kernel) or 0
             for layout in layouts:
+                if extra and layout == "nhwc":  # channels not in 16-byte chunks
+                    continue
                 fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
                 xt, wt = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
                 cudnn = torch_ms(lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad))
                 want = torch.nn.functional.conv2d(x.float(), w.float(), stride=stride, padding=pad)
-                shape = ConvShape(batch, channels, size, size, out_channels, kernel, kernel, out_size, out_size,
+                shape = ConvShape(batch, channels, size, size, out_channels, kernel, kernel + extra, out_size, out_size,
                                   stride, stride, pad, pad, 1, 1, layout)
                 problem = conv_problem(shape, "float16", "float16")
                 if layout == "nhwc":
@@ -74,7 +81,7 @@ def run(target_name: str, batch: int, layouts, json_path: Path | None) -> list[d
                 else:
                     a, b = x, w
                 a = a.contiguous().cpu().numpy()
-                b = b.contiguous().reshape(out_channels, -1).cpu().numpy()
+                b = torch.nn.functional.pad(b, (0, extra)).contiguous().reshape(out_channels, -1).cpu().numpy()
                 want = want.contiguous().cpu().numpy()
                 c = np.zeros(shape.output_shape, np.float16)
                 best = fastest(problem, candidates(problem, target), target, pool, {"a": a, "b": b, "c": c},

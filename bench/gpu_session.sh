@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's checks, prepared to run on a lent GPU machine (H200: torch + CUDA toolkit, no fastapi) in
-# under 9 minutes, from the repository root:   OUT=/some/dir bash bench/gpu_session.sh
+# under 9 minutes (the step limits below add up to 8m40s at most; the last session's steps took 3m40s, its models 93 s for
+# 5 runs), from the repository root:   OUT=/some/dir bash bench/gpu_session.sh
 # Each step's time limit can be set in seconds: T_TESTS, T_CONV, T_MODELS, T_GEMM, T_SASS. Everything is packed into
 # $OUT/gpu_session.tgz at the end (the device tool brings back at most 8 files).
 # (the device tool: run(command="bash bench/gpu_session.sh", timeout_s=560); it sets $OUT).
@@ -22,32 +23,36 @@ step "machine"
   > "$OUT/machine.txt" 2>&1
 
 step "GPU tests"
-timeout ${T_TESTS:-120} $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
+timeout ${T_TESTS:-80} $PY -m pytest --noconftest -q -p no:cacheprovider -n 8 -rfEs \
   tests/core/kernels/test_gpu_conv_mma.py tests/core/kernels/test_gpu_conv_group.py tests/core/runtime/test_cuda_gpu.py \
   tests/core/runtime/test_cuda_ranges_gpu.py \
   tests/core/kernels/test_gpu_gemm_mma.py tests/core/kernels/test_gpu_gemm_group.py tests/core/codegen/test_sass.py \
   tests/core/kernels/test_gpu_tensorcore.py tests/core/codegen/test_nvptx_gpu.py \
   tests/core/kernels/test_gpu_models.py tests/core/kernels/test_gpu_integer.py tests/core/tune/test_tune_gpu.py \
+  tests/core/kernels/test_gpu_model_convs.py tests/core/kernels/test_gpu_epilogue.py \
   > "$OUT/tests.txt" 2>&1
 step "tests exit $? : $(tail -1 "$OUT/tests.txt")"
 
 step "convs against cuDNN"
-timeout ${T_CONV:-90} $PY bench/bench_gpu_conv.py -t "cuda -arch=sm_90" --json "$OUT/conv.json" > "$OUT/conv.md" 2> "$OUT/conv.log"
+timeout ${T_CONV:-70} $PY bench/bench_gpu_conv.py -t "cuda -arch=sm_90" --json "$OUT/conv.json" > "$OUT/conv.md" 2> "$OUT/conv.log"
 step "conv exit $?"
 
 step "models against PyTorch"
-timeout ${T_MODELS:-150} $PY bench/bench_gpu.py -t "cuda -arch=sm_90" --rounds 15 --budget-s $(( ${T_MODELS:-150} * 2 / 3 )) --json "$OUT/models.json" \
-  --runs resnet50:fp16:32 resnet18:fp32:32 resnet50:fp16:1 resnet18:fp32:1 resnet18:fp16:32 mobilenet_v2:fp32:32 \
-  bert_base:fp16:32 resnet50:fp32:32 bert_base:fp32:1 mobilenet_v2:fp16:32 \
+# What changed first: every resnet conv on the tensor cores (the narrow-bias downsample convs, the 7x7 stem),
+# mobilenet_v2's ReLU6 fused, resnet18 float32 at --precision fp16; then bench_gpu's DEFAULT_RUNS.
+timeout ${T_MODELS:-280} $PY bench/bench_gpu.py -t "cuda -arch=sm_90" --rounds 15 --budget-s $(( ${T_MODELS:-280} * 2 / 3 )) --json "$OUT/models.json" \
+  --runs resnet50:fp16:32 resnet18:fp16:32 mobilenet_v2:fp16:32 resnet18:fp32+fp16:32 resnet50:fp16:1 resnet18:fp32:32 \
+  resnet18:fp32:1 mobilenet_v2:fp32:32 bert_base:fp16:32 resnet50:fp32:32 bert_base:fp32:1 bert_base:fp16:1 \
+  mobilenet_v2:fp32:1 \
   > "$OUT/models.md" 2> "$OUT/models.log"
 step "models exit $?"
 
 step "GEMM against cuBLAS"
-timeout ${T_GEMM:-110} $PY bench/bench_gpu_gemm.py -t "cuda -arch=sm_90" --json "$OUT/gemm.json" > "$OUT/gemm.md" 2> "$OUT/gemm.log"
+timeout ${T_GEMM:-55} $PY bench/bench_gpu_gemm.py -t "cuda -arch=sm_90" --json "$OUT/gemm.json" > "$OUT/gemm.md" 2> "$OUT/gemm.log"
 step "gemm exit $?"
 
 step "SASS"
-timeout ${T_SASS:-50} $PY bench/bench_gpu_sass.py --archs sm_90 --no-convs > "$OUT/sass.md" 2>&1
+timeout ${T_SASS:-35} $PY bench/bench_gpu_sass.py --archs sm_90 --no-convs > "$OUT/sass.md" 2>&1
 step "sass exit $?"
 cat "$OUT/conv.md" "$OUT/models.md" "$OUT/gemm.md" >> "$OUT/summary.txt" 2>/dev/null
 step "done"

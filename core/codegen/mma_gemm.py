@@ -131,8 +131,10 @@ def _store_pair(b: ir.IRBuilder, base: ir.Value, index: ir.Value, dtype: str, va
 
 def _activation(b: ir.IRBuilder, step: str, x: ir.Value) -> ir.Value:
     one = ir.Constant(F32, 1.0)
-    if step == "relu":
-        return b.select(b.fcmp_ordered(">", x, ir.Constant(F32, 0.0)), x, ir.Constant(F32, 0.0))
+    if step in ("relu", "relu6"):
+        x = b.select(b.fcmp_ordered(">", x, ir.Constant(F32, 0.0)), x, ir.Constant(F32, 0.0))
+        six = ir.Constant(F32, 6.0)
+        return x if step == "relu" else b.select(b.fcmp_ordered("<", x, six), x, six)
     if step == "sigmoid":
         return b.fdiv(one, b.fadd(one, gpu_math.intrinsic(b, "exp", b.fneg(x))))
     # gelu (ONNX's erf form): x/2 (1 + erf(x / sqrt 2))

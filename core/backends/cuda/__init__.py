@@ -49,10 +49,12 @@ class CudaBackend(Backend):
         return schedule_epilogue
 
     def finish_graph(self, graph, target: Target):
-        """Activations between tensor-core groups stored in half precision (half_activations.py)."""
+        """Convs' K made whole 16-byte rows by zero taps (conv_taps.py), then activations between tensor-core
+        groups stored in half precision (half_activations.py)."""
+        from .schedules.conv_taps import widen_kernel_rows
         from .schedules.half_activations import half_activations
 
-        return half_activations(graph, target)
+        return half_activations(widen_kernel_rows(graph, target), target)
 
     def group_kernel(self, nodes, graph, target: Target, name: str, outputs, inputs):
         """A float16/bfloat16 MatMul and its epilogue chain: the tensor-core GEMM (gemm_group.py)."""

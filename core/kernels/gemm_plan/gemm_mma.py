@@ -36,7 +36,7 @@ STATIC_SHARED_BYTES = 48 * 1024  # more is dynamic shared memory, which a kernel
 # Shared memory a block may have (dynamic, opted in) per architecture; CUDA's "maximum shared memory per block".
 SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
                  "sm_90": 227 * 1024}
-EPILOGUE_STEPS = ("bias", "residual", "relu", "gelu", "sigmoid")
+EPILOGUE_STEPS = ("bias", "residual", "relu", "relu6", "gelu", "sigmoid")  # relu6: Clip(0, 6), mobilenet's
 OPERAND_DTYPES = ("float16", "bfloat16")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 B_LAYOUTS = ("kn", "nk")  # B[k, n] row-major, or stored transposed as [n, k] (k contiguous)
@@ -193,13 +193,15 @@ def config_error(cfg: GemmConfig, problem: GemmProblem, max_shared_bytes: int, m
 
 
 def default_config(problem: GemmProblem, max_shared_bytes: int, sm_count: int = 108, split: bool = True) -> GemmConfig:
-    """128x128x32, 3 stages, 4 warps of 64x64 (CUTLASS's sm_80 default shape class); 64x64 tiles (4 warps of
-    32x32, 4 stages) when the large ones would leave more than half the SMs idle; then split along k (unless
-    `split` is off) while the tiles still leave most SMs idle over a deep k (tall and skinny)."""
+    """128x128x32, 3 stages, 4 warps of 64x64 (CUTLASS's sm_80 default shape class); 128x64 (4 warps of 64x32,
+    4 stages) when n is at most 64 (resnet's 64-channel convs and stem: a 128-wide tile would compute half zeros);
+    64x64 tiles (4 warps of 32x32, 4 stages) when the large ones would leave more than half the SMs idle; then
+    split along k (unless `split` is off) while the tiles still leave most SMs idle over a deep k (tall and
+    skinny)."""
     def tiles_of(c: GemmConfig) -> int:
         return -(-problem.m // c.block_m) * -(-problem.n // c.block_n)
 
-    cfg = GemmConfig()
+    cfg = GemmConfig() if problem.n > 64 else GemmConfig(block_n=64, stages=4)
     if tiles_of(cfg) < sm_count // 2:
         cfg = GemmConfig(block_m=64, block_n=64, stages=4)
     tiles = tiles_of(cfg)

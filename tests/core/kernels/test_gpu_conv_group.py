@@ -19,6 +19,7 @@ from core.backends.cuda.schedules.gemm_mma_emulate import emulate
 from core.lowering.executable import group_inputs
 from core.target import get_target
 from tests.backend_calls import backend_of, build_executable, optimize
+from tests.helpers.onnx_models import make_model
 
 rng = np.random.default_rng(37)
 ONNX_TYPES = {np.float16: onnx.TensorProto.FLOAT16, np.float32: onnx.TensorProto.FLOAT}
@@ -43,13 +44,16 @@ def conv_model(dtype, channels=32, size=10, out_channels=48, kernel=3, stride=1,
             nodes.append(helper.make_node("Add", ["r", current], [f"t{step}"]))
         elif what == "bias2":
             nodes.append(helper.make_node("Add", [current, "b2"], [f"t{step}"]))
+        elif what == "relu6":  # mobilenet's ReLU6: Clip with its bounds as constant inputs
+            nodes.append(helper.make_node("Clip", [current, "zero", "six"], [f"t{step}"]))
         else:
             nodes.append(helper.make_node(what, [current], [f"t{step}"]))
         current = f"t{step}"
     nodes.append(helper.make_node("Identity", [current], ["y"]))
+    bounds = [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (("zero", 0), ("six", 6))]
     graph = helper.make_graph(nodes, "conv", inputs, [helper.make_tensor_value_info("y", t, [2, out_channels, out, out])],
-                              [w, b, b2])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                              [w, b, b2, *bounds])
+    return make_model(graph)
 
 
 def compiled(model: onnx.ModelProto, precision: str, requested: bool, arch: str = "sm_80"):
@@ -81,16 +85,21 @@ def emulated(graph, exe, feeds: dict) -> np.ndarray:
     (dict(kernel=1, pad=0), ("residual", "Relu")),
     (dict(stride=2, size=11), ("Sigmoid",)),
     (dict(channels=16, out_channels=64, own_bias=False), ("bias2", "Relu")),
-], ids=["3x3", "1x1-residual", "3x3s2", "second-bias"])
+    (dict(channels=16, out_channels=1024, kernel=1, pad=0, size=4), ("residual", "Relu")),
+    (dict(channels=16), ("relu6",)),
+], ids=["3x3", "1x1-residual", "3x3s2", "second-bias", "narrow-bias", "relu6"])
 def test_a_float16_models_conv_runs_on_the_implicit_gemm_and_matches_onnxruntime(shape, tail):
     model = conv_model(np.float16, tail=tail, **shape)
     graph, exe, _ = compiled(model, "fp16", False)
     inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
-    feeds = {k: rng.standard_normal(s).astype(np.float16) for k, s in inputs.items()}
+    scale = 4 if "relu6" in tail else 1  # sums beyond 6 for the clip to cut
+    feeds = {k: (rng.standard_normal(s) * scale).astype(np.float16) for k, s in inputs.items()}
     got, problem = emulated(graph, exe, feeds)
     assert problem.conv is not None and problem.dtype == "float16" and problem.out_dtype == "float16"
-    steps = ["bias"] * shape.get("own_bias", True) + ["residual" if t == "residual" else "bias" if t == "bias2" else t.lower() for t in tail]
+    steps = ["bias"] * shape.get("own_bias", True) + [{"bias2": "bias"}.get(t, t.lower()) for t in tail]
     assert list(problem.epilogue) == steps
+    if shape.get("out_channels") == 1024:  # 1024 bias values: a weight stored narrow, widened by a Cast in the group
+        assert problem.bias_stored == "float16"  # the kernel reads it as stored
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
 
@@ -145,11 +154,11 @@ def test_activations_between_tensor_core_groups_stay_half_with_the_same_results(
     f16 = onnx.TensorProto.FLOAT16
     w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float16), "w1")
     w2 = numpy_helper.from_array((rng.standard_normal((64, 32, 1, 1)) * 0.1).astype(np.float16), "w2")
-    model = helper.make_model(helper.make_graph(
+    model = make_model(helper.make_graph(
         [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["b"]),
          helper.make_node("Conv", ["b", "w2"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "chain",
         [helper.make_tensor_value_info("x", f16, [2, 16, 8, 8])], [helper.make_tensor_value_info("y", f16, [2, 64, 8, 8])],
-        [w1, w2]), opset_imports=[helper.make_opsetid("", 17)])
+        [w1, w2]))
     x = rng.standard_normal((2, 16, 8, 8)).astype(np.float16)
     graph, _, target = compiled(model, "fp16", False)
     results = {}
@@ -186,12 +195,11 @@ def test_a_value_also_read_as_a_residual_or_on_sm_75_stays_float32():
         t = ONNX_TYPES[dtype]
         w1 = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(dtype), "w1")
         w2 = numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(dtype), "w2")
-        model = helper.make_model(helper.make_graph(
+        model = make_model(helper.make_graph(
             [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["b"]),
              helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1] * 4), helper.make_node("Add", ["c", "b"], ["y"])],
             "block", [helper.make_tensor_value_info("x", t, [2, 16, 8, 8])],
-            [helper.make_tensor_value_info("y", t, [2, 32, 8, 8])], [w1, w2]),
-            opset_imports=[helper.make_opsetid("", 17)])
+            [helper.make_tensor_value_info("y", t, [2, 32, 8, 8])], [w1, w2]))
         for arch in ("sm_80", "sm_75"):
             graph, exe, target = compiled(model, precision, requested, arch)
             assert len([f for f in exe.funcs if gemm_of(f)]) == (2 if arch == "sm_80" else 0)
@@ -219,3 +227,91 @@ def test_a_cast_kernel_of_a_half_value_into_a_conv_is_skipped():
     got, _ = emulated(rewritten, build_executable(rewritten, target), feeds)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_taps_to_add_makes_k_whole_16_byte_rows_within_a_quarter_more_work():
+    from core.backends.cuda.schedules.conv_taps import taps_to_add
+
+    assert taps_to_add(3, 7, 7) == 1  # resnet's stem: K 147 -> 168
+    assert taps_to_add(6, 7, 7) == 1  # 294 -> 336
+    assert taps_to_add(16, 3, 3) is None  # K 144 already is
+    assert taps_to_add(3, 3, 3) is None  # K 27 -> 72: the zero taps would be most of the work
+    assert taps_to_add(3, 11, 11) is None  # 363 -> 528
+
+
+def stem_model(dtype, batch: int = 2, size: int = 20) -> onnx.ModelProto:
+    """resnet's stem: a 7x7 stride-2 conv of 3 channels (K = 147), pads 3, with bias, then Relu."""
+    return conv_model(dtype, channels=3, size=size, out_channels=64, kernel=7, stride=2, pad=3)
+
+
+@pytest.mark.parametrize("dtype,precision", [(np.float16, "fp16"), (np.float32, "fp16"), (np.float32, "bf16")])
+def test_a_stem_conv_of_3_channels_runs_on_the_implicit_gemm_with_a_zero_tap_per_kernel_row(dtype, precision):
+    """The cuda backend's finish_graph gives the 7x7 kernel an 8th, zero column and one more column of right
+    padding: K = 3 * 7 * 8 = 168, whole 16-byte rows; the same convolution (the reference interpreter on the graph
+    before and after), on the tensor cores, emulated within the half format's tolerance of ONNX Runtime."""
+    from core.backends.cuda.schedules.conv_taps import widen_kernel_rows
+    from core.graph.interpret import evaluate
+
+    model = stem_model(dtype)
+    graph, exe, target = compiled(model, precision, dtype == np.float32)
+    assert not any(gemm_of(f) for f in exe.funcs)
+    widened = widen_kernel_rows(graph, target)
+    (fused,) = [n for n in widened.nodes if n.op == "Fused"]
+    (conv,) = [n for n in fused.attr("body").nodes if n.op == "Conv"]
+    assert tuple(conv.attr("pads")) == (3, 3, 3, 4)
+    feeds = {"x": rng.standard_normal((2, 3, 20, 20)).astype(dtype)}
+    before, after = evaluate(graph, feeds), evaluate(widened, feeds)
+    np.testing.assert_allclose(after["y"].astype(np.float32), before["y"].astype(np.float32), rtol=1e-3, atol=1e-3)
+    finished = backend_of(target).finish_graph(graph, target)
+    exe = build_executable(finished, target)
+    got, problem = emulated(finished, exe, feeds)
+    assert problem.conv is not None and problem.k == 168 and list(problem.epilogue) == ["bias", "relu"]
+    if find_ptxas() is not None:
+        ptx, _ = emit_ptx(list(exe.funcs), target)
+        assert "mma.sync.aligned.m16n8k16" in ptx
+        assert all(u["spill_stores"] == 0 for u in assemble_with_usage(ptx, "sm_80")[1].values())
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    tolerance = 4e-2 if precision == "bf16" else 1e-2
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tolerance, atol=tolerance)
+
+
+def test_a_float32_compile_or_sm_75_leaves_the_stem_conv_as_it_is():
+    from core.backends.cuda.schedules.conv_taps import widen_kernel_rows
+
+    for precision, arch in (("fp32", "sm_80"), ("fp16", "sm_75")):
+        graph, _, target = compiled(stem_model(np.float32), precision, precision != "fp32", arch)
+        assert widen_kernel_rows(graph, target) is graph
+
+
+def test_a_maxpool_group_ending_in_a_widening_cast_ends_half_for_the_convs_reading_it():
+    """A float16 model's MaxPool (computed in half, then widened) read only by tensor-core convs as their A, as
+    resnet's first block reads it: its group ends in the half value (the Cast a copy) and the convs read it so;
+    the pool's body gives the half maximum (reference interpreter) and the conv matches ONNX Runtime, emulated."""
+    from core.backends.cuda.schedules.half_activations import half_activations
+    from core.graph.interpret import evaluate
+
+    f16 = onnx.TensorProto.FLOAT16
+    w = numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float16), "w")
+    model = make_model(helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Conv", ["p", "w"], ["c"], pads=[1] * 4), helper.make_node("Relu", ["c"], ["y"])], "pool",
+        [helper.make_tensor_value_info("x", f16, [2, 16, 12, 12])], [helper.make_tensor_value_info("y", f16, [2, 32, 6, 6])],
+        [w]))
+    graph, _, target = compiled(model, "fp16", False)
+    rewritten = half_activations(graph, target)
+    pool, conv = [n for n in rewritten.nodes if n.op == "Fused"]
+    assert rewritten.type_of(pool.outputs[0]).dtype == "float16" and graph.type_of(pool.outputs[0]).dtype == "float32"
+    x = rng.standard_normal((2, 16, 12, 12)).astype(np.float16)
+    pooled = x.reshape(2, 16, 6, 2, 6, 2).max(axis=(3, 5))
+    body = pool.attr("body")  # what the pool kernel computes: the half maximum, copied
+    np.testing.assert_array_equal(evaluate(body, {body.inputs[0]: x})[pool.outputs[0]], pooled)
+    exe = build_executable(rewritten, target)
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    problem, cfg, where = gemm_of(func)
+    assert problem.a_stored == "float16"
+    if find_ptxas() is not None:  # the pool kernel's half-to-half Cast too
+        assemble_with_usage(emit_ptx(list(exe.funcs), target)[0], target.cpu)
+    got = emulate(problem, cfg, pooled.view(np.uint16), np.asarray(rewritten.constants[
+        group_inputs(list(conv.attr("body").nodes))[where["b"]]]).reshape(problem.n, problem.k).view(np.uint16))
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)

@@ -21,6 +21,7 @@ from core.kernels.gemm_plan.gemm_mma import (GemmConfig, GemmProblem, config_err
 from core.backends.cuda.schedules.gemm_mma_emulate import EmulationStats, apply_epilogue, emulate, half_bits, to_float32
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
+from tests.helpers.onnx_models import make_model
 
 rng = np.random.default_rng(3737)
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")
@@ -39,7 +40,7 @@ CASES = [  # (conv, operand dtype, output dtype, epilogue, config)
     (conv(2, 16, 9, 24, 3, pad=1), "float16", "float16", ("bias", "residual", "relu"), SMALL),
     (conv(1, 24, 11, 16, 3, stride=2, pad=1), "bfloat16", "float32", ("relu",),
      GemmConfig(block_m=64, block_n=64, block_k=16, warps_m=2, warps_n=2, stages=4)),
-    (conv(2, 8, 10, 32, 3, pad=2, dilation=2), "float16", "float32", ("bias",), SMALL),
+    (conv(2, 8, 10, 32, 3, pad=2, dilation=2), "float16", "float32", ("bias", "relu6"), SMALL),
     (conv(1, 64, 8, 64, 3, pad=1), "float16", "float32", ("sigmoid",),  # split-K: the parts summed by the reduce
      GemmConfig(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=2, split_k=3)),
 ]
@@ -144,7 +145,7 @@ def test_the_emulated_conv_matches_onnxruntime(layout):
         [helper.make_tensor_value_info("x", f16, [2, 32, 14, 14])],
         [helper.make_tensor_value_info("y", f16, [2, 48, 7, 7])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "bias")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = make_model(graph)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     problem = conv_problem(c, "float16", "float16", ("bias", "relu"))
     x_arg = x if layout == "nchw" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))

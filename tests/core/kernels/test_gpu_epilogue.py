@@ -10,6 +10,7 @@ from core.codegen.nvptx import emit_ptx
 from tests.backend_calls import build_executable, optimize
 from core.frontend import import_onnx
 from core.target import get_target
+from tests.helpers.onnx_models import make_model
 
 from .test_gpu_models import emulate
 
@@ -20,7 +21,7 @@ def _model(nodes, inputs, output, inits):
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
                               [helper.make_tensor_value_info(output[0], TensorProto.FLOAT, output[1])],
                               [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return make_model(graph)
 
 
 def _check(model, feeds, tmp_path, kernels):

@@ -18,6 +18,7 @@ from core.backends.cuda.schedules.gemm_mma_emulate import emulate, to_float32
 from core.lowering.executable import group_inputs
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
+from tests.helpers.onnx_models import make_model
 
 rng = np.random.default_rng(3)
 F16 = onnx.TensorProto.FLOAT16
@@ -45,7 +46,7 @@ def dense_model(batch: int, m: int, k: int, n: int, tail: tuple[str, ...]) -> on
     out = onnx.TensorProto.FLOAT if tail[-1:] == ("float32",) else F16
     graph = helper.make_graph(nodes, "dense", inputs, [helper.make_tensor_value_info("y", out, [batch, m, n])],
                               [w, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make_model(graph)
 
 
 def compiled(model: onnx.ModelProto, arch: str = "sm_80"):
@@ -97,10 +98,10 @@ def test_the_model_ptx_runs_the_gemm_on_tensor_cores(arch):
 def test_groups_the_gemm_does_not_take_keep_their_loops():
     """sm_75 has no cp.async; a batched B, or a graph that is not a chain (Gelu's erf form), stays scheduled."""
     assert not any(gemm_of(f) for f in compiled(dense_model(1, 64, 64, 64, ("bias",)), "sm_75")[1].funcs)
-    gelu = helper.make_model(helper.make_graph(
+    gelu = make_model(helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Gelu", ["t"], ["y"])], "g",
         [helper.make_tensor_value_info("x", F16, [64, 64])], [helper.make_tensor_value_info("y", F16, [64, 64])],
-        [numpy_helper.from_array(np.ones((64, 64), np.float16), "w")]), opset_imports=[helper.make_opsetid("", 20)])
+        [numpy_helper.from_array(np.ones((64, 64), np.float16), "w")]), opset=20)
     assert not any(gemm_of(f) for f in compiled(gelu)[1].funcs)
 
 
@@ -115,10 +116,10 @@ def test_a_half_precision_compile_of_a_float32_model_runs_its_gemm_in_half(preci
     f32 = onnx.TensorProto.FLOAT
     w = numpy_helper.from_array((rng.standard_normal((256, 96)) * 0.1).astype(np.float32), "w")
     bias = numpy_helper.from_array((rng.standard_normal(96) * 0.1).astype(np.float32), "bias")
-    model = helper.make_model(helper.make_graph(
+    model = make_model(helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "bias"], ["u"]),
          helper.make_node("Relu", ["u"], ["y"])], "dense", [helper.make_tensor_value_info("x", f32, [80, 256])],
-        [helper.make_tensor_value_info("y", f32, [80, 96])], [w, bias]), opset_imports=[helper.make_opsetid("", 17)])
+        [helper.make_tensor_value_info("y", f32, [80, 96])], [w, bias]))
     target = get_target("cuda -arch=sm_80")
     graph = optimize(import_onnx(model.SerializeToString()), 3, target)
     graph = store_weights(graph, precision, True, get_backend(target).weight_storage_dtypes(target), target)
@@ -157,10 +158,10 @@ def test_models_through_the_gemm_match_onnxruntime_on_the_gpu(tmp_path, precisio
     else:
         f32 = onnx.TensorProto.FLOAT
         w = numpy_helper.from_array((rng.standard_normal((200, 136)) * 0.1).astype(np.float32), "w")
-        model = helper.make_model(helper.make_graph(
+        model = make_model(helper.make_graph(
             [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], "d",
             [helper.make_tensor_value_info("x", f32, [192, 200])], [helper.make_tensor_value_info("y", f32, [192, 136])],
-            [w]), opset_imports=[helper.make_opsetid("", 17)])
+            [w]))
         x = rng.standard_normal((192, 200)).astype(np.float32)
     artifact = core.compile(model.SerializeToString(), target="cuda", precision=precision)
     artifact.save(tmp_path / "m.tar.gz")

@@ -110,6 +110,8 @@ def test_configs_the_plan_refuses_and_the_default_inside_the_space():
     assert (default.mi, default.ni) == (4, 8)  # 4 x 8 mma tiles a warp: fragments reused in both M and N
     small = default_config(GemmProblem(128, 768, 768), CUDA.max_shared_bytes, 132, split=False)
     assert (small.block_m, small.block_n, small.stages) == (64, 64, 4)  # 24 tiles rather than 6 on 132 SMs
+    narrow = default_config(GemmProblem(100352, 64, 576), CUDA.max_shared_bytes, 132, split=False)
+    assert (narrow.block_m, narrow.block_n, narrow.stages) == (128, 64, 4)  # a 64-channel conv: no half-zero tiles
     space = list(config_space(problem, CUDA.max_shared_bytes))
     assert default in space and len(space) > 20 and small in config_space(GemmProblem(128, 768, 768),
                                                                           CUDA.max_shared_bytes)

@@ -17,6 +17,7 @@ from tests.backend_calls import optimize, build_executable
 from core.packing.int8 import column_correction, pack_dot_weights
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
+from tests.helpers.onnx_models import make_model
 
 from .test_gpu_harness import lower_gpu, run_on_cpu
 
@@ -67,7 +68,7 @@ def matmul_integer_model(m: int, k: int, n: int, dtype=np.uint8) -> onnx.ModelPr
     node = helper.make_node("MatMulInteger", ["x", "w", "x_zero", "w_zero"], ["y"])
     graph = helper.make_graph([node], "mmi", [helper.make_tensor_value_info("x", elem, [m, k])],
                               [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make_model(graph)
 
 
 def cuda_kernels(model: onnx.ModelProto, arch: str = "sm_80"):
@@ -149,7 +150,7 @@ def test_conv_integer_packs_for_dp4a_and_its_ptx_holds_it():
     node = helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"], pads=[1, 1, 1, 1])
     graph = helper.make_graph([node], "ci", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 16, 14, 14])],
                               [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 32, 14, 14])], inits)
-    graph, funcs = cuda_kernels(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    graph, funcs = cuda_kernels(make_model(graph))
     assert [n.op for n in graph.nodes] == ["ConvIntegerPacked"]
     for arch in ("sm_80", "sm_90"):
         ptx, _ = emit_ptx(list(funcs), get_target(f"cuda -arch={arch}"))

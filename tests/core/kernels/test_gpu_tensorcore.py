@@ -15,6 +15,7 @@ from core.graph.ir import TensorType
 from tests.backend_calls import optimize, build_executable
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
+from tests.helpers.onnx_models import make_model
 
 from .test_gpu_harness import lower_gpu, run_on_cpu
 
@@ -31,7 +32,7 @@ def matmul_model(m: int, k: int, n: int, dtype=np.float16, batch=()) -> onnx.Mod
              helper.make_node("Relu", ["z"], ["y"])]
     graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", elem, [*batch, m, k])],
                               [helper.make_tensor_value_info("y", elem, [*batch, m, n])], [w, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make_model(graph)
 
 
 def cuda_kernels(model: onnx.ModelProto, arch: str = "sm_80"):

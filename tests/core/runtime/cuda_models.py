@@ -18,6 +18,7 @@ from core.te.lower import lower
 from core.te.schedule import create_schedule
 from tests.helpers.gpu_prim_funcs import tiled_matmul as cooperative_matmul
 from core.tir.expr import maximum
+from tests.helpers.onnx_models import make_model
 
 M, K, N = 64, 128, 96
 
@@ -101,4 +102,4 @@ def mlp_onnx() -> bytes:
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32]),
                                helper.make_tensor_value_info("s", TensorProto.FLOAT, [8, 32])], [w, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return make_model(graph).SerializeToString()

@@ -18,6 +18,7 @@ from core.frontend import import_onnx
 from core.runtime.cuda_driver import gpu_available
 from core.target import get_target
 from core.tune.measure import LocalBuilder, Measurer
+from tests.helpers.onnx_models import make_model
 
 CUDA = get_target("cuda")
 
@@ -34,7 +35,7 @@ def _model() -> onnx.ModelProto:
     init.append(numpy_helper.from_array(np.array([8, -1], np.int64), "shape"))
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 10])], init)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make_model(graph)
 
 
 @pytest.fixture(scope="module")

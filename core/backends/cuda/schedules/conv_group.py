@@ -13,7 +13,7 @@ from ....kernels.gemm_plan.conv_mma import ConvShape
 from .group_match import anchored, epilogue_chain, static_shape
 from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES, GemmProblem, conv_problem
 
-MIN_CHANNELS = 16  # fewer input channels leave most of each 16-deep mma k step to padding or a ragged K
+MIN_K = 16  # one mma k step: a shallower K = C*KH*KW would be mostly zero padding
 
 
 def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]) -> Optional[tuple[GemmProblem, dict]]:
@@ -22,7 +22,7 @@ def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     found = anchored(nodes, graph, outputs, "Conv")
     if found is None:
         return None
-    at, node, w = found
+    at, node, w, widened = found
     x = node.inputs[0]
     tx, tw = graph.type_of(x), graph.type_of(w)
     if (tw.dtype not in OPERAND_DTYPES or tx.dtype not in (tw.dtype, "float32") or len(tx.shape) != 4
@@ -35,10 +35,11 @@ def match_conv_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     shape = ConvShape(batch, channels, height, width, out_channels, kh, kw,
                       conv_out_size(height, kh, sh, top, bottom, dh), conv_out_size(width, kw, sw, left, right, dw),
                       sh, sw, top, left, dh, dw)
-    if (channels < MIN_CHANNELS or min(shape.out_h, shape.out_w) < 1
+    if (shape.gemm_mnk[2] < MIN_K or min(shape.out_h, shape.out_w) < 1
             or max(math.prod(tx.shape), math.prod(shape.output_shape)) >= 2 ** 31):  # the kernel's i32 offsets
         return None
-    own_bias = {"bias": node.inputs[2]} if len(node.inputs) > 2 and node.inputs[2] else {}
+    # The Conv's own bias, read as stored (a float16 model's bias: narrow, widened by a leading Cast).
+    own_bias = {"bias": widened.get(node.inputs[2], node.inputs[2])} if len(node.inputs) > 2 and node.inputs[2] else {}
     chain = epilogue_chain(nodes[at + 1:], node.outputs[0], graph, {o for n in nodes for o in n.outputs},
                            lambda s: _per_channel(s, out_channels), shape.output_shape, own_bias)
     if chain is None or chain[0] != outputs[0]:
@@ -62,4 +63,4 @@ def _per_channel(shape: tuple, channels: int) -> bool:
     return len(trimmed) == 3 and trimmed[0] == channels and trimmed[1:] == [1, 1]
 
 
-__all__ = ["match_conv_group", "MIN_CHANNELS"]
+__all__ = ["match_conv_group", "MIN_K"]

@@ -27,7 +27,7 @@ def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
     found = anchored(nodes, graph, outputs, "MatMul")
     if found is None:
         return None
-    at, mm, b = found
+    at, mm, b, _ = found
     a = mm.inputs[0]
     ta, tb = graph.type_of(a), graph.type_of(b)
     if (tb.dtype not in OPERAND_DTYPES or ta.dtype not in (tb.dtype, "float32") or len(tb.shape) != 2

@@ -43,8 +43,8 @@ def apply_epilogue(problem: GemmProblem, sums: np.ndarray, rows: np.ndarray, col
         elif step == "residual":
             residual = extras["residual"].astype(np.float32)
             out = out + (residual if residual.shape == out.shape else residual[rows, cols])
-        elif step == "relu":
-            out = np.maximum(out, 0)
+        elif step in ("relu", "relu6"):
+            out = np.maximum(out, 0) if step == "relu" else np.minimum(np.maximum(out, 0), 6)
         elif step == "sigmoid":
             with np.errstate(over="ignore"):  # exp(-x) overflows to inf for very negative x: sigmoid 0, as on the GPU
                 out = 1 / (1 + np.exp(-out))

@@ -1,5 +1,5 @@
 """What the tensor-core groups (gemm_group.py, conv_group.py) match around their anchor: the Casts into it and the
-epilogue chain after it (Cast, bias or residual Add, Relu, Sigmoid)."""
+epilogue chain after it (Cast, bias or residual Add, Relu, Clip(0, 6), Sigmoid)."""
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
@@ -8,15 +8,18 @@ from ....graph.ir import Graph, Node
 from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES
 
 ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}
+RELU6 = {"min": 0.0, "max": 6.0}  # the one Clip the epilogue fuses (mobilenet's ReLU6), bounds as attributes
 
 
 def static_shape(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def anchored(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str], op: str) -> Optional[tuple[int, Node, str]]:
+def anchored(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str],
+             op: str) -> Optional[tuple[int, Node, str, dict[str, str]]]:
     """(its position, the group's `op` node, the weight it reads: the narrow value itself when a leading Cast
-    widens it) when the group has one output, that op, and before it only widenings of its weight."""
+    widens it, widened operand -> its narrow value) when the group has one output, that op, and before it only
+    widenings of its operands after A (the weight; a Conv's own bias, which a float16 model stores narrow too)."""
     if len(outputs) != 1:
         return None
     # A half-precision compile stores weights narrow, widened by a Cast at the top of the body: the kernel reads the
@@ -26,9 +29,9 @@ def anchored(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str], op: st
                          for node in nodes[:at]):
         return None
     anchor, widened = nodes[at], {node.outputs[0]: node.inputs[0] for node in nodes[:at]}
-    if len(anchor.inputs) < 2 or set(widened) - {anchor.inputs[1]}:  # a widening the weight does not use
+    if len(anchor.inputs) < 2 or set(widened) - set(anchor.inputs[1:]):  # a widening A or no operand uses
         return None
-    return at, anchor, widened.get(anchor.inputs[1], anchor.inputs[1])
+    return at, anchor, widened.get(anchor.inputs[1], anchor.inputs[1]), widened
 
 
 def epilogue_chain(nodes: Sequence[Node], current: str, graph: Graph, produced: set,
@@ -47,6 +50,8 @@ def epilogue_chain(nodes: Sequence[Node], current: str, graph: Graph, produced: 
             dtype = node.attr("to")
         elif node.op in ACTIVATIONS:
             steps.append(ACTIVATIONS[node.op])
+        elif node.op == "Clip" and len(node.inputs) == 1 and all(node.attr(k) == v for k, v in RELU6.items()):
+            steps.append("relu6")
         elif node.op == "Add" and len(node.inputs) == 2 and node.inputs[0] != node.inputs[1]:
             other = node.inputs[1] if node.inputs[0] == current else node.inputs[0]
             t = graph.type_of(other)

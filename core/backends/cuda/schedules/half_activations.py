@@ -4,7 +4,8 @@ half dtype, is stored in that dtype instead: the producer's epilogue ends with a
 it as it is. The readers rounded A to that dtype as they copied it anyway, so every result is the same, and the
 activation moves in half the bytes (a float16 model stays float16 between its convs and GEMMs). Likewise a Cast
 of a half value to float32 that only such groups read (as A, of that dtype) is skipped: they read the half value
-itself, and the Cast kernel goes."""
+itself, and the Cast kernel goes; and any other group ending in such a Cast (a float16 model's MaxPool before
+resnet's first convs) ends in the half value instead."""
 from __future__ import annotations
 
 import dataclasses
@@ -54,6 +55,16 @@ def half_activations(graph: Graph, target: Target) -> Graph:
                 changed = True
             continue
         if _matched(producer, graph) is None:
+            ending = _ending_half(nodes[index[id(producer)]], value, half, types)
+            if ending is not None:
+                trial = graph.replace(types=types)
+                rewritten = [ending] + [_retyped(r, value, types) for r in current]
+                if all(_matched(n, trial) for n in rewritten[1:]):
+                    for old, new in zip([producer, *readers], rewritten):
+                        nodes[index[id(old)]] = new
+                    changed = True
+                else:
+                    types[value] = graph.types[value]
             continue
         rewritten = _rewrite(nodes[index[id(producer)]], current, value, half, types)
         trial = graph.replace(types=types)
@@ -89,11 +100,28 @@ def _rewrite(producer: Node, readers: list[Node], value: str, half: str, types: 
     new_body = body.replace(nodes=tuple(last) + (cast,), types={**body.types, inner: types[inner], value: types[value]})
     out = [dataclasses.replace(producer, attrs={**producer.attrs, "body": new_body,
                                                  "ops": tuple(producer.attr("ops")) + ("Cast",)})]
-    for reader in readers:
-        body = reader.attr("body")
-        out.append(dataclasses.replace(reader, attrs={**reader.attrs, "body": body.replace(
-            types={**body.types, value: types[value]})}))
-    return out
+    return out + [_retyped(reader, value, types) for reader in readers]
+
+
+def _retyped(reader: Node, value: str, types: dict) -> Node:
+    """`reader` with its body's type of `value` as `types` has it now."""
+    body = reader.attr("body")
+    return dataclasses.replace(reader, attrs={**reader.attrs, "body": body.replace(types={**body.types, value: types[value]})})
+
+
+def _ending_half(producer: Node, value: str, half: str, types: dict) -> Optional[Node]:
+    """The Fused `producer` whose last node widens a `half` value to `value` made to end in that half value (its Cast
+    to `half` itself: a copy; `types` updated), or None when it does not end so."""
+    if producer.op != "Fused":
+        return None
+    body = producer.attr("body")
+    last = body.nodes[-1]
+    if last.op != "Cast" or last.outputs != (value,) or body.type_of(last.inputs[0]).dtype != half:
+        return None
+    types[value] = TensorType(types[value].shape, half)
+    nodes = body.nodes[:-1] + (dataclasses.replace(last, attrs={**last.attrs, "to": half}),)
+    new_body = body.replace(nodes=nodes, types={**body.types, value: types[value]})
+    return dataclasses.replace(producer, attrs={**producer.attrs, "body": new_body})
 
 
 __all__ = ["half_activations"]
