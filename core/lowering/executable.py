@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
@@ -162,9 +163,10 @@ class _KernelTask:
     key: Optional[str]
     inplace_index: Optional[int]
 
-    def lower(self, target: Target, backend: "Backend") -> tuple[PrimFunc, Optional[int]]:
-        """The kernel (recalled or lowered), and the index of the input it reads from its output (None: none)."""
-        func = recall(self.key, self.name)
+    def lower(self, target: Target, backend: "Backend", func: Optional[PrimFunc] = None) -> tuple[PrimFunc, Optional[int]]:
+        """The kernel (`func`, or recalled, or lowered), and the index of the input it reads from its output (None:
+        none)."""
+        func = func or recall(self.key, self.name)
         if func is None:
             func, _ = lower_group(self.nodes, self.types, target, backend, self.name, self.outputs,
                                   anchor_schedule=self.tuned)
@@ -177,26 +179,38 @@ class _KernelTask:
 
 def _lower_tasks(tasks: dict[int, _KernelTask], target: Target,
                  backend: "Backend") -> Iterator[tuple[int, tuple[PrimFunc, Optional[int]]]]:
-    """(kernel index, what _KernelTask.lower gives) for each task, as each is ready: on forked workers when several
-    must be lowered (core/process/fork_map.py), each CPU kernel handed to codegen as soon as it is (`prefetch`).
-    Groups with one memo key and in-place input are lowered once and renamed (repeated layers)."""
+    """(kernel index, what _KernelTask.lower gives) for each task, as each is ready: recalled here from the kernel
+    cache, else lowered on forked workers when several must be (core/process/fork_map.py); each CPU kernel handed to
+    codegen as soon as it is (`prefetch`). Groups with one memo key and in-place input are lowered once and renamed
+    (repeated layers)."""
     first_of: dict[tuple, int] = {}
     copies: dict[int, list[int]] = {}
     for k, task in tasks.items():
         first = first_of.setdefault((task.key, task.inplace_index), k) if task.key is not None else k
         copies.setdefault(first, []).append(k)
     stats = current_stats()
-    recalled = stats.lowered_from_cache if stats is not None else 0
+    recalls = lambda: stats.lowered_from_cache if stats is not None else 0  # noqa: E731
 
-    def lower_one(k: int) -> tuple[tuple[PrimFunc, Optional[int]], str, int]:
-        # A child's recalls count in its own copy of the stats: each result says how many it made.
-        before = stats.lowered_from_cache if stats is not None else 0
+    def lower_one(k: int) -> tuple[PrimFunc, Optional[int], str, int, int]:
+        before = recalls()
         func, index = tasks[k].lower(target, backend)
-        return (func, index), structural_digest(func), (stats.lowered_from_cache if stats is not None else 0) - before
+        return func, index, structural_digest(func), recalls() - before, os.getpid()
 
-    for k, ((func, index), digest, recalls) in forked_map(lower_one, list(copies), build_jobs()):
+    def ready() -> Iterator[tuple[int, tuple[PrimFunc, Optional[int], str, int, int]]]:
+        missing = []
+        for k in copies:  # recalled here: unpickled once, not also pickled to and from a worker
+            func = recall(tasks[k].key, tasks[k].name)
+            if func is None:
+                missing.append(k)
+            else:
+                func, index = tasks[k].lower(target, backend, func)
+                yield k, (func, index, structural_digest(func), 0, os.getpid())
+        yield from forked_map(lower_one, missing, build_jobs())
+
+    for k, (func, index, digest, recalled, pid) in ready():
         note_digest(func, digest)  # the copy unpickled here: deduplication and the kernel cache need not walk it
-        recalled += recalls
+        if stats is not None and pid != os.getpid():  # a child's recalls counted in its own copy of the stats
+            stats.lowered_from_cache += recalled
         for copy in copies[k]:
             named = func if copy == k else dataclasses.replace(func, name=tasks[copy].name)
             if copy != k:
@@ -204,8 +218,6 @@ def _lower_tasks(tasks: dict[int, _KernelTask], target: Target,
             if backend.host_code:  # its object compiles on another core while other kernels are lowered
                 prefetch(named, target)
             yield copy, (named, index)
-    if stats is not None:  # here or in a child: counted once
-        stats.lowered_from_cache = recalled
 
 
 def _group_of(node: Node, graph: Graph) -> tuple[list[Node], Graph]:

@@ -57,3 +57,13 @@ def test_identical_groups_are_lowered_once(monkeypatch):
     three = _executable(_layers(3))
     assert len(lowered) == 2 * once and len(three.kernels) == 3 * len(one.kernels)
     assert len(three.funcs) == len(one.funcs)
+
+
+def test_a_warm_forked_build_recalls_every_group_and_links_the_same_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_BUILD_JOBS", "2")
+    cold = core.compile(small_cnn(), "native", benchmark=False, kernel_cache=tmp_path)
+    warm = core.compile(small_cnn(), "native", benchmark=False, kernel_cache=tmp_path)
+    assert cold.report["build"]["lowered_from_cache"] == 0 and cold.report["build"]["built"] >= 3
+    assert warm.report["build"]["built"] == 0
+    assert warm.report["build"]["lowered_from_cache"] >= warm.report["build"]["kernels"]
+    assert warm.library.read_bytes() == cold.library.read_bytes()
