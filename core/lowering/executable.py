@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from ..codegen.kernel_cache import current_stats
-from ..codegen.kernel_objects import build_jobs, prefetch
+from ..codegen.kernel_objects import build_jobs, objects_here, prefetch
 from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from ..graph.ir import Graph, Node
 from .control_flow import ControlParts, control_call, is_control_node, prepare_control
@@ -191,12 +191,16 @@ def _lower_tasks(tasks: dict[int, _KernelTask], target: Target,
     stats = current_stats()
     recalls = lambda: stats.lowered_from_cache if stats is not None else 0  # noqa: E731
 
-    def lower_one(k: int) -> tuple[PrimFunc, Optional[int], str, int, int]:
+    def lower_one(k: int) -> tuple:
+        """The kernel and what else a forked worker does for it: its structural digest, its objects (CPU code), the
+        recalls it made (a child's count in its own copy of the stats), and which process it ran in."""
         before = recalls()
         func, index = tasks[k].lower(target, backend)
-        return func, index, structural_digest(func), recalls() - before, os.getpid()
+        objects = objects_here(func, target) if backend.host_code else None
+        return func, index, structural_digest(func), objects, recalls() - before, os.getpid()
 
-    def ready() -> Iterator[tuple[int, tuple[PrimFunc, Optional[int], str, int, int]]]:
+    def ready() -> Iterator[tuple[int, tuple]]:
+        nonlocal workers
         missing = []
         for k in copies:  # recalled here: unpickled once, not also pickled to and from a worker
             func = recall(tasks[k].key, tasks[k].name)
@@ -204,19 +208,21 @@ def _lower_tasks(tasks: dict[int, _KernelTask], target: Target,
                 missing.append(k)
             else:
                 func, index = tasks[k].lower(target, backend, func)
-                yield k, (func, index, structural_digest(func), 0, os.getpid())
-        yield from forked_map(lower_one, missing, build_jobs())
+                yield k, (func, index, structural_digest(func), None, 0, os.getpid())
+        workers = min(build_jobs(), len(missing)) if len(missing) > 1 else 1
+        yield from forked_map(lower_one, missing, workers)
 
-    for k, (func, index, digest, recalled, pid) in ready():
+    workers = 1  # the processes that lower (and compile) the missing kernels
+    for k, (func, index, digest, objects, recalled, pid) in ready():
         note_digest(func, digest)  # the copy unpickled here: deduplication and the kernel cache need not walk it
-        if stats is not None and pid != os.getpid():  # a child's recalls counted in its own copy of the stats
+        if stats is not None and pid != os.getpid():
             stats.lowered_from_cache += recalled
         for copy in copies[k]:
             named = func if copy == k else dataclasses.replace(func, name=tasks[copy].name)
             if copy != k:
                 note_digest(named, digest)
-            if backend.host_code:  # its object compiles on another core while other kernels are lowered
-                prefetch(named, target)
+            if backend.host_code:  # taken as compiled, or compiled on another core while other kernels are lowered
+                prefetch(named, target, objects, workers)
             yield copy, (named, index)
 
 

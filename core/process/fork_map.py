@@ -9,6 +9,7 @@ child that dies without an answer has its index run here.
 """
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -39,9 +40,11 @@ def forked_map(work: Callable[[int], Any], indices: Iterable[int], jobs: int) ->
             yield index, work(index)
         return
     workers: list[_Worker] = []
+    gc.freeze()  # the children's collector leaves the parent's objects alone (no walk, no copy-on-write of them)
     try:
         for _ in range(jobs):
             workers.append(_start(work, workers))
+        gc.unfreeze()
         while True:
             for worker in [w for w in workers if w.index is None]:
                 if pending and not _give(worker, pending):
@@ -68,6 +71,7 @@ def forked_map(work: Callable[[int], Any], indices: Iterable[int], jobs: int) ->
         for index in pending:  # every child died
             yield index, work(index)
     finally:
+        gc.unfreeze()
         _end_all(workers)
 
 
@@ -90,8 +94,10 @@ def _start(work: Callable[[int], Any], others: list[_Worker]) -> _Worker:
 def _serve(work: Callable[[int], Any], task_fd: int, answer_fd: int) -> None:  # pragma: no cover - in the child
     code = 0
     try:
+        # A session of its own, as a spawned build worker has (core/process/child.py): under the kernel's autogroup
+        # scheduling each session gets its share of a busy machine, so the children are not one share together.
+        os.setsid()
         die_with_parent()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends the parent's build; the child just goes
         answers = os.fdopen(answer_fd, "wb")
         for index in messages(os.fdopen(task_fd, "rb")):
             try:
