@@ -1,5 +1,9 @@
 """Kernels -> one object file each: taken from the kernel cache, or compiled (in parallel processes when several miss).
 
+A model's build compiles each kernel in the forked process that lowered it (core/lowering/executable.py calls
+`objects_here` there and hands the objects to `prefetch`); `python -m core.codegen.object_worker` processes compile
+the rest (kernels recalled from the lowering memo whose objects are not cached, libraries built on their own).
+
 Each kernel is compiled in its canonical form (its structural key's: core/tir/kernel_dedup.py) under a symbol
 named by its cache key, so its object code depends on nothing but the key: a cache hit, a serial build and a
 parallel build give the same bytes. The library's own entry module calls these symbols and exports the kernels'
@@ -175,12 +179,14 @@ def _builder(target: Target) -> "ObjectBuilder":
 
 
 def build_jobs() -> int:
-    """Processes for missing kernels: $KILN_BUILD_JOBS, else one per CPU; one under DEBUG>=3 (workers' IR dumps
-    would not reach this process's stderr)."""
+    """Processes for missing kernels: $KILN_BUILD_JOBS (`kiln compile --jobs`), else one per CPU this process may
+    run on; one under DEBUG>=3 (workers' IR dumps would not reach this process's stderr)."""
     if DEBUG.get() >= 3:
         return 1
     text = os.environ.get(ENV_JOBS, "")
-    return max(1, int(text)) if text.isdigit() else max(1, os.cpu_count() or 1)
+    if text.isdigit():
+        return max(1, int(text))
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 class ObjectBuilder:
