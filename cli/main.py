@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -94,6 +95,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
         from core.errors import InvalidModelError
 
         raise InvalidModelError(f"no such model file: {model}")
+    if args.jobs is not None:  # read by every build of this process (core/codegen/kernel_objects.py)
+        from core.errors import KilnError
+
+        if args.jobs < 1:
+            raise KilnError(f"--jobs must be at least 1, not {args.jobs}")
+        os.environ["KILN_BUILD_JOBS"] = str(args.jobs)
     gate.check_local_baseline(args)
     _preflight(model)
     with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TimeElapsedColumn(),
@@ -166,8 +173,6 @@ def _preflight(model: Path) -> None:
 
 def default_records_path() -> Path:
     """Where tuning records live unless --records says otherwise ($KILN_RECORDS overrides)."""
-    import os
-
     return Path(os.environ.get("KILN_RECORDS") or Path.home() / ".cache" / "kiln" / "records.jsonl")
 
 
@@ -244,8 +249,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads: Optional[int]) -> int:
     """`kiln run --compare`: the artifact and ONNX Runtime on the same inputs, one line per output, under the policy."""
-    import os
-
     from core.driver.precision import judged_as
     from core.driver.tolerance import origins_or_empty, parse_tolerance
     from core.driver.reference import reference_session
@@ -364,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast iteration: skip the latency benchmark and validate on one sample at most")
     p.add_argument("--kernel-cache", metavar="DIR|off",
                    help="compiled-kernel cache directory, or off (default: $KILN_KERNEL_CACHE, else ~/.cache/kiln/kernels)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="processes that lower and compile kernels (default: $KILN_BUILD_JOBS, else one per CPU)")
     p.add_argument("--precision", choices=PRECISIONS,
                    help="fp16/bf16: weights stored as float16 or bfloat16 (half the weights file; arithmetic stays "
                         "float32) and validated at that format's tolerance; int8: quantize on --calibration samples "

@@ -1,5 +1,9 @@
 """Kernels -> one object file each: taken from the kernel cache, or compiled (in parallel processes when several miss).
 
+A model's build compiles each kernel in the forked process that lowered it (core/lowering/executable.py calls
+`objects_here` there and hands the objects to `prefetch`); `python -m core.codegen.object_worker` processes compile
+the rest (kernels recalled from the lowering memo whose objects are not cached, libraries built on their own).
+
 Each kernel is compiled in its canonical form (its structural key's: core/tir/kernel_dedup.py) under a symbol
 named by its cache key, so its object code depends on nothing but the key: a cache hit, a serial build and a
 parallel build give the same bytes. The library's own entry module calls these symbols and exports the kernels'
@@ -21,7 +25,7 @@ from llvmlite import ir
 
 from ..debug import DEBUG
 from ..errors import CodegenError
-from ..tir.kernel_dedup import structural_digest, structural_key
+from ..tir.kernel_dedup import digest_of_key, note_digest, structural_digest, structural_key
 from ..process.child import ChildProcess
 from ..target import Target
 from ..tir.stmt import PrimFunc
@@ -128,13 +132,40 @@ def kernel_objects(funcs: Sequence[PrimFunc], target: Target) -> dict[str, Kerne
     return {name: dataclasses.replace(obj, compiled=builder.compiled[obj.key]) for name, obj in of_name.items()}
 
 
-def prefetch(func: PrimFunc, target: Target) -> None:
+def prefetch(func: PrimFunc, target: Target, compiled: Optional[Sequence[tuple[CachedObject, bool]]] = None,
+             workers: int = 1) -> None:
     """Starts compiling `func`'s object now, on a worker process, when it is not in the cache: lowering goes on
-    with the next kernel meanwhile. Only inside a `building` block (core/codegen/kernel_cache.py), else nothing.
-    For CPU code (a Backend with `host_code`: the caller knows)."""
+    with the next kernel meanwhile; or takes the objects `compiled` already (objects_here's, by `workers` processes).
+    Only inside a `building` block (core/codegen/kernel_cache.py), else nothing. For CPU code (a Backend with
+    `host_code`: the caller knows)."""
     if current_stats() is not None:
-        for variant in target.compiled_for():  # a multi-ISA target's kernels: each variant's object
-            _builder(variant).want(func)
+        for k, variant in enumerate(target.compiled_for()):  # a multi-ISA target's kernels: each variant's object
+            _builder(variant).want(func, None if compiled is None else compiled[k], workers)
+
+
+def objects_here(func: PrimFunc, target: Target) -> Optional[list[tuple[CachedObject, bool]]]:
+    """`func`'s object for each of `target`'s variants, from the kernel cache or compiled in this process (a forked
+    lowering worker: core/lowering/executable.py), each with whether the cache had it; for `prefetch`. None outside
+    a `building` block."""
+    if current_stats() is None:
+        return None
+    key = structural_key(func)
+    digest = digest_of_key(key)
+    note_digest(func, digest)
+    canonical = dataclasses.replace(func, name=SYMBOL_PREFIX, params=key[0], body=key[1])
+    cache, objects = current_cache(), []
+    for variant in target.compiled_for():
+        object_name = object_key(digest, variant, PIPELINE)
+        hit = cache.get(object_name) if cache is not None else None
+        if hit is None:
+            try:
+                compiled = compile_object(dataclasses.replace(canonical, name=SYMBOL_PREFIX + object_name[:24]), variant)
+            except Exception as err:
+                _raise_named(func, variant, err)
+            if cache is not None:
+                cache.put(object_name, compiled)
+        objects.append((hit or compiled, hit is not None))
+    return objects
 
 
 def _builder(target: Target) -> "ObjectBuilder":
@@ -148,12 +179,14 @@ def _builder(target: Target) -> "ObjectBuilder":
 
 
 def build_jobs() -> int:
-    """Processes for missing kernels: $KILN_BUILD_JOBS, else one per CPU; one under DEBUG>=3 (workers' IR dumps
-    would not reach this process's stderr)."""
+    """Processes for missing kernels: $KILN_BUILD_JOBS (`kiln compile --jobs`), else one per CPU this process may
+    run on; one under DEBUG>=3 (workers' IR dumps would not reach this process's stderr)."""
     if DEBUG.get() >= 3:
         return 1
     text = os.environ.get(ENV_JOBS, "")
-    return max(1, int(text)) if text.isdigit() else max(1, os.cpu_count() or 1)
+    if text.isdigit():
+        return max(1, int(text))
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 class ObjectBuilder:
@@ -173,16 +206,22 @@ class ObjectBuilder:
         self._workers: Optional[list[ChildProcess]] = None
         self.processes = 0
 
-    def want(self, func: PrimFunc) -> KernelObject:
+    def want(self, func: PrimFunc, compiled: Optional[tuple[CachedObject, bool]] = None, workers: int = 1) -> KernelObject:
+        """`func`'s object, queued to compile unless the cache has it or it is `compiled` already (by `workers`
+        processes; with whether the cache had it)."""
         key = object_key(structural_digest(func), self.target, PIPELINE)
         obj = self._objects.get(key)
         if obj is not None:
             return obj
         symbol = SYMBOL_PREFIX + key[:24]
-        hit = self.cache.get(key) if self.cache is not None else None
-        if hit is not None:
+        if compiled is not None:
+            self.processes = max(self.processes, workers)
+        elif self.cache is not None:
+            cached = self.cache.get(key)
+            compiled = None if cached is None else (cached, True)
+        if compiled is not None:
             obj = KernelObject(symbol, key, dataclasses.replace(func, name=symbol))
-            self.compiled[key], self.from_cache[key] = hit, True
+            self.compiled[key], self.from_cache[key] = compiled
         else:  # compiled in its canonical form, so that the object depends on nothing but the key
             params, body, _, _, _ = structural_key(func)
             obj = KernelObject(symbol, key, dataclasses.replace(func, name=symbol, params=params, body=body))
@@ -258,10 +297,7 @@ class ObjectBuilder:
             self._failed(key, err)
 
     def _failed(self, key: str, err: BaseException) -> NoReturn:
-        """Raises the error compiling the kernel under its own names gives (the canonical form's names mean
-        nothing to a user), or `err` when that compiles."""
-        compile_object(self._given[key], self.target)
-        raise err
+        _raise_named(self._given[key], self.target, err)
 
     def _send(self, worker: ChildProcess, key: str) -> None:
         try:
@@ -274,6 +310,13 @@ class ObjectBuilder:
     def _drop(self, worker: ChildProcess) -> None:
         worker.kill()
         self._workers.remove(worker)
+
+
+def _raise_named(func: PrimFunc, target: Target, err: BaseException) -> NoReturn:
+    """Raises the error compiling `func` under its own names gives (the canonical form's names mean nothing to a
+    user), or `err` when that compiles."""
+    compile_object(func, target)
+    raise err
 
 
 class _WorkerPool:

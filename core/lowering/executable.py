@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ..codegen.kernel_objects import prefetch
+from ..codegen.kernel_cache import current_stats
+from ..codegen.kernel_objects import build_jobs, objects_here, prefetch
 from ..codegen.model_entry import BufferRef, KernelCall, ModelPlan
 from ..graph.ir import Graph, Node
 from .control_flow import ControlParts, control_call, is_control_node, prepare_control
@@ -21,7 +23,8 @@ from .inplace import inplace_input
 from .memory import Lifetime, MemoryPlan, align, plan_memory
 from .narrow_reads import scalar_reads, weight_widenings
 from ..graph.ops import Pattern, get_op, node_flops
-from ..tir.kernel_dedup import share_identical
+from ..process.fork_map import forked_map
+from ..tir.kernel_dedup import note_digest, share_identical, structural_digest
 from .lowering_memo import derived_key, group_key, recall, remember
 from .run_time_bounds import NO_BOUNDS, KernelBounds, bound_stages, kernel_bounds, length_params
 from ..kernels.indexing import CHECKS_INDICES
@@ -142,21 +145,6 @@ def group_inputs(nodes: Sequence[Node]) -> list[str]:
     return list(dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in produced))
 
 
-def _lower_or_recall(nodes: Sequence[Node], graph: Graph, target: Target, backend: "Backend", name: str,
-                     outputs: Sequence[str], anchor_schedule: Optional[ScheduleFn], bounds: KernelBounds = NO_BOUNDS
-                     ) -> tuple[PrimFunc, Optional[str]]:
-    """lower_group's kernel, or its earlier result from the kernel cache (untuned groups: a tuned schedule is not
-    part of the key); and the memo key (None: not memoized)."""
-    key = group_key(nodes, graph, outputs, target) if anchor_schedule is None else None
-    key = derived_key(key, bounds.describe()) if bounds else key
-    func = recall(key, name)
-    if func is None:
-        func, _ = lower_group(nodes, graph, target, backend, name, outputs, anchor_schedule=anchor_schedule,
-                              bounds=bounds)
-        remember(key, func)
-    return func, key
-
-
 def _in_place_or_recall(func: PrimFunc, index: int, key: Optional[str]) -> Optional[PrimFunc]:
     """_read_from_output, remembered under the lowering's memo `key` when it gives a kernel."""
     key = derived_key(key, f"read input {index} from the output")
@@ -166,6 +154,83 @@ def _in_place_or_recall(func: PrimFunc, index: int, key: Optional[str]) -> Optio
         if found is not None:
             remember(key, found)
     return found
+
+
+@dataclass(frozen=True)
+class _KernelTask:
+    """What lowering one kernel needs: its group, name, tuned schedule, memo key, the input it may read from its
+    output (an index into its inputs; None: none) and the run-time lengths its loops stop at."""
+
+    nodes: Sequence[Node]
+    types: Graph
+    outputs: Sequence[str]
+    name: str
+    tuned: Optional[ScheduleFn]
+    key: Optional[str]
+    inplace_index: Optional[int]
+    bounds: KernelBounds = NO_BOUNDS
+
+    def lower(self, target: Target, backend: "Backend", func: Optional[PrimFunc] = None) -> tuple[PrimFunc, Optional[int]]:
+        """The kernel (`func`, or recalled, or lowered), and the index of the input it reads from its output (None:
+        none)."""
+        func = func or recall(self.key, self.name)
+        if func is None:
+            func, _ = lower_group(self.nodes, self.types, target, backend, self.name, self.outputs,
+                                  anchor_schedule=self.tuned, bounds=self.bounds)
+            remember(self.key, func)
+        if self.inplace_index is None:
+            return func, None
+        in_place = _in_place_or_recall(func, self.inplace_index, self.key)
+        return (func, None) if in_place is None else (in_place, self.inplace_index)
+
+
+def _lower_tasks(tasks: dict[int, _KernelTask], target: Target,
+                 backend: "Backend") -> Iterator[tuple[int, tuple[PrimFunc, Optional[int]]]]:
+    """(kernel index, what _KernelTask.lower gives) for each task, as each is ready: recalled here from the kernel
+    cache, else lowered on forked workers when several must be (core/process/fork_map.py); each CPU kernel handed to
+    codegen as soon as it is (`prefetch`). Groups with one memo key and in-place input are lowered once and renamed
+    (repeated layers)."""
+    first_of: dict[tuple, int] = {}
+    copies: dict[int, list[int]] = {}
+    for k, task in tasks.items():
+        first = first_of.setdefault((task.key, task.inplace_index), k) if task.key is not None else k
+        copies.setdefault(first, []).append(k)
+    stats = current_stats()
+    recalls = lambda: stats.lowered_from_cache if stats is not None else 0  # noqa: E731
+
+    def lower_one(k: int) -> tuple:
+        """The kernel and what else a forked worker does for it: its structural digest, its objects (CPU code), the
+        recalls it made (a child's count in its own copy of the stats), and which process it ran in."""
+        before = recalls()
+        func, index = tasks[k].lower(target, backend)
+        objects = objects_here(func, target) if backend.host_code else None
+        return func, index, structural_digest(func), objects, recalls() - before, os.getpid()
+
+    def ready() -> Iterator[tuple[int, tuple]]:
+        nonlocal workers
+        missing = []
+        for k in copies:  # recalled here: unpickled once, not also pickled to and from a worker
+            func = recall(tasks[k].key, tasks[k].name)
+            if func is None:
+                missing.append(k)
+            else:
+                func, index = tasks[k].lower(target, backend, func)
+                yield k, (func, index, structural_digest(func), None, 0, os.getpid())
+        workers = min(build_jobs(), len(missing)) if len(missing) > 1 else 1
+        yield from forked_map(lower_one, missing, workers)
+
+    workers = 1  # the processes that lower (and compile) the missing kernels
+    for k, (func, index, digest, objects, recalled, pid) in ready():
+        note_digest(func, digest)  # the copy unpickled here: deduplication and the kernel cache need not walk it
+        if stats is not None and pid != os.getpid():
+            stats.lowered_from_cache += recalled
+        for copy in copies[k]:
+            named = func if copy == k else dataclasses.replace(func, name=tasks[copy].name)
+            if copy != k:
+                note_digest(named, digest)
+            if backend.host_code:  # taken as compiled, or compiled on another core while other kernels are lowered
+                prefetch(named, target, objects, workers)
+            yield copy, (named, index)
 
 
 def _group_of(node: Node, graph: Graph) -> tuple[list[Node], Graph]:
@@ -233,34 +298,39 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
         for v in info.inputs:
             last[v] = max(last.get(v, k), k)
 
-    funcs: list[Optional[PrimFunc]] = []  # None: an If or Loop call (`controls`)
+    funcs: list[Optional[PrimFunc]] = [None] * len(work)  # None: an If or Loop call (`controls`)
     controls: dict[int, ControlParts] = {}
-    inplace: dict[str, str] = {}
     owners = list(graph.nodes) if groups is None else [None] * len(work)
+    tasks: dict[int, _KernelTask] = {}
     for k, ((nodes, types, outputs), info) in enumerate(zip(work, infos)):
         if is_control_node(nodes):
             controls[k] = prepare_control(nodes[0], types, target, info.name,
                                           functools.partial(build_executable, backend=backend))
-            funcs.append(None)
             continue
         tuned = schedule_for(info.name, owners[k]) if schedule_for and owners[k] is not None else None
         bounds = kernel_bounds(graph, info.inputs, outputs)  # kernels that stop at run-time lengths take them as inputs
-        func, memo_key = _lower_or_recall(nodes, types, target, backend, info.name, outputs, tuned, bounds)
-        if func.num_inputs > len(info.inputs):
+        if bounds:
             info = infos[k] = dataclasses.replace(info, inputs=info.inputs + tuple(length_params(bounds, info.inputs)))
         # In place: a kernel whose single output is elementwise in an input that dies there reads that
         # input from the output's buffer (one parameter, so codegen's noalias promise still holds).
         dying = [v for v in info.inputs if v in first and v not in graph_outputs and last[v] == k]
         value = inplace_input(nodes, types, dying, info.outputs)
-        in_place = (_in_place_or_recall(func, info.inputs.index(value), memo_key)
-                    if value is not None and info.outputs[0] not in graph_outputs else None)
-        if in_place is not None:
+        if value is not None and info.outputs[0] in graph_outputs:
+            value = None
+        key = group_key(nodes, types, outputs, target) if tuned is None else None
+        key = derived_key(key, bounds.describe()) if bounds else key
+        tasks[k] = _KernelTask(nodes, types, outputs, info.name, tuned, key,
+                               None if value is None else info.inputs.index(value), bounds)
+    inplace: dict[str, str] = {}
+    lowered = dict(_lower_tasks(tasks, target, backend))
+    for k in sorted(lowered):  # in kernel order, whatever order they were lowered in
+        func, value_index = lowered[k]
+        info = infos[k]
+        if value_index is not None:
+            value = info.inputs[value_index]
             inplace[info.outputs[0]] = value
-            func = in_place
             infos[k] = dataclasses.replace(info, inputs=tuple(v for v in info.inputs if v != value), inplace=value)
-        funcs.append(func)
-        if backend.host_code:  # its object compiles on another core while the next kernel is lowered
-            prefetch(func, target)
+        funcs[k] = func
     lifetimes = [Lifetime(v, graph.type_of(v).nbytes, first[v], last[v])
                  for v in first if v not in graph_outputs]
     # Workspaces are per call (named by the kernel, not the possibly shared function).

@@ -36,7 +36,7 @@ def _enter(limits: Limits) -> None:
     limits.apply()
 
 
-def _error_message(err: BaseException) -> tuple:
+def error_message(err: BaseException) -> tuple:
     # KilnError subclasses take different constructor arguments: send class, code and text, not the object.
     return ("error", type(err).__module__, type(err).__qualname__, getattr(err, "code", None), str(err),
             isinstance(err, KilnError), traceback.format_exc(limit=20))
@@ -54,14 +54,14 @@ def _child(fd: int, func: Callable, args: tuple, kwargs: dict, limits: Limits) -
                        "ran out of memory", False, repr(err)))
     except BaseException as err:  # noqa: BLE001 - everything goes back to the parent
         try:
-            send(channel, _error_message(err))
+            send(channel, error_message(err))
         except BaseException:  # an unpicklable detail: at least the text
             code = 1
     finally:
         os._exit(code)  # never run the parent's atexit handlers, finalizers or test framework
 
 
-def _rebuild(module: str, name: str, code: Optional[str], text: str, is_kiln: bool) -> BaseException:
+def rebuild_error(module: str, name: str, code: Optional[str], text: str, is_kiln: bool) -> BaseException:
     if is_kiln:
         try:
             cls = getattr(__import__(module, fromlist=[name]), name)
@@ -130,4 +130,4 @@ def run_sandboxed(func: Callable[..., Any], *args, limits: Limits = Limits(),
         raise SandboxError(f"{what} {_describe(status)}")
     if outcome[0] == "result":
         return outcome[1]
-    raise _rebuild(*outcome[1:6])
+    raise rebuild_error(*outcome[1:6])

@@ -63,9 +63,14 @@ def structural_digest(func: PrimFunc) -> str:
     known = _DIGESTS.get(id(func))
     if known is not None and known[0]() is func:
         return known[1]
-    digest = hashlib.sha256(repr(structural_key(func)).encode()).hexdigest()
+    digest = digest_of_key(structural_key(func))
     note_digest(func, digest)
     return digest
+
+
+def digest_of_key(key: Hashable) -> str:
+    """structural_digest of a kernel whose structural key is `key`."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()
 
 
 def note_digest(func: PrimFunc, digest: str) -> None:
@@ -89,4 +94,4 @@ def share_identical(funcs: Sequence[PrimFunc]) -> tuple[list[PrimFunc], list[str
     return unique, called
 
 
-__all__ = ["structural_key", "structural_digest", "note_digest", "share_identical"]
+__all__ = ["structural_key", "structural_digest", "digest_of_key", "note_digest", "share_identical"]
