@@ -105,7 +105,8 @@ def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], p
     rows = []
     for past in args.pasts:
         static = core.compile(str(model), benchmark=False, threads=args.threads, input_shapes={
-            "input_ids": "1,1", "past_key_values.0.key": f"1,{kv_shape[0]},{past},{kv_shape[1]}"})
+            "input_ids": (1, 1), "attention_mask": (1, past + 1),
+            **{n: (1, kv_shape[0], past, kv_shape[1]) for n in past_names}})
         feeds = {"input_ids": np.array([[7]], np.int64), "attention_mask": np.ones((1, past + 1), np.int64),
                  **{n: rng.standard_normal((1, kv_shape[0], past, kv_shape[1])).astype(np.float32)
                     for n in past_names}}

@@ -264,7 +264,8 @@ def static_part(builder: "GraphBuilder", op: str, inputs: Sequence[str], attrs: 
     marked = [i for i, name in enumerate(inputs) if builder.shape_bounds.get(name) is not None]
     if op == "Equal" and len(marked) == 1:
         return _never_a_length(builder, inputs, marked[0])
-    if op not in _POSITIONAL or len(marked) != 1 or len(out_types) != 1 or any(
+    if op not in _POSITIONAL or len(marked) != 1 or marked[0] not in (_POSITIONAL[op] or (marked[0],)) \
+            or len(out_types) != 1 or any(
             builder.constant_value(n) is None for i, n in enumerate(inputs) if i != marked[0] and n):
         return None
     name = inputs[marked[0]]

@@ -44,6 +44,7 @@ class GraphBuilder:
         self.shape_bounds: dict[str, Bound | MultiBound] = {}  # run-time shape -> which entry (axis) is which length
         self.length_symbols: dict[str, str] = {}  # run-time length input -> its variable (length_inputs.py)
         self.length_floors: dict[str, int] = {}  # variable -> its smallest size (0 when not known)
+        self.affine_lengths: dict = {}  # (value, id(symbols)) -> its affine_length, computed once
         # value -> its int64 [1 + rank] actual shape: an If output whose branches differ in shape (a graph output only)
         self.run_time_shapes: dict[str, str] = {}
         # merged length -> (per-row length, outer, inner): an axis merged from [outer, bounded, inner] and laid out

@@ -57,6 +57,15 @@ def affine_length(builder: "GraphBuilder", value: str, symbols: Mapping[str, str
     constant = builder.constant_value(value)
     if constant is not None:
         return ({}, int(constant.reshape(-1)[0])) if constant.size == 1 else None
+    if builder.type_of(value).numel != 1:  # a length has one entry: no walk through a whole model's tensors
+        return None
+    key = (value, id(symbols))
+    if key not in builder.affine_lengths:  # a graph's shape arithmetic shares its terms: each is followed once
+        builder.affine_lengths[key] = _affine_of_node(builder, value, symbols)
+    return builder.affine_lengths[key]
+
+
+def _affine_of_node(builder: "GraphBuilder", value: str, symbols: Mapping[str, str]) -> Optional[Affine]:
     marked = parts_of(builder.shape_bounds.get(value))
     if len(marked) == 1 and marked[0].length != value and builder.type_of(value).numel == 1:
         # one entry of a run-time shape: that length
