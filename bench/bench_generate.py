@@ -8,7 +8,10 @@ prompt step and of a one-token step for each.
 
     /path/to/torch-env/bin/python bench/bench_generate.py export [--model gpt2|llama] [--layers 4] [--width 256]
     .venv/bin/python bench/bench_generate.py run [--model gpt2|llama] [--rounds 5] [--threads 2] [--ranges SPEC]
+    .venv/bin/python bench/bench_generate.py step [--tokens 64] [--pasts 8 40 71 300] [--rounds 5] [--calls 20]
 
+`step` does what `run` does, then times the ranged artifact's one-token step (batch 1, past P) against a static
+compile at exactly (1, 1, P) for each P, interleaved (the issue's "within 1.1x of a static compile").
 (`export` needs torch + transformers; `run` needs Kiln's environment. --ranges "input_ids=1,1..16:1|16 ..." gives
 other ranges, e.g. the old listed buckets, to compare.)
 """
