@@ -122,9 +122,6 @@ def export_fasterrcnn(torch) -> None:
     torch.manual_seed(0)
     model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
         weights=None, weights_backbone=None, num_classes=5).eval()
-    with torch.no_grad():  # random heads score every box alike: ties that any two NMS/TopK orders break apart
-        for layer in (model.rpn.head.cls_logits, model.roi_heads.box_predictor.cls_score):
-            torch.nn.init.normal_(layer.weight, std=0.5)
     torch.onnx.export(model, ([torch.rand(3, 320, 320)],), str(CACHE / "fasterrcnn.onnx"),
                       input_names=["image"], output_names=["boxes", "labels", "scores"],
                       dynamic_axes={"image": {1: "height", 2: "width"}, "boxes": {0: "detections"},
@@ -209,6 +206,10 @@ def run_t5(core, ort, threads: int, tokens: int) -> bool:
 
 
 def run_fasterrcnn(core, ort, threads: int) -> bool:
+    """Today: height and width can be neither padded (the transform's Resize mixes positions) nor masked (the
+    detections' count is data-dependent, not a sum of input lengths), so each side compiles at 256 and 512 only;
+    and random weights score the boxes alike (2 distinct scores in 100), so NMS/TopK tie-breaks decide the order
+    and the comparison with ONNX Runtime fails on the boxes' order, not on their values."""
     artifact = _compile(core, "fasterrcnn", {"image": "3,256..512,256..512"}, threads)
     session = ort.InferenceSession(str(CACHE / "fasterrcnn.onnx"))
     rng = np.random.default_rng(0)
