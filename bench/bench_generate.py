@@ -8,7 +8,10 @@ prompt step and of a one-token step for each.
 
     /path/to/torch-env/bin/python bench/bench_generate.py export [--model gpt2|llama] [--layers 4] [--width 256]
     .venv/bin/python bench/bench_generate.py run [--model gpt2|llama] [--rounds 5] [--threads 2] [--ranges SPEC]
+    .venv/bin/python bench/bench_generate.py step [--tokens 64] [--pasts 8 40 71 300] [--rounds 5] [--calls 20]
 
+`step` does what `run` does, then times the ranged artifact's one-token step (batch 1, past P) against a static
+compile at exactly (1, 1, P) for each P, interleaved (the issue's "within 1.1x of a static compile").
 (`export` needs torch + transformers; `run` needs Kiln's environment. --ranges "input_ids=1,1..16:1|16 ..." gives
 other ranges, e.g. the old listed buckets, to compare.)
 """
@@ -74,9 +77,67 @@ def export_decoder(path: Path, kind: str, layers: int, width: int, heads: int, v
     return kv_heads
 
 
+def greedy(engines: dict, prompt: np.ndarray, count: int, kv_shape: tuple[int, int], past_names: list[str],
+           times: dict) -> dict[str, list[int]]:
+    """`count` greedy tokens from `prompt` by each engine, interleaved step by step; appends each call's ms to
+    times[(engine, "prompt" | "step")]. Returns each engine's tokens."""
+    state = {e: {"ids": prompt, "seen": 0, "tokens": [],
+                 "past": {n: np.zeros((1, *kv_shape[:1], 0, kv_shape[1]), np.float32) for n in past_names}}
+             for e in engines}
+    for step in range(count):
+        for engine, run in engines.items():  # interleaved: both engines at each step
+            s = state[engine]
+            mask = np.ones((1, s["seen"] + s["ids"].shape[1]), np.int64)
+            feeds = {"input_ids": s["ids"], "attention_mask": mask, **s["past"]}
+            t0 = time.perf_counter()
+            out = run(feeds)
+            times[(engine, "prompt" if step == 0 else "step")].append((time.perf_counter() - t0) * 1e3)
+            s["tokens"].append(int(np.argmax(out["logits"][0, -1])))
+            s["seen"] += s["ids"].shape[1]
+            s["past"] = {n: out[n.replace("past_key_values", "present")] for n in past_names}
+            s["ids"] = np.array([[s["tokens"][-1]]], np.int64)
+    return {engine: s["tokens"] for engine, s in state.items()}
+
+
+def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], past_names: list[str], args) -> None:
+    """The one-token step (batch 1, one new token, past P) of the ranged artifact against a static compile at
+    exactly that shape, for each P of --pasts: interleaved rounds, the median of --calls calls per round."""
+    import core
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for past in args.pasts:
+        static = core.compile(str(model), benchmark=False, threads=args.threads, input_shapes={
+            "input_ids": (1, 1), "attention_mask": (1, past + 1),
+            **{n: (1, kv_shape[0], past, kv_shape[1]) for n in past_names}})
+        feeds = {"input_ids": np.array([[7]], np.int64), "attention_mask": np.ones((1, past + 1), np.int64),
+                 **{n: rng.standard_normal((1, kv_shape[0], past, kv_shape[1])).astype(np.float32)
+                    for n in past_names}}
+        with static.load() as fixed:
+            fixed.set_num_threads(args.threads)
+            err = max(float(np.abs(module.run(feeds)[n] - fixed.run(feeds)[n]).max()) for n in ("logits",))
+            medians = {"dynamic": [], "static": []}
+            for _ in range(args.rounds):
+                for name, run in (("dynamic", module.run), ("static", fixed.run)):
+                    run(feeds)  # warm
+                    calls = []
+                    for _ in range(args.calls):
+                        t0 = time.perf_counter()
+                        run(feeds)
+                        calls.append((time.perf_counter() - t0) * 1e3)
+                    medians[name].append(statistics.median(calls))
+        dyn, sta = statistics.median(medians["dynamic"]), statistics.median(medians["static"])
+        rows.append((past, dyn, sta, err))
+    print(f"one-token step, batch 1: ranged artifact {ranges} vs a static compile at (1, 1, past); "
+          f"{args.rounds} interleaved rounds x {args.calls} calls, medians, {args.threads} threads")
+    print(f"{'past':>6} {'ranged ms':>10} {'static ms':>10} {'ranged/static':>14} {'max |diff|':>11}")
+    for past, dyn, sta, err in rows:
+        print(f"{past:6d} {dyn:10.3f} {sta:10.3f} {dyn / sta:13.2f}x {err:11.1e}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("export", "run"))
+    parser.add_argument("command", choices=("export", "run", "step"))
     parser.add_argument("--model", choices=("gpt2", "llama"), default="gpt2")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
@@ -86,6 +147,8 @@ def main() -> int:
     parser.add_argument("--vocab", type=int, default=2000)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--ranges", nargs="*", help="NAME=DIMS ranges instead of every dim ranged")
+    parser.add_argument("--pasts", type=int, nargs="*", default=[8, 40, 71, 300], help="step: the past lengths")
+    parser.add_argument("--calls", type=int, default=20, help="step: calls per round")
     args = parser.parse_args()
     model = CACHE / f"{args.model}.onnx"
     if args.command == "export":
@@ -123,23 +186,11 @@ def main() -> int:
         engines = {"onnxruntime": lambda feeds: dict(zip(names, session.run(None, feeds))), "kiln": module.run}
         same = True
         for _ in range(args.rounds):
-            state = {e: {"ids": prompt, "seen": 0, "tokens": [],
-                         "past": {n: np.zeros((1, kv_heads, 0, head_dim), np.float32) for n in past_names}}
-                     for e in engines}
-            for step in range(args.tokens):
-                for engine, run in engines.items():  # interleaved: both engines at each step
-                    s = state[engine]
-                    mask = np.ones((1, s["seen"] + s["ids"].shape[1]), np.int64)
-                    feeds = {"input_ids": s["ids"], "attention_mask": mask, **s["past"]}
-                    t0 = time.perf_counter()
-                    out = run(feeds)
-                    times[(engine, "prompt" if step == 0 else "step")].append((time.perf_counter() - t0) * 1e3)
-                    s["tokens"].append(int(np.argmax(out["logits"][0, -1])))
-                    s["seen"] += s["ids"].shape[1]
-                    s["past"] = {n: out[n.replace("past_key_values", "present")] for n in past_names}
-                    s["ids"] = np.array([[s["tokens"][-1]]], np.int64)
-            same = same and state["kiln"]["tokens"] == state["onnxruntime"]["tokens"]
-        print(f"{args.tokens} tokens, same as ONNX Runtime in every round: {same}  ({state['kiln']['tokens'][:12]}...)")
+            tokens = greedy(engines, prompt, args.tokens, (kv_heads, head_dim), past_names, times)
+            same = same and tokens["kiln"] == tokens["onnxruntime"]
+        print(f"{args.tokens} tokens, same as ONNX Runtime in every round: {same}  ({tokens['kiln'][:12]}...)")
+        if args.command == "step":
+            step_latency(model, module, ranges, (kv_heads, head_dim), past_names, args)
     print(f"{'':12} {'prompt (8 tokens) ms':>22} {'one-token step ms':>18}")
     for engine in engines:
         print(f"{engine:12} {statistics.median(times[(engine, 'prompt')]):22.3f} "

@@ -45,7 +45,10 @@ def emit_vector(vb: VectorBody, e: Call) -> ir.Value:
     wrapped, bad = _wrap_and_test(b, idx, extent)
     if vb.mask is not None:
         bad = b.and_(bad, vb.mask)  # idle lanes hold whatever: they are not indices
-    if len(e.args) > 2:
+    if len(e.args) > 2 and lanes_of(idx) == 1:  # a one-lane body: its lane is the index itself
+        with b.if_then(bad, likely=False):
+            _record(fe, e.args[2], idx, extent)
+    elif len(e.args) > 2:
         bits = b.bitcast(bad, ir.IntType(lanes_of(idx)))
         with b.if_then(b.icmp_unsigned("!=", bits, ir.Constant(bits.type, 0)), likely=False):
             cttz = arith.declare(b.module, f"llvm.cttz.{mangle(bits.type)}", bits.type, [bits.type, I1])

@@ -53,7 +53,8 @@ def find_masked(plan: BucketPlan, source, refused: Mapping[str, str]) -> MaskedB
             bucket_lengths = {name: kept for name, axes in lengths.items()
                               if (kept := {a: t for a, t in axes.items() if not set(t[0]) <= set(full)})}
             graph, lengths_out = import_onnx_with_lengths(source, plan.input_shapes(b), bucket_lengths,
-                                                          {names[k]: sizes[k] for k in candidates})
+                                                          {names[k]: sizes[k] for k in candidates},
+                                                          {names[k]: plan.variables[k].range.lo for k in candidates})
             graphs.append(graph)
             found.append((lengths_out, full))
         outputs = _output_lengths(graphs, found)

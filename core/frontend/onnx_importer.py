@@ -7,7 +7,7 @@ compile-time structures over tensor values (structured_values), flattened at the
 from __future__ import annotations
 
 from collections import ChainMap
-from typing import Mapping, MutableMapping, Sequence
+from typing import Mapping, MutableMapping, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -34,14 +34,15 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
 
 
 def import_onnx_with_lengths(model: ModelSource, input_shapes: Mapping[str, Sequence[int]],
-                             lengths: Mapping[str, Mapping[int, tuple[Sequence[str], int]]], sizes: Mapping[str, int]
-                             ) -> tuple[Graph, dict[str, dict[int, Affine]]]:
+                             lengths: Mapping[str, Mapping[int, tuple[Sequence[str], int]]], sizes: Mapping[str, int],
+                             floors: Optional[Mapping[str, int]] = None) -> tuple[Graph, dict[str, dict[int, Affine]]]:
     """import_onnx where the input dims of `lengths` (input -> axis -> the variables adding up to it, plus a
     constant) take any size up to `input_shapes`' at run time (core/graph/length_inputs.py): the graph's inputs
-    are the model's, then one int64 [1] length per variable of `sizes` (variable -> its largest size). Also
+    are the model's, then one int64 [1] length per variable of `sizes` (variable -> its largest size; `floors`:
+    its smallest). Also
     returns each output's run-time lengths (output -> axis -> ({variable: coefficient}, constant)). ShapeError
     when an op cannot take a run-time length."""
-    return _import(model, input_shapes, (lengths, sizes))
+    return _import(model, input_shapes, (lengths, sizes, floors))
 
 
 def _import(model: ModelSource, input_shapes, lengths=None) -> tuple[Graph, dict[str, dict[int, Affine]]]:

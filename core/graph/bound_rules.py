@@ -467,16 +467,22 @@ def _scatter(node: BoundedNode) -> list[str]:
     """Padding entries of the indices and updates are sent to one extra slot appended to the data along
     the scattered axis (axis 0 for ScatterND), which is cut off again: they write nothing that counts."""
     data, indices, updates = node.bound(0), node.bound(1), node.bound(2)
-    b, rank = node.builder, node.type(0).rank
-    axis = node.attrs.get("axis", 0)
     entries = indices or updates
     if entries is None:
-        return set_bound(b, node.emit(), data)
-    last = node.type(1).rank - 1
-    if node.op == "ScatterND" and entries.axis >= last:
+        return set_bound(node.builder, node.emit(), data)
+    if node.op == "ScatterND" and entries.axis >= node.type(1).rank - 1:
         raise node.refuse("the index tuples or the updated slices have a data-dependent length")
     if indices is not None and updates is not None and indices.axis != updates.axis:
         raise node.refuse("the indices and the updates are data-dependent along different axes")
+    return scatter_past_lengths(node, [entries], data)
+
+
+def scatter_past_lengths(node: BoundedNode, entries: Sequence[Bound], data) -> list[str]:
+    """The scatter with the entries past each of `entries` (bounds of the indices) written into a spare slot,
+    then cut off; the result keeps the data's bound."""
+    b, rank = node.builder, node.type(0).rank
+    axis = node.attrs.get("axis", 0)
+    last = node.type(1).rank - 1
     dim = node.type(0).shape[axis]
     pads = [0] * (2 * rank)
     pads[rank + axis] = 1
@@ -487,7 +493,9 @@ def _scatter(node: BoundedNode) -> list[str]:
         fill.reshape(-1)[0] = dim
     else:
         fill = dim
-    targets = masked(b, node.inputs[1], fill, entries)
+    targets = node.inputs[1]
+    for part in entries:
+        targets = masked(b, targets, fill, part)
     (scattered,) = node.emit([spare, targets, node.inputs[2]])
     shape = node.type(0).shape
     (out,) = b.add_unbounded_node("Slice", [scattered], 1, node.hint, starts=(0,) * rank, steps=(1,) * rank,

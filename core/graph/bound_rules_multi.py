@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from core.graph.bound_rules import BoundedNode, reshaped_bound, sliced_bound
+from core.graph.bound_rules import BoundedNode, reshaped_bound, scatter_past_lengths, sliced_bound
 from core.graph.bounded import Bound, MultiBound, combined, fill_value, masked, parts_of, set_bound
 from core.graph.op_facts import Fact, elementwise_rule, op_rule, rule_for
 from core.graph.ops import Pattern, get_op
@@ -174,6 +174,26 @@ def _reduce(node: BoundedNode) -> list[str]:
     kept = [Bound(p.length, p.axis if keep else p.axis - sum(1 for a in axes if a < p.axis))
             for p in parts if p.axis not in axes]
     return _emit(node, kept, inputs)
+
+
+@multi_rule("ScatterND")
+def _scatter_nd(node: BoundedNode) -> list[str]:
+    """x[:, :, :, :n] = y as torch exports it (index tuples of a grid bounded along queries and keys): the
+    tuples past any length go to the spare slot; the updates' entries line up with the tuples."""
+    last = node.type(1).rank - 1
+    entries = [*_parts(node, 1), *_parts(node, 2)]
+    if any(part.axis >= last for part in entries):
+        raise node.refuse("the index tuples or the updated slices have a data-dependent length")
+    return scatter_past_lengths(node, parts_of(combined(entries)), node.bound(0))
+
+
+@op_rule(Fact.BOUND, "Trilu")
+@multi_rule("Trilu")
+def _trilu(node: BoundedNode) -> list[str]:
+    """A causal mask (triu of a [queries, past + queries] fill): which entries it keeps depends on their absolute
+    positions only, which the padding past each length does not move, so every bound passes through."""
+    _data_only(node)
+    return _emit(node, _parts(node, 0))
 
 
 def _data_only(node: BoundedNode) -> None:

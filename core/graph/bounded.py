@@ -211,36 +211,90 @@ def track_runtime_ints(builder: "GraphBuilder", op: str, inputs: Sequence[str], 
             return
     (largest,) = fold_node(op, arrays, attrs, [builder.type_of(outputs[0])])
     builder.runtime_ints[outputs[0]] = np.asarray(largest)
-    marked = [i for i, name in enumerate(inputs) if name in builder.shape_bounds]
-    if op in _POSITIONAL and len(marked) == 1:  # where the run-time length lands: follow a marker through
-        bound = builder.shape_bounds[inputs[marked[0]]]
-        probe = np.array(arrays[marked[0]], copy=True).reshape(-1)
-        probe[bound.axis] = _MARKER
-        arrays[marked[0]] = probe.reshape(np.shape(arrays[marked[0]]))
-        (moved,) = fold_node(op, arrays, attrs, [builder.type_of(outputs[0])])
-        places = np.flatnonzero(np.asarray(moved).reshape(-1) == _MARKER)
+    if op not in _POSITIONAL:
+        _mark_sum_of_lengths(builder, outputs[0])
+        return
+    marked = [i for i, name in enumerate(inputs) if builder.shape_bounds.get(name) is not None]
+    if not marked:
+        return
+    # where the run-time lengths land: follow one marker per length through (Concat(seq, past + seq): two)
+    lengths = []
+    for index in marked:
+        probe = np.array(arrays[index], copy=True).reshape(-1)
+        for part in parts_of(builder.shape_bounds[inputs[index]]):
+            probe[part.axis] = _MARKER - len(lengths)
+            lengths.append(part.length)
+        arrays[index] = probe.reshape(np.shape(arrays[index]))
+    (moved,) = fold_node(op, arrays, attrs, [builder.type_of(outputs[0])])
+    moved = np.asarray(moved).reshape(-1)
+    parts = []
+    for k, length in enumerate(lengths):
+        places = np.flatnonzero(moved == _MARKER - k)
         if places.size == 1:
-            builder.shape_bounds[outputs[0]] = Bound(bound.length, int(places[0]))
+            parts.append(Bound(length, int(places[0])))
+    if parts:
+        builder.shape_bounds[outputs[0]] = combined(parts)
 
 
 _MARKER = -(1 << 62)  # an impossible dimension
+
+
+def _mark_sum_of_lengths(builder: "GraphBuilder", value: str) -> None:
+    """A one-entry int computed from run-time lengths (past + new tokens, a Cast of one) that is itself a sum of
+    them is marked as that length, so that a shape built from it (T5's ones mask over past + new) is followed."""
+    from core.graph.length_inputs import affine_length, simplest_length  # length_inputs builds on this module
+
+    if not builder.length_symbols or builder.type_of(value).numel != 1 or value in builder.shape_bounds \
+            or _marking in builder.shape_bounds:
+        return
+    affine = affine_length(builder, value, builder.length_symbols)
+    if affine is None or not affine[0] or any(c < 0 for c in affine[0].values()) or affine[1] < 0:
+        return
+    builder.shape_bounds[_marking] = None  # the sum's own Add nodes are not marked in turn
+    try:
+        length = simplest_length(builder, value)
+    finally:
+        del builder.shape_bounds[_marking]
+    if builder.type_of(length).shape == (1,):
+        builder.shape_bounds[value] = Bound(length, 0)
+
+
+_marking = "::marking sums of lengths"  # a key no value has
 
 
 def static_part(builder: "GraphBuilder", op: str, inputs: Sequence[str], attrs: Mapping,
                 out_types: Sequence[TensorType]) -> Optional[list[np.ndarray]]:
     """The value of a positional op (Gather, Slice...) on a run-time shape that only reads its static
     entries (Shape(x)[1] of a value bounded along axis 0), as constants; None otherwise."""
-    marked = [i for i, name in enumerate(inputs) if name in builder.shape_bounds]
-    if op not in _POSITIONAL or len(marked) != 1 or len(out_types) != 1 or any(
+    marked = [i for i, name in enumerate(inputs) if builder.shape_bounds.get(name) is not None]
+    if op == "Equal" and len(marked) == 1:
+        return _never_a_length(builder, inputs, marked[0])
+    if op not in _POSITIONAL or len(marked) != 1 or marked[0] not in (_POSITIONAL[op] or (marked[0],)) \
+            or len(out_types) != 1 or any(
             builder.constant_value(n) is None for i, n in enumerate(inputs) if i != marked[0] and n):
         return None
     name = inputs[marked[0]]
     probe = np.array(builder.runtime_ints[name], copy=True).reshape(-1)
-    probe[builder.shape_bounds[name].axis] = _MARKER
+    for part in parts_of(builder.shape_bounds[name]):
+        probe[part.axis] = _MARKER
     arrays = [probe.reshape(builder.runtime_ints[name].shape) if i == marked[0] else builder.constant_value(n)
               for i, n in enumerate(inputs)]
     (value,) = fold_node(op, arrays, attrs, out_types)
-    return None if (np.asarray(value) == _MARKER).any() else [value]
+    return None if (np.asarray(value) <= _MARKER // 2).any() else [value]
+
+
+def _never_a_length(builder: "GraphBuilder", inputs: Sequence[str], index: int) -> Optional[list[np.ndarray]]:
+    """Equal(a run-time shape, constants) that is false wherever the shape holds a length, because the constant
+    there is negative (torch's expand_as compares the shape with -1): the constant result; None otherwise."""
+    shape, other = builder.runtime_ints[inputs[index]], builder.constant_value(inputs[1 - index])
+    if other is None or other.shape != shape.shape or shape.ndim != 1:
+        return None
+    lengths = [p.axis for p in parts_of(builder.shape_bounds[inputs[index]])]
+    if (other[lengths] >= 0).any():
+        return None
+    equal = shape == other
+    equal[lengths] = False
+    return [equal]
 
 
 def shape_operand(builder: "GraphBuilder", value: str) -> Optional[tuple[tuple[int, ...], Optional[Bound]]]:
@@ -259,24 +313,27 @@ def bound_by_shape(builder: "GraphBuilder", value: str, shape: tuple[tuple[int, 
     if entry is None:
         raise ShapeError(f"the shape {list(largest)} (at most) of {value!r} is computed from a data-dependent length "
                          f"in a way Kiln does not follow")
-    limit_length(builder, [value], entry.axis + builder.type_of(value).rank - len(largest), entry.length)
+    for part in parts_of(entry):
+        limit_length(builder, [value], part.axis + builder.type_of(value).rank - len(largest), part.length)
 
 
 def runtime_shape(builder: "GraphBuilder", value: str, start: int, end: int) -> str:
-    """Shape(value)[start:end] of a bounded value: its bounded dimension is the run-time length."""
-    bound, shape = builder.bounds[value], builder.type_of(value).shape
-    if not start <= bound.axis < end:
+    """Shape(value)[start:end] of a bounded value: its bounded dimensions are the run-time lengths."""
+    shape = builder.type_of(value).shape
+    inside = [p for p in parts_of(builder.bounds[value]) if start <= p.axis < end]
+    if not inside:
         return builder.add_constant(np.array(shape[start:end], np.int64), "shape")
-    parts = [builder.add_constant(np.array(shape[start:bound.axis], np.int64), "shape")] if bound.axis > start else []
-    parts.append(bound.length)
-    if bound.axis + 1 < end:
-        parts.append(builder.add_constant(np.array(shape[bound.axis + 1:end], np.int64), "shape"))
-    if len(parts) == 1:
-        shape = bound.length
-    else:
-        shape = builder.add_unbounded_node("Concat", parts, 1, "shape", axis=0)[0]
-    builder.shape_bounds[shape] = Bound(bound.length, bound.axis - start)
-    return shape
+    parts, at = [], start
+    for part in inside:
+        if part.axis > at:
+            parts.append(builder.add_constant(np.array(shape[at:part.axis], np.int64), "shape"))
+        parts.append(part.length)
+        at = part.axis + 1
+    if at < end:
+        parts.append(builder.add_constant(np.array(shape[at:end], np.int64), "shape"))
+    result = parts[0] if len(parts) == 1 else builder.add_unbounded_node("Concat", parts, 1, "shape", axis=0)[0]
+    builder.shape_bounds[result] = combined([Bound(p.length, p.axis - start) for p in inside])
+    return result
 
 
 def runtime_size(builder: "GraphBuilder", value: str) -> str:

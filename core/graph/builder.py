@@ -9,7 +9,7 @@ import numpy as np
 
 from core.errors import ShapeError
 from core.graph.bound_dispatch import add_bounded_node
-from core.graph.bounded import Bound, static_part, track_runtime_ints
+from core.graph.bounded import Bound, MultiBound, static_part, track_runtime_ints
 from core.graph.fold import fold_node, worth_folding
 from core.graph.ir import Graph, Node, TensorType, topological_sort
 from core.graph.ops import get_op
@@ -43,8 +43,10 @@ class GraphBuilder:
         self.filled: dict[str, dict[int, tuple[str, object]]] = {}
         self.runtime_ints: dict[str, np.ndarray] = {}  # int values computed from run-time lengths -> largest
         self.bound_pairs: dict[tuple[str, int], str] = {}  # (length, axis) -> its [axis, length] value
-        self.shape_bounds: dict[str, Bound] = {}  # run-time shape -> which entry (axis) is which length
+        self.shape_bounds: dict[str, Bound | MultiBound] = {}  # run-time shape -> which entry (axis) is which length
         self.length_symbols: dict[str, str] = {}  # run-time length input -> its variable (length_inputs.py)
+        self.length_floors: dict[str, int] = {}  # variable -> its smallest size (0 when not known)
+        self.affine_lengths: dict = {}  # (value, id(symbols)) -> its affine_length, computed once
         # value -> its int64 [1 + rank] actual shape: an If output whose branches differ in shape (a graph output only)
         self.run_time_shapes: dict[str, str] = {}
         # merged length -> (per-row length, outer, inner): an axis merged from [outer, bounded, inner] and laid out

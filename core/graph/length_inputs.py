@@ -23,10 +23,11 @@ def length_input_name(variable: str) -> str:
 
 
 def add_length_inputs(builder: "GraphBuilder", lengths: Mapping[str, Mapping[int, tuple[Sequence[str], int]]],
-                      sizes: Mapping[str, int]) -> dict[str, str]:
+                      sizes: Mapping[str, int], floors: Optional[Mapping[str, int]] = None) -> dict[str, str]:
     """Adds the length input of each variable of `sizes` (its bucket size: the largest length) and bounds each
     input axis of `lengths` (input -> axis -> the variables whose sizes add up to that dim, plus a constant).
-    Returns the length inputs: value -> variable."""
+    `floors`: each variable's smallest size, where known. Returns the length inputs: value -> variable."""
+    builder.length_floors.update(floors or {})
     symbols, values = {}, {}
     for variable, size in sizes.items():
         value = builder.add_input(length_input_name(variable), TensorType((1,), "int64"))
@@ -56,16 +57,27 @@ def affine_length(builder: "GraphBuilder", value: str, symbols: Mapping[str, str
     constant = builder.constant_value(value)
     if constant is not None:
         return ({}, int(constant.reshape(-1)[0])) if constant.size == 1 else None
-    marked = builder.shape_bounds.get(value)
-    if marked is not None and marked.length != value and builder.type_of(value).numel == 1:
+    if builder.type_of(value).numel != 1:  # a length has one entry: no walk through a whole model's tensors
+        return None
+    key = (value, id(symbols))
+    if key not in builder.affine_lengths:  # a graph's shape arithmetic shares its terms: each is followed once
+        builder.affine_lengths[key] = _affine_of_node(builder, value, symbols)
+    return builder.affine_lengths[key]
+
+
+def _affine_of_node(builder: "GraphBuilder", value: str, symbols: Mapping[str, str]) -> Optional[Affine]:
+    marked = parts_of(builder.shape_bounds.get(value))
+    if len(marked) == 1 and marked[0].length != value and builder.type_of(value).numel == 1:
         # one entry of a run-time shape: that length
-        return affine_length(builder, marked.length, symbols)
+        return affine_length(builder, marked[0].length, symbols)
     node = builder.producer(value)
     if node is None:
         return None
     if node.op in ("Reshape", "Identity") or (node.op == "Cast" and np.dtype(node.attrs["to"]).kind in "iu"):
         return affine_length(builder, node.inputs[0], symbols)
     terms = [affine_length(builder, i, symbols) for i in node.inputs]
+    if node.op == "Neg" and terms[0] is not None:  # x[-n:]: a start counted from the end
+        return {k: -v for k, v in terms[0][0].items()}, -terms[0][1]
     if len(terms) != 2 or None in terms:
         return None
     (a, ca), (b, cb) = terms
@@ -94,6 +106,15 @@ def largest_length(builder: "GraphBuilder", value: str) -> Optional[int]:
         return None
     sizes = {v: int(builder.runtime_ints[k].reshape(-1)[0]) for k, v in builder.length_symbols.items()}
     return affine[1] + sum(c * sizes[v] for v, c in affine[0].items())
+
+
+def always_negative(builder: "GraphBuilder", value: str) -> bool:
+    """Whether `value` is a sum of run-time lengths below 0 for every size in range (-new tokens: a slice start
+    counted from the end)."""
+    affine = affine_length(builder, value, builder.length_symbols) if builder.length_symbols else None
+    if affine is None or any(c > 0 for c in affine[0].values()):
+        return False
+    return affine[1] + sum(c * builder.length_floors.get(v, 0) for v, c in affine[0].items()) < 0
 
 
 def simplest_length(builder: "GraphBuilder", value: str) -> str:
@@ -185,5 +206,5 @@ def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols:
     return result
 
 
-__all__ = ["Affine", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "simplest_length",
-           "skippable_bounds", "filled_values", "skippable_outputs", "output_lengths"]
+__all__ = ["Affine", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "always_negative",
+           "simplest_length", "skippable_bounds", "filled_values", "skippable_outputs", "output_lengths"]

@@ -2,6 +2,8 @@
 Where, and variadic Max/Min/Sum/Mean as chains."""
 from __future__ import annotations
 
+from core.graph.op_defs._common import broadcast_shapes
+
 from .registry import ConvertContext, converter
 
 _DIRECT = {"Add": 7, "Sub": 7, "Mul": 7, "Div": 7, "Equal": 7, "Less": 7, "Greater": 7,
@@ -56,6 +58,12 @@ def power(ctx: ConvertContext) -> str:
 
 @converter("Where", since_version=9)
 def where(ctx: ConvertContext) -> str:
+    flag = ctx.builder.constant_value(ctx.input(0))
+    if flag is not None and flag.size and (flag.all() or not flag.any()):
+        side = ctx.input(1 if flag.all() else 2)  # always this side: a run-time shape stays one Kiln follows
+        if side in ctx.builder.runtime_ints and ctx.shape(1 if flag.all() else 2) == broadcast_shapes(
+                ctx.where, *(ctx.shape(i) for i in range(3))):
+            return side
     return ctx.emit1("Where", [ctx.input(0), ctx.input(1), ctx.input(2)])
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 
 from core.graph.bounded import arithmetic, entry_minus, length_constant, limit_length, parts_of, shape_operand
-from core.graph.length_inputs import affine_length, largest_length, simplest_length
+from core.graph.length_inputs import affine_length, always_negative, largest_length, simplest_length
 
 from .registry import ConvertContext, converter
 
@@ -112,6 +112,8 @@ def _run_time_start_slice(ctx: ConvertContext) -> str:
     dim = shape[axis]
     ends = [b.add_unbounded_node("Cast", [b.add_unbounded_node("Reshape", [ctx.input(i)], 1, "length", shape=(1,))[0]],
                                  1, "length", to="int64")[0] for i in (1, 2)]
+    if always_negative(b, ends[0]):
+        ends = _from_the_end(ctx, axis, ends)
     length = arithmetic(b, "Max", arithmetic(b, "Sub", ends[1], ends[0]), length_constant(b, 0))
     count = largest_length(b, length)
     if count is not None and largest_length(b, ends[1]) is not None and largest_length(b, ends[1]) <= dim:
@@ -130,6 +132,24 @@ def _run_time_start_slice(ctx: ConvertContext) -> str:
     if fixed is None or int(fixed.reshape(-1)[0]) != count:  # unless fixed in this bucket (one new token)
         limit_length(b, [result], axis, length)
     return result
+
+
+def _from_the_end(ctx: ConvertContext, axis: int, ends: list[str]) -> list[str]:
+    """x[-n:] (T5's position bias cut to the new tokens): a start counted back from the axis's actual length,
+    its run-time length where the axis has one; an end past the axis (or counted back too) likewise."""
+    b = ctx.builder
+    dim = ctx.shape(0)[axis]
+    actual = next((p.length for p in parts_of(b.bounds.get(ctx.input(0))) if p.axis == axis), None)
+    actual = actual or length_constant(b, dim)
+    start = simplest_length(b, arithmetic(b, "Add", actual, ends[0]))
+    end = b.constant_value(ends[1])
+    if end is not None and int(end.reshape(-1)[0]) >= dim:
+        return [start, actual]
+    if always_negative(b, ends[1]):
+        return [start, simplest_length(b, arithmetic(b, "Add", actual, ends[1]))]
+    if end is not None and int(end.reshape(-1)[0]) < 0:
+        return [start, arithmetic(b, "Add", actual, ends[1])]
+    return [start, ends[1]]
 
 
 def _split_sizes(ctx: ConvertContext, dim: int, outputs: int) -> list[int]:
