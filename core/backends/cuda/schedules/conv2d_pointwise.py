@@ -1,7 +1,8 @@
-"""GPU 1x1 convolutions (stride 1, no pads, one group) as the GEMM they are: output channels x
-flattened pixels, tiled like dense.py. The image rows of a 1x1 layer are short (7, 14, 28 pixels):
-tiling rows x columns would leave most threads of a block idle or guarded, while the flattened pixel
-axis of a whole image fills warps with consecutive addresses."""
+"""GPU group-1 convolutions as an implicit GEMM on the SIMT tiled path: output channels x flattened output pixels,
+reduced over K = C*KH*KW, tiled like dense.py's float32 GEMM. The gathered image (im2col, never stored: each shared
+copy reads the padded input at the tap it needs) and the flattened weights are stages inlined into the shared copies.
+Flattened pixels fill warps where an image row (7, 14, 28 pixels) would leave most threads of a block idle; a direct
+3x3 conv reached ~2 TFLOP/s on an H200 where this tiling reaches ~26 for a GEMM."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -11,28 +12,47 @@ from ....te import tensor as te
 from ....te.schedule import Schedule, Stage
 from ....te.tensor import ComputeOp, Tensor
 from ....tir.expr import Expr
+from ....kernels.conv2d import conv_out_size
+from ....kernels.transform import pad
 
 TARGET_BLOCKS = 132  # an H100's SMs: at least one block each before register tiles grow
 
 
 def applies(x: te.Tensor, w: te.Tensor, strides: Sequence[int], pads: Sequence[int], group: int) -> bool:
-    return w.shape[2:] == (1, 1) and tuple(strides) == (1, 1) and not any(pads) and group == 1
+    return group == 1
 
 
-def pointwise_conv(x: te.Tensor, w: te.Tensor) -> te.Tensor:
-    """conv[n, m, p] = sum over c of image[n, c, p] * w[m, c, 0, 0] over the flattened pixels p; the
-    flattened view of x is a stage the schedule inlines into its shared copy."""
+def pointwise_conv(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),
+                   dilations: Sequence[int] = (1, 1)) -> te.Tensor:
+    """conv[n, m, p] = sum over k of image[n, k, p] * weights[m, k] over the flattened output pixels p and
+    k = (c, kh, kw); image (the padded input at tap k of pixel p) and weights (w flattened) are stages the schedule
+    inlines into its shared copies. A 1x1 conv without stride or pads reads x and w themselves."""
     n, c, h, wd = x.shape
-    m = w.shape[0]
-    image = te.compute((n, c, h * wd), lambda b, ch, p: x(b, ch, p // wd, p % wd), name="conv2d_pixels",
-                       tag="conv2d_pixels")
-    rc = te.reduce_axis(c, "rc")
+    m, _, kh, kw = w.shape
+    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilations, pads
+    oh, ow = conv_out_size(h, kh, sh, top, bottom, dh), conv_out_size(wd, kw, sw, left, right, dw)
+    taps = kh * kw
+    # Only the rows and columns the windows reach (a right pad past them is never read).
+    end_h, end_w = (oh - 1) * sh + (kh - 1) * dh + 1 - h - top, (ow - 1) * sw + (kw - 1) * dw + 1 - wd - left
+    src = x
+    if top or left or end_h > 0 or end_w > 0:
+        src = pad(x, (0, 0, top, left), (0, 0, max(end_h, 0), max(end_w, 0)), name="conv2d_pad", tag="conv2d_pad")
+
+    def gathered(b: Expr, k: Expr, p: Expr) -> Expr:
+        if taps == 1:
+            return src(b, k, (p // ow) * sh, (p % ow) * sw)
+        return src(b, k // taps, (p // ow) * sh + ((k // kw) % kh) * dh, (p % ow) * sw + (k % kw) * dw)
+
+    image = te.compute((n, c * taps, oh * ow), gathered, name="conv2d_pixels", tag="conv2d_pixels")
+    weights = w if taps == 1 else te.compute((m, c * taps), lambda o, k: w(o, k // taps, (k // kw) % kh, k % kw),
+                                             name="conv2d_weights", tag="conv2d_weights")
+    rc = te.reduce_axis(c * taps, "rc")
 
     def body(b: Expr, o: Expr, p: Expr) -> Expr:
-        return te.sum(image(b, rc.var, p) * w(o, rc.var, 0, 0), [rc])
+        return te.sum(image(b, rc.var, p) * (weights(o, rc.var, 0, 0) if taps == 1 else weights(o, rc.var)), [rc])
 
-    return te.compute((n, m, h * wd), body, name="conv2d", tag="conv2d",
-                      attrs={"flat": True, "width": wd, "group": 1, "kernel": (1, 1)})
+    return te.compute((n, m, oh * ow), body, name="conv2d", tag="conv2d",
+                      attrs={"flat": True, "width": ow, "group": 1, "kernel": (kh, kw)})
 
 
 def default_tiles(op: ComputeOp) -> dict[str, int]:
@@ -64,6 +84,8 @@ def schedule_pointwise(sch: Schedule, conv: ComputeOp, out: Stage, target: Targe
     image_shared = sch.cache_read(image, "shared", [conv_t])
     weights_shared = sch.cache_read(weights, "shared", [conv_t])
     sch[image].compute_inline()
+    if isinstance(weights.op, ComputeOp):  # w flattened to [m, k]: read through, as the copy fetches it
+        sch[weights].compute_inline()
     local = sch.cache_write(conv_t, "local")
     if out.op is not conv:
         sch[conv_t].compute_inline()
