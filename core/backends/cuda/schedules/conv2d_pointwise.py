@@ -55,6 +55,14 @@ def pointwise_conv(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), 
                       attrs={"flat": True, "width": ow, "group": 1, "kernel": (kh, kw)})
 
 
+def is_implicit_gemm(func) -> bool:
+    """Whether a lowered cuda kernel computes a conv as this implicit GEMM (it copies the gathered image to shared)."""
+    from ....tir.functor import walk_stmt
+    from ....tir.stmt import Allocate
+
+    return any(isinstance(s, Allocate) and s.buffer.name == "conv2d_pixels.shared" for s in walk_stmt(func.body))
+
+
 def default_tiles(op: ComputeOp) -> dict[str, int]:
     n, m, pixels = op.shape
     k = op.reduce_axis[0].extent
