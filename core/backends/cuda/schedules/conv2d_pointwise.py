@@ -15,9 +15,6 @@ from ....tir.expr import Expr
 from ....kernels.conv2d import conv_out_size
 from ....kernels.transform import pad
 
-TARGET_BLOCKS = 132  # an H100's SMs: at least one block each before register tiles grow
-
-
 def applies(x: te.Tensor, w: te.Tensor, strides: Sequence[int], pads: Sequence[int], group: int) -> bool:
     return group == 1
 
@@ -64,21 +61,13 @@ def is_implicit_gemm(func) -> bool:
 
 
 def default_tiles(op: ComputeOp) -> dict[str, int]:
-    n, m, pixels = op.shape
-    k = op.reduce_axis[0].extent
-    p_threads = min(32, pixels)
-    f_threads = max(1, min(8, m))
-    f_reg, p_reg = 4, 2
+    """The float32 GEMM's tiles (dense.default_tiles: 8 x 8 threads of up to 4 x 4 outputs, k steps of 16), the conv
+    being the batched GEMM [n] x (channels x pixels) it computes."""
+    from .dense import default_tiles as gemm_tiles  # dense imports conv2d, which imports this module
 
-    def blocks(fr: int, pr: int) -> int:
-        return n * -(-m // (f_threads * fr)) * -(-pixels // (p_threads * pr))
-
-    while (f_reg > 1 or p_reg > 1) and blocks(f_reg, p_reg) < TARGET_BLOCKS:
-        if f_reg >= 2 * p_reg or p_reg == 1:
-            f_reg //= 2
-        else:
-            p_reg //= 2
-    return {"f_threads": f_threads, "f_reg": f_reg, "p_threads": p_threads, "p_reg": p_reg, "rc_tile": min(k, 16)}
+    t = gemm_tiles(op)
+    return {"f_threads": t["m_threads"], "f_reg": t["m_reg"], "p_threads": t["n_threads"], "p_reg": t["n_reg"],
+            "rc_tile": t["k_tile"]}
 
 
 def schedule_pointwise(sch: Schedule, conv: ComputeOp, out: Stage, target: Target, **knobs: int) -> None:
