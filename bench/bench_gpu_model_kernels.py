@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.backends import get_backend  # noqa: E402
 from core.backends.cuda.schedules.conv2d_pointwise import is_implicit_gemm  # noqa: E402
-from core.codegen.nvptx import emit_ptx  # noqa: E402
+from core.codegen.nvptx import emit_ptx, split_reduce_name  # noqa: E402
 from core.codegen.ptxas import assemble_with_usage  # noqa: E402
 from core.codegen.sass import sass_counts  # noqa: E402
 from core.driver.precision import model_precision, store_weights  # noqa: E402
@@ -68,6 +68,11 @@ def main() -> int:
         print(f"| {func.name} | {calls[func.name]} | {path} | {shape} | {epilogue} | {tile} | {u.get('registers', '-')} | "
               f"{u.get('spill_stores', '-')} | {u.get('shared_bytes', '-')} | {c.get('HMMA', 0)} | {c.get('LDSM', 0)} | "
               f"{c.get('LDGSTS', 0)} |")
+        reduce = usage.get(split_reduce_name(func.name))
+        if reduce is not None:  # a split-K GEMM's parts summed, with the epilogue, by a kernel launched after it
+            print(f"| {split_reduce_name(func.name)} | {calls[func.name]} | split-K reduce | - | - | - | "
+                  f"{reduce.get('registers', '-')} | {reduce.get('spill_stores', '-')} | {reduce.get('shared_bytes', '-')} "
+                  f"| 0 | 0 | 0 |")
     print(f"\n{on_tensor_cores} of {len(exe.kernels)} calls on the tensor cores")
     return 0
 
