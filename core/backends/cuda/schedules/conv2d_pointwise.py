@@ -23,7 +23,7 @@ def pointwise_conv(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), 
                    dilations: Sequence[int] = (1, 1)) -> te.Tensor:
     """conv[n, m, p] = sum over k of image[n, k, p] * weights[m, k] over the flattened output pixels p and
     k = (c, kh, kw); image (the padded input at tap k of pixel p) and weights (w flattened) are stages the schedule
-    inlines into its shared copies. A 1x1 conv without stride or pads reads x and w themselves."""
+    inlines into its shared copies."""
     n, c, h, wd = x.shape
     m, _, kh, kw = w.shape
     (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilations, pads
@@ -41,12 +41,12 @@ def pointwise_conv(x: te.Tensor, w: te.Tensor, strides: Sequence[int] = (1, 1), 
         return src(b, k // taps, (p // ow) * sh + ((k // kw) % kh) * dh, (p % ow) * sw + (k % kw) * dw)
 
     image = te.compute((n, c * taps, oh * ow), gathered, name="conv2d_pixels", tag="conv2d_pixels")
-    weights = w if taps == 1 else te.compute((m, c * taps), lambda o, k: w(o, k // taps, (k // kw) % kh, k % kw),
-                                             name="conv2d_weights", tag="conv2d_weights")
+    flat = (lambda o, k: w(o, k, 0, 0)) if taps == 1 else (lambda o, k: w(o, k // taps, (k // kw) % kh, k % kw))
+    weights = te.compute((m, c * taps), flat, name="conv2d_weights", tag="conv2d_weights")
     rc = te.reduce_axis(c * taps, "rc")
 
     def body(b: Expr, o: Expr, p: Expr) -> Expr:
-        return te.sum(image(b, rc.var, p) * (weights(o, rc.var, 0, 0) if taps == 1 else weights(o, rc.var)), [rc])
+        return te.sum(image(b, rc.var, p) * weights(o, rc.var), [rc])
 
     return te.compute((n, m, oh * ow), body, name="conv2d", tag="conv2d",
                       attrs={"flat": True, "width": ow, "group": 1, "kernel": (kh, kw)})
@@ -77,12 +77,11 @@ def schedule_pointwise(sch: Schedule, conv: ComputeOp, out: Stage, target: Targe
     t = {**default_tiles(conv), **knobs}
     conv_t = Tensor(conv)
     image = next(s for s in conv.input_tensors if isinstance(s.op, ComputeOp) and s.op.tag == "conv2d_pixels")
-    weights = next(s for s in conv.input_tensors if s is not image)
+    weights = next(s for s in conv.input_tensors if isinstance(s.op, ComputeOp) and s.op.tag == "conv2d_weights")
     image_shared = sch.cache_read(image, "shared", [conv_t])
     weights_shared = sch.cache_read(weights, "shared", [conv_t])
     sch[image].compute_inline()
-    if isinstance(weights.op, ComputeOp):  # w flattened to [m, k]: read through, as the copy fetches it
-        sch[weights].compute_inline()
+    sch[weights].compute_inline()  # w flattened to [m, k]: read through, as the copy fetches it
     local = sch.cache_write(conv_t, "local")
     if out.op is not conv:
         sch[conv_t].compute_inline()
@@ -90,6 +89,6 @@ def schedule_pointwise(sch: Schedule, conv: ComputeOp, out: Stage, target: Targe
     n, f, y, x = out.op.axis
     p = out.fuse(y, x)  # reads conv at (y // ow) * ow + y % ow: p itself after simplification
     bf, bp = tile_gemm(sch, out, local, (f, t["f_threads"], t["f_reg"]), (p, t["p_threads"], t["p_reg"]), t["rc_tile"],
-                       (image_shared, weights_shared), outer=(n,))
+                       (image_shared, weights_shared), outer=(n,), bank_padded=weights_shared)  # as the GEMM's A
     out.bind(out.fuse(n, bf), "blockIdx.y")
     out.bind(bp, "blockIdx.x")
