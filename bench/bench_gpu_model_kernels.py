@@ -1,6 +1,6 @@
 """Every kernel of a model compiled for cuda, no GPU needed: what it computes, whether it is the tensor-core GEMM
-(an implicit-GEMM conv or a MatMul: its M x N x K, epilogue and tile config) or scheduled loops, ptxas's registers,
-spills and shared memory, and its SASS counts of HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async); then how
+(an implicit-GEMM conv or a MatMul: its M x N x K, epilogue and tile config) or scheduled loops (a float32 conv's
+are the "SIMT implicit-GEMM conv" of conv2d_pointwise.py), ptxas's registers, spills and shared memory, and its SASS counts of HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async); then how
 many calls of the model run on the tensor cores. The model's graph is built as core.compile builds it.
 
     python bench/bench_gpu_model_kernels.py MODEL.onnx [--precision fp16|bf16] [-t "cuda -arch=sm_90"]
@@ -19,7 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.backends import get_backend  # noqa: E402
-from core.codegen.nvptx import emit_ptx  # noqa: E402
+from core.backends.cuda.schedules.conv2d_pointwise import is_implicit_gemm  # noqa: E402
+from core.codegen.nvptx import emit_ptx, split_reduce_name  # noqa: E402
 from core.codegen.ptxas import assemble_with_usage  # noqa: E402
 from core.codegen.sass import sass_counts  # noqa: E402
 from core.driver.precision import model_precision, store_weights  # noqa: E402
@@ -63,10 +64,15 @@ def main() -> int:
                     f"{cfg.stages} stages" + (f" split-K {cfg.split_k}" if cfg.split_k > 1 else ""))
             epilogue = "+".join(problem.epilogue) or "-"
         else:
-            path, shape, tile, epilogue = "loops", "-", "-", "-"
+            path, shape, tile, epilogue = "SIMT implicit-GEMM conv" if is_implicit_gemm(func) else "loops", "-", "-", "-"
         print(f"| {func.name} | {calls[func.name]} | {path} | {shape} | {epilogue} | {tile} | {u.get('registers', '-')} | "
               f"{u.get('spill_stores', '-')} | {u.get('shared_bytes', '-')} | {c.get('HMMA', 0)} | {c.get('LDSM', 0)} | "
               f"{c.get('LDGSTS', 0)} |")
+        reduce = usage.get(split_reduce_name(func.name))
+        if reduce is not None:  # a split-K GEMM's parts summed, with the epilogue, by a kernel launched after it
+            print(f"| {split_reduce_name(func.name)} | {calls[func.name]} | split-K reduce | - | - | - | "
+                  f"{reduce.get('registers', '-')} | {reduce.get('spill_stores', '-')} | {reduce.get('shared_bytes', '-')} "
+                  f"| 0 | 0 | 0 |")
     print(f"\n{on_tensor_cores} of {len(exe.kernels)} calls on the tensor cores")
     return 0
 

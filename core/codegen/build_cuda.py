@@ -24,7 +24,7 @@ from ..target import Target, host_target
 from ..tir.stmt import PrimFunc
 from .bucket_entry import BucketedPlan
 from .model_entry import BufferRef, ModelPlan, validate_plan
-from .nvptx import LaunchConfig, emit_ptx
+from .nvptx import LaunchConfig, emit_ptx, split_reduce_name
 from .ptxas import assemble, find_ptxas
 from .runtime_objects import RUNTIME_DIR, prefixed_exports, runtime_objects
 from .toolchain import compile_c, find_compiler, link_shared
@@ -138,19 +138,26 @@ def render_tables(plan: "ModelPlan | BucketedPlan", funcs: Sequence[PrimFunc], p
     layout = device_layout(plan, by_name)
     bucketed = isinstance(plan, BucketedPlan)
     buckets = plan.plans if bucketed else (plan,)
-    kernel_index = {f.name: k for k, f in enumerate(funcs)}
-    launch_rows, arg_rows, first_calls = [], [], [0]
-    for call in (c for p in buckets for c in p.calls):
-        if len(call.args) > MAX_ARGS:
-            raise CodegenError(f"kernel {call.func} takes {len(call.args)} buffers; a CUDA launch here takes at most "
-                               f"{MAX_ARGS}")
-        cfg = launches[call.func]
-        launch_rows.append(f"{{{kernel_index[call.func]}, {{{', '.join(map(str, cfg.grid))}}}, "
-                           f"{{{', '.join(map(str, cfg.block))}}}, {len(arg_rows)}, {len(call.args)}, "
-                           f"{cfg.dynamic_shared_bytes}}}")
-        arg_rows += ["{%d, %d}" % layout.resolve(ref) for ref in call.args]
-    for p in buckets:
-        first_calls.append(first_calls[-1] + len(p.calls))
+    # A split-K GEMM's companion that sums its parts is a kernel and a launch (on the same arguments) of its own.
+    kernels = [name for f in funcs for name in (f.name, split_reduce_name(f.name)) if name in launches]
+    kernel_index = {name: k for k, name in enumerate(kernels)}
+    launch_rows, arg_rows, call_names, first_calls = [], [], [], [0]
+    for bucket in buckets:
+        for call in bucket.calls:
+            if len(call.args) > MAX_ARGS:
+                raise CodegenError(f"kernel {call.func} takes {len(call.args)} buffers; a CUDA launch here takes at "
+                                   f"most {MAX_ARGS}")
+            for kernel in (call.func, split_reduce_name(call.func)):
+                if kernel not in launches:
+                    continue
+                cfg = launches[kernel]
+                launch_rows.append(f"{{{kernel_index[kernel]}, {{{', '.join(map(str, cfg.grid))}}}, "
+                                   f"{{{', '.join(map(str, cfg.block))}}}, {len(arg_rows)}, {len(call.args)}, "
+                                   f"{cfg.dynamic_shared_bytes}}}")
+                arg_rows += ["{%d, %d}" % layout.resolve(ref) for ref in call.args]
+                call_names.append((call.label or call.func) + kernel[len(call.func):])
+        first_calls.append(len(launch_rows))  # each bucket's launches, its split-K companions counted
+    top_names = call_names[first_calls[-2]:]  # kiln_profile's: the largest bucket's
     ints = lambda values: [str(v) for v in values]  # noqa: E731
     top = buckets[-1]
     lengths = ()
@@ -166,11 +173,11 @@ def render_tables(plan: "ModelPlan | BucketedPlan", funcs: Sequence[PrimFunc], p
         f"const int64_t kiln_weights_bytes = {plan.weights_bytes};",
         f"const int32_t kiln_graph_num_inputs = {plan.num_inputs};",
         f"const int32_t kiln_graph_num_outputs = {plan.num_outputs};",
-        f"const int32_t kiln_graph_num_calls = {len(top.calls)};",  # kiln_profile's: the largest bucket's
-        _array("char* const", "kiln_graph_call_names", [c_string(c.label or c.func) for c in top.calls], "NULL"),
+        f"const int32_t kiln_graph_num_calls = {len(top_names)};",
+        _array("char* const", "kiln_graph_call_names", [c_string(name) for name in top_names], "NULL"),
         f"const char kiln_cuda_arch[] = {c_string(target.cpu)};",
-        f"const int32_t kiln_cuda_num_kernels = {len(funcs)};",
-        _array("char* const", "kiln_cuda_kernel_names", [c_string(f.name) for f in funcs], "NULL"),
+        f"const int32_t kiln_cuda_num_kernels = {len(kernels)};",
+        _array("char* const", "kiln_cuda_kernel_names", [c_string(name) for name in kernels], "NULL"),
         f"const int32_t kiln_cuda_num_buckets = {len(buckets)};",
         _array("int32_t", "kiln_cuda_bucket_calls", ints(first_calls), "0"),
         _array("kiln_cuda_launch", "kiln_cuda_launches", launch_rows, "{0}"),

@@ -391,9 +391,16 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
 
 def emit_split_reduce(module: ir.Module, name: str, problem: GemmProblem, cfg: GemmConfig) -> LaunchConfig:
     """Sums the split-K parts of two adjacent outputs a thread, then the epilogue."""
-    names = param_names(problem, cfg)
-    fn, params = _kernel_function(module, name, names)
+    fn, params = _kernel_function(module, name, param_names(problem, cfg))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    launch = emit_split_reduce_body(b, params, problem, cfg)
+    b.ret_void()
+    return launch
+
+
+def emit_split_reduce_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: GemmConfig) -> LaunchConfig:
+    """The split-K reduction's body over `params` (role -> the kernel's argument; a model's kernel has its own
+    parameter order) and its launch."""
     pairs = problem.m * problem.n // 2
     index = _sreg(b, "ctaid.x") * REDUCE_THREADS + _sreg(b, "tid.x")
 
@@ -408,7 +415,6 @@ def emit_split_reduce(module: ir.Module, name: str, problem: GemmProblem, cfg: G
                     _epilogue(b, problem, params, row, col, total), plan.column_stride(problem))
 
     _guarded(b, index.lt(pairs), body)
-    b.ret_void()
     return LaunchConfig((-(-pairs // REDUCE_THREADS), 1, 1), (REDUCE_THREADS, 1, 1), 0)
 
 
@@ -464,4 +470,5 @@ def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str 
     return GemmKernels(problem, cfg, ptx, launches, tuple(param_names(problem, cfg)))
 
 
-__all__ = ["build_gemm", "GemmKernels", "param_names", "dynamic_shared", "emit_main_kernel", "emit_gemm_body", "emit_split_reduce", "Index"]
+__all__ = ["build_gemm", "GemmKernels", "param_names", "dynamic_shared", "emit_main_kernel", "emit_gemm_body",
+           "emit_split_reduce", "emit_split_reduce_body", "Index"]

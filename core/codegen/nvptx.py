@@ -6,6 +6,7 @@ or shared memory, a barrier some threads of a block skip) with one message namin
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator, Sequence
 
 import llvmlite.binding as llvm
@@ -179,7 +180,7 @@ class NVPTXEmitter(FunctionEmitter):
 def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Module, dict[str, LaunchConfig]]:
     """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
     from ..kernels.gemm_plan.kernel_attr import gemm_of
-    from .mma_gemm import dynamic_shared, emit_gemm_body
+    from .mma_gemm import dynamic_shared, emit_gemm_body, emit_split_reduce_body
 
     if not target.triple.startswith("nvptx"):
         raise CodegenError(f"target {target.name} is not a GPU target")
@@ -199,6 +200,13 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
             emit_gemm_body(b, {role: fn.args[index] for role, index in where.items()}, problem, cfg, func.name)
             b.ret_void()
             launches[func.name] = LaunchConfig(launch.grid, launch.block, cfg.shared_bytes, dynamic_shared(cfg))
+            if cfg.split_k > 1:  # its parts summed (and the epilogue) by a second kernel on the same arguments
+                reduce_fn = declare_kernel(module, replace(func, name=split_reduce_name(func.name)))
+                reduce_fn.calling_convention = "ptx_kernel"
+                b = ir.IRBuilder(reduce_fn.append_basic_block("entry"))
+                launches[reduce_fn.name] = emit_split_reduce_body(
+                    b, {role: reduce_fn.args[index] for role, index in where.items()}, problem, cfg)
+                b.ret_void()
             continue
         fe = NVPTXEmitter(ctx, fn, func.name, launch)
         for arg, buf in zip(fn.args, func.params):
@@ -206,6 +214,11 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
         fe.emit_stmt(func.body)
         fe.finish()
     return module, launches
+
+
+def split_reduce_name(kernel: str) -> str:
+    """The name of the kernel that sums a split-K tensor-core GEMM's parts (launched right after it)."""
+    return f"{kernel}_reduce"
 
 
 def emit_ptx(funcs: Sequence[PrimFunc], target: Target) -> tuple[str, dict[str, LaunchConfig]]:
@@ -226,4 +239,5 @@ def emit_ptx(funcs: Sequence[PrimFunc], target: Target) -> tuple[str, dict[str, 
         return tm.emit_assembly(mod), launches
 
 
-__all__ = ["emit_ptx", "lower_gpu_module", "launch_config", "verify_gpu_kernel", "LaunchConfig", "GPUScheduleError"]
+__all__ = ["emit_ptx", "split_reduce_name", "lower_gpu_module", "launch_config", "verify_gpu_kernel", "LaunchConfig",
+           "GPUScheduleError"]

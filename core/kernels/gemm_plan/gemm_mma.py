@@ -207,7 +207,8 @@ def default_config(problem: GemmProblem, max_shared_bytes: int, sm_count: int = 
     tiles = tiles_of(cfg)
     k_slices = -(-problem.k // cfg.block_k)
     parts = 1
-    while split and tiles * parts * 2 <= sm_count and k_slices // (parts * 2) >= 8:
+    while (split and parts < max(KNOB_CHOICES["split_k"]) and tiles * parts * 2 <= sm_count  # inside the space
+           and k_slices // (parts * 2) >= 8):
         parts *= 2
     cfg = replace(cfg, split_k=parts)
     if config_error(cfg, problem, max_shared_bytes):

@@ -72,7 +72,7 @@ def emulated(graph, exe, feeds: dict) -> np.ndarray:
     values = group_inputs(list(fused.attr("body").nodes))
     widened = {f"{k}_f32": v.astype(np.float32) for k, v in feeds.items()}
     arrays = [np.asarray(graph.constants[v]) if v in graph.constants else {**feeds, **widened}[v] for v in values]
-    role = {r: arrays[i] for r, i in where.items() if r != "c"}
+    role = {r: arrays[i] for r, i in where.items() if r not in ("c", "workspace")}
     extras = {r: role[r].astype(np.float32).ravel() if r == "bias" else role[r].astype(np.float32)
               for r in ("bias", "residual") if r in role}
     a = role["a"] if role["a"].dtype == np.float32 else role["a"].view(np.uint16)
@@ -118,6 +118,35 @@ def test_a_float32_model_at_half_precision_computes_its_conv_in_half(precision):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     tolerance = 1e-2 if precision == "fp16" else 4e-2
     np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+
+
+def test_a_conv_with_few_tiles_over_a_deep_k_splits_k_and_matches_onnxruntime():
+    """A layer4-like conv of few output tiles (M = 2*4*4, N = 64) over K = 128*9 on sm_90's 132 SMs: split along K into
+    a float32 workspace (a kernel parameter the model's arena holds), the parts summed with the epilogue by the
+    `_reduce` companion launched right after; emulated, it matches ONNX Runtime; ptxas takes both kernels."""
+    from core.codegen.build_cuda import render_tables
+    from core.codegen.nvptx import split_reduce_name
+
+    model = conv_model(np.float16, channels=128, size=4, out_channels=64, tail=("residual", "Relu"))
+    graph, exe, target = compiled(model, "fp16", False, "sm_90")
+    feeds = {"x": rng.standard_normal((2, 128, 4, 4)).astype(np.float16),
+             "r": rng.standard_normal((2, 64, 4, 4)).astype(np.float16)}
+    got, problem = emulated(graph, exe, feeds)
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    _, cfg, where = gemm_of(func)
+    assert cfg.split_k == 4 and func.workspaces[0].shape == (4, problem.m, problem.n)
+    assert where["workspace"] == len(func.params) - 1
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got.astype(np.float16).astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+    ptx, launches = emit_ptx(list(exe.funcs), target)
+    reduce = split_reduce_name(func.name)
+    assert launches[func.name].grid[2] == 4  # the parts: blockIdx.z
+    assert launches[reduce].block[0] * launches[reduce].grid[0] >= problem.m * problem.n // 2  # a thread per pair
+    tables = render_tables(exe.plan, list(exe.funcs), ptx, launches, target)
+    assert f'"{reduce}"' in tables and f"kiln_graph_num_calls = {len(exe.plan.calls) + 1};" in tables
+    if find_ptxas() is not None:
+        _, usage = assemble_with_usage(ptx, "sm_90")
+        assert usage[func.name]["spill_stores"] == 0 and usage[reduce]["spill_stores"] == 0
 
 
 def test_convs_the_implicit_gemm_does_not_take_keep_their_loops():

@@ -4,12 +4,16 @@ checked against ONNX Runtime by test_gpu_conv_group.py and test_gpu_conv_mma.py.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
 
+from core.backends.cuda.schedules.conv2d_pointwise import is_implicit_gemm
+from core.codegen.nvptx import emit_ptx
+from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.driver.precision import store_weights
 from core.frontend import import_onnx
 from core.kernels.gemm_plan.kernel_attr import gemm_of
@@ -34,9 +38,11 @@ def model_bytes(name: str, float16: bool = False) -> bytes:
     return model.SerializeToString()
 
 
-def conv_kernels(data: bytes, precision: str, requested: bool) -> list[tuple[str, dict, str]]:
+def conv_kernels(data: bytes, precision: str, requested: bool,
+                 funcs_out: Optional[dict] = None) -> list[tuple[str, dict, str]]:
     """(kernel name, its Conv's attributes and K, its epilogue steps or "" when it is not the tensor-core GEMM) for each
-    kernel of the compiled model that computes a Conv, as core.compile builds them for cuda -arch=sm_90."""
+    kernel of the compiled model that computes a Conv, as core.compile builds them for cuda -arch=sm_90 (`funcs_out`,
+    if given, receives kernel name -> its PrimFunc)."""
     target = get_target("cuda -arch=sm_90")
     backend = backend_of(target)
     graph = optimize(import_onnx(data), 3, target)
@@ -52,6 +58,8 @@ def conv_kernels(data: bytes, precision: str, requested: bool) -> list[tuple[str
         (conv,) = [n for n in body.nodes if n.op == "Conv"] if node.op == "Fused" else [node]
         c, kh, kw = body.type_of(conv.inputs[1]).shape[1:]
         gemm = gemm_of(funcs[kernel.func or kernel.name])
+        if funcs_out is not None:
+            funcs_out[kernel.name] = funcs[kernel.func or kernel.name]
         found.append((kernel.name, {"group": int(conv.attr("group") or 1), "k": c * kh * kw},
                       "+".join(gemm[0].epilogue) if gemm and gemm[0].conv is not None else ""))
     return found
@@ -77,3 +85,19 @@ def test_mobilenet_v2s_group_1_convs_run_on_the_implicit_gemm_but_the_stem_and_o
     on = [steps for _, conv, steps in kernels if steps]
     assert len(on) == 16 + 17 - 1 + 1 and {"bias+relu6", "bias", "bias+residual"} <= set(on)
     assert all(conv["group"] > 1 for _, conv, steps in kernels if conv["k"] == 9)
+
+
+def test_every_resnet18_float32_conv_runs_on_the_simt_implicit_gemm_without_spills():
+    """A float32 model without --precision: each conv (the 7x7 stem over 3 channels too) is one kernel computing
+    the implicit GEMM on the SIMT tiles with its bias, residual and ReLU fused; ptxas spills nothing for sm_90.
+    Numbers: test_gpu_models.py emulates the whole model against ONNX Runtime, test_gpu_schedules.py the shapes."""
+    funcs: dict = {}
+    kernels = conv_kernels(model_bytes("resnet18"), "fp32", False, funcs)
+    assert len(kernels) == 20 and all(not steps for _, _, steps in kernels)  # no tensor cores in float32
+    assert [name for name, _, _ in kernels if not is_implicit_gemm(funcs[name])] == []
+    assert sum("_add" in name for name, _, _ in kernels) == 8  # the residual Add fused into its conv's kernel
+    if find_ptxas() is None:
+        pytest.skip("ptxas not found")
+    ptx, _ = emit_ptx(list({id(f): f for f in funcs.values()}.values()), get_target("cuda -arch=sm_90"))
+    _, usage = assemble_with_usage(ptx, "sm_90")
+    assert {name: usage[f.name]["spill_stores"] for name, f in funcs.items() if usage[f.name]["spill_stores"]} == {}

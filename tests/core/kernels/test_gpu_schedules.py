@@ -56,6 +56,7 @@ CONV = [
     conv(1, 16, 16, 16, 32, 3, 1, 1),  # tiles divide
     conv(1, 16, 14, 14, 40, 3, 1, 1),  # 40 channels, 14 columns: partial tiles
     conv(1, 3, 23, 23, 20, 7, 2, 3),  # stem-like: stride 2, pad 3, odd sizes
+    conv(2, 6, 11, 9, 10, 3, 2, 2, d=2),  # implicit GEMM: dilated, strided, batch 2, K = 54
     conv(1, 8, 9, 11, 24, 1, bias=False),  # pointwise
     conv(1, 24, 13, 13, 48, 1, 2),  # strided pointwise
     conv(1, 12, 15, 15, 12, 3, 2, 1, g=12),  # depthwise, stride 2
@@ -109,25 +110,38 @@ def _shared(func):
     return [s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate) and s.buffer.scope == "shared"]
 
 
-def test_conv_tiles_in_shared_memory_with_register_tiles():
-    x, w = f32(1, 16, 16, 16), f32(32, 16, 3, 3)
-    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
-    func = lower_gpu("tiles", "Conv", [x, w], attrs, [TensorType((1, 32, 16, 16), "float32")], schedule_conv2d,
-                     f_threads=4, f_reg=2, y_threads=4, y_reg=1, x_threads=8, x_reg=2, rc_tile=8)
-    launch = launch_config(func)
-    assert launch.block == (8, 4, 4)
-    assert launch.block[2] > 1 and launch.block[1] > 1 and launch.block[0] > 1  # channels x rows x columns
-    assert sorted(b.name.split(".")[-1] for b in _shared(func)) == ["shared", "shared"]
-    assert any(isinstance(s, Barrier) for s in walk_stmt(func.body))
-    local = [s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate) and s.buffer.scope == "local"]
-    assert local and local[0].numel == 4  # each thread accumulates 2 channels x 2 columns
+def _conv_checked(funcs, x, w, onnx_attrs):
     from tests.helpers.kernel_runs import onnx_reference
 
     from .test_gpu_harness import run_on_cpu
 
-    ((got,),) = run_on_cpu([func], [[x, w]])
-    (want,) = onnx_reference("Conv", [x, w], {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    (want,) = onnx_reference("Conv", [x, w], onnx_attrs)
+    for (got,) in run_on_cpu(funcs, [[x, w]] * len(funcs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_group_1_conv_is_an_implicit_gemm_tiled_in_shared_memory_with_register_tiles():
+    """A 3x3 conv: output channels x flattened pixels, reduced over C*KH*KW as dense.py's float32 GEMM."""
+    x, w = f32(1, 16, 16, 16), f32(32, 16, 3, 3)
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+    func = lower_gpu("tiles", "Conv", [x, w], attrs, [TensorType((1, 32, 16, 16), "float32")], schedule_conv2d,
+                     f_threads=4, f_reg=2, p_threads=32, p_reg=2, rc_tile=8)
+    assert launch_config(func).block == (32, 4, 1)  # pixels x channels
+    assert sorted(b.name.split(".")[-1] for b in _shared(func)) == ["shared", "shared"]
+    assert any(isinstance(s, Barrier) for s in walk_stmt(func.body))
+    local = [s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate) and s.buffer.scope == "local"]
+    assert local and local[0].numel == 4  # each thread accumulates 2 channels x 2 pixels
+    _conv_checked([func], x, w, {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})
+
+
+def test_depthwise_conv_tiles_channels_rows_and_columns():
+    x, w = f32(1, 16, 16, 16), f32(16, 1, 3, 3)
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 16}
+    func = lower_gpu("dw", "Conv", [x, w], attrs, [TensorType((1, 16, 16, 16), "float32")], schedule_conv2d,
+                     f_threads=4, f_reg=2, y_threads=4, y_reg=1, x_threads=8, x_reg=2, rc_tile=1)
+    assert launch_config(func).block == (8, 4, 4)  # columns x rows x channels
+    assert len(_shared(func)) == 2
+    _conv_checked([func], x, w, {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3], "group": 16})
 
 
 def test_matmul_knobs_change_the_launch_and_keep_results():
@@ -149,14 +163,9 @@ def test_conv_knobs_keep_results():
     types = [TensorType((1, 20, 12, 12), "float32")]
     attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
     funcs = [lower_gpu(f"cv{k}", "Conv", [x, w], attrs, types, schedule_conv2d, **knobs) for k, knobs in enumerate([
-        dict(f_threads=4, f_reg=4, y_threads=4, y_reg=2, x_threads=4, x_reg=3, rc_tile=3),
-        dict(f_threads=2, f_reg=1, y_threads=8, y_reg=1, x_threads=8, x_reg=1, rc_tile=10)])]
-    from tests.helpers.kernel_runs import onnx_reference
-    from .test_gpu_harness import run_on_cpu
-
-    (want,) = onnx_reference("Conv", [x, w], {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})
-    for (got,) in run_on_cpu(funcs, [[x, w], [x, w]]):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        dict(f_threads=4, f_reg=4, p_threads=16, p_reg=4, rc_tile=7),  # K = 90: a partial last k tile
+        dict(f_threads=2, f_reg=1, p_threads=64, p_reg=1, rc_tile=32)])]
+    _conv_checked(funcs, x, w, {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})
 
 
 def test_single_row_matmul_splits_the_reduction(kernels):

@@ -78,12 +78,14 @@ def conv_gpu(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], ou
         raise ShapeError(f"Conv: only 2-D convolution (4-D NCHW input) is supported on cuda, got {list(x.shape)}")
     strides, pads = tuple(attr(attrs, "strides", "Conv", (1, 1))), tuple(attr(attrs, "pads", "Conv", (0, 0, 0, 0)))
     group = int(attr(attrs, "group", "Conv", 1))
-    if pointwise.applies(x, w, strides, pads, group):  # a GEMM over the flattened pixels
-        out = pointwise.pointwise_conv(x, w)
-        shape = (x.shape[0], w.shape[0]) + tuple(x.shape[2:])
-        read = lambda b, o, y, xx: out(b, o, y * shape[3] + xx)  # noqa: E731
+    dilations = tuple(attr(attrs, "dilations", "Conv", (1, 1)))
+    if pointwise.applies(x, w, strides, pads, group):  # an implicit GEMM over the flattened pixels
+        out = pointwise.pointwise_conv(x, w, strides, pads, dilations)
+        ow = out.op.attrs["width"]
+        shape = (x.shape[0], w.shape[0], out.shape[2] // ow, ow)
+        read = lambda b, o, y, xx: out(b, o, y * ow + xx)  # noqa: E731
     else:
-        out = conv2d_gpu(x, w, strides, pads, tuple(attr(attrs, "dilations", "Conv", (1, 1))), group)
+        out = conv2d_gpu(x, w, strides, pads, dilations, group)
         shape, read = out.shape, lambda b, o, y, xx: out(b, o, y, xx)  # noqa: E731
     if out_types and tuple(out_types[0].shape) != shape:
         raise ShapeError(f"Conv: computed output {list(shape)} differs from the graph's {list(out_types[0].shape)}")
@@ -203,7 +205,7 @@ def schedule_conv2d(sch: Schedule, outs: Sequence[Tensor], target: Target, **kno
     if conv is None or len(conv.reduce_axis) != (1 if conv.attrs.get("flat") else 3):
         raise ScheduleError("schedule_conv2d (cuda): the kernel has no conv2d stage of the cuda compute")
     for stage in output_stages(sch, outs):  # the bias and epilogue chain: read in the output stage
-        inline_intermediates(sch, stage, outs, keep_tags=("conv2d_pixels",))
+        inline_intermediates(sch, stage, outs, keep_tags=("conv2d_pixels", "conv2d_weights"))
     out = _conv_output(sch, conv, outs)
     if conv.attrs.get("flat"):
         if out.op is conv:

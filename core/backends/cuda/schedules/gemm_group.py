@@ -3,7 +3,7 @@ float32 A times a weight stored in half precision, `--precision fp16|bf16`) foll
 residual Add, Relu and Sigmoid; or such a Conv as its implicit GEMM (conv_group.py). Such a group becomes a PrimFunc
 whose loops only bind the launch grid and whose `gemm_mma` attribute (core/kernels/gemm_plan/kernel_attr.py: problem,
 tile config, which parameter plays which role) tells the NVPTX backend to emit core/codegen/mma_gemm.py's kernel in
-its place."""
+its place (and, split along K, its `_reduce` companion: nvptx.split_reduce_name)."""
 from __future__ import annotations
 
 import math
@@ -55,18 +55,24 @@ def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name:
     if found is None:
         return None
     problem, roles = found
-    cfg = default_config(problem, target.max_shared_bytes, SM_COUNTS.get(target.cpu, 108), split=False)
+    # Split along K when the tiles leave most SMs idle over a deep K (resnet50 batch 1's layer4: ~8 tiles on 132
+    # SMs): the parts go to a float32 workspace the model's arena holds, summed by the kernel's `_reduce` companion.
+    cfg = default_config(problem, target.max_shared_bytes, SM_COUNTS.get(target.cpu, 108))
     if config_error(cfg, problem, shared_limit(target.cpu)):
         return None
     params = [Buffer(f"in{i}", graph.type_of(v).shape, graph.type_of(v).dtype) for i, v in enumerate(inputs)]
     out_type = graph.type_of(outputs[0])
     params.append(Buffer("out", out_type.shape, out_type.dtype))
+    if cfg.split_k > 1:
+        params.append(Buffer("workspace", (cfg.split_k, problem.m, problem.n), "float32"))
     body = Seq(())
     launch = (("threadIdx.x", cfg.threads), *zip(("blockIdx.z", "blockIdx.y", "blockIdx.x"), reversed(grid(cfg, problem))))
     for tag, extent in launch:
         body = For(Var(tag.replace(".", "_"), "int64"), IntImm(extent, "int64"), ForKind.THREAD_BINDING, body, (("thread_tag", tag),))
     where = {role: list(inputs).index(value) for role, value in roles.items()}
     where["c"] = len(inputs)
+    if cfg.split_k > 1:
+        where["workspace"] = len(inputs) + 1
     return PrimFunc(name, tuple(params), body, num_inputs=len(inputs), num_outputs=1, attrs=gemm_attr(problem, cfg, where))
 
 
