@@ -9,7 +9,7 @@ from ..tir.functor import substitute, walk_expr
 from ..tir.simplify import simplify
 from ..tir.stmt import ForKind
 from .schedule import Fuse, Schedule, Split, Stage
-from .tensor import ExternOp, IterVar, Reduce, TensorRead
+from .tensor import ComputeOp, ExternOp, IterVar, Reduce, TensorRead
 
 # A stage whose points past a run-time length (along some of its axes) are padding that no reader uses runs its
 # loops over those axes only up to the length: a loop that alone walks the axis (plain, or the outer loop of a
@@ -75,6 +75,17 @@ def derived_fills(sch: Schedule, fills: dict, skipped: dict) -> dict:
         if axes:
             found[id(stage.op)] = axes
     return found
+
+
+def clipped_stages(sch: Schedule, fills: dict) -> dict[int, dict[int, tuple[Expr, float]]]:
+    """The stages among `fills` (derived_fills') that hold a number past a length and that only this kernel sees,
+    computed whole on their own (not inlined, not per tile of a consumer, not a kernel output): a softmax's exp.
+    They stop at the length, and the lowering reads them through select(index < length, read, that number), which
+    is what they would have held there, so their readers (the sum's lanes, the normalization) need not stop."""
+    outputs = {id(t.op) for t in sch.outputs}
+    return {id(s.op): fills[id(s.op)] for s in sch.stages
+            if id(s.op) in fills and isinstance(s.op, ComputeOp) and not isinstance(s.body, Reduce)
+            and not s.inlined and s.attach is None and s.scope == "global" and id(s.op) not in outputs}
 
 
 def _certain(expr: Expr, op, axis: int, fill: float):
@@ -198,4 +209,4 @@ def _mentions(expr: Expr, var: Var) -> bool:
     return any(e is var for e in walk_expr(expr))
 
 
-__all__ = ["skippable_axes", "derived_fills", "summed_lengths", "loop_bounds"]
+__all__ = ["skippable_axes", "derived_fills", "clipped_stages", "summed_lengths", "loop_bounds"]

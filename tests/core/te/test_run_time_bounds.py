@@ -165,8 +165,11 @@ def test_a_softmax_over_an_input_holding_minus_infinity_past_the_length_reduces_
     sch.run_time_fills = {id(x.op): {1: (length(0), float("-inf"))}}
     func = lower(sch, [x, length, out], "masked_softmax")
     reads = [s for s in walk_stmt(func.body) if isinstance(s, For) and _reads_length(s.extent, func.inputs[1])]
-    # the lane partials of the max and of the sum of exp(x - max) stop at ceil(len / 32) chunks
-    assert len(reads) == 2 and all(s.var.name.startswith("rc") for s in reads)
+    # the lane partials of the max and of the sum of exp(x - max) stop at ceil(len / 32) chunks, and exp(x - max)
+    # itself (0 past the length) at the length: its readers read it through a select of 0 there
+    assert sorted(s.var.name[:2] for s in reads) == ["i1", "rc", "rc"]
+    (exp_loop,) = [s for s in reads if s.var.name.startswith("i1")]
+    assert str(exp_loop.extent) == f"min(128, {func.inputs[1].name}[0])" and "softmax_exp" in str(exp_loop.body)
     with tempfile.TemporaryDirectory() as tmp:
         lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/softmax.so"))
     x_value = np.random.default_rng(2).standard_normal((3, 128)).astype(np.float32)
@@ -178,3 +181,5 @@ def test_a_softmax_over_an_input_holding_minus_infinity_past_the_length_reduces_
         lib.call("masked_softmax", masked, np.array([valid], np.int64), out_value, *workspaces)
         e = np.exp(masked - masked.max(-1, keepdims=True))
         np.testing.assert_allclose(out_value, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        (exp_space,) = [w for b, w in zip(func.workspaces, workspaces) if b.name == "softmax_exp"]
+        assert np.isnan(exp_space[:, valid:]).all() and not np.isnan(exp_space[:, :valid]).any()
