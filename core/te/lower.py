@@ -16,7 +16,8 @@ from ..tir.index_guard import with_index_fault
 from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
-from .run_time_bounds import clipped_stages, derived_fills, loop_bounds, skippable_axes, summed_lengths
+from .run_time_bounds import (clipped_stages, derived_fills, loop_bounds, skippable_axes, summed_lengths,
+                              summed_operands)
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 from .tensorize import TensorizeError, tensorize_nest
@@ -71,6 +72,8 @@ class _Lowering:
         self.clipped = clipped_stages(sch, self.fills)
         for op_id, axes in self.clipped.items():
             self.skipped[op_id] = {**{a: n for a, (n, _) in axes.items()}, **self.skipped.get(op_id, {})}
+        # and the stages only sums that stop at a length read, at their reduce variable (a MatMul's packed values)
+        self.skipped.update(summed_operands(sch, self.fills, self.skipped, self.reads_of) if self.fills else {})
 
     def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global", aligns: Optional[dict] = None,
                     shape: Optional[Sequence[int]] = None) -> Buffer:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..tir.expr import BinOp, Call, Cast, Expr, FloatImm, IntImm, Var, binop, cast, minimum
 from ..tir.functor import substitute, walk_expr
@@ -155,12 +155,9 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
     fused = {rel.fused for rel in stage.relations if isinstance(rel, Fuse)}
     conds: list[Expr] = []
     bounded: dict[IterVar, Expr] = {}
-    for axis, (length, lane) in summed.items():  # the axis itself a leaf, or the outer leaf of its split
-        leaf, step = (axis, lane) if axis in leaves else next(
-            ((rel.outer, rel.factor * lane) for rel in stage.relations if isinstance(rel, Split) and rel.parent is axis
-             and rel.outer in leaves), (None, 0))
-        if leaf is not None and stage.annotations.get(leaf, ForKind.SERIAL) in SKIPPABLE_KINDS \
-                and leaf not in stage.tensorized:
+    for axis, (length, lane) in summed.items():
+        leaf, step = summed_leaf(stage, axis, lane, leaves)
+        if leaf is not None:
             bound = cast(leaf.var.dtype, length)
             bounded[leaf] = minimum(IntImm(extents[leaf], leaf.var.dtype), (bound + (step - 1)) // step)
     for axis, length in sorted(lengths.items()):
@@ -178,6 +175,47 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
             else:
                 conds.append(binop("lt", start, bound))
     return conds, bounded
+
+
+def summed_leaf(stage: Stage, axis: IterVar, lane: int, leaves: Sequence[IterVar]) -> tuple[Optional[IterVar], int]:
+    """The leaf loop that stops a reduce `axis` summed at var * `lane` + a lane (the axis itself, or the outer leaf
+    of its split) and its step along the axis, or (None, 0) when no such loop may stop early (vector, unrolled,
+    tensorized)."""
+    leaf, step = (axis, lane) if axis in leaves else next(
+        ((rel.outer, rel.factor * lane) for rel in stage.relations if isinstance(rel, Split) and rel.parent is axis
+         and rel.outer in leaves), (None, 0))
+    if leaf is None or stage.annotations.get(leaf, ForKind.SERIAL) not in SKIPPABLE_KINDS or leaf in stage.tensorized:
+        return None, 0
+    return leaf, step
+
+
+def summed_operands(sch: Schedule, fills: dict, skipped: dict, reads_of: Callable) -> dict[int, dict[int, Expr]]:
+    """Per stage (the id of its op), axis -> length: the stages that only this kernel sees, read only by sums that
+    stop at a length (summed_lengths') at that sum's own reduce variable, along one axis (a MatMul's packed values:
+    its panels along K): their points past the last the sums read are never read, so they stop there too."""
+    outputs = {id(t.op) for t in sch.outputs}
+    stages = [s for s in sch.stages if not s.inlined and s.attach is None and isinstance(s.op, ComputeOp)]
+    sums = {id(r.op): {axis: (n, summed_leaf(r, axis, lane, r.leaf_iter_vars)[1])
+                       for axis, (n, lane) in summed_lengths(r, fills).items() if lane == 1}
+            for r in stages}
+    found: dict[int, dict[int, Expr]] = {}
+    for p in stages:
+        if id(p.op) in outputs or p.scope != "global" or id(p.op) in skipped:
+            continue
+        wanted = None
+        for r in sch.stages:
+            reads = reads_of(r.body, p.op) if r is not p and not r.inlined else []
+            if not reads:
+                continue
+            ok = {(b, n, step) for axis, (n, step) in sums.get(id(r.op), {}).items() if step
+                  for b in range(len(p.op.axis)) if all(_is_var(index[b], axis.var) for index in reads)}
+            wanted = ok if wanted is None else {w for w in wanted if w in ok}
+            if not wanted:
+                break
+        if wanted:
+            b, n, step = min(wanted, key=lambda w: (w[0], w[2]))
+            found[id(p.op)] = {b: n if step == 1 else (n + (step - 1)) // step * step}
+    return found
 
 
 def _step(start: Expr, var: Var):
@@ -209,4 +247,4 @@ def _mentions(expr: Expr, var: Var) -> bool:
     return any(e is var for e in walk_expr(expr))
 
 
-__all__ = ["skippable_axes", "derived_fills", "clipped_stages", "summed_lengths", "loop_bounds"]
+__all__ = ["skippable_axes", "derived_fills", "clipped_stages", "summed_operands", "summed_leaf", "summed_lengths", "loop_bounds"]

@@ -155,6 +155,34 @@ def test_a_sum_over_an_input_holding_zero_past_the_length_stops_there():
     np.testing.assert_allclose(out, w[:, :10] @ v[:10], rtol=1e-5, atol=1e-5)
 
 
+def test_values_packed_for_a_sum_that_stops_at_the_length_stop_there_too():
+    w = te.placeholder((ROWS, COLS), "float32", "w")
+    v = te.placeholder((COLS, 8), "float32", "v")
+    length = te.placeholder((1,), "int64", "len")
+    packed = te.compute((8 // 4, COLS, 4), lambda p, k, j: v[k, p * 4 + j], name="packed")  # panels along K
+    k = te.reduce_axis(COLS, "k")
+    out = te.compute((ROWS, 8), lambda i, j: te.sum(w[i, k] * packed[j // 4, k, j % 4], k), name="out")
+    sch = create_schedule([out])
+    sch.run_time_fills = {id(w.op): {1: (length(0), 0.0)}}
+    func = lower(sch, [w, v, length, out], "packed_values")
+    pack_loops = [s for s in walk_stmt(func.body) if isinstance(s, For) and _reads_length(s.extent, func.inputs[2])
+                  and "packed" in str(s.body) and "out" not in str(s.body)]
+    assert len(pack_loops) == 1 and str(pack_loops[0].extent) == f"min({COLS}, {func.inputs[2].name}[0])"
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/packed.so"))
+    rng = np.random.default_rng(6)
+    for valid in (0, 1, 10, COLS):
+        w_value = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+        v_value = rng.standard_normal((COLS, 8)).astype(np.float32)
+        w_value[:, valid:] = 0.0
+        v_value[valid:] = np.nan  # past the length: neither packed nor summed
+        out_value = np.full((ROWS, 8), SENTINEL, np.float32)
+        (space,) = [np.full(b.shape, np.nan, b.dtype) for b in func.workspaces]
+        lib.call("packed_values", w_value, v_value, np.array([valid], np.int64), out_value, space)
+        np.testing.assert_allclose(out_value, w_value[:, :valid] @ v_value[:valid], rtol=1e-5, atol=1e-5)
+        assert np.isnan(space[:, valid:]).all()
+
+
 def test_a_softmax_over_an_input_holding_minus_infinity_past_the_length_reduces_only_up_to_it():
     from core.kernels.softmax import softmax
 
