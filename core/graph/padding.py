@@ -229,8 +229,8 @@ def _block_rule(op: str):
     return plain
 
 
-def padded_output_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
-    """Per graph output, the axes that carry the seeded input axes (graph inputs -> axes); raises NotPaddable."""
+def _carried(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[tuple[int, int]]]:
+    """Per value, the (axis, block) pairs that carry the seeded input axes; raises NotPaddable."""
     carried: dict[str, frozenset[tuple[int, int]]] = {v: frozenset((a, 1) for a in axes)
                                                       for v, axes in seeds.items() if axes}
     for node in graph.nodes:
@@ -243,10 +243,22 @@ def padded_output_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dic
         for value, pairs in zip(node.outputs, rule(node, graph, ins)):
             if pairs:
                 carried[value] = pairs
+    return carried
+
+
+def padded_output_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+    """Per graph output, the axes that carry the seeded input axes (graph inputs -> axes); raises NotPaddable."""
+    carried = _carried(graph, seeds)
     merged = [o for o in graph.outputs if any(b != 1 for _, b in carried.get(o, ()))]
     if merged:
         raise NotPaddable(f"output {merged[0]!r} holds the padded axis merged with others")
     return {o: frozenset(a for a, _ in carried.get(o, ())) for o in graph.outputs}
 
 
-__all__ = ["NotPaddable", "padded_output_axes"]
+def padded_value_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+    """Per value carrying the seeded input axes, those of its axes that carry them whole (not merged with
+    others); raises NotPaddable."""
+    return {v: axes for v, pairs in _carried(graph, seeds).items() if (axes := frozenset(a for a, b in pairs if b == 1))}
+
+
+__all__ = ["NotPaddable", "padded_output_axes", "padded_value_axes"]

@@ -53,7 +53,7 @@ def test_encoder_kernels_take_the_sequence_length_as_their_loop_bound(one_compil
     # QK^T's output is the softmax's mask (-inf past the length along the keys): its rows stop at the length, and
     # along the keys its product stops there while its epilogue still writes the fill
     scores = next(k for k in exe.kernels if k.ops[:1] == ("MatMul",) and "Where" in k.ops)
-    assert graph.run_time_bounds[scores.outputs[0]] == ((2, "seq::length"),)
+    assert graph.run_time_bounds[scores.outputs[0]] == ((0, "batch::length"), (2, "seq::length"))
     assert graph.run_time_fills[scores.outputs[0]][-1] == (3, "seq::length", float("-inf"))
     func = funcs[scores.func]
     length = func.params[scores.inputs.index("seq::length")]
