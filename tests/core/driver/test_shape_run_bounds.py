@@ -67,6 +67,19 @@ def test_encoder_kernels_take_the_sequence_length_as_their_loop_bound(one_compil
                for s in walk_stmt(func.body))
 
 
+def test_the_padded_batch_reaches_row_wise_kernels_as_a_run_time_length(one_compiled_shape):
+    exe, graph = _top_executable(tiny_encoder(), RANGES)
+    assert graph.inputs[-2:] == ("seq::length", "batch::length")  # after the masked lengths, as kiln_shaped passes them
+    funcs = {f.name: f for f in exe.funcs}
+    rows = [k for k in exe.kernels if {"MatMul", "Softmax", "LayerNormalization"} & set(k.ops)]
+    assert rows and all("batch::length" in k.inputs and _stops_at(funcs[k.func], k.inputs.index("batch::length"))
+                        for k in rows)
+    # integer values keep every row (padding rows could make a gather's indices out of range)
+    integers = [v for v, t in graph.types.items() if t.dtype.startswith("int")]
+    assert "input_ids" in integers
+    assert not any(n == "batch::length" for v in integers for _, n in graph.run_time_bounds.get(v, ()))
+
+
 def test_one_upper_bound_artifact_matches_onnxruntime_between_sizes(one_compiled_shape):
     model = tiny_encoder()
     art = core.compile(model, input_shapes=RANGES, benchmark=False)
