@@ -13,7 +13,7 @@ from ..errors import ShapeError
 from ..frontend import import_onnx_with_lengths
 from ..graph.ir import Graph, TensorType
 from ..graph.length_inputs import Affine
-from ..graph.padding import NotPaddable, padded_value_axes
+from ..graph.padding import padded_value_axes
 from .buckets import BucketPlan
 
 
@@ -72,8 +72,8 @@ def find_masked(plan: BucketPlan, source, refused: Mapping[str, str]) -> MaskedB
 def with_padded_lengths(graph: Graph, plan: BucketPlan, sizes, padded: tuple[int, ...]) -> Graph:
     """`graph` (a bucket at `sizes`) taking each `padded` variable's actual size as one more length input, after
     the masked ones: its float values that carry the variable whole along an axis stop there
-    (Graph.run_time_bounds: their rows past it are independent padding the runtime cuts off; none where the masks
-    gather the variable back through computed indices). Integer values keep
+    (Graph.run_time_bounds: their rows past it are independent padding the runtime cuts off; not what flows into
+    the masks' gathers through computed indices). Integer values keep
     every row: one may become a gather's indices, which padding rows must not make out of range."""
     inputs, types = list(graph.inputs), dict(graph.types)
     bounds = {value: tuple(axes) for value, axes in graph.run_time_bounds.items()}
@@ -86,11 +86,7 @@ def with_padded_lengths(graph: Graph, plan: BucketPlan, sizes, padded: tuple[int
         seeds: dict[str, set[int]] = {}
         for value, axis in var.dims:
             seeds.setdefault(value, set()).add(axis)
-        try:
-            carried = padded_value_axes(graph, {v: frozenset(a) for v, a in seeds.items()})
-        except NotPaddable:  # the masks gather it back with computed indices: its length goes unused here
-            continue
-        for value, axes in carried.items():
+        for value, axes in padded_value_axes(graph, {v: frozenset(a) for v, a in seeds.items()}).items():
             if not types[value].dtype.startswith(("float", "bfloat")):
                 continue
             have = bounds.get(value, ())

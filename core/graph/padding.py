@@ -8,7 +8,7 @@ without a rule here is a refusal, never a guess.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -229,18 +229,27 @@ def _block_rule(op: str):
     return plain
 
 
-def _carried(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[tuple[int, int]]]:
-    """Per value, the (axis, block) pairs that carry the seeded input axes; raises NotPaddable."""
+def _carried(graph: Graph, seeds: Mapping[str, frozenset[int]], refusing: Optional[list[Node]] = None
+             ) -> dict[str, frozenset[tuple[int, int]]]:
+    """Per value, the (axis, block) pairs that carry the seeded input axes; raises NotPaddable, or with `refusing`
+    appends the node there and carries nothing through it."""
     carried: dict[str, frozenset[tuple[int, int]]] = {v: frozenset((a, 1) for a in axes)
                                                       for v, axes in seeds.items() if axes}
     for node in graph.nodes:
         ins = [carried.get(v, frozenset()) if v else frozenset() for v in node.inputs]
         if not any(ins):
             continue
-        rule = _block_rule(node.op)
-        if rule is None:
-            raise NotPaddable(f"{node.op} {node.name!r} has no padding rule")
-        for value, pairs in zip(node.outputs, rule(node, graph, ins)):
+        try:
+            rule = _block_rule(node.op)
+            if rule is None:
+                raise NotPaddable(f"{node.op} {node.name!r} has no padding rule")
+            outs = rule(node, graph, ins)
+        except NotPaddable:
+            if refusing is None:
+                raise
+            refusing.append(node)
+            continue
+        for value, pairs in zip(node.outputs, outs):
             if pairs:
                 carried[value] = pairs
     return carried
@@ -256,9 +265,18 @@ def padded_output_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dic
 
 
 def padded_value_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
-    """Per value carrying the seeded input axes, those of its axes that carry them whole (not merged with
-    others); raises NotPaddable."""
-    return {v: axes for v, pairs in _carried(graph, seeds).items() if (axes := frozenset(a for a, b in pairs if b == 1))}
+    """Per value carrying the seeded input axes whose positions past the actual size reach only positions past it
+    (no op that mixes positions reads it, nor what it flows into), those of its axes that carry them whole (not
+    merged with others). An op that mixes positions (a gather through computed indices) makes its inputs, and what
+    flows into them, absent."""
+    refusing: list[Node] = []
+    carried = _carried(graph, seeds, refusing)
+    unsafe = {v for node in refusing for v in node.inputs if v}
+    for node in reversed(graph.nodes):  # what flows into an unsafe value is unsafe too
+        if any(o in unsafe for o in node.outputs if o in carried):
+            unsafe.update(v for v in node.inputs if v in carried)
+    return {v: axes for v, pairs in carried.items()
+            if v not in unsafe and (axes := frozenset(a for a, b in pairs if b == 1))}
 
 
 __all__ = ["NotPaddable", "padded_output_axes", "padded_value_axes"]
