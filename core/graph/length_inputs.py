@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 Affine = tuple[dict[str, int], int]  # {variable: coefficient}, constant
 
 
+LENGTH_SUM = "+"  # joins the length inputs whose sum a run-time bound is (Graph.run_time_bounds, run_time_fills)
+
+
 def length_input_name(variable: str) -> str:
     return f"{variable}::length"
 
@@ -149,11 +152,13 @@ def filled_values(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dict[s
 
 
 def _single_input(builder: "GraphBuilder", length: str, symbols: Mapping[str, str]) -> Optional[str]:
-    """The length input that `length` is, itself (through reshapes), or None."""
+    """The length input that `length` is, itself (through reshapes), or the length inputs it sums (a KV cache's
+    past + new), joined by LENGTH_SUM; or None."""
     affine = affine_length(builder, length, symbols)
-    if affine is None or affine[1] != 0 or list(affine[0].values()) != [1]:
+    if affine is None or affine[1] != 0 or not affine[0] or any(c <= 0 for c in affine[0].values()):
         return None
-    return {v: k for k, v in symbols.items()}[next(iter(affine[0]))]
+    inputs = {v: k for k, v in symbols.items()}
+    return LENGTH_SUM.join(inputs[v] for v, c in sorted(affine[0].items()) for _ in range(c))
 
 
 def skippable_outputs(lengths: Mapping[str, Mapping[int, Affine]], symbols: Mapping[str, str],
@@ -163,8 +168,9 @@ def skippable_outputs(lengths: Mapping[str, Mapping[int, Affine]], symbols: Mapp
     inputs = {v: k for k, v in symbols.items()}
     result = {}
     for name in outputs:
-        axes = tuple((axis, inputs[next(iter(coefs))]) for axis, (coefs, constant) in sorted(lengths.get(name, {}).items())
-                     if constant == 0 and list(coefs.values()) == [1])
+        axes = tuple((axis, LENGTH_SUM.join(inputs[v] for v, c in sorted(coefs.items()) for _ in range(c)))
+                     for axis, (coefs, constant) in sorted(lengths.get(name, {}).items())
+                     if constant == 0 and coefs and all(c > 0 for c in coefs.values()))
         if axes:
             result[name] = axes
     return result
@@ -185,5 +191,5 @@ def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols:
     return result
 
 
-__all__ = ["Affine", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "simplest_length",
+__all__ = ["Affine", "LENGTH_SUM", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "simplest_length",
            "skippable_bounds", "filled_values", "skippable_outputs", "output_lengths"]
