@@ -92,10 +92,25 @@ def test_one_upper_bound_artifact_matches_onnxruntime_between_sizes(one_compiled
             assert_same_outputs(module.run(feeds), run(feeds))
 
 
+DECODER_RANGES = {"input_ids": "1..4,1..8", "past_key_values.0.key": "1..4,2,0..56,4"}
+
+
+def test_decoder_attention_over_past_and_new_keys_stops_at_their_sum(one_compiled_shape):
+    exe, graph = _top_executable(tiny_decoder(), DECODER_RANGES)
+    total = "past_sequence_length::length+sequence_length::length"
+    assert all((2, total) in graph.run_time_bounds[o] for o in graph.outputs if o.startswith("present"))
+    funcs = {f.name: f for f in exe.funcs}
+    for op in ("Softmax", "MatMul"):  # the softmax over the keys, and the weights times the values
+        kernel = next(k for k in exe.kernels if k.ops == (op,) and any(i in graph.run_time_fills for i in k.inputs))
+        func = funcs[kernel.func]
+        past, new = (func.params[kernel.inputs.index(n)] for n in total.split("+"))
+        assert any(isinstance(s, For) and _reads(s.extent, past) and _reads(s.extent, new)
+                   for s in walk_stmt(func.body)), kernel
+
+
 def test_decoder_with_bounded_kernels_generates_like_onnxruntime(one_compiled_shape):
     model = tiny_decoder()
-    art = core.compile(model, input_shapes={"input_ids": "1..4,1..8", "past_key_values.0.key": "1..4,2,0..56,4"},
-                       benchmark=False)
+    art = core.compile(model, input_shapes=DECODER_RANGES, benchmark=False)
     prompt = [2, 7, 1, 8, 2]
     expected, reference = greedy_tokens(ort_runner(model), prompt, steps=16)
     with art.load() as module:
