@@ -25,13 +25,15 @@ SKIPPABLE_KINDS = (ForKind.SERIAL, ForKind.PARALLEL)
 
 def skippable_axes(sch: Schedule, reads_of: Callable) -> dict[int, dict[int, Expr]]:
     """Per stage (the id of its op), axis -> length: a kernel output's own run-time bounds, and a producer's
-    axis when every stage reading it reads it at the reader's own point along an axis the reader skips
-    (so its points past the length reach only points that are padding themselves). `reads_of(expr, op)` lists
-    the index tuples at which `expr` reads `op`, through inlined stages."""
+    axis when every stage reading it reads it along that axis at the reader's own point along an axis the reader
+    skips, or at that point // c (a panel of packed columns: it stops at ceil(length / c)), so its points past the
+    length reach only points that are padding themselves. `reads_of(expr, op)` lists the index tuples at which
+    `expr` reads `op`, through inlined stages."""
     stages = [s for s in sch.stages if not s.inlined and not isinstance(s.op, ExternOp)]
     readers = {id(p.op): [(r, reads_of(r.body, p.op)) for r in sch.stages if not r.inlined and r is not p]
                for p in stages}
     skipped: dict[int, dict[int, Expr]] = {}
+    divided: dict[tuple[int, int], Expr] = {}  # (id of a length, c) -> ceil(length / c), one expression each
     changed = True
     while changed:  # readers first: a producer's axes follow its readers'
         changed = False
@@ -44,15 +46,30 @@ def skippable_axes(sch: Schedule, reads_of: Callable) -> dict[int, dict[int, Exp
                     continue
                 # a kernel output that is a mask's output holds its fill past the length whatever it reads there
                 own = {**{a: n for a, (n, _) in sch.run_time_fills.get(id(r.op), {}).items()}, **skipped.get(id(r.op), {})}
-                ok = {a: length for a, length in own.items()
-                      if len(r.op.axis) == len(p.op.axis) and all(_is_var(index[a], r.op.axis[a].var)
-                                                                  for index in reads)}
+                ok: dict[int, Expr] = {}
+                for a, length in own.items():
+                    for b in range(len(p.op.axis)):
+                        scales = {_read_scale(index[b], r.op.axis[a].var) for index in reads}
+                        if len(scales) == 1 and None not in scales:
+                            c = scales.pop()
+                            ok.setdefault(b, length if c == 1 else
+                                          divided.setdefault((id(length), c), (length + (c - 1)) // c))
                 axes = ok if axes is None else {a: n for a, n in axes.items() if ok.get(a) is n}
             axes = axes or {}
             if axes != skipped.get(id(p.op), {}):
                 skipped[id(p.op)] = axes
                 changed = True
     return {k: v for k, v in skipped.items() if v}
+
+
+def _read_scale(index: Expr, var: Var) -> Optional[int]:
+    """1 when `index` is `var`, c when it is var // c (c > 0), else None."""
+    if _is_var(index, var):
+        return 1
+    if isinstance(index, BinOp) and index.op == "floordiv" and _is_var(index.a, var) and isinstance(index.b, IntImm) \
+            and index.b.value > 0:
+        return index.b.value
+    return None
 
 
 def derived_fills(sch: Schedule, fills: dict, skipped: dict) -> dict:

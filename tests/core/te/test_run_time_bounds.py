@@ -118,6 +118,31 @@ def test_a_stage_read_across_the_bounded_axis_keeps_every_row(kernels):
     assert (out[10:] == SENTINEL).all()
 
 
+def test_a_producer_read_at_the_skipped_point_divided_stops_at_the_length_divided_too():
+    """out[i, j] = panels[i // 4, j] + a[i, j] with out's rows bounded by len: panels (one row per 4 rows, as
+    packed columns of a product) stop at ceil(len / 4)."""
+    a = te.placeholder((ROWS, COLS), "float32", "a")
+    length = te.placeholder((1,), "int64", "len")
+    panels = te.compute(((ROWS + 3) // 4, COLS), lambda p, j: a[p * 4, j] * 2.0, name="panels")
+    out = te.compute((ROWS, COLS), lambda i, j: panels[i // 4, j] + a[i, j], name="out")
+    sch = create_schedule([out])
+    sch[out].run_time_bounds = {0: length(0)}
+    func = lower(sch, [a, length, out], "panels")
+    (panel_rows,) = [s for s in walk_stmt(func.body) if isinstance(s, For) and _reads_length(s.extent, func.inputs[1])
+                     and "panels" in str(s.body) and "out" not in str(s.body)]
+    assert str(panel_rows.extent) == f"min({(ROWS + 3) // 4}, (({func.inputs[1].name}[0] + 3) // 4))"
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/panels.so"))
+    a_value = np.random.default_rng(7).standard_normal((ROWS, COLS)).astype(np.float32)
+    for rows in (0, 1, 4, 9, ROWS):
+        out_value = np.full((ROWS, COLS), SENTINEL, np.float32)
+        (space,) = [np.full(b.shape, np.nan, b.dtype) for b in func.workspaces]
+        lib.call("panels", a_value, np.array([rows], np.int64), out_value, space)
+        expected = a_value[(np.arange(ROWS) // 4) * 4] * 2.0 + a_value
+        np.testing.assert_allclose(out_value[:rows], expected[:rows], rtol=1e-6)
+        assert np.isnan(space[-(-rows // 4):]).all() and not np.isnan(space[:-(-rows // 4)]).any()
+
+
 @pytest.mark.parametrize("schedule", ["split", "fused", "parallel"])
 def test_without_bounds_the_kernel_never_reads_the_length(schedule):
     func, _ = _rows_kernel(schedule, bounded=False)
