@@ -121,7 +121,7 @@ def simplest_length(builder: "GraphBuilder", value: str) -> str:
 
 
 def skippable_bounds(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dict[str, tuple[tuple[int, str], ...]]:
-    """Per bounded value, the axes whose length is one length input itself (value -> ((axis, input), ...)):
+    """Per bounded value, the axes whose length is a length input or a sum of them (value -> ((axis, input), ...)):
     what a kernel computing it may leave unwritten past that length, since every reader masks it there (but a
     mask's own output, whose fill its reader needs)."""
     result: dict[str, tuple[tuple[int, str], ...]] = {}
@@ -163,8 +163,8 @@ def _single_input(builder: "GraphBuilder", length: str, symbols: Mapping[str, st
 
 def skippable_outputs(lengths: Mapping[str, Mapping[int, Affine]], symbols: Mapping[str, str],
                       outputs: Sequence[str]) -> dict[str, tuple[tuple[int, str], ...]]:
-    """skippable_bounds of the graph `outputs` whose length along an axis (`lengths`, output_lengths' answer) is one
-    length input itself: the runtime cuts them there."""
+    """skippable_bounds of the graph `outputs` whose length along an axis (`lengths`, output_lengths' answer) is a
+    length input or a sum of them (joined by LENGTH_SUM): the runtime cuts them there."""
     inputs = {v: k for k, v in symbols.items()}
     result = {}
     for name in outputs:
