@@ -191,5 +191,5 @@ def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols:
     return result
 
 
-__all__ = ["Affine", "LENGTH_SUM", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "simplest_length",
-           "skippable_bounds", "filled_values", "skippable_outputs", "output_lengths"]
+__all__ = ["Affine", "LENGTH_SUM", "length_input_name", "add_length_inputs", "affine_length", "largest_length",
+           "simplest_length", "skippable_bounds", "filled_values", "skippable_outputs", "output_lengths"]

@@ -120,7 +120,8 @@ class _Lowering:
                 raise ScheduleError(f"{kind} {op.name} is read but not passed as an argument to lower()")
             load = buf.load(self.address(buf, e.indices))
             for axis, (length, fill) in self.clipped.get(id(op), {}).items():  # not computed past the length
-                load = select(binop("lt", e.indices[axis], cast(e.indices[axis].dtype, self.expand(length))), load, fill)
+                index = e.indices[axis]
+                load = select(binop("lt", index, cast(index.dtype, self.expand(length))), load, fill)
             return load
 
         return rewrite_expr(expr, visit)

@@ -264,4 +264,5 @@ def _mentions(expr: Expr, var: Var) -> bool:
     return any(e is var for e in walk_expr(expr))
 
 
-__all__ = ["skippable_axes", "derived_fills", "clipped_stages", "summed_operands", "summed_leaf", "summed_lengths", "loop_bounds"]
+__all__ = ["skippable_axes", "derived_fills", "clipped_stages", "summed_operands", "summed_leaf", "summed_lengths",
+           "loop_bounds"]
