@@ -181,14 +181,19 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
         value = values[stage.op.axis[axis]]
         for d, iv in enumerate(leaves[:outer]):
             if not _mentions(value, iv.var) or stage.annotations.get(iv, ForKind.SERIAL) not in SKIPPABLE_KINDS \
-                    or iv in stage.bindings or iv in stage.tensorized or iv in bounded:
+                    or iv in stage.bindings or iv in stage.tensorized or (iv in bounded and iv not in fused):
                 continue
             # the first point of the tile this leaf's iteration starts: deeper leaves at 0
             start = simplify(substitute(value, {leaf.var: IntImm(0, leaf.var.dtype) for leaf in leaves[d + 1:]}))
             bound = cast(iv.var.dtype, length)
             step = None if iv in fused or iv in fixed else _step(start, iv.var)
+            # a fused loop whose outermost part is the axis (fused // c) ends at length * c: the iterations of a
+            # parallel loop past it would otherwise be whole chunks of idle threads
+            per = _read_scale(start, iv.var) if iv in fused and iv not in fixed and iv not in bounded else None
             if step is not None:
                 bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), (bound + (step - 1)) // step)
+            elif per is not None:
+                bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), bound * per)
             else:
                 conds.append(binop("lt", start, bound))
     return conds, bounded

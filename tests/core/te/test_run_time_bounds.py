@@ -79,13 +79,34 @@ def test_a_split_axis_takes_the_length_as_its_outer_loop_extent():
     assert all(s.kind is ForKind.SERIAL for s in bounded)
 
 
-def test_a_fused_axis_skips_its_iterations_past_the_length():
+def test_a_fused_loop_whose_outer_part_is_bounded_ends_at_the_length_times_the_inner_extent():
     func, _ = _rows_kernel("fused")
     length = func.inputs[1]
     loops = [s for s in walk_stmt(func.body) if isinstance(s, For)]
-    assert all(s.kind is ForKind.PARALLEL and str(s.extent) == str(ROWS * COLS) for s in loops)
-    guards = [s for s in walk_stmt(func.body) if isinstance(s, IfThenElse) and _reads_length(s.cond, length)]
-    assert len(guards) == 2 and all(isinstance(loop.body, IfThenElse) for loop in loops)
+    # no idle iterations left for the parallel loop's threads past the length
+    assert len(loops) == 2 and all(s.kind is ForKind.PARALLEL and
+                                   str(s.extent) == f"min({ROWS * COLS}, ({length.name}[0] * {COLS}))" for s in loops)
+    assert not any(isinstance(s, IfThenElse) for s in walk_stmt(func.body))
+
+
+def test_a_fused_loop_whose_inner_part_is_bounded_skips_its_iterations_past_the_length():
+    a = te.placeholder((ROWS, COLS), "float32", "a")
+    length = te.placeholder((1,), "int64", "len")
+    out = te.compute((ROWS, COLS), lambda i, j: a[i, j] * 2.0, name="out")
+    sch = create_schedule([out])
+    sch[out].parallel(sch[out].fuse(*out.op.axis))
+    sch[out].run_time_bounds = {1: length(0)}  # the columns: fused % COLS
+    func = lower(sch, [a, length, out], "columns_fused")
+    (loop,) = [s for s in walk_stmt(func.body) if isinstance(s, For)]
+    assert str(loop.extent) == str(ROWS * COLS) and isinstance(loop.body, IfThenElse)
+    assert _reads_length(loop.body.cond, func.inputs[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/columns.so"))
+    a_value = np.random.default_rng(8).standard_normal((ROWS, COLS)).astype(np.float32)
+    out_value = np.full((ROWS, COLS), SENTINEL, np.float32)
+    lib.call("columns_fused", a_value, np.array([9], np.int64), out_value)
+    np.testing.assert_allclose(out_value[:, :9], a_value[:, :9] * 2.0, rtol=1e-6)
+    assert (out_value[:, 9:] == SENTINEL).all()
 
 
 @pytest.mark.parametrize("name", ["rows_split", "rows_fused", "rows_parallel"])
