@@ -11,8 +11,9 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedOpError
 from ..frontend import import_onnx_with_lengths
-from ..graph.ir import Graph
+from ..graph.ir import Graph, TensorType
 from ..graph.length_inputs import Affine
+from ..graph.padding import padded_value_axes
 from .buckets import BucketPlan
 
 
@@ -23,10 +24,12 @@ class MaskedBuckets:
     outputs: Mapping[str, Mapping[int, Affine]] = field(default_factory=dict)  # output -> axis -> its length
     refused: Mapping[str, str] = field(default_factory=dict)  # variable -> why it must match a bucket exactly
 
+    padded_lengths: tuple[int, ...] = ()  # the padded variables whose length the graphs take too, after the masked
+
     @property
     def length_variables(self) -> tuple[int, ...]:
         """The variables (indices) whose length the graphs take as inputs, in the graphs' input order."""
-        return tuple(k for k, v in enumerate(self.plan.variables) if v.name in self.plan.masked)
+        return tuple(k for k, v in enumerate(self.plan.variables) if v.name in self.plan.masked) + self.padded_lengths
 
 
 def find_masked(plan: BucketPlan, source, refused: Mapping[str, str]) -> MaskedBuckets:
@@ -61,8 +64,38 @@ def find_masked(plan: BucketPlan, source, refused: Mapping[str, str]) -> MaskedB
     except (ShapeError, UnsupportedOpError) as err:  # the graph imported without lengths: these stay unmasked
         return _refuse(plan, refused, str(err))
     masked = frozenset(names.values())
+    padded = tuple(k for k, v in enumerate(plan.variables) if v.name in plan.padded)
+    graphs = [with_padded_lengths(graph, plan, sizes, padded) for graph, sizes in zip(graphs, plan.buckets)]
     return MaskedBuckets(replace(plan, masked=masked), tuple(graphs), outputs,
-                         {k: v for k, v in refused.items() if k not in masked})
+                         {k: v for k, v in refused.items() if k not in masked}, padded)
+
+
+def with_padded_lengths(graph: Graph, plan: BucketPlan, sizes, padded: tuple[int, ...]) -> Graph:
+    """`graph` (a bucket at `sizes`) taking each `padded` variable's actual size as one more length input, after
+    the masked ones: its float values that carry the variable whole along an axis stop there
+    (Graph.run_time_bounds: their rows past it are independent padding the runtime cuts off; not what flows into
+    the masks' gathers through computed indices). Integer values keep
+    every row: one may become a gather's indices, which padding rows must not make out of range."""
+    inputs, types = list(graph.inputs), dict(graph.types)
+    bounds = {value: tuple(axes) for value, axes in graph.run_time_bounds.items()}
+    for k in padded:
+        var = plan.variables[k]
+        name = next(n for n in (f"{var.name}::length", *(f"{var.name}::length_{i}" for i in range(len(types))))
+                    if n not in types)
+        inputs.append(name)
+        types[name] = TensorType((1,), "int64")
+        seeds: dict[str, set[int]] = {}
+        for value, axis in var.dims:
+            seeds.setdefault(value, set()).add(axis)
+        for value, axes in padded_value_axes(graph, {v: frozenset(a) for v, a in seeds.items()}).items():
+            if not types[value].dtype.startswith(("float", "bfloat")):
+                continue
+            have = bounds.get(value, ())
+            more = tuple((axis, name) for axis in sorted(axes)
+                         if types[value].shape[axis] == sizes[k] and all(a != axis for a, _ in have))
+            if more:
+                bounds[value] = tuple(sorted(have + more))
+    return graph.replace(inputs=tuple(inputs), types=types, run_time_bounds=bounds)
 
 
 def _output_lengths(graphs: list[Graph], found: list[tuple[dict, dict[str, int]]]) -> dict[str, dict[int, Affine]]:

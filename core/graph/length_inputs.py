@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 Affine = tuple[dict[str, int], int]  # {variable: coefficient}, constant
 
 
+LENGTH_SUM = "+"  # joins the length inputs whose sum a run-time bound is (Graph.run_time_bounds, run_time_fills)
+
+
 def length_input_name(variable: str) -> str:
     return f"{variable}::length"
 
@@ -139,7 +142,7 @@ def simplest_length(builder: "GraphBuilder", value: str) -> str:
 
 
 def skippable_bounds(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dict[str, tuple[tuple[int, str], ...]]:
-    """Per bounded value, the axes whose length is one length input itself (value -> ((axis, input), ...)):
+    """Per bounded value, the axes whose length is a length input or a sum of them (value -> ((axis, input), ...)):
     what a kernel computing it may leave unwritten past that length, since every reader masks it there (but a
     mask's own output, whose fill its reader needs)."""
     result: dict[str, tuple[tuple[int, str], ...]] = {}
@@ -170,22 +173,25 @@ def filled_values(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dict[s
 
 
 def _single_input(builder: "GraphBuilder", length: str, symbols: Mapping[str, str]) -> Optional[str]:
-    """The length input that `length` is, itself (through reshapes), or None."""
+    """The length input that `length` is, itself (through reshapes), or the length inputs it sums (a KV cache's
+    past + new), joined by LENGTH_SUM; or None."""
     affine = affine_length(builder, length, symbols)
-    if affine is None or affine[1] != 0 or list(affine[0].values()) != [1]:
+    if affine is None or affine[1] != 0 or not affine[0] or any(c <= 0 for c in affine[0].values()):
         return None
-    return {v: k for k, v in symbols.items()}[next(iter(affine[0]))]
+    inputs = {v: k for k, v in symbols.items()}
+    return LENGTH_SUM.join(inputs[v] for v, c in sorted(affine[0].items()) for _ in range(c))
 
 
 def skippable_outputs(lengths: Mapping[str, Mapping[int, Affine]], symbols: Mapping[str, str],
                       outputs: Sequence[str]) -> dict[str, tuple[tuple[int, str], ...]]:
-    """skippable_bounds of the graph `outputs` whose length along an axis (`lengths`, output_lengths' answer) is one
-    length input itself: the runtime cuts them there."""
+    """skippable_bounds of the graph `outputs` whose length along an axis (`lengths`, output_lengths' answer) is a
+    length input or a sum of them (joined by LENGTH_SUM): the runtime cuts them there."""
     inputs = {v: k for k, v in symbols.items()}
     result = {}
     for name in outputs:
-        axes = tuple((axis, inputs[next(iter(coefs))]) for axis, (coefs, constant) in sorted(lengths.get(name, {}).items())
-                     if constant == 0 and list(coefs.values()) == [1])
+        axes = tuple((axis, LENGTH_SUM.join(inputs[v] for v, c in sorted(coefs.items()) for _ in range(c)))
+                     for axis, (coefs, constant) in sorted(lengths.get(name, {}).items())
+                     if constant == 0 and coefs and all(c > 0 for c in coefs.values()))
         if axes:
             result[name] = axes
     return result
@@ -206,5 +212,6 @@ def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols:
     return result
 
 
-__all__ = ["Affine", "length_input_name", "add_length_inputs", "affine_length", "largest_length", "always_negative",
-           "simplest_length", "skippable_bounds", "filled_values", "skippable_outputs", "output_lengths"]
+__all__ = ["Affine", "LENGTH_SUM", "length_input_name", "add_length_inputs", "affine_length", "largest_length",
+           "always_negative", "simplest_length", "skippable_bounds", "filled_values", "skippable_outputs",
+           "output_lengths"]

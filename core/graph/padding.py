@@ -8,7 +8,7 @@ without a rule here is a refusal, never a guess.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -273,24 +273,54 @@ def _block_rule(op: str):
     return plain
 
 
-def padded_output_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
-    """Per graph output, the axes that carry the seeded input axes (graph inputs -> axes); raises NotPaddable."""
+def _carried(graph: Graph, seeds: Mapping[str, frozenset[int]], refusing: Optional[list[Node]] = None
+             ) -> dict[str, frozenset[tuple[int, int]]]:
+    """Per value, the (axis, block) pairs that carry the seeded input axes; raises NotPaddable, or with `refusing`
+    appends the node there and carries nothing through it."""
     carried: dict[str, frozenset[tuple[int, int]]] = {v: frozenset((a, 1) for a in axes)
                                                       for v, axes in seeds.items() if axes}
     for node in graph.nodes:
         ins = [carried.get(v, frozenset()) if v else frozenset() for v in node.inputs]
         if not any(ins):
             continue
-        rule = _block_rule(node.op)
-        if rule is None:
-            raise NotPaddable(f"{node.op} {node.name!r} has no padding rule")
-        for value, pairs in zip(node.outputs, rule(node, graph, ins)):
+        try:
+            rule = _block_rule(node.op)
+            if rule is None:
+                raise NotPaddable(f"{node.op} {node.name!r} has no padding rule")
+            outs = rule(node, graph, ins)
+        except NotPaddable:
+            if refusing is None:
+                raise
+            refusing.append(node)
+            continue
+        for value, pairs in zip(node.outputs, outs):
             if pairs:
                 carried[value] = pairs
+    return carried
+
+
+def padded_output_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+    """Per graph output, the axes that carry the seeded input axes (graph inputs -> axes); raises NotPaddable."""
+    carried = _carried(graph, seeds)
     merged = [o for o in graph.outputs if any(b != 1 for _, b in carried.get(o, ()))]
     if merged:
         raise NotPaddable(f"output {merged[0]!r} holds the padded axis merged with others")
     return {o: frozenset(a for a, _ in carried.get(o, ())) for o in graph.outputs}
 
 
-__all__ = ["NotPaddable", "padded_output_axes"]
+def padded_value_axes(graph: Graph, seeds: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+    """Per value carrying the seeded input axes whose positions past the actual size reach only positions past it
+    (no op that mixes positions reads it, nor what it flows into), those of its axes that carry them whole (not
+    merged with others). An op that mixes positions (a gather through computed indices) makes its inputs, and what
+    flows into them, absent."""
+    refusing: list[Node] = []
+    carried = _carried(graph, seeds, refusing)
+    unsafe = {v for node in refusing for v in node.inputs if v}
+    for node in reversed(graph.nodes):  # what flows into an unsafe value is unsafe too
+        if any(o in unsafe for o in node.outputs if o in carried):
+            unsafe.update(v for v in node.inputs if v in carried)
+    return {v: axes for v, pairs in carried.items()
+            if v not in unsafe and (axes := frozenset(a for a, b in pairs if b == 1))}
+
+
+__all__ = ["NotPaddable", "padded_output_axes", "padded_value_axes"]

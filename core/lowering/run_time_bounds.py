@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..graph.ir import Graph
+from ..graph.length_inputs import LENGTH_SUM
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor, placeholder
 
@@ -24,8 +25,12 @@ class KernelBounds:
         return bool(self.outputs or self.fills)
 
     def lengths(self) -> list[str]:
+        """The lengths the bounds read: a length input, or length inputs joined by LENGTH_SUM (their sum)."""
         return list(dict.fromkeys([n for axes in self.outputs.values() for _, n in axes] +
                                   [n for axes in self.fills.values() for _, n, _ in axes]))
+
+    def length_inputs(self) -> list[str]:
+        return list(dict.fromkeys(part for length in self.lengths() for part in length.split(LENGTH_SUM)))
 
     def describe(self) -> str:
         """A memo key step (a bounded kernel differs from the same group's static one)."""
@@ -43,13 +48,14 @@ def kernel_bounds(graph: Graph, inputs: Sequence[str], outputs: Sequence[str]) -
     fills = getattr(graph, "run_time_fills", None) or {}
     filled = {i: fills[i] for i in inputs if i in fills}
     filled.update({o: fills[o][-1:] for o in outputs if o in fills})
-    return KernelBounds({o: bounds[o] for o in outputs if o in bounds and all(n in graph.inputs for _, n in bounds[o])},
-                        {v: axes for v, axes in filled.items() if all(n in graph.inputs for _, n, _ in axes)})
+    known = lambda length: all(part in graph.inputs for part in length.split(LENGTH_SUM))  # noqa: E731
+    return KernelBounds({o: bounds[o] for o in outputs if o in bounds and all(known(n) for _, n in bounds[o])},
+                        {v: axes for v, axes in filled.items() if all(known(n) for _, n, _ in axes)})
 
 
 def length_params(bounds: KernelBounds, inputs: Sequence[str]) -> list[str]:
     """The length inputs `bounds` reads that the kernel does not already take (its extra input parameters)."""
-    return [length for length in bounds.lengths() if length not in inputs]
+    return [length for length in bounds.length_inputs() if length not in inputs]
 
 
 def bound_stages(sch: Schedule, tensors: dict[str, Tensor], bounds: KernelBounds, params: list[Tensor]) -> None:
@@ -59,7 +65,10 @@ def bound_stages(sch: Schedule, tensors: dict[str, Tensor], bounds: KernelBounds
     for k, length in enumerate(length_params(bounds, list(tensors))):
         tensors[length] = placeholder((1,), "int64", f"len{k}")
         params.append(tensors[length])
-    reads = {length: tensors[length](0) for length in bounds.lengths()}
+    reads = {}
+    for length in bounds.lengths():  # a sum of lengths: one expression, which every stage bounded by it shares
+        parts = [tensors[part](0) for part in length.split(LENGTH_SUM)]
+        reads[length] = sum(parts[1:], parts[0])
     for value, axes in bounds.outputs.items():
         sch[tensors[value]].run_time_bounds = {axis: reads[length] for axis, length in axes}
     sch.run_time_fills = {id(tensors[value].op): {axis: (reads[length], fill) for axis, length, fill in axes}

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..errors import ScheduleError
-from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, logical_and
+from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, cast, logical_and, select
 from ..tir.functor import rewrite_expr, rewrite_stmt, substitute, walk_stmt
 from ..tir.index_guard import with_index_fault
 from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
 from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Stmt, Store, seq
 from .bound import infer_region
-from .run_time_bounds import derived_fills, loop_bounds, skippable_axes, summed_lengths
+from .run_time_bounds import (clipped_stages, derived_fills, loop_bounds, skippable_axes, summed_lengths,
+                              summed_operands)
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 from .tensorize import TensorizeError, tensorize_nest
@@ -67,6 +68,12 @@ class _Lowering:
         # what holds a number past a length (inputs: Schedule.run_time_fills; stages computed from them), which
         # sums and maxima over it may stop at
         self.fills = derived_fills(sch, sch.run_time_fills, self.skipped) if sch.run_time_fills else {}
+        # of those, the stages that stop at the length and are read through a select of that number past it
+        self.clipped = clipped_stages(sch, self.fills)
+        for op_id, axes in self.clipped.items():
+            self.skipped[op_id] = {**{a: n for a, (n, _) in axes.items()}, **self.skipped.get(op_id, {})}
+        # and the stages only sums that stop at a length read, at their reduce variable (a MatMul's packed values)
+        self.skipped.update(summed_operands(sch, self.fills, self.skipped, self.reads_of) if self.fills else {})
 
     def _add_buffer(self, t: Tensor, names: set[str], scope: str = "global", aligns: Optional[dict] = None,
                     shape: Optional[Sequence[int]] = None) -> Buffer:
@@ -111,7 +118,11 @@ class _Lowering:
             if buf is None:
                 kind = "placeholder" if isinstance(op, PlaceholderOp) else "tensor"
                 raise ScheduleError(f"{kind} {op.name} is read but not passed as an argument to lower()")
-            return buf.load(self.address(buf, e.indices))
+            load = buf.load(self.address(buf, e.indices))
+            for axis, (length, fill) in self.clipped.get(id(op), {}).items():  # not computed past the length
+                index = e.indices[axis]
+                load = select(binop("lt", index, cast(index.dtype, self.expand(length))), load, fill)
+            return load
 
         return rewrite_expr(expr, visit)
 

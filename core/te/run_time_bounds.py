@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..tir.expr import BinOp, Call, Cast, Expr, FloatImm, IntImm, Var, binop, cast, minimum
 from ..tir.functor import substitute, walk_expr
 from ..tir.simplify import simplify
 from ..tir.stmt import ForKind
 from .schedule import Fuse, Schedule, Split, Stage
-from .tensor import ExternOp, IterVar, Reduce, TensorRead
+from .tensor import ComputeOp, ExternOp, IterVar, Reduce, TensorRead
 
 # A stage whose points past a run-time length (along some of its axes) are padding that no reader uses runs its
 # loops over those axes only up to the length: a loop that alone walks the axis (plain, or the outer loop of a
@@ -25,13 +25,15 @@ SKIPPABLE_KINDS = (ForKind.SERIAL, ForKind.PARALLEL)
 
 def skippable_axes(sch: Schedule, reads_of: Callable) -> dict[int, dict[int, Expr]]:
     """Per stage (the id of its op), axis -> length: a kernel output's own run-time bounds, and a producer's
-    axis when every stage reading it reads it at the reader's own point along an axis the reader skips
-    (so its points past the length reach only points that are padding themselves). `reads_of(expr, op)` lists
-    the index tuples at which `expr` reads `op`, through inlined stages."""
+    axis when every stage reading it reads it along that axis at the reader's own point along an axis the reader
+    skips, or at that point // c (a panel of packed columns: it stops at ceil(length / c)), so its points past the
+    length reach only points that are padding themselves. `reads_of(expr, op)` lists the index tuples at which
+    `expr` reads `op`, through inlined stages."""
     stages = [s for s in sch.stages if not s.inlined and not isinstance(s.op, ExternOp)]
     readers = {id(p.op): [(r, reads_of(r.body, p.op)) for r in sch.stages if not r.inlined and r is not p]
                for p in stages}
     skipped: dict[int, dict[int, Expr]] = {}
+    divided: dict[tuple[int, int], Expr] = {}  # (id of a length, c) -> ceil(length / c), one expression each
     changed = True
     while changed:  # readers first: a producer's axes follow its readers'
         changed = False
@@ -44,15 +46,30 @@ def skippable_axes(sch: Schedule, reads_of: Callable) -> dict[int, dict[int, Exp
                     continue
                 # a kernel output that is a mask's output holds its fill past the length whatever it reads there
                 own = {**{a: n for a, (n, _) in sch.run_time_fills.get(id(r.op), {}).items()}, **skipped.get(id(r.op), {})}
-                ok = {a: length for a, length in own.items()
-                      if len(r.op.axis) == len(p.op.axis) and all(_is_var(index[a], r.op.axis[a].var)
-                                                                  for index in reads)}
+                ok: dict[int, Expr] = {}
+                for a, length in own.items():
+                    for b in range(len(p.op.axis)):
+                        scales = {_read_scale(index[b], r.op.axis[a].var) for index in reads}
+                        if len(scales) == 1 and None not in scales:
+                            c = scales.pop()
+                            ok.setdefault(b, length if c == 1 else
+                                          divided.setdefault((id(length), c), (length + (c - 1)) // c))
                 axes = ok if axes is None else {a: n for a, n in axes.items() if ok.get(a) is n}
             axes = axes or {}
             if axes != skipped.get(id(p.op), {}):
                 skipped[id(p.op)] = axes
                 changed = True
     return {k: v for k, v in skipped.items() if v}
+
+
+def _read_scale(index: Expr, var: Var) -> Optional[int]:
+    """1 when `index` is `var`, c when it is var // c (c > 0), else None."""
+    if _is_var(index, var):
+        return 1
+    if isinstance(index, BinOp) and index.op == "floordiv" and _is_var(index.a, var) and isinstance(index.b, IntImm) \
+            and index.b.value > 0:
+        return index.b.value
+    return None
 
 
 def derived_fills(sch: Schedule, fills: dict, skipped: dict) -> dict:
@@ -75,6 +92,17 @@ def derived_fills(sch: Schedule, fills: dict, skipped: dict) -> dict:
         if axes:
             found[id(stage.op)] = axes
     return found
+
+
+def clipped_stages(sch: Schedule, fills: dict) -> dict[int, dict[int, tuple[Expr, float]]]:
+    """The stages among `fills` (derived_fills') that hold a number past a length and that only this kernel sees,
+    computed whole on their own (not inlined, not per tile of a consumer, not a kernel output): a softmax's exp.
+    They stop at the length, and the lowering reads them through select(index < length, read, that number), which
+    is what they would have held there, so their readers (the sum's lanes, the normalization) need not stop."""
+    outputs = {id(t.op) for t in sch.outputs}
+    return {id(s.op): fills[id(s.op)] for s in sch.stages
+            if id(s.op) in fills and isinstance(s.op, ComputeOp) and not isinstance(s.body, Reduce)
+            and not s.inlined and s.attach is None and s.scope == "global" and id(s.op) not in outputs}
 
 
 def _certain(expr: Expr, op, axis: int, fill: float):
@@ -144,29 +172,72 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
     fused = {rel.fused for rel in stage.relations if isinstance(rel, Fuse)}
     conds: list[Expr] = []
     bounded: dict[IterVar, Expr] = {}
-    for axis, (length, lane) in summed.items():  # the axis itself a leaf, or the outer leaf of its split
-        leaf, step = (axis, lane) if axis in leaves else next(
-            ((rel.outer, rel.factor * lane) for rel in stage.relations if isinstance(rel, Split) and rel.parent is axis
-             and rel.outer in leaves), (None, 0))
-        if leaf is not None and stage.annotations.get(leaf, ForKind.SERIAL) in SKIPPABLE_KINDS \
-                and leaf not in stage.tensorized:
+    for axis, (length, lane) in summed.items():
+        leaf, step = summed_leaf(stage, axis, lane, leaves)
+        if leaf is not None:
             bound = cast(leaf.var.dtype, length)
             bounded[leaf] = minimum(IntImm(extents[leaf], leaf.var.dtype), (bound + (step - 1)) // step)
     for axis, length in sorted(lengths.items()):
         value = values[stage.op.axis[axis]]
         for d, iv in enumerate(leaves[:outer]):
             if not _mentions(value, iv.var) or stage.annotations.get(iv, ForKind.SERIAL) not in SKIPPABLE_KINDS \
-                    or iv in stage.bindings or iv in stage.tensorized or iv in bounded:
+                    or iv in stage.bindings or iv in stage.tensorized or (iv in bounded and iv not in fused):
                 continue
             # the first point of the tile this leaf's iteration starts: deeper leaves at 0
             start = simplify(substitute(value, {leaf.var: IntImm(0, leaf.var.dtype) for leaf in leaves[d + 1:]}))
             bound = cast(iv.var.dtype, length)
             step = None if iv in fused or iv in fixed else _step(start, iv.var)
+            # a fused loop whose outermost part is the axis (fused // c) ends at length * c: the iterations of a
+            # parallel loop past it would otherwise be whole chunks of idle threads
+            per = _read_scale(start, iv.var) if iv in fused and iv not in fixed and iv not in bounded else None
             if step is not None:
                 bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), (bound + (step - 1)) // step)
+            elif per is not None:
+                bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), bound * per)
             else:
                 conds.append(binop("lt", start, bound))
     return conds, bounded
+
+
+def summed_leaf(stage: Stage, axis: IterVar, lane: int, leaves: Sequence[IterVar]) -> tuple[Optional[IterVar], int]:
+    """The leaf loop that stops a reduce `axis` summed at var * `lane` + a lane (the axis itself, or the outer leaf
+    of its split) and its step along the axis, or (None, 0) when no such loop may stop early (vector, unrolled,
+    tensorized)."""
+    leaf, step = (axis, lane) if axis in leaves else next(
+        ((rel.outer, rel.factor * lane) for rel in stage.relations if isinstance(rel, Split) and rel.parent is axis
+         and rel.outer in leaves), (None, 0))
+    if leaf is None or stage.annotations.get(leaf, ForKind.SERIAL) not in SKIPPABLE_KINDS or leaf in stage.tensorized:
+        return None, 0
+    return leaf, step
+
+
+def summed_operands(sch: Schedule, fills: dict, skipped: dict, reads_of: Callable) -> dict[int, dict[int, Expr]]:
+    """Per stage (the id of its op), axis -> length: the stages that only this kernel sees, read only by sums that
+    stop at a length (summed_lengths') at that sum's own reduce variable, along one axis (a MatMul's packed values:
+    its panels along K): their points past the last the sums read are never read, so they stop there too."""
+    outputs = {id(t.op) for t in sch.outputs}
+    stages = [s for s in sch.stages if not s.inlined and s.attach is None and isinstance(s.op, ComputeOp)]
+    sums = {id(r.op): {axis: (n, summed_leaf(r, axis, lane, r.leaf_iter_vars)[1])
+                       for axis, (n, lane) in summed_lengths(r, fills).items() if lane == 1}
+            for r in stages}
+    found: dict[int, dict[int, Expr]] = {}
+    for p in stages:
+        if id(p.op) in outputs or p.scope != "global" or id(p.op) in skipped:
+            continue
+        wanted = None
+        for r in sch.stages:
+            reads = reads_of(r.body, p.op) if r is not p and not r.inlined else []
+            if not reads:
+                continue
+            ok = {(b, n, step) for axis, (n, step) in sums.get(id(r.op), {}).items() if step
+                  for b in range(len(p.op.axis)) if all(_is_var(index[b], axis.var) for index in reads)}
+            wanted = ok if wanted is None else {w for w in wanted if w in ok}
+            if not wanted:
+                break
+        if wanted:
+            b, n, step = min(wanted, key=lambda w: (w[0], w[2]))
+            found[id(p.op)] = {b: n if step == 1 else (n + (step - 1)) // step * step}
+    return found
 
 
 def _step(start: Expr, var: Var):
@@ -198,4 +269,5 @@ def _mentions(expr: Expr, var: Var) -> bool:
     return any(e is var for e in walk_expr(expr))
 
 
-__all__ = ["skippable_axes", "derived_fills", "summed_lengths", "loop_bounds"]
+__all__ = ["skippable_axes", "derived_fills", "clipped_stages", "summed_operands", "summed_leaf", "summed_lengths",
+           "loop_bounds"]

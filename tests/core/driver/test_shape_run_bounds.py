@@ -53,7 +53,7 @@ def test_encoder_kernels_take_the_sequence_length_as_their_loop_bound(one_compil
     # QK^T's output is the softmax's mask (-inf past the length along the keys): its rows stop at the length, and
     # along the keys its product stops there while its epilogue still writes the fill
     scores = next(k for k in exe.kernels if k.ops[:1] == ("MatMul",) and "Where" in k.ops)
-    assert graph.run_time_bounds[scores.outputs[0]] == ((2, "seq::length"),)
+    assert graph.run_time_bounds[scores.outputs[0]] == ((0, "batch::length"), (2, "seq::length"))
     assert graph.run_time_fills[scores.outputs[0]][-1] == (3, "seq::length", float("-inf"))
     func = funcs[scores.func]
     length = func.params[scores.inputs.index("seq::length")]
@@ -65,6 +65,19 @@ def test_encoder_kernels_take_the_sequence_length_as_their_loop_bound(one_compil
     length = func.params[context.inputs.index("seq::length")]
     assert any(isinstance(s, For) and s.var.name.startswith("rk") and _reads(s.extent, length)
                for s in walk_stmt(func.body))
+
+
+def test_the_padded_batch_reaches_row_wise_kernels_as_a_run_time_length(one_compiled_shape):
+    exe, graph = _top_executable(tiny_encoder(), RANGES)
+    assert graph.inputs[-2:] == ("seq::length", "batch::length")  # after the masked lengths, as kiln_shaped passes them
+    funcs = {f.name: f for f in exe.funcs}
+    rows = [k for k in exe.kernels if {"MatMul", "Softmax", "LayerNormalization"} & set(k.ops)]
+    assert rows and all("batch::length" in k.inputs and _stops_at(funcs[k.func], k.inputs.index("batch::length"))
+                        for k in rows)
+    # integer values keep every row (padding rows could make a gather's indices out of range)
+    integers = [v for v, t in graph.types.items() if t.dtype.startswith("int")]
+    assert "input_ids" in integers
+    assert not any(n == "batch::length" for v in integers for _, n in graph.run_time_bounds.get(v, ()))
 
 
 def test_one_upper_bound_artifact_matches_onnxruntime_between_sizes(one_compiled_shape):
@@ -79,10 +92,25 @@ def test_one_upper_bound_artifact_matches_onnxruntime_between_sizes(one_compiled
             assert_same_outputs(module.run(feeds), run(feeds))
 
 
+DECODER_RANGES = {"input_ids": "1..4,1..8", "past_key_values.0.key": "1..4,2,0..56,4"}
+
+
+def test_decoder_attention_over_past_and_new_keys_stops_at_their_sum(one_compiled_shape):
+    exe, graph = _top_executable(tiny_decoder(), DECODER_RANGES)
+    total = "past_sequence_length::length+sequence_length::length"
+    assert all((2, total) in graph.run_time_bounds[o] for o in graph.outputs if o.startswith("present"))
+    funcs = {f.name: f for f in exe.funcs}
+    for op in ("Softmax", "MatMul"):  # the softmax over the keys, and the weights times the values
+        kernel = next(k for k in exe.kernels if k.ops == (op,) and any(i in graph.run_time_fills for i in k.inputs))
+        func = funcs[kernel.func]
+        past, new = (func.params[kernel.inputs.index(n)] for n in total.split("+"))
+        assert any(isinstance(s, For) and _reads(s.extent, past) and _reads(s.extent, new)
+                   for s in walk_stmt(func.body)), kernel
+
+
 def test_decoder_with_bounded_kernels_generates_like_onnxruntime(one_compiled_shape):
     model = tiny_decoder()
-    art = core.compile(model, input_shapes={"input_ids": "1..4,1..8", "past_key_values.0.key": "1..4,2,0..56,4"},
-                       benchmark=False)
+    art = core.compile(model, input_shapes=DECODER_RANGES, benchmark=False)
     prompt = [2, 7, 1, 8, 2]
     expected, reference = greedy_tokens(ort_runner(model), prompt, steps=16)
     with art.load() as module:

@@ -79,13 +79,34 @@ def test_a_split_axis_takes_the_length_as_its_outer_loop_extent():
     assert all(s.kind is ForKind.SERIAL for s in bounded)
 
 
-def test_a_fused_axis_skips_its_iterations_past_the_length():
+def test_a_fused_loop_whose_outer_part_is_bounded_ends_at_the_length_times_the_inner_extent():
     func, _ = _rows_kernel("fused")
     length = func.inputs[1]
     loops = [s for s in walk_stmt(func.body) if isinstance(s, For)]
-    assert all(s.kind is ForKind.PARALLEL and str(s.extent) == str(ROWS * COLS) for s in loops)
-    guards = [s for s in walk_stmt(func.body) if isinstance(s, IfThenElse) and _reads_length(s.cond, length)]
-    assert len(guards) == 2 and all(isinstance(loop.body, IfThenElse) for loop in loops)
+    # no idle iterations left for the parallel loop's threads past the length
+    assert len(loops) == 2 and all(s.kind is ForKind.PARALLEL and
+                                   str(s.extent) == f"min({ROWS * COLS}, ({length.name}[0] * {COLS}))" for s in loops)
+    assert not any(isinstance(s, IfThenElse) for s in walk_stmt(func.body))
+
+
+def test_a_fused_loop_whose_inner_part_is_bounded_skips_its_iterations_past_the_length():
+    a = te.placeholder((ROWS, COLS), "float32", "a")
+    length = te.placeholder((1,), "int64", "len")
+    out = te.compute((ROWS, COLS), lambda i, j: a[i, j] * 2.0, name="out")
+    sch = create_schedule([out])
+    sch[out].parallel(sch[out].fuse(*out.op.axis))
+    sch[out].run_time_bounds = {1: length(0)}  # the columns: fused % COLS
+    func = lower(sch, [a, length, out], "columns_fused")
+    (loop,) = [s for s in walk_stmt(func.body) if isinstance(s, For)]
+    assert str(loop.extent) == str(ROWS * COLS) and isinstance(loop.body, IfThenElse)
+    assert _reads_length(loop.body.cond, func.inputs[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/columns.so"))
+    a_value = np.random.default_rng(8).standard_normal((ROWS, COLS)).astype(np.float32)
+    out_value = np.full((ROWS, COLS), SENTINEL, np.float32)
+    lib.call("columns_fused", a_value, np.array([9], np.int64), out_value)
+    np.testing.assert_allclose(out_value[:, :9], a_value[:, :9] * 2.0, rtol=1e-6)
+    assert (out_value[:, 9:] == SENTINEL).all()
 
 
 @pytest.mark.parametrize("name", ["rows_split", "rows_fused", "rows_parallel"])
@@ -116,6 +137,31 @@ def test_a_stage_read_across_the_bounded_axis_keeps_every_row(kernels):
     mid = a * 3.0
     np.testing.assert_allclose(out[:10], mid.sum(0) + mid[:10], rtol=1e-5, atol=1e-5)
     assert (out[10:] == SENTINEL).all()
+
+
+def test_a_producer_read_at_the_skipped_point_divided_stops_at_the_length_divided_too():
+    """out[i, j] = panels[i // 4, j] + a[i, j] with out's rows bounded by len: panels (one row per 4 rows, as
+    packed columns of a product) stop at ceil(len / 4)."""
+    a = te.placeholder((ROWS, COLS), "float32", "a")
+    length = te.placeholder((1,), "int64", "len")
+    panels = te.compute(((ROWS + 3) // 4, COLS), lambda p, j: a[p * 4, j] * 2.0, name="panels")
+    out = te.compute((ROWS, COLS), lambda i, j: panels[i // 4, j] + a[i, j], name="out")
+    sch = create_schedule([out])
+    sch[out].run_time_bounds = {0: length(0)}
+    func = lower(sch, [a, length, out], "panels")
+    (panel_rows,) = [s for s in walk_stmt(func.body) if isinstance(s, For) and _reads_length(s.extent, func.inputs[1])
+                     and "panels" in str(s.body) and "out" not in str(s.body)]
+    assert str(panel_rows.extent) == f"min({(ROWS + 3) // 4}, (({func.inputs[1].name}[0] + 3) // 4))"
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/panels.so"))
+    a_value = np.random.default_rng(7).standard_normal((ROWS, COLS)).astype(np.float32)
+    for rows in (0, 1, 4, 9, ROWS):
+        out_value = np.full((ROWS, COLS), SENTINEL, np.float32)
+        (space,) = [np.full(b.shape, np.nan, b.dtype) for b in func.workspaces]
+        lib.call("panels", a_value, np.array([rows], np.int64), out_value, space)
+        expected = a_value[(np.arange(ROWS) // 4) * 4] * 2.0 + a_value
+        np.testing.assert_allclose(out_value[:rows], expected[:rows], rtol=1e-6)
+        assert np.isnan(space[-(-rows // 4):]).all() and not np.isnan(space[:-(-rows // 4)]).any()
 
 
 @pytest.mark.parametrize("schedule", ["split", "fused", "parallel"])
@@ -155,6 +201,34 @@ def test_a_sum_over_an_input_holding_zero_past_the_length_stops_there():
     np.testing.assert_allclose(out, w[:, :10] @ v[:10], rtol=1e-5, atol=1e-5)
 
 
+def test_values_packed_for_a_sum_that_stops_at_the_length_stop_there_too():
+    w = te.placeholder((ROWS, COLS), "float32", "w")
+    v = te.placeholder((COLS, 8), "float32", "v")
+    length = te.placeholder((1,), "int64", "len")
+    packed = te.compute((8 // 4, COLS, 4), lambda p, k, j: v[k, p * 4 + j], name="packed")  # panels along K
+    k = te.reduce_axis(COLS, "k")
+    out = te.compute((ROWS, 8), lambda i, j: te.sum(w[i, k] * packed[j // 4, k, j % 4], k), name="out")
+    sch = create_schedule([out])
+    sch.run_time_fills = {id(w.op): {1: (length(0), 0.0)}}
+    func = lower(sch, [w, v, length, out], "packed_values")
+    pack_loops = [s for s in walk_stmt(func.body) if isinstance(s, For) and _reads_length(s.extent, func.inputs[2])
+                  and "packed" in str(s.body) and "out" not in str(s.body)]
+    assert len(pack_loops) == 1 and str(pack_loops[0].extent) == f"min({COLS}, {func.inputs[2].name}[0])"
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/packed.so"))
+    rng = np.random.default_rng(6)
+    for valid in (0, 1, 10, COLS):
+        w_value = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+        v_value = rng.standard_normal((COLS, 8)).astype(np.float32)
+        w_value[:, valid:] = 0.0
+        v_value[valid:] = np.nan  # past the length: neither packed nor summed
+        out_value = np.full((ROWS, 8), SENTINEL, np.float32)
+        (space,) = [np.full(b.shape, np.nan, b.dtype) for b in func.workspaces]
+        lib.call("packed_values", w_value, v_value, np.array([valid], np.int64), out_value, space)
+        np.testing.assert_allclose(out_value, w_value[:, :valid] @ v_value[:valid], rtol=1e-5, atol=1e-5)
+        assert np.isnan(space[:, valid:]).all()
+
+
 def test_a_softmax_over_an_input_holding_minus_infinity_past_the_length_reduces_only_up_to_it():
     from core.kernels.softmax import softmax
 
@@ -165,8 +239,11 @@ def test_a_softmax_over_an_input_holding_minus_infinity_past_the_length_reduces_
     sch.run_time_fills = {id(x.op): {1: (length(0), float("-inf"))}}
     func = lower(sch, [x, length, out], "masked_softmax")
     reads = [s for s in walk_stmt(func.body) if isinstance(s, For) and _reads_length(s.extent, func.inputs[1])]
-    # the lane partials of the max and of the sum of exp(x - max) stop at ceil(len / 32) chunks
-    assert len(reads) == 2 and all(s.var.name.startswith("rc") for s in reads)
+    # the lane partials of the max and of the sum of exp(x - max) stop at ceil(len / 32) chunks, and exp(x - max)
+    # itself (0 past the length) at the length: its readers read it through a select of 0 there
+    assert sorted(s.var.name[:2] for s in reads) == ["i1", "rc", "rc"]
+    (exp_loop,) = [s for s in reads if s.var.name.startswith("i1")]
+    assert str(exp_loop.extent) == f"min(128, {func.inputs[1].name}[0])" and "softmax_exp" in str(exp_loop.body)
     with tempfile.TemporaryDirectory() as tmp:
         lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/softmax.so"))
     x_value = np.random.default_rng(2).standard_normal((3, 128)).astype(np.float32)
@@ -178,3 +255,5 @@ def test_a_softmax_over_an_input_holding_minus_infinity_past_the_length_reduces_
         lib.call("masked_softmax", masked, np.array([valid], np.int64), out_value, *workspaces)
         e = np.exp(masked - masked.max(-1, keepdims=True))
         np.testing.assert_allclose(out_value, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        (exp_space,) = [w for b, w in zip(func.workspaces, workspaces) if b.name == "softmax_exp"]
+        assert np.isnan(exp_space[:, valid:]).all() and not np.isnan(exp_space[:, :valid]).any()
