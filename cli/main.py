@@ -364,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bisect", action="store_true",
                    help="compare every kernel's output with ONNX Runtime's (a mismatch always does)")
     p.add_argument("--quick", action="store_true",
-                   help="fast iteration: skip the latency benchmark and validate on one sample at most")
+                   help="fast iteration: skip the latency benchmark, validate on one sample at most, and build "
+                        "kernels that compile fast (direct convs, no Winograd)")
     p.add_argument("--kernel-cache", metavar="DIR|off",
                    help="compiled-kernel cache directory, or off (default: $KILN_KERNEL_CACHE, else ~/.cache/kiln/kernels)")
     p.add_argument("--jobs", type=int, metavar="N",

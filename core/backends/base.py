@@ -73,8 +73,9 @@ class Backend:
         """The optimization passes -O`opt_level` runs for this backend (what the report lists)."""
         raise NotImplementedError
 
-    def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
-        """Keyword arguments of the passes that depend on `target`, by pass name."""
+    def pass_options(self, target: Target, quick: bool = False) -> dict[str, dict[str, Any]]:
+        """Keyword arguments of the passes that depend on `target`, by pass name; `quick`: a quick compile's, which
+        prefer kernels that are cheap to build where the default choice is expensive."""
         return {}
 
     def weight_storage_dtypes(self, target: Target) -> tuple[str, ...]:
@@ -82,17 +83,17 @@ class Backend:
         (core/graph/passes/narrow_weight_storage.py); none: weights stay float32."""
         return ()
 
-    def graph_passes(self, opt_level: int, target: Target) -> list[tuple[str, "GraphPass"]]:
+    def graph_passes(self, opt_level: int, target: Target, quick: bool = False) -> list[tuple[str, "GraphPass"]]:
         """The passes to run on a graph compiled for `target` at -O`opt_level`, their options bound."""
-        return bind_passes(self.pass_names(opt_level), self.pass_options(target))
+        return bind_passes(self.pass_names(opt_level), self.pass_options(target, quick=quick))
 
-    def optimize(self, graph: "Graph", opt_level: int, target: Target) -> "Graph":
-        """`graph` after the passes this backend runs for `target` at -O`opt_level`."""
+    def optimize(self, graph: "Graph", opt_level: int, target: Target, quick: bool = False) -> "Graph":
+        """`graph` after the passes this backend runs for `target` at -O`opt_level` (`quick`: pass_options')."""
         from ..graph.op_defs.control_flow import optimize_subgraphs
         from ..graph.passes.manager import run_passes
 
-        graph = run_passes(graph, self.graph_passes(opt_level, target))
-        return optimize_subgraphs(graph, lambda sub: self.optimize(sub, opt_level, target))  # If/Loop bodies
+        graph = run_passes(graph, self.graph_passes(opt_level, target, quick))
+        return optimize_subgraphs(graph, lambda sub: self.optimize(sub, opt_level, target, quick))  # If/Loop bodies
 
     # -- schedules and tuning ----------------------------------------------------------------------
     def fallback_schedules(self) -> tuple["ScheduleFn", "ScheduleFn"]:

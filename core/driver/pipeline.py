@@ -99,7 +99,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     `quantization` (core.quantize.QuantizeOptions or a mapping of its fields), then compiles the QDQ model onto
     integer kernels; the report's `quantization` holds the accuracy cost measured on the artifact itself.
     `kernel_cache` (core/codegen/kernel_cache.py): None the machine's default, False/"off" none, or a directory.
-    `quick`: no latency benchmark and validation on one sample at most, for fast iteration (the report says so).
+    `quick`: no latency benchmark, validation on one sample at most and kernels that are cheap to build (the backend's
+    pass_options: e.g. direct convs instead of Winograd), for fast iteration (the report says so).
     `max_trip_count`: the most iterations a Loop run at run time may make when its scan outputs need room for them
     and its trip count is known only at run time (core/frontend/converters/control_flow_runtime.py)."""
     tgt, backend = resolve(target)  # the target's Backend, handed down to every stage from here
@@ -145,7 +146,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
     weights_precision = precision or model_precision(imported[-1])
     storage_dtypes = backend.weight_storage_dtypes(tgt)
     with stage(Stage.OPTIMIZE):
-        graphs = [backend.finish_graph(store_weights(backend.optimize(g, opt_level, tgt), weights_precision,
+        graphs = [backend.finish_graph(store_weights(backend.optimize(g, opt_level, tgt, quick), weights_precision,
                                                      precision is not None, storage_dtypes, tgt), tgt)
                   for g in imported]
     outcomes: list = [None] * len(graphs)
@@ -188,7 +189,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                  "tuning": tuning_manifest(tuning), "threads": threads,
                  "name": name, "validate": checks.mode, "tolerance": list(checks.tolerance) if checks.tolerance else None,
                  "bisect": checks.bisect, **requested,
-                 **({"max_trip_count": max_trip_count} if max_trip_count is not None else {})})
+                 **({"max_trip_count": max_trip_count} if max_trip_count is not None else {}),
+                 **({"quick": True} if quick else {})})  # a quick build's kernels differ: a rebuild makes the same
     write_metadata(workdir, metadata)
     (workdir / names.header).write_text(render_header(metadata))
 

@@ -17,8 +17,8 @@ class CpuBackend(Backend):
     def pass_names(self, opt_level: int) -> tuple[str, ...]:
         return pipeline.pass_names(opt_level, self.blocked_layouts)
 
-    def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
-        return pipeline.pass_options(target)
+    def pass_options(self, target: Target, quick: bool = False) -> dict[str, dict[str, Any]]:
+        return pipeline.pass_options(target, quick)
 
     def weight_storage_dtypes(self, target: Target) -> tuple[str, ...]:
         # float16 -> float32 is one instruction with x86's F16C (vcvtph2ps) and on every AArch64 (fcvtl); without

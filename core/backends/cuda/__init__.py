@@ -34,8 +34,8 @@ class CudaBackend(Backend):
         to the tensor cores as they are (gemm_group.py): `--precision fp16|bf16` computes its GEMMs in half."""
         return ("float16", "bfloat16")
 
-    def pass_options(self, target: Target) -> dict[str, dict[str, Any]]:
-        return pipeline.pass_options(target)
+    def pass_options(self, target: Target, quick: bool = False) -> dict[str, dict[str, Any]]:
+        return pipeline.pass_options(target)  # its passes have nothing cheaper to build
 
     def fallback_schedules(self):
         from .schedules.injective import schedule_injective

@@ -32,6 +32,7 @@ class _Rewriter:
     plain_ready: set = dataclasses.field(default_factory=set)
     transformed: dict = dataclasses.field(default_factory=dict)  # (value, block) -> blocked copy
     keep_nchw: set = dataclasses.field(default_factory=set)  # outputs of convs that stay NCHW
+    max_winograd_tile: int = 4  # 0: every conv direct (a quick compile: Winograd kernels cost most of its build)
 
     def block_of(self, value: str) -> Optional[int]:
         entry = self.blocked.get(value)
@@ -203,16 +204,16 @@ WINOGRAD_MIN_CHANNELS = 32
 WINOGRAD_4X4_MIN_SIZE = 28
 
 
-def winograd_tile(node: Node, graph: Graph, ib: int, ob: int, depthwise: bool) -> int:
-    """The Winograd output tile m for this conv (2 or 4), or 0 when it runs direct."""
+def winograd_tile(node: Node, graph: Graph, ib: int, ob: int, depthwise: bool, max_tile: int = 4) -> int:
+    """The Winograd output tile m for this conv (2 or 4, at most `max_tile`), or 0 when it runs direct."""
     w = graph.type_of(node.inputs[1]).shape
-    fits = (not depthwise and node.attr("group", 1) == 1 and tuple(w[2:]) == (3, 3)
+    fits = (max_tile >= 2 and not depthwise and node.attr("group", 1) == 1 and tuple(w[2:]) == (3, 3)
             and tuple(node.attr("strides", (1, 1))) == (1, 1)
             and tuple(node.attr("dilations", (1, 1))) == (1, 1) and min(w[0], w[1]) >= WINOGRAD_MIN_CHANNELS
             and ib == ob)
     if not fits:
         return 0
-    return 4 if min(graph.type_of(node.outputs[0]).shape[2:]) >= WINOGRAD_4X4_MIN_SIZE else 2
+    return 4 if max_tile >= 4 and min(graph.type_of(node.outputs[0]).shape[2:]) >= WINOGRAD_4X4_MIN_SIZE else 2
 
 
 @op_rule(Fact.LAYOUT, "Conv")
@@ -223,7 +224,7 @@ def _conv(rw: _Rewriter, node: Node) -> bool:
     ib, ob, depthwise = blocks
     w = node.inputs[1]
     x = rw.as_blocked(node.inputs[0], ib)
-    winograd = winograd_tile(node, rw.graph, ib, ob, depthwise)
+    winograd = winograd_tile(node, rw.graph, ib, ob, depthwise, rw.max_winograd_tile)
     weight, group = rw.graph.constants[w], node.attr("group", 1)
     if group > 1 and not depthwise:
         group = conv_groups_blocked(node, rw.graph, rw.lanes)[1]
@@ -327,9 +328,12 @@ def _elementwise(rw: _Rewriter, node: Node) -> bool:
 
 
 @register_pass("alter_layout")
-def alter_layout(graph: Graph, *, lanes: int) -> Graph:
-    """Conv regions in NCHW[x]c blocks of up to `lanes` channels (the target's float lanes: its Backend binds them)."""
-    return rewrite_regions(graph, _Rewriter(graph, lanes, keep_nchw=losing_regions(graph, lanes)), Fact.LAYOUT)
+def alter_layout(graph: Graph, *, lanes: int, max_winograd_tile: int = 4) -> Graph:
+    """Conv regions in NCHW[x]c blocks of up to `lanes` channels (the target's float lanes: its Backend binds them);
+    `max_winograd_tile` caps the Winograd output tile: 2 F(2x2) only, 0 every conv direct (cheaper to build, slower
+    to run: what a quick compile asks for)."""
+    rw = _Rewriter(graph, lanes, keep_nchw=losing_regions(graph, lanes), max_winograd_tile=max_winograd_tile)
+    return rewrite_regions(graph, rw, Fact.LAYOUT)
 
 
 def rewrite_regions(graph: Graph, rw: "_Rewriter", fact: Fact) -> Graph:

@@ -52,7 +52,9 @@ def test_cuda_skips_only_the_blocked_layout_passes():
 def test_the_layout_pass_gets_the_targets_vector_width_explicitly(name, lanes):
     target = get_target(name)
     (layout,) = [p for n, p in get_backend(target).graph_passes(3, target) if n == "alter_layout"]
-    assert isinstance(layout, functools.partial) and layout.keywords == {"lanes": lanes}
+    assert isinstance(layout, functools.partial) and layout.keywords == {"lanes": lanes, "max_winograd_tile": 4}
+    (quick,) = [p for n, p in get_backend(target).graph_passes(3, target, quick=True) if n == "alter_layout"]
+    assert quick.keywords == {"lanes": lanes, "max_winograd_tile": 0}  # a quick compile's convs run direct
     assert "alter_layout" not in dict(get_backend(CUDA).graph_passes(3, CUDA))
 
 

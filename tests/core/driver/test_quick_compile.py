@@ -8,9 +8,14 @@ import sys
 import tarfile
 
 import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
 
 import core
+from core.driver.rebuild import rebuild
+from core.frontend import import_onnx
 from core.report.html import CHARTS_LEFT_OUT
+from tests.backend_calls import optimize
 from tests.conftest import ROOT, tiny_model
 
 
@@ -70,3 +75,45 @@ def test_kiln_compile_quick_prints_what_it_skipped_and_the_cache_hit_rate(tmp_pa
         build = next(line for line in out.stdout.splitlines() if line.startswith("build:"))
         assert expected in build and "kernels from the kernel cache" in build
         assert "latency:" not in out.stdout and "validation: max abs error" in out.stdout
+
+
+def basic_block(channels: int = 32, size: int = 28) -> bytes:
+    """resnet18's basic block (3x3 conv, Relu, 3x3 conv, residual Add, Relu) at the size where a default -O3 compile
+    runs both convs as F(4x4) Winograd, the most expensive kernels to build."""
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) / 12).astype(np.float32), n)
+               for n in ("w1", "w2")]
+    bias = numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b1")
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c1"], ["r1"]),
+         helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["c2", "x"], ["s"]),
+         helper.make_node("Relu", ["s"], ["y"])],
+        "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], weights + [bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_a_quick_compile_runs_resnet_convs_direct_and_matches_onnxruntime(tmp_path):
+    """Winograd kernels cost most of a cold quick build (resnet18: ~60% of its CPU seconds), so a quick compile runs
+    every conv direct; the default keeps Winograd. The quick artifact against ONNX Runtime, and its rebuild (the
+    manifest says quick) byte-identical: direct convs' packed weights again, not Winograd-transformed ones."""
+    model = basic_block()
+    default_anchors = [n.attr("ops")[0] for n in optimize(import_onnx(model), 3).nodes if n.op == "Fused"]
+    assert default_anchors == ["Conv2dWinogradNCHWc"] * 2  # the block is one the default compiles by Winograd
+    art = core.compile(model, quick=True, kernel_cache="off")
+    anchors = [k["ops"][0] for k in art.report["kernels"]]
+    assert "Conv2dWinogradNCHWc" not in anchors and anchors.count("Conv2dNCHWc") == 2
+    assert art.report["validation"]["passed"] and art.metadata["manifest"]["options"]["quick"] is True
+    x = np.random.default_rng(4).standard_normal((1, 32, 28, 28)).astype(np.float32)
+    expected = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(art.load().run({"x": x})["y"], expected, rtol=1e-4, atol=1e-4)
+    again = rebuild(art.save(tmp_path / "quick.tar.gz"), model)
+    try:
+        assert again.identical, again.summary()
+    finally:
+        again.artifact.cleanup()

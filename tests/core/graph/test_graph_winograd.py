@@ -10,9 +10,23 @@ from core.graph.interpret import evaluate
 from tests.helpers.graphs import CONV, conv, feeds_for, image_builder, rng
 
 
-def _optimized(graph):
-    return run_passes(graph, [("alter_layout", lambda g: alter_layout(g, lanes=8)),
+def _optimized(graph, max_winograd_tile: int = 4):
+    return run_passes(graph, [("alter_layout", lambda g: alter_layout(g, lanes=8, max_winograd_tile=max_winograd_tile)),
                               ("eliminate_dead_code", get_pass("eliminate_dead_code"))])
+
+
+def test_the_winograd_tile_cap_takes_f2x2_or_direct_where_f4x4_would_run():
+    """A quick compile's cap (Backend.pass_options(quick=True)): F(2x2) at most, or 0: every conv direct."""
+    b, x = image_builder((1, 32, 28, 28))
+    b.set_outputs([conv(b, x, 32, 32, seed=0)])  # uncapped: Winograd F(4x4), a large map
+    graph = b.build()
+    for cap, op, transformed in ((4, "Conv2dWinogradNCHWc", 36), (2, "Conv2dWinogradNCHWc", 16), (0, "Conv2dNCHWc", 0)):
+        after = _optimized(graph, cap)
+        (node,) = [n for n in after.nodes if n.op.startswith("Conv")]
+        assert node.op == op and (not transformed or after.constants[node.inputs[1]].shape[0] == transformed)
+        feeds = feeds_for(graph)
+        expected, actual = evaluate(graph, feeds)[graph.outputs[0]], evaluate(after, feeds)[graph.outputs[0]]
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
 
 
 def test_layout_pass_uses_winograd_for_wide_3x3_stride1_convs_only():
