@@ -41,6 +41,10 @@ def _name(item: str) -> str:
     raise CodegenError(f"no symbol in PTX item (a codegen bug): {item.splitlines()[0]!r}")
 
 
+def _public(item: str) -> bool:
+    return any(word in _PUBLIC for word in item.split("(", 1)[0].split())
+
+
 def _rename(text: str, name: str, new: str) -> str:
     return re.sub(rf"(?<![\w$%]){re.escape(name)}(?![\w$])", new, text)
 
@@ -62,19 +66,18 @@ def join_ptx(parts: Sequence[str]) -> str:
         if end is None or part[:end.end()] != out[0]:
             raise CodegenError(f"PTX part {p} was generated for another target or PTX version (a codegen bug)")
         body = part[end.end():]
-        items = list(_items(body))
-        for item, _ in items:
+        while True:  # renaming a clashing local symbol changes the items that use it: until none clashes
+            clash = next((_name(item) for item, _ in _items(body)
+                          if seen.get(_name(item), item) != item and not _public(item)), None)
+            if clash is None:
+                break
+            body = _rename(body, clash, f"{clash}_$_p{p}")
+        for item, comments in _items(body):
             name = _name(item)
-            if name in seen and seen[name] != item:
-                if any(word in item.split("(", 1)[0].split() for word in _PUBLIC):
-                    raise CodegenError(f"PTX parts define the public symbol {name} differently (a codegen bug)")
-                body = _rename(body, name, f"{name}_$_p{p}")
-        if items and body != part[end.end():]:
-            items = list(_items(body))
-        for item, comments in items:
-            name = _name(item)
-            if seen.get(name) == item:
-                continue
+            if name in seen:
+                if seen[name] == item:
+                    continue
+                raise CodegenError(f"PTX parts define the public symbol {name} differently (a codegen bug)")
             seen[name] = item
             out.append(comments + item)
     return "".join(out)
