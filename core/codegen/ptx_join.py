@@ -1,4 +1,4 @@
-"""PTX modules compiled apart (a model's kernels on several cores: nvptx.emit_ptx) joined into the one the runtime loads."""
+"""PTX modules compiled apart (kernels on several cores: nvptx.emit_ptx) joined into the one the runtime loads."""
 from __future__ import annotations
 
 import re
