@@ -7,12 +7,13 @@ or shared memory, a barrier some threads of a block skip) with one message namin
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..errors import CodegenError, ScheduleError
+from ..process.fork_map import forked_map
 from ..target import Target
 from ..te.intrinsics import get_intrinsic
 from ..tir.expr import Var
@@ -21,9 +22,11 @@ from ..tir.stmt import (Allocate, Barrier, For, ForKind, IfThenElse, IntrinsicCa
                         Store)
 from .analysis import const_int
 from .codegen_llvm import FunctionEmitter, ModuleContext, declare_kernel
+from .kernel_objects import build_jobs
 from .llvm_env import LLVM_LOCK, print_ir
 from .llvm_types import I32, I64, PTR, itemsize, mem_type
 from .nvptx_target import SHARED, LaunchConfig, target_machine
+from .ptx_join import join_ptx
 
 GRID_LIMITS = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
 BLOCK_LIMITS = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
@@ -221,9 +224,25 @@ def split_reduce_name(kernel: str) -> str:
     return f"{kernel}_reduce"
 
 
-def emit_ptx(funcs: Sequence[PrimFunc], target: Target) -> tuple[str, dict[str, LaunchConfig]]:
-    """PTX assembly of `funcs` (optimized at O3) and each kernel's launch configuration.
-    DEBUG=3 prints the optimized LLVM IR to stderr."""
+def emit_ptx(funcs: Sequence[PrimFunc], target: Target,
+             jobs: Optional[int] = None) -> tuple[str, dict[str, LaunchConfig]]:
+    """PTX assembly of `funcs` (optimized at O3) and each kernel's launch configuration. Each kernel (with its split-K
+    companion) is a module of its own, generated on up to `jobs` forked workers (default `build_jobs()`: LLVM's
+    codegen is single-threaded: a float16 resnet50's PTX took 85-95 s on one core) and joined in `funcs`' order, so the
+    text is the same whatever the number of workers. DEBUG=3 prints the optimized LLVM IR to stderr."""
+    funcs = list(funcs)
+    if not funcs:
+        return _module_ptx(funcs, target)
+    jobs = build_jobs() if jobs is None else jobs
+    parts = dict(forked_map(lambda k: _module_ptx(funcs[k:k + 1], target), range(len(funcs)), jobs))
+    launches: dict[str, LaunchConfig] = {}
+    for k in range(len(funcs)):
+        launches.update(parts[k][1])
+    return join_ptx([parts[k][0] for k in range(len(funcs))]), launches
+
+
+def _module_ptx(funcs: Sequence[PrimFunc], target: Target) -> tuple[str, dict[str, LaunchConfig]]:
+    """The PTX of one LLVM module of `funcs` and their launches."""
     module, launches = lower_gpu_module(funcs, target)
     with LLVM_LOCK:
         tm = target_machine(target)
