@@ -184,20 +184,22 @@ _MONOTONE = {"Min": None, "Max": None, "Add": None, "Mul": None, "Sub": (0,), "D
 
 
 def track_runtime_ints(builder: "GraphBuilder", op: str, inputs: Sequence[str], attrs: Mapping,
-                       outputs: Sequence[str]) -> None:
+                       outputs: Sequence[str]) -> bool:
+    """Records the largest value of a run-time int the node computes (builder.runtime_ints); True when it is an
+    arithmetic one, which may be a sum of run-time lengths (length_inputs.mark_sum_of_lengths)."""
     if len(outputs) != 1 or not any(i in builder.runtime_ints for i in inputs):
-        return
+        return False
     if op == "Where":  # whichever side the run-time condition picks: the larger of the two largest values
         sides = [builder.runtime_ints.get(i, builder.constant_value(i)) for i in inputs[1:]]
         if all(side is not None for side in sides):
             builder.runtime_ints[outputs[0]] = np.broadcast_to(np.maximum(*sides), builder.type_of(outputs[0]).shape)
-        return
+        return False
     if op == "Cast" and np.dtype(attrs["to"]).kind in "iu":
         allowed = (0,)
     elif op in _POSITIONAL or op in _MONOTONE:
         allowed = {**_POSITIONAL, **_MONOTONE}[op]
     else:
-        return
+        return False
     arrays = []
     for index, name in enumerate(inputs):
         constant = builder.constant_value(name)
@@ -205,18 +207,17 @@ def track_runtime_ints(builder: "GraphBuilder", op: str, inputs: Sequence[str], 
             arrays.append(builder.runtime_ints[name])
         elif constant is not None:
             if op in ("Mul", "Div") and (constant < (1 if op == "Div" else 0)).any():
-                return  # a negative factor (or a divisor below 1) turns the largest value into the smallest
+                return False  # a negative factor (or a divisor below 1) turns the largest value into the smallest
             arrays.append(constant)
         else:
-            return
+            return False
     (largest,) = fold_node(op, arrays, attrs, [builder.type_of(outputs[0])])
     builder.runtime_ints[outputs[0]] = np.asarray(largest)
     if op not in _POSITIONAL:
-        _mark_sum_of_lengths(builder, outputs[0])
-        return
+        return True
     marked = [i for i, name in enumerate(inputs) if builder.shape_bounds.get(name) is not None]
     if not marked:
-        return
+        return False
     # where the run-time lengths land: follow one marker per length through (Concat(seq, past + seq): two)
     lengths = []
     for index in marked:
@@ -234,32 +235,12 @@ def track_runtime_ints(builder: "GraphBuilder", op: str, inputs: Sequence[str], 
             parts.append(Bound(length, int(places[0])))
     if parts:
         builder.shape_bounds[outputs[0]] = combined(parts)
+    return False
 
 
 _MARKER = -(1 << 62)  # an impossible dimension
 
 
-def _mark_sum_of_lengths(builder: "GraphBuilder", value: str) -> None:
-    """A one-entry int computed from run-time lengths (past + new tokens, a Cast of one) that is itself a sum of
-    them is marked as that length, so that a shape built from it (T5's ones mask over past + new) is followed."""
-    from core.graph.length_inputs import affine_length, simplest_length  # length_inputs builds on this module
-
-    if not builder.length_symbols or builder.type_of(value).numel != 1 or value in builder.shape_bounds \
-            or _marking in builder.shape_bounds:
-        return
-    affine = affine_length(builder, value, builder.length_symbols)
-    if affine is None or not affine[0] or any(c < 0 for c in affine[0].values()) or affine[1] < 0:
-        return
-    builder.shape_bounds[_marking] = None  # the sum's own Add nodes are not marked in turn
-    try:
-        length = simplest_length(builder, value)
-    finally:
-        del builder.shape_bounds[_marking]
-    if builder.type_of(length).shape == (1,):
-        builder.shape_bounds[value] = Bound(length, 0)
-
-
-_marking = "::marking sums of lengths"  # a key no value has
 
 
 def static_part(builder: "GraphBuilder", op: str, inputs: Sequence[str], attrs: Mapping,

@@ -12,6 +12,7 @@ from core.graph.bound_dispatch import add_bounded_node
 from core.graph.bounded import Bound, MultiBound, static_part, track_runtime_ints
 from core.graph.fold import fold_node, worth_folding
 from core.graph.ir import Graph, Node, TensorType, topological_sort
+from core.graph.length_inputs import mark_sum_of_lengths
 from core.graph.ops import get_op
 
 
@@ -142,8 +143,8 @@ class GraphBuilder:
             self._produced.add(name)
             outputs.append(name)
         self._nodes.append(dataclasses.replace(draft, outputs=tuple(outputs), name=name_hint))
-        if self.runtime_ints:
-            track_runtime_ints(self, op, inputs, draft.attrs, outputs)
+        if self.runtime_ints and track_runtime_ints(self, op, inputs, draft.attrs, outputs):
+            mark_sum_of_lengths(self, outputs[0])
         return outputs
 
     def add_identity(self, value: str, output_name: str) -> str:

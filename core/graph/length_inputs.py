@@ -212,6 +212,27 @@ def output_lengths(builder: "GraphBuilder", outputs: Mapping[str, str], symbols:
     return result
 
 
+def mark_sum_of_lengths(builder: "GraphBuilder", value: str) -> None:
+    """A one-entry int computed from run-time lengths (past + new tokens, a Cast of one) that is itself a sum of
+    them is marked as that length, so that a shape built from it (T5's ones mask over past + new) is followed."""
+    if not builder.length_symbols or builder.type_of(value).numel != 1 or value in builder.shape_bounds \
+            or _MARKING in builder.shape_bounds:
+        return
+    affine = affine_length(builder, value, builder.length_symbols)
+    if affine is None or not affine[0] or any(c < 0 for c in affine[0].values()) or affine[1] < 0:
+        return
+    builder.shape_bounds[_MARKING] = None  # the sum's own Add nodes are not marked in turn
+    try:
+        length = simplest_length(builder, value)
+    finally:
+        del builder.shape_bounds[_MARKING]
+    if builder.type_of(length).shape == (1,):
+        builder.shape_bounds[value] = Bound(length, 0)
+
+
+_MARKING = "::marking sums of lengths"  # a key no value has
+
+
 __all__ = ["Affine", "LENGTH_SUM", "length_input_name", "add_length_inputs", "affine_length", "largest_length",
-           "always_negative", "simplest_length", "skippable_bounds", "filled_values", "skippable_outputs",
-           "output_lengths"]
+           "always_negative", "mark_sum_of_lengths", "simplest_length", "skippable_bounds", "filled_values",
+           "skippable_outputs", "output_lengths"]
