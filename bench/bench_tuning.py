@@ -14,6 +14,8 @@
     .venv/bin/python bench/bench_tuning.py --tasks 3 --trials 200 --seeds 3 --threads 2
     .venv/bin/python bench/bench_tuning.py --tasks 8 --transfer --cache kiln-data/part1.jsonl --threads 2
     .venv/bin/python bench/bench_tuning.py --tasks 0 --latency-trials 4000 --budget-minutes 20 --threads 2
+    .venv/bin/python bench/bench_tuning.py --tasks 0 --latency-trials 4000 --budget-minutes 20 --threads 2 \
+        --models resnet18 mobilenet_v2 bert_tiny --shared-records kiln-data/bench_tuning/shared.jsonl
     .venv/bin/python bench/bench_tuning.py --tasks 0 --transfer-trials 600 --threads 2
     python bench/bench_tuning.py --target cuda --tasks 3 --only-task 0 --trials 170 --features knob  # on a GPU
 
@@ -317,7 +319,7 @@ def run_latency(args) -> None:
     rows, details = [], []
     for name in args.models:
         path = model_path(name)
-        records = fresh_records(args, name)
+        records = Path(args.shared_records) if args.shared_records else fresh_records(args, name)
         log(f"{name}: compiling untuned")
         untuned = core.compile(path, benchmark=False, validate=True, threads=args.threads)
         log(f"{name}: tuning ({args.latency_trials} trials, budget {args.budget_minutes} min) into {records}")
@@ -427,6 +429,9 @@ def main() -> None:
     p.add_argument("--latency-trials", type=int, default=0, help="part 2: trials per model (0 skips it)")
     p.add_argument("--budget-minutes", type=float, default=20.0, help="part 2: tuning time budget per model")
     p.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2"])
+    p.add_argument("--shared-records", default=None,
+                   help="part 2: one records file all models tune into (later models start from earlier ones' "
+                        "records, as compiles sharing the service's records database do)")
     p.add_argument("--rounds", type=int, default=15, help="interleaved latency rounds")
     p.add_argument("--round-ms", type=float, nargs="+", default=[20.0, 200.0],
                    help="part 2: back-to-back ms per round, each timed separately (see the module docstring)")
