@@ -1,9 +1,10 @@
 """What ptxas makes of Kiln's tensor-core GEMM, no GPU needed: per config and architecture, each kernel's registers,
 spills and static shared memory (ptxas -v; 0 where the stages are dynamic shared memory) and its SASS counts of HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async)
 and BAR (cuobjdump -sass where nvdisasm is installed, else the cubin decoded: core/codegen/sass.py); then the same
-for the implicit-GEMM convolution (resnet50's convs at batch 32, NCHW gathered and NHWC cp.async A).
+for the int8 GEMM (IMMA: mma.sync m16n8k32 s8; its configs' block_k counts 16-bit units, so 32 = 64 int8 k) and the
+implicit-GEMM convolution (resnet50's convs at batch 32, NCHW gathered and NHWC cp.async A).
 
-    python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90] [--no-convs]
+    python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90] [--no-convs] [--no-int8]
 """
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.codegen.mma_gemm import build_gemm  # noqa: E402
+from core.codegen.mma_gemm_int8 import build_int8_gemm  # noqa: E402
 from core.codegen.ptxas import assemble_with_usage  # noqa: E402
 from core.codegen.sass import sass_counts  # noqa: E402
 from core.kernels.gemm_plan.conv_mma import ConvShape  # noqa: E402
 from core.kernels.gemm_plan.gemm_mma import GemmConfig, GemmProblem, conv_problem  # noqa: E402
+from core.kernels.gemm_plan.gemm_mma_int8 import Int8GemmProblem  # noqa: E402
 from core.target import get_target  # noqa: E402
 
 CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),
@@ -29,6 +32,9 @@ CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),
            ("64x64x32 2x2 warps, 4 stages", GemmConfig(block_m=64, block_n=64, stages=4)),
            ("128x128x32, 3 stages, split-K 4", GemmConfig(split_k=4))]
 PROBLEMS = [("float16", "float16", ("bias", "relu")), ("bfloat16", "bfloat16", ("bias", "residual", "gelu"))]
+INT8_PROBLEMS = [("u8 x s8 -> u8 requantized", dict(a_dtype="uint8", out_dtype="uint8", bias=True, multiplier="column",
+                                                    zero_point=128, lo=0, hi=255)),
+                 ("s8 x s8 -> s32", dict(a_dtype="int8"))]
 CONVS = [("3x3 64->64 56x56", ConvShape(32, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1)),
          ("1x1 256->64 56x56", ConvShape(32, 256, 56, 56, 64, 1, 1, 56, 56)),
          ("3x3 s2 128->128 56x56", ConvShape(32, 128, 56, 56, 128, 3, 3, 28, 28, 2, 2, 1, 1))]
@@ -40,25 +46,30 @@ def print_rows(kernels, arch: str, what: str, config: str) -> None:
     for kernel, u in usage.items():
         c = counts[kernel]
         print(f"| {arch} | {what} | {config} | {kernel} | {u['registers']} | {u['spill_stores']}/{u['spill_loads']} | "
-              f"{u['shared_bytes']} | {c['HMMA']} | {c['LDSM']} | {c['LDGSTS']} | {c.get('LDG', 0)} | {c['BAR']} | "
-              f"{how} |", flush=True)
+              f"{u['shared_bytes']} | {c['HMMA']} | {c.get('IMMA', 0)} | {c['LDSM']} | {c['LDGSTS']} | {c.get('LDG', 0)} | "
+              f"{c['BAR']} | {how} |", flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--archs", nargs="+", default=["sm_80", "sm_90"])
-    parser.add_argument("--no-convs", action="store_true", help="only the GEMM table")
+    parser.add_argument("--no-convs", action="store_true", help="no convolutions")
+    parser.add_argument("--no-int8", action="store_true", help="no int8 GEMMs")
     args = parser.parse_args()
     print(f"GEMM {args.size}^3, then convs; registers, spill stores/loads (bytes), static shared bytes; SASS counts\n")
-    print("| arch | problem | config | kernel | regs | spills | smem | HMMA | LDSM | LDGSTS | LDG | BAR | read by |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| arch | problem | config | kernel | regs | spills | smem | HMMA | IMMA | LDSM | LDGSTS | LDG | BAR | read by |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for arch in args.archs:
         target = get_target(f"cuda -arch={arch}")
         for dtype, out, epilogue in PROBLEMS:
             for name, cfg in CONFIGS:
                 problem = GemmProblem(args.size, args.size, args.size, dtype, out, epilogue)
                 print_rows(build_gemm(problem, cfg, target), arch, f"{dtype} {'+'.join(epilogue)}", name)
+        for what, fields in [] if args.no_int8 else INT8_PROBLEMS:
+            problem = Int8GemmProblem(args.size, args.size, args.size, **fields)
+            for name, cfg in (CONFIGS[0], CONFIGS[6]):  # 128x128 and 64x64 tiles (the int8 kernel never splits k)
+                print_rows(build_int8_gemm(problem, cfg, target), arch, f"int8 {what}", name)
         for name, conv in [] if args.no_convs else CONVS:
             for layout in ("nchw", "nhwc"):
                 shape = ConvShape(**{**conv.__dict__, "layout": layout})

@@ -161,6 +161,18 @@ def _guarded(b: ir.IRBuilder, cond: ir.Value, body: Callable[[], None]) -> None:
         body()
 
 
+@dataclass(frozen=True)
+class MmaKind:
+    """What each mma.sync multiplies and where its sums go, when not the problem's float16/bfloat16 m16n8k16 with
+    float32 sums and its float epilogue (the int8 kernel: core/codegen/mma_gemm_int8.py): the instruction (its four
+    A registers and two B registers as ldmatrix.x4 gives them), the accumulator type and `store(row, col, pair)`,
+    which applies the epilogue to the sums of columns col, col + 1 of `row` and stores them."""
+
+    instruction: str
+    accumulator: ir.Type
+    store: Callable[[Index, Index, list], None]
+
+
 @dataclass
 class _Kernel:
     b: ir.IRBuilder
@@ -168,6 +180,7 @@ class _Kernel:
     problem: GemmProblem
     params: dict
     smem: Index  # the shared-window address of the stage buffers
+    kind: Optional[MmaKind] = None
 
     def stage_base(self, operand: str, stage: Index) -> Index:
         a_bytes = self.cfg.a_stage_chunks * 16
@@ -258,11 +271,15 @@ class _Kernel:
         return self.ldmatrix(self.stage_base("b", stage) + plan.swizzle(row, chunk, cpr) * 16, trans=trans)
 
     def mma(self, a: list[ir.Value], b_frag: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-        kind = "f16" if self.problem.dtype == "float16" else "bf16"
-        text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, "
-                "{$8, $9}, {$10, $11, $12, $13};")
-        out = _asm(self.b, ir.LiteralStructType([F32] * 4), text, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
-                   [*a, *b_frag, *acc], side_effect=False)
+        if self.kind is None:
+            kind = "f16" if self.problem.dtype == "float16" else "bf16"
+            text, acc_type = f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32", F32
+        else:
+            text, acc_type = self.kind.instruction, self.kind.accumulator
+        reg = "f" if acc_type == F32 else "r"
+        out = _asm(self.b, ir.LiteralStructType([acc_type] * 4),
+                   f"{text} {{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, {{$8, $9}}, {{$10, $11, $12, $13}};",
+                   f"={reg},={reg},={reg},={reg},r,r,r,r,r,r,0,1,2,3", [*a, *b_frag, *acc], side_effect=False)
         return [self.b.extract_value(out, r) for r in range(4)]
 
 
@@ -301,9 +318,11 @@ def emit_main_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: Ge
     return LaunchConfig(plan.grid(cfg, problem), (cfg.threads, 1, 1), cfg.shared_bytes, dynamic_shared(cfg))
 
 
-def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: GemmConfig, name: str) -> None:
+def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: GemmConfig, name: str,
+                   kind: Optional[MmaKind] = None) -> None:
     """The main kernel's code at `b` (a kernel function's entry, launched on plan.grid x cfg.threads), `params`
-    the pointers by parameter name; it ends at a block that falls through (the caller returns)."""
+    the pointers by parameter name; it ends at a block that falls through (the caller returns). `kind`: another
+    instruction, accumulator and epilogue (not split along k)."""
     module, fn = b.module, b.function
     if dynamic_shared(cfg):  # beyond the static 48 KiB: `.extern .shared`, sized by the launch
         tiles = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), 0), f"{name}_tiles", addrspace=SHARED)
@@ -312,7 +331,7 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
         array = ir.ArrayType(ir.IntType(8), cfg.shared_bytes)
         tiles = ir.GlobalVariable(module, array, f"{name}.tiles", addrspace=SHARED)
         tiles.linkage, tiles.initializer, tiles.align = "internal", ir.Constant(array, ir.Undefined), 128
-    k = _Kernel(b, cfg, problem, params, Index(b, b.ptrtoint(tiles, I32)))
+    k = _Kernel(b, cfg, problem, params, Index(b, b.ptrtoint(tiles, I32)), kind)
     tid, bx, by, part = (_sreg(b, s) for s in ("tid.x", "ctaid.x", "ctaid.y", "ctaid.z"))
     m_block, n_block = plan.block_tile(cfg, problem, bx, by)
     warp, lane = tid // plan.WARP, tid % plan.WARP
@@ -329,13 +348,14 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
                  lambda s=s: k.copy_slice(tid, m0, n0, first + s, Index(b, ir.Constant(I32, s))))
         commit()
 
-    zero = ir.Constant(F32, 0.0)
+    acc_type = F32 if kind is None else kind.accumulator
+    zero = ir.Constant(acc_type, 0.0 if acc_type == F32 else 0)
     tiles_mn = [(tm, tn) for tm in range(cfg.mi) for tn in range(cfg.ni)]
     entry, loop, done = b.block, fn.append_basic_block("mainloop"), fn.append_basic_block("epilogue")
     b.cbranch(b.icmp_unsigned(">", count.v, ir.Constant(I32, 0)), loop, done)
     b.position_at_end(loop)
     kt_phi = b.phi(I32, "kt")
-    acc_phis = {t: [b.phi(F32) for _ in range(4)] for t in tiles_mn}
+    acc_phis = {t: [b.phi(acc_type) for _ in range(4)] for t in tiles_mn}
     kt = Index(b, kt_phi)
     _asm(b, ir.VoidType(), f"cp.async.wait_group {cfg.stages - 2};", "~{memory}", [])
     _barrier(b)  # slice kt is visible to all, and every warp is done with the stage refilled next
@@ -365,7 +385,7 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
             acc_phis[t][slot].add_incoming(acc[t][slot], latch)
 
     b.position_at_end(done)
-    sums = {t: [b.phi(F32) for _ in range(4)] for t in tiles_mn}
+    sums = {t: [b.phi(acc_type) for _ in range(4)] for t in tiles_mn}
     for t in tiles_mn:
         for slot in range(4):
             sums[t][slot].add_incoming(zero, entry)
@@ -378,7 +398,9 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
             pair = list(values[2 * half:2 * half + 2])
 
             def store(g_row=g_row, g_col=g_col, pair=pair):
-                if cfg.split_k > 1:
+                if kind is not None:
+                    kind.store(g_row, g_col, pair)
+                elif cfg.split_k > 1:
                     _store_pair(b, params["workspace"], ((part * problem.m + g_row) * problem.n + g_col).wide(),
                                 "float32", pair)
                 else:
@@ -447,28 +469,38 @@ class GemmKernels:
 def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str = "kiln_gemm",
                error: Optional[str] = None) -> GemmKernels:
     """The PTX of `problem` tiled by `cfg` for `target` (O3, through LLVM's NVPTX backend)."""
+    error = error or plan.config_error(cfg, problem, plan.shared_limit(target.cpu))
+    if error:
+        raise ValueError(f"GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
+    module = gpu_module(target)
+    launches = {name: emit_main_kernel(module, name, problem, cfg)}
+    if cfg.split_k > 1:
+        launches[f"{name}_reduce"] = emit_split_reduce(module, f"{name}_reduce", problem, cfg)
+    return GemmKernels(problem, cfg, optimized_ptx(module, target), launches, tuple(param_names(problem, cfg)))
+
+
+def gpu_module(target: Target) -> ir.Module:
+    """An empty LLVM module for `target`'s NVPTX."""
+    module = ir.Module(name="kiln_gemm")
+    module.triple = target.triple
+    module.data_layout = str(target_machine(target).target_data)
+    return module
+
+
+def optimized_ptx(module: ir.Module, target: Target) -> str:
+    """`module`'s PTX at O3, through LLVM's NVPTX backend."""
     import llvmlite.binding as llvm
 
     from .llvm_env import LLVM_LOCK
 
-    error = error or plan.config_error(cfg, problem, plan.shared_limit(target.cpu))
-    if error:
-        raise ValueError(f"GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
-    module = ir.Module(name="kiln_gemm")
-    module.triple = target.triple
-    module.data_layout = str(target_machine(target).target_data)
-    launches = {name: emit_main_kernel(module, name, problem, cfg)}
-    if cfg.split_k > 1:
-        launches[f"{name}_reduce"] = emit_split_reduce(module, f"{name}_reduce", problem, cfg)
     with LLVM_LOCK:
         tm = target_machine(target)
         mod = llvm.parse_assembly(str(module))
         mod.verify()
         pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
         pb.getModulePassManager().run(mod, pb)
-        ptx = tm.emit_assembly(mod)
-    return GemmKernels(problem, cfg, ptx, launches, tuple(param_names(problem, cfg)))
+        return tm.emit_assembly(mod)
 
 
 __all__ = ["build_gemm", "GemmKernels", "param_names", "dynamic_shared", "emit_main_kernel", "emit_gemm_body",
-           "emit_split_reduce", "emit_split_reduce_body", "Index"]
+           "emit_split_reduce", "emit_split_reduce_body", "Index", "MmaKind", "gpu_module", "optimized_ptx"]

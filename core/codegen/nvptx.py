@@ -182,8 +182,10 @@ class NVPTXEmitter(FunctionEmitter):
 
 def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Module, dict[str, LaunchConfig]]:
     """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
+    from ..kernels.gemm_plan.gemm_mma_int8 import int8_gemm_of
     from ..kernels.gemm_plan.kernel_attr import gemm_of
     from .mma_gemm import dynamic_shared, emit_gemm_body, emit_split_reduce_body
+    from .mma_gemm_int8 import emit_int8_gemm_body
 
     if not target.triple.startswith("nvptx"):
         raise CodegenError(f"target {target.name} is not a GPU target")
@@ -210,6 +212,14 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
                 launches[reduce_fn.name] = emit_split_reduce_body(
                     b, {role: reduce_fn.args[index] for role, index in where.items()}, problem, cfg)
                 b.ret_void()
+            continue
+        int8 = int8_gemm_of(func)
+        if int8 is not None:  # the int8 tensor-core GEMM (its loops, too, only bind the launch)
+            problem, cfg, where = int8
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            emit_int8_gemm_body(b, {role: fn.args[index] for role, index in where.items()}, problem, cfg, func.name)
+            b.ret_void()
+            launches[func.name] = LaunchConfig(launch.grid, launch.block, cfg.shared_bytes, dynamic_shared(cfg))
             continue
         fe = NVPTXEmitter(ctx, fn, func.name, launch)
         for arg, buf in zip(fn.args, func.params):

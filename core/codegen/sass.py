@@ -1,10 +1,12 @@
 """What ptxas made of a kernel, without a GPU: counts of the SASS instructions that carry a tensor-core kernel
-(HMMA, LDSM = ldmatrix, LDGSTS = cp.async, BAR, global loads and stores) per kernel of a cubin.
+(HMMA, IMMA = the integer mma.sync, LDSM = ldmatrix, LDGSTS = cp.async, BAR, global loads and stores) per kernel
+of a cubin.
 
 `cuobjdump -sass` is used where it can disassemble (it needs NVIDIA's nvdisasm, which no pip package ships);
 otherwise the cubin's `.text.<kernel>` sections are decoded directly: sm_80 through sm_90 encode each instruction
 in 128 bits with the opcode in the low 12 bits (values below, checked against ptxas's output for PTX of known
-mma.sync / ldmatrix / cp.async counts: tests/core/codegen/test_sass.py)."""
+mma.sync / ldmatrix / cp.async counts: tests/core/codegen/test_sass.py; IMMA against the int8 kernel's:
+tests/core/kernels/test_gpu_gemm_mma_int8.py)."""
 from __future__ import annotations
 
 import collections
@@ -17,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-OPCODES = {0x23C: "HMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0xB1D: "BAR", 0x981: "LDG", 0x986: "STG"}
+OPCODES = {0x23C: "HMMA", 0x237: "IMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0xB1D: "BAR", 0x981: "LDG", 0x986: "STG"}
 DECODED_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90")
 
 

@@ -57,10 +57,13 @@ class CudaBackend(Backend):
         return half_activations(widen_kernel_rows(graph, target), target)
 
     def group_kernel(self, nodes, graph, target: Target, name: str, outputs, inputs):
-        """A float16/bfloat16 MatMul and its epilogue chain: the tensor-core GEMM (gemm_group.py)."""
+        """A float16/bfloat16 MatMul or Conv and its epilogue chain: the tensor-core GEMM (gemm_group.py); a large
+        enough int8 MatMul and its requantization: the int8 tensor-core GEMM (gemm_group_int8.py)."""
         from .schedules.gemm_group import gemm_group_kernel
+        from .schedules.gemm_group_int8 import int8_gemm_group_kernel
 
-        return gemm_group_kernel(nodes, graph, target, name, outputs, inputs)
+        return (gemm_group_kernel(nodes, graph, target, name, outputs, inputs)
+                or int8_gemm_group_kernel(nodes, graph, target, name, outputs, inputs))
 
     def load_templates(self) -> None:
         from . import templates  # noqa: F401 (registers the cuda tuning templates)

@@ -60,20 +60,27 @@ def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name:
     cfg = default_config(problem, target.max_shared_bytes, SM_COUNTS.get(target.cpu, 108))
     if config_error(cfg, problem, shared_limit(target.cpu)):
         return None
-    params = [Buffer(f"in{i}", graph.type_of(v).shape, graph.type_of(v).dtype) for i, v in enumerate(inputs)]
-    out_type = graph.type_of(outputs[0])
-    params.append(Buffer("out", out_type.shape, out_type.dtype))
-    if cfg.split_k > 1:
-        params.append(Buffer("workspace", (cfg.split_k, problem.m, problem.n), "float32"))
-    body = Seq(())
-    launch = (("threadIdx.x", cfg.threads), *zip(("blockIdx.z", "blockIdx.y", "blockIdx.x"), reversed(grid(cfg, problem))))
-    for tag, extent in launch:
-        body = For(Var(tag.replace(".", "_"), "int64"), IntImm(extent, "int64"), ForKind.THREAD_BINDING, body, (("thread_tag", tag),))
+    workspace = [Buffer("workspace", (cfg.split_k, problem.m, problem.n), "float32")] if cfg.split_k > 1 else []
     where = {role: list(inputs).index(value) for role, value in roles.items()}
     where["c"] = len(inputs)
     if cfg.split_k > 1:
         where["workspace"] = len(inputs) + 1
-    return PrimFunc(name, tuple(params), body, num_inputs=len(inputs), num_outputs=1, attrs=gemm_attr(problem, cfg, where))
+    return launch_only_kernel(name, graph, inputs, outputs, cfg.threads, grid(cfg, problem),
+                              gemm_attr(problem, cfg, where), workspace)
 
 
-__all__ = ["match_gemm_group", "gemm_group_kernel"]
+def launch_only_kernel(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str], threads: int,
+                       launch_grid: tuple[int, int, int], attrs: dict, extra: Sequence[Buffer] = ()) -> PrimFunc:
+    """A PrimFunc (the group's inputs, its one output, then `extra` buffers) whose loops only bind the launch
+    (`threads` x `launch_grid`, x fastest): `attrs` tell the NVPTX backend which hand-built kernel to emit."""
+    params = [Buffer(f"in{i}", graph.type_of(v).shape, graph.type_of(v).dtype) for i, v in enumerate(inputs)]
+    out_type = graph.type_of(outputs[0])
+    params += [Buffer("out", out_type.shape, out_type.dtype), *extra]
+    body = Seq(())
+    launch = (("threadIdx.x", threads), *zip(("blockIdx.z", "blockIdx.y", "blockIdx.x"), reversed(launch_grid)))
+    for tag, extent in launch:
+        body = For(Var(tag.replace(".", "_"), "int64"), IntImm(extent, "int64"), ForKind.THREAD_BINDING, body, (("thread_tag", tag),))
+    return PrimFunc(name, tuple(params), body, num_inputs=len(inputs), num_outputs=1, attrs=attrs)
+
+
+__all__ = ["match_gemm_group", "gemm_group_kernel", "launch_only_kernel"]

@@ -155,17 +155,13 @@ class _Block:
         return np.stack([d[:, g + 8 * (slot // 2), 2 * t + slot % 2] for slot in range(4)], -1)
 
 
-def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
-            extras: Optional[Mapping[str, np.ndarray]] = None, stats: Optional[EmulationStats] = None) -> np.ndarray:
-    """C as the kernels compute it (float32 before rounding to problem.out_dtype). `a`, `b`: uint16 bit
-    patterns of problem.dtype, shapes [m, k] (a convolution's input for a conv problem) and problem.b_shape (`a`
-    float32 values when problem.a_dtype is float32); extras: bias [n], residual of the output's shape (float32
-    values). The result has the output's shape ([m, n], or the convolution's NCHW / NHWC output)."""
-    stats = stats if stats is not None else EmulationStats()
-    extras = extras or {}
+def accumulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray, stats: EmulationStats,
+               block: type = _Block, acc_dtype=np.float32) -> np.ndarray:
+    """The accumulators every block's warps hold after the mainloop, placed at their C positions: [split_k parts,
+    m, n] of `acc_dtype`; `block` a _Block whose `mma` is the instruction (another for the int8 kernel)."""
     p = problem
     grid_n, grid_m, parts = plan.grid(cfg, p)
-    partial = np.zeros((parts, p.m, p.n), np.float32)
+    partial = np.zeros((parts, p.m, p.n), acc_dtype)
     written = np.zeros((parts, p.m, p.n), int)
     slices = -(-p.k // cfg.block_k)
     per = -(-slices // cfg.split_k)
@@ -175,9 +171,9 @@ def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
         for by in range(grid_m):
             for bx in range(grid_n):
                 bm, bn = (int(t) for t in plan.block_tile(cfg, p, bx, by))
-                blk = _Block(cfg, p, a, b, stats)
+                blk = block(cfg, p, a, b, stats)
                 m0, n0 = bm * cfg.block_m, bn * cfg.block_n
-                acc = np.zeros((cfg.mi, cfg.ni, cfg.threads // plan.WARP, plan.WARP, 4), np.float32)
+                acc = np.zeros((cfg.mi, cfg.ni, cfg.threads // plan.WARP, plan.WARP, 4), acc_dtype)
                 for s in range(cfg.stages - 1):
                     if s < count:
                         blk.copy_slice(m0, n0, first + s, s)
@@ -204,6 +200,19 @@ def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
                             partial[z, g_row[keep], g_col[keep]] = acc[tm, tn, :, :, slot].ravel()[keep]
     if not (written == 1).all():
         raise AssertionError(f"outputs written {np.unique(written)} times (each must be written once per part)")
+    return partial
+
+
+def emulate(problem: GemmProblem, cfg: GemmConfig, a: np.ndarray, b: np.ndarray,
+            extras: Optional[Mapping[str, np.ndarray]] = None, stats: Optional[EmulationStats] = None) -> np.ndarray:
+    """C as the kernels compute it (float32 before rounding to problem.out_dtype). `a`, `b`: uint16 bit
+    patterns of problem.dtype, shapes [m, k] (a convolution's input for a conv problem) and problem.b_shape (`a`
+    float32 values when problem.a_dtype is float32); extras: bias [n], residual of the output's shape (float32
+    values). The result has the output's shape ([m, n], or the convolution's NCHW / NHWC output)."""
+    stats = stats if stats is not None else EmulationStats()
+    extras = extras or {}
+    p = problem
+    partial = accumulate(p, cfg, a, b, stats)
     rows, cols = np.indices((p.m, p.n))
     place = plan.output_index(p, rows, cols)
     if np.bincount(place.ravel(), minlength=p.m * p.n).max() != 1 or (
