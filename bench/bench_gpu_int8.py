@@ -125,20 +125,20 @@ def run(shapes, target_name: str, json_path: Path | None = None) -> list[dict]:
             want = (ta.double() @ tw.double()).to(torch.int32).cpu().numpy()
             try:
                 tc = torch._int_mm(ta, tw)
-                torch_ms_ = torch_ms(lambda: torch._int_mm(ta, tw))
+                int_mm_ms = torch_ms(lambda: torch._int_mm(ta, tw))
                 assert torch.equal(tc.cpu(), torch.from_numpy(want))
             except (AttributeError, RuntimeError) as e:  # no _int_mm, or a shape it refuses (m <= 16)
                 print(f"  {shape}: torch._int_mm: {str(e).splitlines()[0][:100]}", file=sys.stderr)
-                torch_ms_ = float("nan")
+                int_mm_ms = float("nan")
             a, w = ta.cpu().numpy(), tw.cpu().numpy()
             problem = Int8GemmProblem(m, n, k, "int8")
             mma_ms, config = kiln_mma(problem, target, pool, a, np.ascontiguousarray(w.T), want)
             dp4a_ms = kiln_dp4a(m, n, k, target, a, w, want)
             ops = 2.0 * m * n * k
-            row = {"shape": shape, "mma_ms": mma_ms, "dp4a_ms": dp4a_ms, "torch_ms": torch_ms_, "config": config,
+            row = {"shape": shape, "mma_ms": mma_ms, "dp4a_ms": dp4a_ms, "torch_ms": int_mm_ms, "config": config,
                    "chosen": "mma" if prefers_mma(m, n, k, target.cpu) else "dp4a",
                    **{f"{key}_tops": ops / ms / 1e9 if ms == ms and ms > 0 else float("nan")
-                      for key, ms in (("mma", mma_ms), ("dp4a", dp4a_ms), ("torch", torch_ms_))}}
+                      for key, ms in (("mma", mma_ms), ("dp4a", dp4a_ms), ("torch", int_mm_ms))}}
             rows.append(row)
             if json_path:
                 json_path.write_text(json.dumps(rows, indent=1))

@@ -30,10 +30,12 @@ A_DTYPES = ("uint8", "int8")
 OUT_DTYPES = ("int32", "uint8", "int8")
 MULTIPLIERS = ("", "scalar", "column")  # no Requantize, one multiplier, one per output column
 MIN_ARCH = 80  # m16n8k32 with cp.async and ldmatrix: sm_80 on (sm_75's s8 mma is m8n8k16, without cp.async)
-# dp4a or mma: below MIN_ROWS rows (GEMV and small-batch shapes) a 64-row tile would compute mostly zero rows,
-# and below MIN_MACS multiply-adds both kernels are launch-bound (a few microseconds) while the mma kernel's
-# pipeline prologue and 128x128 tiles leave most SMs idle; above both, tensor cores (8x dp4a's peak on sm_80) win.
+# dp4a or mma: below MIN_ROWS rows (GEMV and small-batch shapes) a 64-row tile would compute mostly zero rows, below
+# MIN_COLUMNS columns most of a 64-wide one, and below MIN_MACS multiply-adds both kernels are launch-bound (a few
+# microseconds) while the mma kernel's pipeline prologue and large tiles leave most SMs idle; above all three,
+# tensor cores (8x dp4a's peak on sm_80: 624 against 78 dense int8 TOPS on an A100) win.
 MIN_ROWS = 64
+MIN_COLUMNS = 32
 MIN_MACS = 1 << 22
 
 
@@ -103,7 +105,8 @@ def grid(cfg: GemmConfig, problem: Int8GemmProblem) -> tuple[int, int, int]:
 
 def prefers_mma(m: int, n: int, k: int, arch: str) -> bool:
     """Whether the tensor-core kernel, rather than dp4a, computes an m x n x k int8 product on `arch`."""
-    return int(arch.removeprefix("sm_") or 0) >= MIN_ARCH and m >= MIN_ROWS and m * n * k >= MIN_MACS
+    return (int(arch.removeprefix("sm_") or 0) >= MIN_ARCH and m >= MIN_ROWS and n >= MIN_COLUMNS
+            and m * n * k >= MIN_MACS)
 
 
 def int8_gemm_attr(problem: Int8GemmProblem, cfg: GemmConfig, params: dict[str, int]) -> dict[str, str]:
@@ -153,4 +156,4 @@ def epilogue(problem: Int8GemmProblem, sums: np.ndarray, extras: dict) -> np.nda
 
 
 __all__ = ["Int8GemmProblem", "view", "config_error", "default_config", "config_space", "grid", "prefers_mma",
-           "int8_gemm_attr", "int8_gemm_of", "param_roles", "reference", "epilogue", "MIN_ROWS", "MIN_MACS", "MIN_ARCH"]
+           "int8_gemm_attr", "int8_gemm_of", "param_roles", "reference", "epilogue", "MIN_ROWS", "MIN_COLUMNS", "MIN_MACS", "MIN_ARCH"]

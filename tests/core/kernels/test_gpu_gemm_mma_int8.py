@@ -127,6 +127,7 @@ def test_configs_and_the_choice_against_dp4a():
     assert prefers_mma(4096, 4096, 4096, "sm_80") and prefers_mma(512, 1024, 1024, "sm_90")
     assert not prefers_mma(4096, 4096, 4096, "sm_75")  # no m16n8k32 / cp.async: dp4a
     assert not prefers_mma(8, 4096, 4096, "sm_90")  # GEMV-like: 8 of a tile's 64 rows would be real
+    assert not prefers_mma(4096, 16, 4096, "sm_90")  # 16 of a tile's 64 columns
     assert not prefers_mma(64, 256, 96, "sm_90")  # launch-bound either way
     with pytest.raises(ValueError, match="multiple of 16"):
         Int8GemmProblem(64, 64, 100)
@@ -180,6 +181,27 @@ def emulate_model_kernel(graph, exe, feeds: dict) -> np.ndarray:
     return emulate_int8(problem, cfg, arrays.pop("a").reshape(problem.m, problem.k), b_nk, arrays)
 
 
+def graph_semantics(graph, feeds: dict) -> dict:
+    """The optimized graph run node by node on its ops' numpy semantics (op_defs' fold functions: exact integer
+    sums, Requantize in MLAS's float32 order), Fused bodies expanded."""
+    from core.graph.fold import fold_node
+
+    values = {**graph.constants, **feeds}
+
+    def run(g):
+        values.update(g.constants)
+        for node in g.nodes:
+            if node.op == "Fused":
+                run(node.attr("body"))
+                continue
+            outs = fold_node(node.op, [values.get(i) if i else None for i in node.inputs], node.attrs,
+                             [g.type_of(o) for o in node.outputs])
+            values.update(zip(node.outputs, outs))
+
+    run(graph)
+    return values
+
+
 @pytest.mark.parametrize("build", [lambda: qlinear_matmul_model(128, 256, 192), lambda: matmul_integer_model(96, 512, 128)],
                          ids=["qlinear_matmul_u8", "matmul_integer_s8"])
 def test_a_quantized_matmul_for_cuda_runs_on_int8_tensor_cores_and_its_emulation_is_exact(build):
@@ -198,7 +220,12 @@ def test_a_quantized_matmul_for_cuda_runs_on_int8_tensor_cores_and_its_emulation
     want = reference_outputs(model, feeds)["y"]
     got = emulate_model_kernel(graph, exe, feeds).reshape(want.shape)
     assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, graph_semantics(graph, feeds)["y"])  # the compiled graph's ops, exactly
+    if problem.multiplier:  # ONNX's float64 requantization against MLAS's float32 order: a tie may round apart
+        diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        assert diff.max() <= 1 and (diff == 0).mean() > 0.999 and len(np.unique(got)) > 100
+    else:
+        np.testing.assert_array_equal(got, want)
     if find_ptxas() is not None:
         for arch in ("sm_80", "sm_90"):
             usage = assemble_with_usage(emit_ptx(list(funcs), get_target(f"cuda -arch={arch}"))[0], arch)[1]

@@ -2,7 +2,7 @@
 (n-major int8 [n, k / 4, 1, 4]: the n-major B the kernel reads as it is), its data uint8 or int8 as the instruction
 takes it (no shift), then an int32 bias Add and a Requantize (a QLinearMatMul's, or a QDQ MatMul's made integer by
 integer_qdq), each optional. The choice against dp4a is the plan's (gemm_mma_int8.prefers_mma: sm_80 on, at least
-64 rows and 4M multiply-adds); a group it declines keeps dp4a's scheduled loops (schedules/integer.py)."""
+64 rows, 32 columns and 4M multiply-adds); a group it declines keeps dp4a's scheduled loops (schedules/integer.py)."""
 from __future__ import annotations
 
 import math
