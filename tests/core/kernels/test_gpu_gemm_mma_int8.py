@@ -291,6 +291,9 @@ def test_a_compiled_quantized_matmul_matches_the_exact_reference_on_the_gpu(tmp_
     artifact.save(tmp_path / "model.tar.gz")
     with load(tmp_path / "model.tar.gz") as module:
         got = module.run(feeds)["y"]
+    graph, exe, _ = cuda_build(model, "sm_80")
+    assert int8_gemm_of(exe.funcs[0]) is not None
+    np.testing.assert_array_equal(got, graph_semantics(graph, feeds)["y"])  # exactly the compiled graph's ops
     want = reference_outputs(model, feeds)["y"]
     diff = np.abs(got.astype(np.int32) - want.astype(np.int32))  # MLAS's float32 requantization: a tie may differ
     assert got.dtype == want.dtype and diff.max() <= 1 and (diff == 0).mean() > 0.999
