@@ -4,7 +4,7 @@ and BAR (cuobjdump -sass where nvdisasm is installed, else the cubin decoded: co
 for the int8 GEMM (IMMA: mma.sync m16n8k32 s8; its configs' block_k counts 16-bit units, so 32 = 64 int8 k) and the
 implicit-GEMM convolution (resnet50's convs at batch 32, NCHW gathered and NHWC cp.async A).
 
-    python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90] [--no-convs] [--no-int8]
+    python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90] [--no-convs] [--no-int8] [--no-float]
 """
 from __future__ import annotations
 
@@ -56,13 +56,14 @@ def main() -> int:
     parser.add_argument("--archs", nargs="+", default=["sm_80", "sm_90"])
     parser.add_argument("--no-convs", action="store_true", help="no convolutions")
     parser.add_argument("--no-int8", action="store_true", help="no int8 GEMMs")
+    parser.add_argument("--no-float", action="store_true", help="no float16 / bfloat16 GEMMs")
     args = parser.parse_args()
     print(f"GEMM {args.size}^3, then convs; registers, spill stores/loads (bytes), static shared bytes; SASS counts\n")
     print("| arch | problem | config | kernel | regs | spills | smem | HMMA | IMMA | LDSM | LDGSTS | LDG | BAR | read by |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for arch in args.archs:
         target = get_target(f"cuda -arch={arch}")
-        for dtype, out, epilogue in PROBLEMS:
+        for dtype, out, epilogue in [] if args.no_float else PROBLEMS:
             for name, cfg in CONFIGS:
                 problem = GemmProblem(args.size, args.size, args.size, dtype, out, epilogue)
                 print_rows(build_gemm(problem, cfg, target), arch, f"{dtype} {'+'.join(epilogue)}", name)
