@@ -165,12 +165,15 @@ def _guarded(b: ir.IRBuilder, cond: ir.Value, body: Callable[[], None]) -> None:
 class MmaKind:
     """What each mma.sync multiplies and where its sums go, when not the problem's float16/bfloat16 m16n8k16 with
     float32 sums and its float epilogue (the int8 kernel: core/codegen/mma_gemm_int8.py): the instruction (its four
-    A registers and two B registers as ldmatrix.x4 gives them), the accumulator type and `store(row, col, pair)`,
-    which applies the epilogue to the sums of columns col, col + 1 of `row` and stores them."""
+    A registers and two B registers as ldmatrix.x4 gives them), the accumulator type and `store(row, col, pair,
+    inside, tile_n)`, which applies the epilogue to the sums of columns col, col + 1 of `row` and stores them where
+    `inside` (an i1: the pair lies within C); every row tile of the warp's n tile `tile_n` has the same columns, and
+    the stores are emitted in straight-line code, so what the first store of a tile_n loads unguarded can serve the
+    others."""
 
     instruction: str
     accumulator: ir.Type
-    store: Callable[[Index, Index, list], None]
+    store: Callable[[Index, Index, list, ir.Value, int], None]
 
 
 @dataclass
@@ -398,9 +401,7 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
             pair = list(values[2 * half:2 * half + 2])
 
             def store(g_row=g_row, g_col=g_col, pair=pair):
-                if kind is not None:
-                    kind.store(g_row, g_col, pair)
-                elif cfg.split_k > 1:
+                if cfg.split_k > 1:
                     _store_pair(b, params["workspace"], ((part * problem.m + g_row) * problem.n + g_col).wide(),
                                 "float32", pair)
                 else:
@@ -408,7 +409,11 @@ def emit_gemm_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Gem
                     _store_pair(b, params["c"], plan.output_index(problem, g_row, g_col).wide(), problem.out_dtype,
                                 out, plan.column_stride(problem))
 
-            _guarded(b, b.and_(g_row.lt(problem.m), g_col.lt(problem.n)), store)
+            inside = b.and_(g_row.lt(problem.m), g_col.lt(problem.n))
+            if kind is not None:  # it guards its own stores (its loads come before: shared by the row tiles)
+                kind.store(g_row, g_col, pair, inside, tn)
+            else:
+                _guarded(b, inside, store)
 
 
 def emit_split_reduce(module: ir.Module, name: str, problem: GemmProblem, cfg: GemmConfig) -> LaunchConfig:
