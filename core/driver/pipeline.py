@@ -18,6 +18,7 @@ from .._version import __version__
 from .artifact import WEIGHTS, Artifact, new_workdir, write_metadata
 from .benchmark import compare_latency, profile_kernels
 from ..backends import resolve
+from ..codegen.control_flow import CONTROL_ERROR
 from ..codegen.kernel_cache import CacheSetting, building
 from ..debug import DEBUG
 from ..errors import KilnError, ValidationError
@@ -68,14 +69,21 @@ def merged_tuning(outcomes) -> tuple[dict[str, Any], set[str]]:
     return report, {f"b{b}_{k}" for b, o in present for k in o.tuned_kernels}
 
 
+RANDOM_INPUTS_TOOK_A_REFUSED_PATH = (
+    "; these were seeded random inputs, and the model's inputs choose its path (an If branch, a loop's length): give "
+    "inputs that take a path these shapes run (--validation-inputs FILE.npz), which the benchmark then runs too")
+
+
 @contextmanager
-def _runtime_failures(target: Target):
-    """The artifact refused to load or run here (a GPU kernel faulted, the driver rejected the PTX, ...):
-    a code generation bug to report as this compile's failure, not a crash of the caller."""
+def _runtime_failures(target: Target, random_inputs: bool = False):
+    """The artifact refused to load or run here (a GPU kernel faulted, the driver rejected the PTX, ...): a code
+    generation bug to report as this compile's failure, not a crash of the caller; or, on `random_inputs`, control
+    flow that took a branch refused for the compiled shapes (silero VAD's other sample rate): say what to give."""
     try:
         yield
     except KilnRuntimeError as err:
-        raise ValidationError(f"the compiled model failed on {target.name} while being validated: {err}") from None
+        hint = RANDOM_INPUTS_TOOK_A_REFUSED_PATH if random_inputs and err.rc == CONTROL_ERROR else ""
+        raise ValidationError(f"the compiled model failed on {target.name} while being validated: {err}{hint}") from None
 
 
 def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int = 3,
@@ -221,8 +229,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         with _runtime_failures(tgt):
             module = emulator.load(workdir) if emulator else Artifact(workdir, metadata, {}, owns_directory=False).load()
         module.set_num_threads(nthreads)
+        user_samples = samples if checks.inputs else None  # (ranges draw their own random samples per bucket)
         try:
-            with _runtime_failures(tgt):
+            with _runtime_failures(tgt, random_inputs=user_samples is None):
                 if checks.enabled:
                     with stage(Stage.VALIDATE):
                         origins = {**origins_or_empty(data), **judged_as(weights_precision, precision is not None, {
@@ -244,7 +253,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                                 sessions, worst_feeds, origins, checks.tolerance)
                 if benchmark:
                     with stage(Stage.BENCHMARK):
-                        feeds = shapes.benchmark_feeds(graph)
+                        # the user's first sample: random inputs may choose a path these shapes cannot run
+                        feeds = dict(user_samples[0]) if user_samples else shapes.benchmark_feeds(graph)
                         latency = compare_latency(module, sessions.baseline, feeds, rounds=7).as_report()
                         if shapes.ranged:
                             latency["shapes"] = {n: list(a.shape) for n, a in feeds.items()}

@@ -29,7 +29,10 @@ _CPU_FLAGS = {"avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "sse4.
 
 
 class KilnRuntimeError(RuntimeError):
-    """The native library refused to load or run (its message comes from kiln_last_error())."""
+    """The native library refused to load or run (its message comes from kiln_last_error()); `rc` is what the run
+    returned (KILN_CONTROL_ERROR: the taken If branch was refused for the compiled shapes, ...), None before a run."""
+
+    rc = None
 
 
 try:  # optional (the loader needs numpy alone): with ml_dtypes, narrow tensors are ml_dtypes arrays
@@ -501,7 +504,9 @@ class Module:
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
-            raise KilnRuntimeError(f"{what} failed: {self._lib.kiln_last_error().decode(errors='replace')}")
+            err = KilnRuntimeError(f"{what} failed: {self._lib.kiln_last_error().decode(errors='replace')}")
+            err.rc = rc
+            raise err
 
     @functools.cached_property
     def _recycles(self) -> bool:

@@ -1,0 +1,115 @@
+"""The pipeline with If run at run time on a branch chosen by an input (silero VAD's sample rate): validated and
+benchmarked on the user's inputs, which take a branch the compiled shapes run; random ones are a clear error."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import core
+from core.errors import ValidationError
+from core.runtime.loader import KilnRuntimeError
+from tests.core.frontend.test_frontend_control_flow import F32, I64, _const, _value
+from tests.core.frontend.test_frontend_control_flow_runtime import _model
+
+pytestmark = pytest.mark.timeout(600)
+RATES = {16000: 512, 8000: 256}  # sample rate -> the samples its branch takes, as silero VAD's
+
+
+def _rate_model() -> bytes:
+    """x[1, n], rate: If(rate == 16000) y = reshape(x, [2, 256]) @ w ([2, 4], fits n = 512 only), else
+    y = reshape(x, [256]) * 2 ([256], fits n = 256 only): each compile runs one branch; level = max or min of x."""
+    then_branch = helper.make_graph([_const("frames_shape", np.array([2, 256], np.int64)),
+                                     helper.make_node("Reshape", ["x", "frames_shape"], ["frames"]),
+                                     helper.make_node("MatMul", ["frames", "w"], ["t"]),
+                                     helper.make_node("ReduceMax", ["x"], ["tl"], keepdims=0)], "then", [],
+                                    [_value("t", F32, [2, 4]), _value("tl", F32, [])])
+    else_branch = helper.make_graph([_const("frame_shape", np.array([256], np.int64)), _const("two", np.float32(2)),
+                                     helper.make_node("Reshape", ["x", "frame_shape"], ["frame"]),
+                                     helper.make_node("Mul", ["frame", "two"], ["e"]),
+                                     helper.make_node("ReduceMin", ["x"], ["el"], keepdims=0)], "else", [],
+                                    [_value("e", F32, [256]), _value("el", F32, [])])
+    nodes = [_const("wideband", np.array(16000, np.int64)), helper.make_node("Equal", ["rate", "wideband"], ["c"]),
+             helper.make_node("If", ["c"], ["y", "level"], then_branch=then_branch, else_branch=else_branch)]
+    w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 4)).astype(np.float32), "w")
+    return _model(nodes, [_value("x", F32, [1, "n"]), _value("rate", I64, [])],
+                  [_value("y", F32, ["d"]), _value("level", F32, [])], [w])
+
+
+def _ranks_model() -> bytes:
+    """x[2, 3], rate: If(rate == 16000) y = x @ w ([2, 4]) else y = reshape(x, [6]) * 2 ([6]): both branches run
+    at the compiled shapes, their outputs differing in shape and rank; z = relu(x) or -x keeps one shape."""
+    then_branch = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"]),
+                                     helper.make_node("Relu", ["x"], ["tz"])], "then", [],
+                                    [_value("t", F32, [2, 4]), _value("tz", F32, [2, 3])])
+    else_branch = helper.make_graph([_const("flat", np.array([6], np.int64)), _const("two", np.float32(2)),
+                                     helper.make_node("Reshape", ["x", "flat"], ["r"]),
+                                     helper.make_node("Mul", ["r", "two"], ["e"]),
+                                     helper.make_node("Neg", ["x"], ["ez"])], "else", [],
+                                    [_value("e", F32, [6]), _value("ez", F32, [2, 3])])
+    nodes = [_const("wideband", np.array(16000, np.int64)), helper.make_node("Equal", ["rate", "wideband"], ["c"]),
+             helper.make_node("If", ["c"], ["y", "z"], then_branch=then_branch, else_branch=else_branch)]
+    w = onnx.numpy_helper.from_array(np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32), "w")
+    return _model(nodes, [_value("x", F32, [2, 3]), _value("rate", I64, [])],
+                  [_value("y", F32, ["d"]), _value("z", F32, [2, 3])], [w])
+
+
+def _npz(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _compare(module, model: bytes, feeds: dict) -> None:
+    session = ort.InferenceSession(model)
+    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    ours = module.run(feeds)
+    assert set(ours) == set(theirs)
+    for name, expected in theirs.items():
+        assert ours[name].shape == expected.shape, name
+        np.testing.assert_allclose(ours[name], expected, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def _benchmarked(artifact) -> None:
+    latency = artifact.report["latency_ms"]
+    assert "skipped" not in latency and latency["kiln"] > 0 and latency["onnxruntime"] > 0
+    assert artifact.report["validation"]["passed"] is True
+
+
+@pytest.mark.parametrize("rate", sorted(RATES))
+def test_the_benchmark_runs_the_users_inputs_which_take_the_branch_the_compiled_shapes_run(rate):
+    """Random rates would take the other branch, refused at these shapes (the compile failed that way before)."""
+    model, n = _rate_model(), RATES[rate]
+    other = next(r for r in RATES if r != rate)
+    rng = np.random.default_rng(rate)
+    x = rng.standard_normal((1, n)).astype(np.float32)
+    artifact = core.compile(model, input_shapes={"x": (1, n)}, validation_inputs=_npz(x=x, rate=np.array(rate)))
+    _benchmarked(artifact)
+    with artifact.load() as module:
+        for _ in range(2):
+            _compare(module, model, {"x": rng.standard_normal((1, n)).astype(np.float32), "rate": np.array(rate)})
+        taken = "then" if other == 16000 else "else"
+        with pytest.raises(KilnRuntimeError, match=f"the {taken} branch was taken, but it does not compile"):
+            module.run({"x": x, "rate": np.array(other)})
+
+
+def test_random_inputs_that_take_a_refused_branch_say_to_give_real_ones():
+    with pytest.raises(ValidationError, match="else branch was taken.*seeded random inputs.*--validation-inputs"):
+        core.compile(_rate_model(), input_shapes={"x": (1, 512)}, benchmark=False)
+
+
+def test_branches_of_other_shapes_and_ranks_are_validated_on_both_and_benchmarked_on_the_first_sample():
+    model, rng = _ranks_model(), np.random.default_rng(2)
+    samples = _npz(x=rng.standard_normal((2, 2, 3)).astype(np.float32), rate=np.array([16000, 8000]))
+    artifact = core.compile(model, validation_inputs=samples)
+    _benchmarked(artifact)
+    assert artifact.report["validation"]["samples"] == 2
+    with artifact.load() as module:
+        for rate, shape in ((16000, (2, 4)), (8000, (6,)), (16000, (2, 4))):  # one artifact, both ways, and back
+            feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32), "rate": np.array(rate)}
+            _compare(module, model, feeds)
+            assert module.run(feeds)["y"].shape == shape
