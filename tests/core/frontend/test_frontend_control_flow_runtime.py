@@ -91,6 +91,38 @@ def _frames_if_model():
     return _model(nodes, [_value("x", F32, ["samples"])], [_value("y", F32, ["n"])])
 
 
+def _nested_if_model():
+    """If(a): [If(b): y = x @ w ([2, 4]) else y = reshape(x, [6]) * 2 ([6])], z = relu(x); else y = reshape(x,
+    [1, 2, 3]) - 1 ([1, 2, 3]), z = -x. The then branch's y takes its shape from the nested If at run time, so the
+    outer If's y has three shapes of three ranks."""
+    inner = _if_model()  # its If on sum(x) > 0 becomes If(b) inside the outer then branch
+    inner_if = onnx.load_from_string(inner).graph.node[-1]
+    inner_if.input[0] = "b"
+    inner_if.output[:] = ["yt", "zt"]
+    then_branch = helper.make_graph([inner_if], "outer_then", [],
+                                    [_value("yt", F32, ["n"]), _value("zt", F32, [2, 3])])
+    else_branch = helper.make_graph([_const("cube", np.array([1, 2, 3], np.int64)), _const("one", np.float32(1)),
+                                     helper.make_node("Reshape", ["x", "cube"], ["r3"]),
+                                     helper.make_node("Sub", ["r3", "one"], ["ye"]),
+                                     helper.make_node("Neg", ["x"], ["ze"])], "outer_else", [],
+                                    [_value("ye", F32, [1, 2, 3]), _value("ze", F32, [2, 3])])
+    w = onnx.load_from_string(inner).graph.initializer[0]
+    nodes = [helper.make_node("If", ["a"], ["y", "z"], then_branch=then_branch, else_branch=else_branch)]
+    return _model(nodes, [_value("x", F32, [2, 3]), _value("a", BOOL, []), _value("b", BOOL, [])],
+                  [_value("y", F32, ["n"]), _value("z", F32, [2, 3])], [w])
+
+
+def test_a_nested_if_inside_a_branch_gives_the_shape_of_the_outer_output_at_run_time():
+    model = _nested_if_model()
+    (node,) = [n for n in import_onnx(model).nodes if n.op == "If"]
+    assert node.attr("given_shapes") == ((0,), ())  # the then branch gives y's shape itself
+    module, rng = _compile(model), np.random.default_rng(3)
+    for a, b, shape in ((True, True, (2, 4)), (True, False, (6,)), (False, True, (1, 2, 3)), (True, True, (2, 4))):
+        feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32), "a": np.array(a), "b": np.array(b)}
+        _compare(module, model, feeds)
+        assert module.run(feeds)["y"].shape == shape
+
+
 def test_a_branch_that_does_not_fit_the_compiled_shapes_fails_only_when_taken():
     """silero VAD's pattern: the branch for the other sample rate cannot reshape this input; the taken one runs."""
     model = _frames_if_model()
