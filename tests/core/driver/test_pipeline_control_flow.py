@@ -11,7 +11,7 @@ import pytest
 from onnx import helper
 
 import core
-from core.errors import ValidationError
+from core.errors import ValidationError, ValidationInputError
 from core.runtime.loader import KilnRuntimeError
 from tests.core.frontend.test_frontend_control_flow import F32, I64, _const, _value
 from tests.core.frontend.test_frontend_control_flow_runtime import _model
@@ -113,3 +113,25 @@ def test_branches_of_other_shapes_and_ranks_are_validated_on_both_and_benchmarke
             feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32), "rate": np.array(rate)}
             _compare(module, model, feeds)
             assert module.run(feeds)["y"].shape == shape
+
+
+def test_one_artifact_for_both_rates_is_validated_on_the_users_samples_at_their_own_sizes():
+    """x declared 1,256|512: each size a bucket with its own branches, validated on one user sample per rate (with
+    ranges, validation inputs were refused before: changed on purpose) and benchmarked on the first."""
+    model, rng = _rate_model(), np.random.default_rng(4)
+    samples = [_npz(x=rng.standard_normal((1, n)).astype(np.float32), rate=np.array(rate)) for rate, n in RATES.items()]
+    artifact = core.compile(model, input_shapes={"x": "1,256|512"}, validation_inputs=samples)
+    _benchmarked(artifact)
+    assert artifact.report["validation"]["samples"] == 2
+    assert artifact.report["latency_ms"]["shapes"]["x"] == [1, 512]
+    with artifact.load() as module:
+        for rate, n in (*RATES.items(), (16000, 512)):
+            _compare(module, model, {"x": rng.standard_normal((1, n)).astype(np.float32), "rate": np.array(rate)})
+        with pytest.raises(KilnRuntimeError, match="then branch was taken, but it does not compile"):
+            module.run({"x": rng.standard_normal((1, 256)).astype(np.float32), "rate": np.array(16000)})
+
+
+def test_a_users_sample_outside_the_declared_range_is_refused_before_the_build():
+    samples = _npz(x=np.zeros((1, 128), np.float32), rate=np.array(8000))
+    with pytest.raises(ValidationInputError, match="input 'x' has shape \\[1, 128\\], outside its declared range"):
+        core.compile(_rate_model(), input_shapes={"x": "1,256|512"}, validation_inputs=samples)

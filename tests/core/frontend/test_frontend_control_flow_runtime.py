@@ -317,3 +317,26 @@ def test_silero_vad_with_its_sample_rate_as_a_run_time_input(tmp_path, rate, sam
     if samples == 512:
         with pytest.raises(KilnRuntimeError, match="else branch was taken, but it does not compile"):
             module.run({**feeds, "sr": np.array(8000, np.int64)})
+
+
+@pytest.mark.skipif(not SILERO.exists(), reason="the silero VAD export is fetched by hand into ~/.cache/kiln/real-models")
+def test_silero_vad_one_artifact_for_both_sample_rates(tmp_path):
+    """input declared 1,256|512 (each chunk size a bucket): validated on a 16 kHz and an 8 kHz stream chunk, then
+    streams at both rates match ONNX Runtime from the one artifact."""
+    rng = np.random.default_rng(10)
+    paths = []
+    for rate, samples in ((16000, 512), (8000, 256)):
+        paths.append(str(tmp_path / f"silero_{rate}.npz"))
+        np.savez(paths[-1], input=rng.standard_normal((1, samples)).astype(np.float32) * 0.1,
+                 state=np.zeros((2, 1, 128), np.float32), sr=np.array(rate, np.int64))
+    artifact = core.compile(SILERO, input_shapes={"input": "1,256|512", "state": (2, 1, 128)},
+                            validation_inputs=paths, benchmark=False)
+    assert artifact.report["validation"]["samples"] == 2 and artifact.report["validation"]["max_abs_err"] < 1e-4
+    module, model = artifact.load(), SILERO.read_bytes()
+    for rate, samples in ((16000, 512), (8000, 256), (16000, 256)):
+        state = np.zeros((2, 1, 128), np.float32)
+        for _ in range(3):
+            feeds = {"input": rng.standard_normal((1, samples)).astype(np.float32) * 0.1, "state": state,
+                     "sr": np.array(rate, np.int64)}
+            _compare(module, model, feeds)
+            state = module.run(feeds)["stateN"]
