@@ -69,21 +69,38 @@ def merged_tuning(outcomes) -> tuple[dict[str, Any], set[str]]:
     return report, {f"b{b}_{k}" for b, o in present for k in o.tuned_kernels}
 
 
-RANDOM_INPUTS_TOOK_A_REFUSED_PATH = (
-    "; these were seeded random inputs, and the model's inputs choose its path (an If branch, a loop's length): give "
-    "inputs that take a path these shapes run (--validation-inputs FILE.npz), which the benchmark then runs too")
-
-
 @contextmanager
-def _runtime_failures(target: Target, random_inputs: bool = False):
-    """The artifact refused to load or run here (a GPU kernel faulted, the driver rejected the PTX, ...): a code
-    generation bug to report as this compile's failure, not a crash of the caller; or, on `random_inputs`, control
-    flow that took a branch refused for the compiled shapes (silero VAD's other sample rate): say what to give."""
+def _runtime_failures(target: Target):
+    """The artifact refused to load or run here (a GPU kernel faulted, the driver rejected the PTX, ...):
+    a code generation bug to report as this compile's failure, not a crash of the caller."""
     try:
         yield
     except KilnRuntimeError as err:
-        hint = RANDOM_INPUTS_TOOK_A_REFUSED_PATH if random_inputs and err.rc == CONTROL_ERROR else ""
-        raise ValidationError(f"the compiled model failed on {target.name} while being validated: {err}{hint}") from None
+        raise ValidationError(f"the compiled model failed on {target.name} while being validated: {err}") from None
+
+
+RANDOM_FEEDS_STOPPED = ("the benchmark's seeded random inputs took a path the compiled shapes do not run ({error}): "
+                        "give real inputs (--validation-inputs FILE.npz), which the benchmark then runs")
+
+
+def _benchmark(module, session, exe, shapes, graph, user_samples) -> tuple[dict[str, Any], dict[str, float]]:
+    """Latency against ONNX Runtime and the kernels' times inside whole runs, on the user's first sample (random
+    inputs may choose a path the compiled shapes do not run: silero VAD's other sample rate), else on seeded random
+    inputs; if control flow stops on those (a refused If branch), the benchmark is skipped with the reason."""
+    feeds = dict(user_samples[0]) if user_samples else shapes.benchmark_feeds(graph)
+    try:
+        latency = compare_latency(module, session, feeds, rounds=7).as_report()
+    except KilnRuntimeError as err:
+        if user_samples or err.rc != CONTROL_ERROR:
+            raise
+        return {"skipped": RANDOM_FEEDS_STOPPED.format(error=err)}, {}
+    if shapes.ranged:
+        latency["shapes"] = {n: list(a.shape) for n, a in feeds.items()}
+    # Kernels timed inside runs of the whole model (the runtime's own profile), so that
+    # their sum explains the end-to-end time; the report gives both and their ratio.
+    profile = profile_kernels(module, exe, feeds)
+    latency["kernel_breakdown"] = profile.breakdown(latency["kiln"])
+    return latency, profile.by_func
 
 
 def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int = 3,
@@ -229,9 +246,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         with _runtime_failures(tgt):
             module = emulator.load(workdir) if emulator else Artifact(workdir, metadata, {}, owns_directory=False).load()
         module.set_num_threads(nthreads)
-        user_samples = samples if checks.inputs else None  # (ranges draw their own random samples per bucket)
         try:
-            with _runtime_failures(tgt, random_inputs=user_samples is None):
+            with _runtime_failures(tgt):
                 if checks.enabled:
                     with stage(Stage.VALIDATE):
                         origins = {**origins_or_empty(data), **judged_as(weights_precision, precision is not None, {
@@ -253,16 +269,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                                 sessions, worst_feeds, origins, checks.tolerance)
                 if benchmark:
                     with stage(Stage.BENCHMARK):
-                        # the user's first sample: random inputs may choose a path these shapes cannot run
-                        feeds = dict(user_samples[0]) if user_samples else shapes.benchmark_feeds(graph)
-                        latency = compare_latency(module, sessions.baseline, feeds, rounds=7).as_report()
-                        if shapes.ranged:
-                            latency["shapes"] = {n: list(a.shape) for n, a in feeds.items()}
-                        # Kernels timed inside runs of the whole model (the runtime's own profile), so that
-                        # their sum explains the end-to-end time; the report gives both and their ratio.
-                        profile = profile_kernels(module, exe, feeds)
-                        kernel_times = profile.by_func
-                        latency["kernel_breakdown"] = profile.breakdown(latency["kiln"])
+                        latency, kernel_times = _benchmark(module, sessions.baseline, exe, shapes, graph,
+                                                           samples if checks.inputs else None)
                 if quantized is not None:
                     quantization_report = accuracy_on_artifact(module, quantized)
         finally:
