@@ -8,7 +8,6 @@ import re
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
@@ -16,7 +15,7 @@ import core
 from core.errors import ValidationInputError
 from core.runtime.loader import KilnRuntimeError
 from tests.core.frontend.test_frontend_control_flow import F32, I64, _const, _value
-from tests.core.frontend.test_frontend_control_flow_runtime import _model
+from tests.core.frontend.test_frontend_control_flow_runtime import _compare, _model
 
 pytestmark = pytest.mark.timeout(600)
 RATES = {16000: 512, 8000: 256}  # sample rate -> the samples its branch takes, as silero VAD's
@@ -64,16 +63,6 @@ def _npz(**arrays) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
-
-
-def _compare(module, model: bytes, feeds: dict) -> None:
-    session = ort.InferenceSession(model)
-    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    ours = module.run(feeds)
-    assert set(ours) == set(theirs)
-    for name, expected in theirs.items():
-        assert ours[name].shape == expected.shape, name
-        np.testing.assert_allclose(ours[name], expected, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def _benchmarked(artifact) -> None:
