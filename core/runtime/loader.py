@@ -470,7 +470,7 @@ class Module:
                                  f"{len(t['shape'])}")
             if tuple(arr.shape) != t["shape"] and not self._ranges:
                 raise ValueError(f"input {t['name']!r} has shape {tuple(arr.shape)}, expected {t['shape']}")
-            arrays.append(np.ascontiguousarray(arr))
+            arrays.append(np.require(arr, requirements="C"))  # (ascontiguousarray makes a 0-d input [1])
         shapes = self._shaped_call(arrays)[1] if self._ranges else [t["shape"] for t in self._outputs]
         if out is None:
             return arrays, [np.empty(s, d) for s, d in zip(shapes, self._io_plan[2])]

@@ -23,22 +23,23 @@ RATES = {16000: 512, 8000: 256}  # sample rate -> the samples its branch takes, 
 
 def _rate_model() -> bytes:
     """x[1, n], rate: If(rate == 16000) y = reshape(x, [2, 256]) @ w ([2, 4], fits n = 512 only), else
-    y = reshape(x, [256]) * 2 ([256], fits n = 256 only): each compile runs one branch; level = max or min of x."""
+    y = reshape(x, [1, 256]) * 2 ([1, 256], fits n = 256 only): each compile runs one branch; level = max or min of
+    x. (y keeps its rank both ways: a ranged library's buckets may not give an output different ranks.)"""
     then_branch = helper.make_graph([_const("frames_shape", np.array([2, 256], np.int64)),
                                      helper.make_node("Reshape", ["x", "frames_shape"], ["frames"]),
                                      helper.make_node("MatMul", ["frames", "w"], ["t"]),
                                      helper.make_node("ReduceMax", ["x"], ["tl"], keepdims=0)], "then", [],
                                     [_value("t", F32, [2, 4]), _value("tl", F32, [])])
-    else_branch = helper.make_graph([_const("frame_shape", np.array([256], np.int64)), _const("two", np.float32(2)),
+    else_branch = helper.make_graph([_const("frame_shape", np.array([1, 256], np.int64)), _const("two", np.float32(2)),
                                      helper.make_node("Reshape", ["x", "frame_shape"], ["frame"]),
                                      helper.make_node("Mul", ["frame", "two"], ["e"]),
                                      helper.make_node("ReduceMin", ["x"], ["el"], keepdims=0)], "else", [],
-                                    [_value("e", F32, [256]), _value("el", F32, [])])
+                                    [_value("e", F32, [1, 256]), _value("el", F32, [])])
     nodes = [_const("wideband", np.array(16000, np.int64)), helper.make_node("Equal", ["rate", "wideband"], ["c"]),
              helper.make_node("If", ["c"], ["y", "level"], then_branch=then_branch, else_branch=else_branch)]
     w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 4)).astype(np.float32), "w")
     return _model(nodes, [_value("x", F32, [1, "n"]), _value("rate", I64, [])],
-                  [_value("y", F32, ["d"]), _value("level", F32, [])], [w])
+                  [_value("y", F32, ["a", "b"]), _value("level", F32, [])], [w])
 
 
 def _ranks_model() -> bytes:
