@@ -291,6 +291,18 @@ def test_a_scan_too_long_to_unroll_runs_at_run_time_with_reversed_inputs_and_out
 SILERO = Path.home() / ".cache" / "kiln" / "real-models" / "silero_vad.onnx"
 
 
+def _silero_stream(module, rng, rate: int, samples: int, chunks: int = 3) -> dict:
+    """A stream of `chunks` chunks at `rate`, the state carried from chunk to chunk, each compared with ONNX Runtime;
+    returns the last chunk's feeds."""
+    model, state = SILERO.read_bytes(), np.zeros((2, 1, 128), np.float32)
+    for _ in range(chunks):
+        feeds = {"input": rng.standard_normal((1, samples)).astype(np.float32) * 0.1, "state": state,
+                 "sr": np.array(rate, np.int64)}
+        _compare(module, model, feeds)
+        state = module.run(feeds)["stateN"]
+    return feeds
+
+
 @pytest.mark.skipif(not SILERO.exists(), reason="the silero VAD export is fetched by hand into ~/.cache/kiln/real-models")
 @pytest.mark.parametrize("rate, samples", [(16000, 512), (8000, 256)])
 def test_silero_vad_with_its_sample_rate_as_a_run_time_input(tmp_path, rate, samples):
@@ -306,14 +318,9 @@ def test_silero_vad_with_its_sample_rate_as_a_run_time_input(tmp_path, rate, sam
                             validation_inputs=str(path))
     assert artifact.report["validation"]["max_abs_err"] < 1e-4
     assert artifact.report["latency_ms"]["kiln"] > 0  # benchmarked on the user's sample, not on a random sr
-    module, model = artifact.load(), SILERO.read_bytes()
+    module = artifact.load()
     for sr in ((rate,) if samples == 512 else (8000, 16000)):
-        state = np.zeros((2, 1, 128), np.float32)
-        for _ in range(3):
-            feeds = {"input": rng.standard_normal((1, samples)).astype(np.float32) * 0.1, "state": state,
-                     "sr": np.array(sr, np.int64)}
-            _compare(module, model, feeds)
-            state = module.run(feeds)["stateN"]
+        feeds = _silero_stream(module, rng, sr, samples)
     if samples == 512:
         with pytest.raises(KilnRuntimeError, match="else branch was taken, but it does not compile"):
             module.run({**feeds, "sr": np.array(8000, np.int64)})
@@ -332,11 +339,6 @@ def test_silero_vad_one_artifact_for_both_sample_rates(tmp_path):
     artifact = core.compile(SILERO, input_shapes={"input": "1,256|512", "state": (2, 1, 128)},
                             validation_inputs=paths, benchmark=False)
     assert artifact.report["validation"]["samples"] == 2 and artifact.report["validation"]["max_abs_err"] < 1e-4
-    module, model = artifact.load(), SILERO.read_bytes()
+    module = artifact.load()
     for rate, samples in ((16000, 512), (8000, 256), (16000, 256)):
-        state = np.zeros((2, 1, 128), np.float32)
-        for _ in range(3):
-            feeds = {"input": rng.standard_normal((1, samples)).astype(np.float32) * 0.1, "state": state,
-                     "sr": np.array(rate, np.int64)}
-            _compare(module, model, feeds)
-            state = module.run(feeds)["stateN"]
+        _silero_stream(module, rng, rate, samples)
