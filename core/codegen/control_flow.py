@@ -36,10 +36,12 @@ class IfCall:
     branches: tuple[Optional[SubCall], ...]  # then, else (None: refused for these shapes, `refusals` says why)
     refusals: tuple[str, ...]
     outputs: tuple[BufferRef, ...]
-    shapes: tuple[tuple[BufferRef, tuple[tuple[int, ...], ...]], ...]  # a shape output, per branch [rank, dims...]
+    # a shape output, per branch [rank, dims...] (None: that branch writes it, a nested If deciding the shape)
+    shapes: tuple[tuple[BufferRef, tuple[Optional[tuple[int, ...]], ...]], ...]
     label: str
     func: str = ""
     checks: str = ""
+    given_shapes: tuple[tuple[BufferRef, ...], ...] = ((), ())  # per branch: the shape outputs its runner writes
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,10 @@ def _emit_if(module: ir.Module, b: ir.IRBuilder, call: IfCall, weights, pointer:
                     _fail(module, b, call.refusals[k])  # returns: the block ends there
                     continue
                 _run_sub(module, b, sub, weights, pointer, [pointer(r) for r in sub.inputs],
-                         [pointer(r) for r in call.outputs])
+                         [pointer(r) for r in (*call.outputs, *call.given_shapes[k])])
                 for ref, per_branch in call.shapes:
+                    if per_branch[k] is None:
+                        continue
                     base = pointer(ref)
                     for i, d in enumerate(per_branch[k]):
                         b.store(ir.Constant(I64, d), b.gep(base, [ir.Constant(I64, i)], inbounds=True,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import logging
 
@@ -53,11 +53,14 @@ class ValidationOptions:
     def enabled(self) -> bool:
         return self.mode != "off"
 
-    def samples(self, graph: Graph) -> Optional[list[dict[str, np.ndarray]]]:
-        """The user's inputs checked against the model's (names, shapes, dtypes); None: seeded random ones."""
+    def samples(self, graph: Graph, shapes: Optional[Mapping[str, tuple]] = None
+                ) -> Optional[list[dict[str, np.ndarray]]]:
+        """The user's inputs checked against the model's (names, shapes, dtypes; `shapes`: the inputs and their
+        shapes, None for a dim any size fits, instead of the graph's); None: seeded random ones."""
         if not self.inputs:
             return None
-        wanted = {n: (tuple(graph.type_of(n).shape), graph.type_of(n).dtype) for n in graph.inputs}
+        wanted = {n: (tuple(graph.type_of(n).shape) if shapes is None else tuple(shapes[n]), graph.type_of(n).dtype)
+                  for n in (graph.inputs if shapes is None else shapes)}
         samples = load_validation_inputs(list(self.inputs), wanted)
         return samples[:1] if self.quick else samples
 

@@ -18,6 +18,7 @@ from .._version import __version__
 from .artifact import WEIGHTS, Artifact, new_workdir, write_metadata
 from .benchmark import compare_latency, profile_kernels
 from ..backends import resolve
+from ..codegen.control_flow import CONTROL_ERROR
 from ..codegen.kernel_cache import CacheSetting, building
 from ..debug import DEBUG
 from ..errors import KilnError, ValidationError
@@ -76,6 +77,30 @@ def _runtime_failures(target: Target):
         yield
     except KilnRuntimeError as err:
         raise ValidationError(f"the compiled model failed on {target.name} while being validated: {err}") from None
+
+
+RANDOM_FEEDS_STOPPED = ("the benchmark's seeded random inputs took a path the compiled shapes do not run ({error}): "
+                        "give real inputs (--validation-inputs FILE.npz), which the benchmark then runs")
+
+
+def _benchmark(module, session, exe, shapes, graph, user_samples) -> tuple[dict[str, Any], dict[str, float]]:
+    """Latency against ONNX Runtime and the kernels' times inside whole runs, on the user's first sample (random
+    inputs may choose a path the compiled shapes do not run: silero VAD's other sample rate), else on seeded random
+    inputs; if control flow stops on those (a refused If branch), the benchmark is skipped with the reason."""
+    feeds = dict(user_samples[0]) if user_samples else shapes.benchmark_feeds(graph)
+    try:
+        latency = compare_latency(module, session, feeds, rounds=7).as_report()
+    except KilnRuntimeError as err:
+        if user_samples or err.rc != CONTROL_ERROR:
+            raise
+        return {"skipped": RANDOM_FEEDS_STOPPED.format(error=err)}, {}
+    if shapes.ranged:
+        latency["shapes"] = {n: list(a.shape) for n, a in feeds.items()}
+    # Kernels timed inside runs of the whole model (the runtime's own profile), so that
+    # their sum explains the end-to-end time; the report gives both and their ratio.
+    profile = profile_kernels(module, exe, feeds)
+    latency["kernel_breakdown"] = profile.breakdown(latency["kiln"])
+    return latency, profile.by_func
 
 
 def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int = 3,
@@ -244,15 +269,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                                 sessions, worst_feeds, origins, checks.tolerance)
                 if benchmark:
                     with stage(Stage.BENCHMARK):
-                        feeds = shapes.benchmark_feeds(graph)
-                        latency = compare_latency(module, sessions.baseline, feeds, rounds=7).as_report()
-                        if shapes.ranged:
-                            latency["shapes"] = {n: list(a.shape) for n, a in feeds.items()}
-                        # Kernels timed inside runs of the whole model (the runtime's own profile), so that
-                        # their sum explains the end-to-end time; the report gives both and their ratio.
-                        profile = profile_kernels(module, exe, feeds)
-                        kernel_times = profile.by_func
-                        latency["kernel_breakdown"] = profile.breakdown(latency["kiln"])
+                        latency, kernel_times = _benchmark(module, sessions.baseline, exe, shapes, graph,
+                                                           samples if checks.inputs else None)
                 if quantized is not None:
                     quantization_report = accuracy_on_artifact(module, quantized)
         finally:

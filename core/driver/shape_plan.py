@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from ..codegen.llvm_types import itemsize as element_bytes
-from ..errors import ShapeError
+from ..errors import ShapeError, ValidationInputError
 from ..frontend import import_onnx
 from ..frontend.inspect import check_graph_sizes
 from ..graph.ir import Graph
@@ -107,7 +107,7 @@ class BucketedShapes:
 
     def refuse(self, target: Target, backend, checks: ValidationOptions) -> None:
         """What ranges cannot be combined with yet, before anything is built (the API asks the same at job creation)."""
-        check_ranges_supported(validation_inputs=bool(checks.inputs), bisect=bool(checks.bisect))
+        check_ranges_supported(bisect=bool(checks.bisect))
 
     def import_graphs(self) -> list[Graph]:
         plan = self.plan
@@ -155,9 +155,24 @@ class BucketedShapes:
                              f"covers them: " + "; ".join(f"{k}: {v}" for k, v in refused.items())) from None
 
     def samples(self, checks: ValidationOptions, graphs: Sequence[Graph]):
-        """One sample at every bucket's shapes and at sizes between buckets."""
+        """The user's samples, at any shapes in range (an input may choose a path only some shapes run: silero VAD's
+        sample rate); else one random sample at every bucket's shapes and at sizes between buckets."""
+        if checks.enabled and checks.inputs:
+            return self._user_samples(checks, graphs[-1])
         top = self._feeds(graphs[-1])
         return [self._feeds(g) for g in graphs[:-1]] + [top] + between_bucket_samples(self.plan, top)
+
+    def _user_samples(self, checks: ValidationOptions, top: Graph) -> list[dict[str, np.ndarray]]:
+        inputs = self.user_inputs(top)
+        samples = checks.samples(top, {n: self.plan.base[n] for n in inputs})
+        for number, sample in enumerate(samples):
+            for name in inputs:
+                lo, hi = self.plan.bounds(name)
+                shape = sample[name].shape
+                if not all(a <= d <= b for d, a, b in zip(shape, lo, hi)):
+                    raise ValidationInputError(f"validation sample {number + 1}: input {name!r} has shape "
+                                               f"{list(shape)}, outside its declared range {list(lo)}..{list(hi)}")
+        return samples
 
     def _feeds(self, graph: Graph) -> dict[str, np.ndarray]:
         feeds = random_inputs(graph, 0, self.gathered)

@@ -138,12 +138,13 @@ def normalize_shapes(input_shapes: Optional[Mapping[str, Any]]) -> dict[str, tup
     return shapes
 
 
-def check_ranges_supported(*, validation_inputs: bool = False, bisect: bool = False) -> None:
+def check_ranges_supported(*, bisect: bool = False) -> None:
     """What a compile with declared ranges cannot be combined with yet, checked before any work (core.compile, and the
-    API when it creates the job): validation inputs and bisection. Every target takes ranges: the artifact is
-    validated where it runs (this machine, qemu-user, a GPU) and only built elsewhere, as with fixed shapes."""
-    if validation_inputs or bisect:
-        raise ShapeError("input-shape ranges cannot be combined with validation inputs or --bisect yet")
+    API when it creates the job): bisection. Every target takes ranges: the artifact is validated where it runs (this
+    machine, qemu-user, a GPU) and only built elsewhere, as with fixed shapes; on the user's inputs, at any shapes in
+    range, when given."""
+    if bisect:
+        raise ShapeError("input-shape ranges cannot be combined with --bisect yet")
 
 
 def has_ranges(input_shapes: Optional[Mapping[str, Any]]) -> bool:

@@ -8,6 +8,9 @@ from core.graph.builder import GraphBuilder
 from .structured_values import OptionalValue, SequenceValue, Value
 
 
+SHAPE_SUFFIX = "::shape"  # NAME::shape: the actual shape of output NAME, decided by an If at run time (shape_name)
+
+
 class ReadsRunTimeLength(Exception):
     """A subgraph to be compiled on its own reads an enclosing value whose length is known only at run time."""
 

@@ -21,6 +21,7 @@ from core.graph.length_inputs import (Affine, add_length_inputs, filled_values, 
 
 from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
+from .function_scope import SHAPE_SUFFIX
 from .model_loading import ModelSource, load_model
 from .onnx_values import attribute_values, declared_dims, numpy_dtype, tensor_to_array
 from .structured_values import OptionalValue, SequenceValue, Value, flatten, is_structured, kind_of
@@ -143,11 +144,13 @@ class _Scope:
         return [inner[o.name] for o in graph.output]
 
     def import_function(self, graph: onnx.GraphProto, formals: Sequence[tuple[str, TensorType]], name: str,
-                        lengths: Mapping[str, int] = {}) -> tuple[Graph, list[str]]:
+                        lengths: Mapping[str, int] = {}, run_time_shapes: bool = False) -> tuple[Graph, list[str]]:
         """`graph` as a graph of its own (an If branch or Loop body run at run time, each compiled as a function):
         its inputs are `formals` (ONNX name, type), then an int64 [1] length per formal of `lengths` (formal -> the
         axis along which only that many entries are valid: a sequence growing per iteration), then each enclosing
-        value it reads (returned, in that order). A bounded output comes with its `::bound` output ([axis, length])."""
+        value it reads (returned, in that order). A bounded output comes with its `::bound` output ([axis, length]);
+        with `run_time_shapes` (an If branch), an output whose shape a nested If decides at run time with its
+        `::shape` output, else such an output is a ShapeError."""
         from .function_scope import OuterValues
 
         builder = GraphBuilder(name)
@@ -166,7 +169,7 @@ class _Scope:
         if missing:
             raise ShapeError(f"subgraph {graph.name!r}: outputs {missing} are never produced")
         builder.set_outputs(_bind_outputs(graph, builder, {o.name: values[o.name] for o in graph.output}))
-        if builder.run_time_shapes:
+        if builder.run_time_shapes and not run_time_shapes:
             raise ShapeError(f"subgraph {graph.name!r} gives an output whose shape is known only at run time "
                              f"(an If inside it whose branches differ in shape)")
         return builder.build(), list(values.inputs)
@@ -293,7 +296,7 @@ def bound_name(name: str) -> str:
 def shape_name(name: str) -> str:
     """The output giving the actual shape of `name` ([rank, dims...]: an If whose branches differ in shape);
     `name` then holds its elements first, contiguous (the runtime reshapes)."""
-    return f"{name}::shape"
+    return f"{name}{SHAPE_SUFFIX}"
 
 
 def _bind_output(builder: GraphBuilder, values: dict[str, Value], bound: list[str], name: str, value: str) -> str:

@@ -203,7 +203,7 @@ def _if(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
         if branch is None:
             raise NotPaddable(f"If {node.name!r} has a branch that does not compile at these shapes")
         axes = padded_output_axes(branch, {v: carried[i] for v, i in zip(branch.inputs, inputs_of) if carried[i]})
-        mine = [axes[o] for o in branch.outputs]
+        mine = [axes[o] for o in branch.outputs[:len(node.outputs) - len(node.attr("shaped", ()))]]
         if outs is not None and mine != outs:
             raise NotPaddable(f"If {node.name!r}: its branches carry the padded axis to different outputs")
         outs = mine

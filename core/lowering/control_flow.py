@@ -76,17 +76,20 @@ def control_call(parts: ControlParts, label: str, ref: Callable[[str], BufferRef
 
 def _if_call(node: Node, subs: list, label: str, ref: Callable) -> IfCall:
     shaped = node.attr("shaped")
+    given = node.attr("given_shapes", ((), ()))
     values = node.outputs[:len(node.outputs) - len(shaped)]
+    shape_of = dict(zip(shaped, node.outputs[len(values):]))
     shapes = []
-    for j, shape_value in zip(shaped, node.outputs[len(values):]):
+    for j, shape_value in shape_of.items():
         width = node.attr("out_types")[len(values) + shaped.index(j)].shape[0]
         per_branch = []
-        for g in node.attr("branches"):
+        for g, gives in zip(node.attr("branches"), given):
             dims = () if g is None else g.type_of(g.outputs[j]).shape
-            per_branch.append(tuple(np.pad(np.array([len(dims), *dims], np.int64), (0, width - 1 - len(dims)))))
+            per_branch.append(None if j in gives else  # the branch writes it (a nested If decides it at run time)
+                              tuple(np.pad(np.array([len(dims), *dims], np.int64), (0, width - 1 - len(dims)))))
         shapes.append((ref(shape_value), tuple(per_branch)))
     return IfCall(ref(node.inputs[0]), tuple(subs), tuple(node.attr("refusals")), tuple(ref(v) for v in values),
-                  tuple(shapes), label)
+                  tuple(shapes), label, given_shapes=tuple(tuple(ref(shape_of[j]) for j in gives) for gives in given))
 
 
 def _loop_call(parts: ControlParts, body: SubCall, label: str, ref: Callable, slot: Callable) -> LoopCall:

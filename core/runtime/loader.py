@@ -29,7 +29,10 @@ _CPU_FLAGS = {"avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "sse4.
 
 
 class KilnRuntimeError(RuntimeError):
-    """The native library refused to load or run (its message comes from kiln_last_error())."""
+    """The native library refused to load or run (its message comes from kiln_last_error()); `rc` is what the run
+    returned (KILN_CONTROL_ERROR: the taken If branch was refused for the compiled shapes, ...), None before a run."""
+
+    rc = None
 
 
 try:  # optional (the loader needs numpy alone): with ml_dtypes, narrow tensors are ml_dtypes arrays
@@ -467,7 +470,7 @@ class Module:
                                  f"{len(t['shape'])}")
             if tuple(arr.shape) != t["shape"] and not self._ranges:
                 raise ValueError(f"input {t['name']!r} has shape {tuple(arr.shape)}, expected {t['shape']}")
-            arrays.append(np.ascontiguousarray(arr))
+            arrays.append(np.require(arr, requirements="C"))  # (ascontiguousarray makes a 0-d input [1])
         shapes = self._shaped_call(arrays)[1] if self._ranges else [t["shape"] for t in self._outputs]
         if out is None:
             return arrays, [np.empty(s, d) for s, d in zip(shapes, self._io_plan[2])]
@@ -501,7 +504,9 @@ class Module:
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
-            raise KilnRuntimeError(f"{what} failed: {self._lib.kiln_last_error().decode(errors='replace')}")
+            err = KilnRuntimeError(f"{what} failed: {self._lib.kiln_last_error().decode(errors='replace')}")
+            err.rc = rc
+            raise err
 
     @functools.cached_property
     def _recycles(self) -> bool:

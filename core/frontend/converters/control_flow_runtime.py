@@ -21,7 +21,7 @@ import onnx
 from core.errors import ShapeError
 from core.graph.ir import Graph, TensorType
 
-from ..function_scope import ReadsRunTimeLength
+from ..function_scope import SHAPE_SUFFIX, ReadsRunTimeLength
 from .registry import ConvertContext
 
 MAX_TRIP_COUNT: ContextVar[Optional[int]] = ContextVar("kiln_max_trip_count", default=None)
@@ -43,14 +43,23 @@ def max_trip_count(bound: Optional[int]) -> Iterator[None]:
 
 
 def _function(ctx: ConvertContext, graph: onnx.GraphProto, formals, which: str, lengths=None,
-              bounded: Sequence[str] = ()) -> tuple[Graph, list[str]]:
-    """The subgraph imported on its own; its outputs are the ONNX ones, then the `::bound` of those in `bounded`."""
+              bounded: Sequence[str] = (), run_time_shapes: bool = False) -> tuple[Graph, list[str]]:
+    """The subgraph imported on its own; its outputs are the ONNX ones, then the `::bound` of those in `bounded`,
+    then (`run_time_shapes`: an If branch) the `::shape` of those a nested If shapes at run time."""
     name = f"{ctx.node.name or ctx.hint}_{which}"
-    function, captured = ctx.scope.import_function(graph, formals, name, lengths or {})
-    if list(function.outputs[len(graph.output):]) != [f"{o}::bound" for o in bounded]:
+    function, captured = ctx.scope.import_function(graph, formals, name, lengths or {}, run_time_shapes)
+    extra = [o for o in function.outputs[len(graph.output):] if not (run_time_shapes and o.endswith(SHAPE_SUFFIX))]
+    if extra != [f"{o}::bound" for o in bounded]:
         raise ReadsRunTimeLength(f"the {which} gives outputs that are sequences or have run-time lengths, which a "
                                  f"subgraph run at run time cannot pass out yet")
     return function, captured
+
+
+def _given_shapes(graph: onnx.GraphProto, function: Graph) -> tuple[int, ...]:
+    """The outputs whose shape a branch gives at run time (a nested If's branches differ in shape), in the order of
+    its `::shape` outputs, which follow the ONNX ones."""
+    names = [o.name for o in graph.output]
+    return tuple(names.index(o[:-len(SHAPE_SUFFIX)]) for o in function.outputs[len(names):])
 
 
 def _merged(ctx: ConvertContext, index: int, types: list[TensorType]) -> tuple[TensorType, bool]:
@@ -69,39 +78,48 @@ def run_time_if(ctx: ConvertContext, then_branch: onnx.GraphProto, else_branch: 
     ttype = ctx.builder.type_of(condition)
     if ttype.dtype != "bool" or ttype.numel != 1:
         ctx.fail(f"the condition must be a one-element bool tensor, got {ttype}")
-    branches, refusals, captured = [], [], []
+    branches, refusals, captured, given = [], [], [], []
     for which, branch in (("then", then_branch), ("else", else_branch)):
         try:
-            function, reads = _function(ctx, branch, [], f"{which} branch")
+            function, reads = _function(ctx, branch, [], f"{which} branch", run_time_shapes=True)
             branches.append(function)
             refusals.append("")
             captured.append(reads)
+            given.append(_given_shapes(branch, function))
         except ShapeError as err:  # this branch cannot run at these input shapes: an error only if it is taken
             branches.append(None)
             refusals.append(f"{ctx.where}: the {which} branch was taken, but it does not compile for the compiled "
                             f"input shapes ({err.message})")
             captured.append([])
+            given.append(())
     if all(b is None for b in branches):
         ctx.fail(f"neither branch compiles for these shapes: {refusals[0]}; {refusals[1]}")
-    compiled = [b for b in branches if b is not None]
-    if len({len(b.outputs) for b in compiled}) > 1:
-        ctx.fail(f"the branches give {' and '.join(str(len(b.outputs)) for b in compiled)} outputs")
+    if len(then_branch.output) != len(else_branch.output):
+        ctx.fail(f"the branches give {len(then_branch.output)} and {len(else_branch.output)} outputs")
+    compiled = [(b, g) for b, g in zip(branches, given) if b is not None]
     inputs = [condition] + list(dict.fromkeys(v for reads in captured for v in reads))
     inputs_of = tuple(tuple(inputs.index(v) for v in reads) for reads in captured)
     slots, shaped = [], []
-    for j in range(len(compiled[0].outputs)):
-        slot, differ = _merged(ctx, j, [b.type_of(b.outputs[j]) for b in compiled])
+    for j in range(len(then_branch.output)):
+        slot, differ = _merged(ctx, j, [b.type_of(b.outputs[j]) for b, _ in compiled])
         slots.append(slot)
-        if differ:
+        if differ or any(j in g for _, g in compiled):
             shaped.append(j)
-    rank = max((b.type_of(b.outputs[j]).rank for b in compiled for j in shaped), default=0)
+    rank = max((_rank_of(b, g, j) for b, g in compiled for j in shaped), default=0)
     out_types = tuple(slots) + tuple(TensorType((1 + rank,), "int64") for _ in shaped)
     outputs = ctx.builder.add_unbounded_node("If", inputs, len(out_types), ctx.hint, foldable=False,
                                              branches=tuple(branches), refusals=tuple(refusals), inputs_of=inputs_of,
-                                             out_types=out_types, shaped=tuple(shaped))
+                                             out_types=out_types, shaped=tuple(shaped), given_shapes=tuple(given))
     for j, shape in zip(shaped, outputs[len(slots):]):
         ctx.builder.run_time_shapes[outputs[j]] = shape
     return outputs[:len(slots)]
+
+
+def _rank_of(branch: Graph, given: Sequence[int], j: int) -> int:
+    """The largest rank output j of `branch` can have: its type's, or what its `::shape` output has room for."""
+    if j in given:
+        return branch.type_of(branch.outputs[len(branch.outputs) - len(given) + given.index(j)]).shape[0] - 1
+    return branch.type_of(branch.outputs[j]).rank
 
 
 def _scalar(ctx: ConvertContext, value: str, dtype: str, what: str) -> None:

@@ -4,7 +4,9 @@ If: inputs (cond, *captured); attrs `branches` (then, else: a Graph, or None for
 compile for these shapes, with its reason in `refusals`), `inputs_of` (per branch, each of its graph inputs
 as an index into the node's inputs) and `out_types` (the node's outputs: a branch output smaller than its
 slot fills its start, core/codegen/control_flow.py), `shaped` (the outputs that differ in shape between the
-branches: each has an int64 [1 + rank] shape output after the others). Loop: inputs (M or "", cond or "",
+branches, or that a branch shapes at run time: each has an int64 [1 + rank] shape output after the others) and
+`given_shapes` (per branch, the outputs whose shape it gives itself, a nested If deciding it: its graph's
+`NAME::shape` outputs, in that order, after the others). Loop: inputs (M or "", cond or "",
 *carried, *captured); attrs `body` (inputs: iteration, condition, the carried values, a length per growing
 one, then the captured values; outputs: condition, carried values, scan outputs, an [axis, length] per growing
 one), `carried` (how many), `growing` ((carried index, axis) of those that grow per iteration, compiled at their

@@ -103,7 +103,7 @@ def _check_ranges(body: JobCreate) -> None:
     if not any(isinstance(d, str) for dims in body.input_shapes.values() for d in dims):
         return
     try:
-        check_ranges_supported(validation_inputs=bool(body.validation.inputs_id), bisect=body.validation.bisect)
+        check_ranges_supported(bisect=body.validation.bisect)
     except ShapeError as err:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"code": err.code, "message": str(err)}) from None
 

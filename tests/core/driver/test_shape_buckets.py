@@ -168,7 +168,7 @@ def test_padding_follows_a_batch_merged_into_one_axis_and_gathered_back():
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"bisect": True}, "cannot be combined with validation inputs or --bisect"),
+    ({"bisect": True}, "cannot be combined with --bisect"),
     ({"precision": "fp64"}, "unknown precision"),
 ])
 def test_what_ranges_do_not_support_yet_is_refused_before_any_build(options, message):

@@ -91,6 +91,38 @@ def _frames_if_model():
     return _model(nodes, [_value("x", F32, ["samples"])], [_value("y", F32, ["n"])])
 
 
+def _nested_if_model():
+    """If(a): [If(b): y = x @ w ([2, 4]) else y = reshape(x, [6]) * 2 ([6])], z = relu(x); else y = reshape(x,
+    [1, 2, 3]) - 1 ([1, 2, 3]), z = -x. The then branch's y takes its shape from the nested If at run time, so the
+    outer If's y has three shapes of three ranks."""
+    inner = _if_model()  # its If on sum(x) > 0 becomes If(b) inside the outer then branch
+    inner_if = onnx.load_from_string(inner).graph.node[-1]
+    inner_if.input[0] = "b"
+    inner_if.output[:] = ["yt", "zt"]
+    then_branch = helper.make_graph([inner_if], "outer_then", [],
+                                    [_value("yt", F32, ["n"]), _value("zt", F32, [2, 3])])
+    else_branch = helper.make_graph([_const("cube", np.array([1, 2, 3], np.int64)), _const("one", np.float32(1)),
+                                     helper.make_node("Reshape", ["x", "cube"], ["r3"]),
+                                     helper.make_node("Sub", ["r3", "one"], ["ye"]),
+                                     helper.make_node("Neg", ["x"], ["ze"])], "outer_else", [],
+                                    [_value("ye", F32, [1, 2, 3]), _value("ze", F32, [2, 3])])
+    w = onnx.load_from_string(inner).graph.initializer[0]
+    nodes = [helper.make_node("If", ["a"], ["y", "z"], then_branch=then_branch, else_branch=else_branch)]
+    return _model(nodes, [_value("x", F32, [2, 3]), _value("a", BOOL, []), _value("b", BOOL, [])],
+                  [_value("y", F32, ["n"]), _value("z", F32, [2, 3])], [w])
+
+
+def test_a_nested_if_inside_a_branch_gives_the_shape_of_the_outer_output_at_run_time():
+    model = _nested_if_model()
+    (node,) = [n for n in import_onnx(model).nodes if n.op == "If"]
+    assert node.attr("given_shapes") == ((0,), ())  # the then branch gives y's shape itself
+    module, rng = _compile(model), np.random.default_rng(3)
+    for a, b, shape in ((True, True, (2, 4)), (True, False, (6,)), (False, True, (1, 2, 3)), (True, True, (2, 4))):
+        feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32), "a": np.array(a), "b": np.array(b)}
+        _compare(module, model, feeds)
+        assert module.run(feeds)["y"].shape == shape
+
+
 def test_a_branch_that_does_not_fit_the_compiled_shapes_fails_only_when_taken():
     """silero VAD's pattern: the branch for the other sample rate cannot reshape this input; the taken one runs."""
     model = _frames_if_model()
@@ -259,23 +291,54 @@ def test_a_scan_too_long_to_unroll_runs_at_run_time_with_reversed_inputs_and_out
 SILERO = Path.home() / ".cache" / "kiln" / "real-models" / "silero_vad.onnx"
 
 
-@pytest.mark.skipif(not SILERO.exists(), reason="the silero VAD export is fetched by hand into ~/.cache/kiln/real-models")
-def test_silero_vad_with_its_sample_rate_as_a_run_time_input(tmp_path):
-    """Its If on sr == 16000 picks branches of different shapes: compiled at 512 samples, 16 kHz streams match
-    ONNX Runtime (validated on real inputs, scalar sr included) and 8 kHz, which needs 256, is a clear error."""
-    rng = np.random.default_rng(9)
-    samples = tmp_path / "silero.npz"
-    np.savez(samples, input=rng.standard_normal((1, 512)).astype(np.float32) * 0.1,
-             state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
-    artifact = core.compile(SILERO, input_shapes={"input": (1, 512), "state": (2, 1, 128)},
-                            validation_inputs=str(samples), benchmark=False)
-    assert artifact.report["validation"]["max_abs_err"] < 1e-4
-    module, model = artifact.load(), SILERO.read_bytes()
-    state = np.zeros((2, 1, 128), np.float32)
-    for _ in range(3):
-        feeds = {"input": rng.standard_normal((1, 512)).astype(np.float32) * 0.1, "state": state,
-                 "sr": np.array(16000, np.int64)}
+def _silero_stream(module, rng, rate: int, samples: int, chunks: int = 3) -> dict:
+    """A stream of `chunks` chunks at `rate`, the state carried from chunk to chunk, each compared with ONNX Runtime;
+    returns the last chunk's feeds."""
+    model, state = SILERO.read_bytes(), np.zeros((2, 1, 128), np.float32)
+    for _ in range(chunks):
+        feeds = {"input": rng.standard_normal((1, samples)).astype(np.float32) * 0.1, "state": state,
+                 "sr": np.array(rate, np.int64)}
         _compare(module, model, feeds)
         state = module.run(feeds)["stateN"]
-    with pytest.raises(KilnRuntimeError, match="else branch was taken, but it does not compile"):
-        module.run({**feeds, "sr": np.array(8000, np.int64)})
+    return feeds
+
+
+@pytest.mark.skipif(not SILERO.exists(), reason="the silero VAD export is fetched by hand into ~/.cache/kiln/real-models")
+@pytest.mark.parametrize("rate, samples", [(16000, 512), (8000, 256)])
+def test_silero_vad_with_its_sample_rate_as_a_run_time_input(tmp_path, rate, samples):
+    """Its If on sr == 16000 picks branches of different shapes. Compiled at the rate's own chunk (512 samples at
+    16 kHz, 256 at 8 kHz), validated and benchmarked on real inputs (scalar sr included): streams match ONNX
+    Runtime. At 256 samples both branches compile, so 16 kHz runs there too; at 512 the 8 kHz branch's LSTM gets a
+    rank-5 input (in ONNX Runtime too): a clear error when taken."""
+    rng = np.random.default_rng(9)
+    path = tmp_path / "silero.npz"
+    np.savez(path, input=rng.standard_normal((1, samples)).astype(np.float32) * 0.1,
+             state=np.zeros((2, 1, 128), np.float32), sr=np.array(rate, np.int64))
+    artifact = core.compile(SILERO, input_shapes={"input": (1, samples), "state": (2, 1, 128)},
+                            validation_inputs=str(path))
+    assert artifact.report["validation"]["max_abs_err"] < 1e-4
+    assert artifact.report["latency_ms"]["kiln"] > 0  # benchmarked on the user's sample, not on a random sr
+    module = artifact.load()
+    for sr in ((rate,) if samples == 512 else (8000, 16000)):
+        feeds = _silero_stream(module, rng, sr, samples)
+    if samples == 512:
+        with pytest.raises(KilnRuntimeError, match="else branch was taken, but it does not compile"):
+            module.run({**feeds, "sr": np.array(8000, np.int64)})
+
+
+@pytest.mark.skipif(not SILERO.exists(), reason="the silero VAD export is fetched by hand into ~/.cache/kiln/real-models")
+def test_silero_vad_one_artifact_for_both_sample_rates(tmp_path):
+    """input declared 1,256|512 (each chunk size a bucket): validated on a 16 kHz and an 8 kHz stream chunk, then
+    streams at both rates match ONNX Runtime from the one artifact."""
+    rng = np.random.default_rng(10)
+    paths = []
+    for rate, samples in ((16000, 512), (8000, 256)):
+        paths.append(str(tmp_path / f"silero_{rate}.npz"))
+        np.savez(paths[-1], input=rng.standard_normal((1, samples)).astype(np.float32) * 0.1,
+                 state=np.zeros((2, 1, 128), np.float32), sr=np.array(rate, np.int64))
+    artifact = core.compile(SILERO, input_shapes={"input": "1,256|512", "state": (2, 1, 128)},
+                            validation_inputs=paths, benchmark=False)
+    assert artifact.report["validation"]["samples"] == 2 and artifact.report["validation"]["max_abs_err"] < 1e-4
+    module = artifact.load()
+    for rate, samples in ((16000, 512), (8000, 256), (16000, 256)):
+        _silero_stream(module, rng, rate, samples)

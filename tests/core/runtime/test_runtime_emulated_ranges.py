@@ -51,10 +51,11 @@ def test_shapes_in_range_match_onnxruntime_under_emulation(rpi5_encoder):
             module.run({"input_ids": np.zeros((1, 2, 3), np.int64)})
 
 
-def test_every_target_takes_ranges_and_only_validation_inputs_or_bisection_are_refused():
+def test_every_target_takes_ranges_and_only_bisection_is_refused():
     """Ranges were refused up front for cuda (and CPU targets that run nowhere here); now every target takes them:
-    the artifact is validated where it runs, built elsewhere, as with fixed shapes."""
+    the artifact is validated where it runs, built elsewhere, as with fixed shapes. Validation inputs were refused
+    with ranges too; now they are the samples validated (changed on purpose: tests/core/driver/
+    test_pipeline_control_flow.py)."""
     check_ranges_supported()  # passes, whatever the target
-    for options in ({"validation_inputs": True}, {"bisect": True}):
-        with pytest.raises(ShapeError, match="cannot be combined with validation inputs or --bisect"):
-            check_ranges_supported(**options)
+    with pytest.raises(ShapeError, match="cannot be combined with --bisect"):
+        check_ranges_supported(bisect=True)
