@@ -1,5 +1,5 @@
 """What ptxas made of a kernel, without a GPU: counts of the SASS instructions that carry a tensor-core kernel
-(HMMA, LDSM = ldmatrix, LDGSTS = cp.async, BAR, global loads and stores) per kernel of a cubin.
+(HMMA, HGMMA = wgmma, LDSM = ldmatrix, LDGSTS = cp.async, BAR, global loads and stores) per kernel of a cubin.
 
 `cuobjdump -sass` is used where it can disassemble (it needs NVIDIA's nvdisasm, which no pip package ships);
 otherwise the cubin's `.text.<kernel>` sections are decoded directly: sm_80 through sm_90 encode each instruction
@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-OPCODES = {0x23C: "HMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0xB1D: "BAR", 0x981: "LDG", 0x986: "STG"}
+OPCODES = {0x23C: "HMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0xB1D: "BAR", 0x981: "LDG", 0x986: "STG",
+           0x9F0: "HGMMA"}  # HGMMA: sm_90a's wgmma.mma_async (tests/core/kernels/test_gpu_gemm_wgmma.py)
 DECODED_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90")
 
 
