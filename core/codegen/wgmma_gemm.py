@@ -87,7 +87,8 @@ def _copy_slice(b: ir.IRBuilder, cfg: WgmmaConfig, problem: GemmProblem, params:
             src = b.addrspacecast(_element(b, params[operand], b.zext(offset, I64), problem.dtype),
                                   ir.PointerType(addrspace=GLOBAL))
             size = b.select(inside, ir.Constant(I32, 16), ir.Constant(I32, 0))
-            _asm(b, ir.VoidType(), "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}", [dst.v, src, size])
+            _asm(b, ir.VoidType(), "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                 [dst.v, src, size])
 
 
 def _shared_base(b: ir.IRBuilder, cfg: WgmmaConfig, name: str) -> Index:
