@@ -2,8 +2,8 @@
 # One GPU session's checks, prepared to run on a lent GPU machine (H200: torch + CUDA toolkit, no fastapi) in
 # under 9 minutes (the step limits below add up to 8m55s at most; the last session's steps took 3m40s, its models 93 s for
 # 5 runs), from the repository root:   OUT=/some/dir bash bench/gpu_session.sh
-# Each step's time limit can be set in seconds: T_TESTS, T_WGMMA_TESTS, T_WGMMA_GEMM, T_CONV, T_MODELS, T_GEMM, T_SASS. Everything is packed into
-# $OUT/gpu_session.tgz at the end (the device tool brings back at most 8 files).
+# Each step's time limit can be set in seconds: T_TESTS, T_WGMMA_TESTS, T_WGMMA_GEMM, T_CONV, T_MODELS, T_GEMM,
+# T_SASS. Everything is packed into $OUT/gpu_session.tgz at the end (the device tool brings back at most 8 files).
 # (the device tool: run(command="bash bench/gpu_session.sh", timeout_s=560); it sets $OUT).
 # Writes to $OUT: machine.txt, tests.txt (the GPU test files, pytest --noconftest), wgmma_tests.txt and
 # gemm_wgmma.md/json (the sm_90a warpgroup GEMM's first GPU run: its own processes, so a fault of a kernel never run
