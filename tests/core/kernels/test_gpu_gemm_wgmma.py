@@ -2,12 +2,14 @@
 operands read only through the kernel's matrix descriptors as the PTX ISA decodes them, compute numpy's product
 with the fused epilogue; the emulation catches a wrong swizzle, descriptor, fragment map or pipeline depth;
 ptxas assembles every config for sm_90a without spills or a serialized wgmma pipeline, and its SASS holds one
-HGMMA per wgmma; on an sm_90 GPU (skipped without one) it matches numpy at float16 and bfloat16."""
+HGMMA per wgmma; a model compiled for `cuda -arch=sm_90a` runs its MatMul groups on it; on an sm_90 GPU (skipped
+without one) it matches numpy at float16 and bfloat16, and the model ONNX Runtime."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 import core.kernels.gemm_plan.gemm_wgmma as plan
@@ -15,14 +17,18 @@ from core.backends.cuda.schedules.gemm_mma_emulate import apply_epilogue, half_b
 from core.backends.cuda.schedules.gemm_wgmma_emulate import (WgmmaStats, decode_descriptor, descriptor_matrix,
                                                              emulate, fragment_positions)
 from core.codegen.cuda_kernels import gemm_library
+from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.codegen.sass import sass_counts
 from core.codegen.wgmma_gemm import build_wgmma_gemm
 from core.kernels.gemm_plan.conv_mma import ConvShape
-from core.kernels.gemm_plan.gemm_mma import GemmProblem, conv_problem
+from core.kernels.gemm_plan.gemm_mma import GemmConfig, GemmProblem, conv_problem
 from core.kernels.gemm_plan.gemm_wgmma import WgmmaConfig, config_error, config_space, default_config
+from core.kernels.gemm_plan.kernel_attr import gemm_of
+from core.lowering.executable import group_inputs
 from core.runtime.cuda_driver import driver, gpu_available
 from core.target import get_target
+from tests.core.kernels.test_gpu_gemm_group import compiled, dense_model
 from tests.core.kernels.test_gpu_gemm_mma import device_array, host_values
 
 rng = np.random.default_rng(90)
@@ -235,3 +241,48 @@ def test_the_kernels_match_numpy_on_an_sm90_gpu(case):
         lib.close()
     tol = 1e-3 if out == "float32" else 2e-2
     np.testing.assert_allclose(host_values(arrays["c"], out), reference(problem, a, b, extras), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("tail", [("bias", "Relu"), ("bias", "residual", "float32")])
+def test_a_model_compiled_for_sm90a_runs_its_matmul_as_the_wgmma_kernel(tail):
+    """`cuda -arch=sm_90a` turns a float16 MatMul group into the wgmma kernel (sm_90 keeps mma.sync): emulated on
+    the model's own weights it matches ONNX Runtime, and its PTX holds wgmma for `.target sm_90a`."""
+    model = dense_model(2, 96, 200, 136, tail)
+    assert isinstance(gemm_of(compiled(model, "sm_90")[1].funcs[0])[1], GemmConfig)
+    graph, exe, target = compiled(model, "sm_90a")
+    (func,) = [f for f in exe.funcs if gemm_of(f) is not None]
+    problem, cfg, where = gemm_of(func)
+    assert isinstance(cfg, WgmmaConfig) and (problem.m, problem.n, problem.k) == (192, 136, 200)
+    (fused,) = [n for n in graph.nodes if n.op == "Fused"]
+    feeds = {"x": (rng.standard_normal((2, 96, 200)) * 0.5).astype(np.float16),
+             "r": rng.standard_normal((2, 96, 136)).astype(np.float16)}
+    arrays = [np.asarray(graph.constants[v]) if v in graph.constants else feeds[v]
+              for v in group_inputs(list(fused.attr("body").nodes))]
+    role = {r: arrays[i] for r, i in where.items() if r != "c"}
+    extras = {r: role[r].astype(np.float32).reshape(-1, 136).squeeze(0) if r == "bias" else
+              role[r].astype(np.float32).reshape(-1, 136) for r in ("bias", "residual") if r in role}
+    got = emulate(problem, cfg, role["a"].reshape(-1, 200).view(np.uint16), role["b"].view(np.uint16), extras)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in session.get_inputs()}})[0]
+    got = got.astype(np.float16 if problem.out_dtype == "float16" else np.float32).astype(np.float32)
+    np.testing.assert_allclose(got.reshape(want.shape), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+    ptx, launches = emit_ptx(list(exe.funcs), target)
+    assert ".target sm_90a" in ptx and "wgmma.mma_async.sync.aligned.m64n" in ptx and "mma.sync" not in ptx
+    assert launches[func.name].block == (cfg.threads, 1, 1)
+    if find_ptxas() is not None:
+        usage = assemble_with_usage(ptx, "sm_90a")[1][func.name]
+        assert usage["spill_stores"] == 0 and usage["wgmma_serialized"] == 0
+
+
+@needs_sm90
+def test_a_model_compiled_for_sm90a_matches_onnxruntime_on_the_gpu(tmp_path):
+    import core
+    from core.runtime import load
+
+    model, x = dense_model(2, 96, 200, 136, ("bias", "Relu")), rng.standard_normal((2, 96, 200)).astype(np.float16)
+    artifact = core.compile(model.SerializeToString(), target="cuda -arch=sm_90a")
+    artifact.save(tmp_path / "m.tar.gz")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with load(tmp_path / "m.tar.gz") as module:
+        got = module.run({"x": x})["y"]
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2, atol=2e-2)
