@@ -222,6 +222,21 @@ def test_ptxas_takes_it_without_spills_or_serialization_and_the_sass_runs_hgmma(
     assert ("kiln_wgmma_reduce" in counts) == (cfg.split_k > 1)
 
 
+def test_the_ptx_mainloop_runs_the_emulated_pipeline_order():
+    """One trip of the mainloop, as the emulation assumes it: wait for the slice's copies, make them visible to
+    wgmma's async proxy, the barrier, (the next copies,) wgmma.fence, the slice's wgmma, commit, then retire all
+    but `in_flight` groups; the epilogue waits for every group."""
+    cfg = WgmmaConfig(block_n=128, stages=4)
+    ptx = build_wgmma_gemm(GemmProblem(512, 512, 1024), cfg, SM90).ptx
+    cycle = [f"cp.async.wait_group {cfg.prefetch - 1};", "fence.proxy.async.shared::cta;", "bar.sync",
+             "wgmma.fence.sync.aligned;", "wgmma.mma_async", "wgmma.commit_group.sync.aligned;",
+             f"wgmma.wait_group.sync.aligned {cfg.in_flight};"]
+    seen = [m for line in ptx.splitlines() for m in cycle if line.strip().startswith(m)]
+    trip = [m for k, m in enumerate(seen) if k == 0 or m != seen[k - 1]]  # a trip's wgmma counted once
+    assert len(trip) == len(cycle) and " ".join(trip) in " ".join(cycle * 2)  # the cycle, whatever LLVM's rotation
+    assert ptx.count("wgmma.wait_group.sync.aligned 0;") == 1 and ptx.count("cp.async.wait_group 0;") == 1
+
+
 @needs_sm90
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_the_kernels_match_numpy_on_an_sm90_gpu(case):
