@@ -125,7 +125,7 @@ def default_config(problem: GemmProblem, sm_count: int = 132, split: bool = True
         cfg = WgmmaConfig(block_m=64, block_n=128, warpgroups=1, stages=6)
     tiles, k_slices, parts = tiles_of(cfg), -(-problem.k // BLOCK_K), 1
     while (split and parts < max(KNOB_CHOICES["split_k"]) and tiles * parts * 2 <= sm_count
-           and k_slices // (parts * 2) >= 4):
+           and k_slices // (parts * 2) >= 4 and config_error(replace(cfg, split_k=parts * 2), problem) is None):
         parts *= 2
     return replace(cfg, split_k=parts)
 

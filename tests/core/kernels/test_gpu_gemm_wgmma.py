@@ -179,6 +179,8 @@ def test_configs_the_plan_refuses_and_the_default_inside_the_space():
     small = default_config(GemmProblem(128, 768, 768))
     assert (small.block_m, small.block_n) == (64, 128) and small in config_space(GemmProblem(128, 768, 768))
     assert default_config(GemmProblem(128, 256, 16384)).split_k > 1  # tall and skinny: k split across SMs
+    for m, n, k in [(1, 8, 8), (100, 24, 72), (128, 256, 33 * 64), (4096, 64, 4096), (8192, 8192, 8192)]:
+        assert config_error(default_config(GemmProblem(m, n, k)), GemmProblem(m, n, k)) is None  # always runs
     assert "shared memory" in config_error(replace(default, stages=5), big)
     assert "accumulators" in config_error(WgmmaConfig(block_m=128, block_n=256, warpgroups=1), big)
     assert "in flight" in config_error(replace(default, stages=2), big)
