@@ -166,7 +166,8 @@ def emit_wgmma_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Wg
             acc_phis[tile][r].add_incoming(acc[tile][r], latch)
 
     b.position_at_end(done)
-    sums = [_retire(b, tile_sums) for tile_sums in acc]
+    flat = _retire(b, [v for tile_sums in acc for v in tile_sums])  # all tiles' sums: at most 128 operands
+    sums = [flat[tile * regs:(tile + 1) * regs] for tile in range(cfg.m_tiles)]
     _void(b, "cp.async.wait_group 0;")
     for tile, values in enumerate(sums):
         for r in range(0, regs, 2):  # registers r, r + 1: two adjacent columns of one row
