@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-OPCODES = {0x23C: "HMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0xB1D: "BAR", 0x981: "LDG", 0x986: "STG",
-           0x9F0: "HGMMA"}  # HGMMA: sm_90a's wgmma.mma_async (tests/core/kernels/test_gpu_gemm_wgmma.py)
+OPCODES = {0x23C: "HMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0xB1D: "BAR", 0x981: "LDG", 0x986: "STG"}
+OPCODES[0x9F0] = "HGMMA"  # sm_90a's wgmma.mma_async: one per wgmma of known counts (tests/.../test_gpu_gemm_wgmma.py)
 DECODED_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90")
 
 
