@@ -1,5 +1,5 @@
 """What ptxas made of a kernel, without a GPU: counts of the SASS instructions that carry a tensor-core kernel
-(HMMA, HGMMA = wgmma, LDSM = ldmatrix, LDGSTS = cp.async, BAR, global loads and stores) per kernel of a cubin.
+(HMMA, LDSM = ldmatrix, LDGSTS = cp.async, BAR, global loads and stores) per kernel of a cubin.
 
 `cuobjdump -sass` is used where it can disassemble (it needs NVIDIA's nvdisasm, which no pip package ships);
 otherwise the cubin's `.text.<kernel>` sections are decoded directly: sm_80 through sm_90 encode each instruction
