@@ -447,17 +447,24 @@ class GemmKernels:
 def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str = "kiln_gemm",
                error: Optional[str] = None) -> GemmKernels:
     """The PTX of `problem` tiled by `cfg` for `target` (O3, through LLVM's NVPTX backend)."""
+    error = error or plan.config_error(cfg, problem, plan.shared_limit(target.cpu))
+    if error:
+        raise ValueError(f"GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
+    return gemm_kernels(problem, cfg, target, name, emit_main_kernel)
+
+
+def gemm_kernels(problem: GemmProblem, cfg, target: Target, name: str,
+                 emit_main: Callable[[ir.Module, str, GemmProblem, object], LaunchConfig]) -> GemmKernels:
+    """One GEMM's module, optimized at O3 for `target`: the main kernel `emit_main` emits, then (split along K)
+    the reduction; the tile config `cfg` is gemm_mma's or gemm_wgmma's."""
     import llvmlite.binding as llvm
 
     from .llvm_env import LLVM_LOCK
 
-    error = error or plan.config_error(cfg, problem, plan.shared_limit(target.cpu))
-    if error:
-        raise ValueError(f"GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
     module = ir.Module(name="kiln_gemm")
     module.triple = target.triple
     module.data_layout = str(target_machine(target).target_data)
-    launches = {name: emit_main_kernel(module, name, problem, cfg)}
+    launches = {name: emit_main(module, name, problem, cfg)}
     if cfg.split_k > 1:
         launches[f"{name}_reduce"] = emit_split_reduce(module, f"{name}_reduce", problem, cfg)
     with LLVM_LOCK:
@@ -470,5 +477,5 @@ def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str 
     return GemmKernels(problem, cfg, ptx, launches, tuple(param_names(problem, cfg)))
 
 
-__all__ = ["build_gemm", "GemmKernels", "param_names", "dynamic_shared", "emit_main_kernel", "emit_gemm_body",
+__all__ = ["build_gemm", "gemm_kernels", "GemmKernels", "param_names", "dynamic_shared", "emit_main_kernel", "emit_gemm_body",
            "emit_split_reduce", "emit_split_reduce_body", "Index"]

@@ -25,8 +25,8 @@ from ..kernels.gemm_plan.gemm_wgmma import WgmmaConfig
 from ..target import Target
 from .llvm_types import F32, I32, I64
 from .mma_gemm import (GLOBAL, GemmKernels, Index, _asm, _barrier, _element, _epilogue, _guarded, _kernel_function,
-                       _sreg, _store_pair, emit_split_reduce, param_names)
-from .nvptx_target import SHARED, LaunchConfig, target_machine
+                       _sreg, _store_pair, gemm_kernels, param_names)
+from .nvptx_target import SHARED, LaunchConfig
 
 ARCH = "sm_90"
 PTX_ARCH, PTX_FEATURES = "sm_90a", "+ptx80"  # wgmma's arch-specific target
@@ -195,30 +195,12 @@ def emit_wgmma_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: W
 
 def build_wgmma_gemm(problem: GemmProblem, cfg: WgmmaConfig, target: Target, name: str = "kiln_wgmma") -> GemmKernels:
     """The PTX (`.target sm_90a`) of `problem` tiled by `cfg` for an sm_90 `target` (O3, LLVM's NVPTX backend)."""
-    import llvmlite.binding as llvm
-
-    from .llvm_env import LLVM_LOCK
-
     if target.cpu not in (ARCH, PTX_ARCH):
         raise ValueError(f"wgmma GEMM: {target.cpu} has no wgmma (sm_90 only: `cuda -arch=sm_90`)")
     error = plan.config_error(cfg, problem)
     if error:
         raise ValueError(f"wgmma GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
-    ptx_target = replace(target, cpu=PTX_ARCH, features=PTX_FEATURES)
-    module = ir.Module(name="kiln_wgmma")
-    module.triple = ptx_target.triple
-    module.data_layout = str(target_machine(ptx_target).target_data)
-    launches = {name: emit_wgmma_kernel(module, name, problem, cfg)}
-    if cfg.split_k > 1:
-        launches[f"{name}_reduce"] = emit_split_reduce(module, f"{name}_reduce", problem, cfg)
-    with LLVM_LOCK:
-        tm = target_machine(ptx_target)
-        mod = llvm.parse_assembly(str(module))
-        mod.verify()
-        pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
-        pb.getModulePassManager().run(mod, pb)
-        ptx = tm.emit_assembly(mod)
-    return GemmKernels(problem, cfg, ptx, launches, tuple(param_names(problem, cfg)))
+    return gemm_kernels(problem, cfg, replace(target, cpu=PTX_ARCH, features=PTX_FEATURES), name, emit_wgmma_kernel)
 
 
 __all__ = ["build_wgmma_gemm", "emit_wgmma_kernel", "emit_wgmma_body", "dynamic_shared", "ARCH", "PTX_ARCH"]
