@@ -16,7 +16,6 @@ import core.kernels.gemm_plan.gemm_wgmma as plan
 from core.backends.cuda.schedules.gemm_mma_emulate import apply_epilogue, half_bits, to_float32
 from core.backends.cuda.schedules.gemm_wgmma_emulate import (WgmmaStats, decode_descriptor, descriptor_matrix,
                                                              emulate, fragment_positions)
-from core.codegen.cuda_kernels import gemm_library
 from core.codegen.nvptx import emit_ptx
 from core.codegen.ptxas import assemble_with_usage, find_ptxas
 from core.codegen.sass import sass_counts
@@ -29,7 +28,7 @@ from core.lowering.executable import group_inputs
 from core.runtime.cuda_driver import driver, gpu_available
 from core.target import get_target
 from tests.core.kernels.test_gpu_gemm_group import compiled, dense_model
-from tests.core.kernels.test_gpu_gemm_mma import device_array, host_values
+from tests.core.kernels.test_gpu_gemm_mma import run_on_gpu
 
 rng = np.random.default_rng(90)
 SM90 = get_target("cuda -arch=sm_90")
@@ -244,20 +243,9 @@ def test_the_ptx_mainloop_runs_the_emulated_pipeline_order():
 def test_the_kernels_match_numpy_on_an_sm90_gpu(case):
     problem, cfg = case_problem(case)
     a, b, extras = operands(problem)
-    kernels = build_wgmma_gemm(problem, cfg, SM90)
-    out = problem.out_dtype
-    arrays = {"a": device_array(a, problem.dtype), "b": device_array(b, problem.dtype),
-              **{k: device_array(v, out) for k, v in extras.items()},
-              "c": device_array(np.zeros((problem.m, problem.n), np.float32), out),
-              "workspace": np.zeros((cfg.split_k, problem.m, problem.n), np.float32)}
-    extras = {k: host_values(arrays[k], out) for k in extras}  # the values the GPU sees, rounded to `out`
-    lib = gemm_library(kernels)
-    try:
-        lib.call(tuple(kernels.launches), *[arrays[name] for name in kernels.params])
-    finally:
-        lib.close()
-    tol = 1e-3 if out == "float32" else 2e-2
-    np.testing.assert_allclose(host_values(arrays["c"], out), reference(problem, a, b, extras), rtol=tol, atol=tol)
+    got, extras = run_on_gpu(build_wgmma_gemm(problem, cfg, SM90), a, b, extras)
+    tol = 1e-3 if problem.out_dtype == "float32" else 2e-2
+    np.testing.assert_allclose(got, reference(problem, a, b, extras), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("tail", [("bias", "Relu"), ("bias", "residual", "float32")])
