@@ -1,9 +1,12 @@
 """GEMM throughput on the GPU against cuBLAS (through PyTorch): square products 1024..8192 in float16 and bfloat16
 (Kiln's tensor-core GEMM, core/codegen/mma_gemm.py: its default tiles and a few other configs of its space, up to
-4 stages and 128x256 tiles in dynamic shared memory, the best kept) and float32 (Kiln's MatMul kernel as a model compiles it; cuBLAS without TF32). Data stays on the
-device; times are CUDA-event medians. Each Kiln result is checked against cuBLAS's before it is timed.
+4 stages and 128x256 tiles in dynamic shared memory, the best kept; on sm_90 also the warpgroup GEMM,
+core/codegen/wgmma_gemm.py, a few configs of its space) and float32 (Kiln's MatMul kernel as a model compiles it;
+cuBLAS without TF32). Data stays on the device; times are CUDA-event medians. Each Kiln result is checked against
+cuBLAS's before it is timed.
 
     python bench/bench_gpu_gemm.py [--sizes 1024 2048 4096 8192] [--dtypes fp16 bf16 fp32] [-t "cuda -arch=sm_90"]
+                                   [--kernels mma wgmma]
 """
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+KERNELS = ("mma", "wgmma")
+COLUMNS = {"mma": ("kiln_ms", "kiln_tflops", "config", "max_rel_err", "fraction"),  # a row's keys per kernel
+           "wgmma": ("wgmma_ms", "wgmma_tflops", "wgmma_config", "wgmma_max_rel_err", "wgmma_fraction")}
 
 
 def candidates(problem, target):
@@ -41,12 +47,29 @@ def candidates(problem, target):
     return out
 
 
+def wgmma_candidates(problem):
+    """The wgmma kernel's default config first, then a few others (tile shapes, stages, groups in flight)."""
+    from core.kernels.gemm_plan.gemm_wgmma import WgmmaConfig, config_error, default_config
+
+    default = default_config(problem)
+    others = [WgmmaConfig(stages=3), WgmmaConfig(block_n=128, stages=5), WgmmaConfig(block_m=256, block_n=128),
+              WgmmaConfig(in_flight=0), WgmmaConfig(block_n=128, warpgroups=1, stages=4)]
+    out = []
+    for cfg in [default, *others]:
+        if cfg not in out and config_error(cfg, problem) is None:
+            out.append(cfg)
+    return out
+
+
 def _build(args):
     from core.codegen.mma_gemm import build_gemm
+    from core.codegen.wgmma_gemm import build_wgmma_gemm
+    from core.kernels.gemm_plan.gemm_wgmma import WgmmaConfig
     from core.target import get_target
 
     problem, cfg, target_name = args
-    return build_gemm(problem, cfg, get_target(target_name))
+    build = build_wgmma_gemm if isinstance(cfg, WgmmaConfig) else build_gemm
+    return build(problem, cfg, get_target(target_name))
 
 
 def torch_ms(fn, repeat: int = 20, warmup: int = 3) -> float:
@@ -65,16 +88,18 @@ def torch_ms(fn, repeat: int = 20, warmup: int = 3) -> float:
     return statistics.median(samples)
 
 
-def kiln_half(size: int, dtype: str, target, pool, a_bits, b_bits, want) -> tuple[float, str, float]:
-    """(best ms, its config, its max relative error against cuBLAS)."""
+def kiln_half(size: int, dtype: str, target, pool, a_bits, b_bits, want,
+              wgmma: bool = False) -> tuple[float, str, float]:
+    """(best ms, its config, its max relative error against cuBLAS) of the mma.sync kernel, or of the wgmma one."""
     from core.kernels.gemm_plan.gemm_mma import GemmProblem
 
     problem = GemmProblem(size, size, size, dtype, dtype)
     np_dtype = np.float16 if dtype == "float16" else np.uint16
     c = np.zeros((size, size), np_dtype)
     read = (lambda: c.astype(np.float32)) if dtype == "float16" else (lambda: (c.astype(np.uint32) << 16).view(np.float32))
-    return fastest(problem, candidates(problem, target), target, pool,
-                   {"a": a_bits.view(np_dtype), "b": b_bits.view(np_dtype), "c": c}, read, want, f"{dtype} {size}")
+    configs = wgmma_candidates(problem) if wgmma else candidates(problem, target)
+    return fastest(problem, configs, target, pool, {"a": a_bits.view(np_dtype), "b": b_bits.view(np_dtype), "c": c},
+                   read, want, f"{dtype} {size}{' wgmma' if wgmma else ''}")
 
 
 def fastest(problem, configs, target, pool, arrays: dict, read, want: np.ndarray, label: str) -> tuple[float, str, float]:
@@ -84,7 +109,8 @@ def fastest(problem, configs, target, pool, arrays: dict, read, want: np.ndarray
     from core.codegen.cuda_kernels import gemm_library
 
     best = (float("inf"), "", float("nan"))
-    for cfg, kernels in zip(configs, pool.map(_build, [(problem, c, target.name) for c in configs])):
+    spec = f"{target.name} -arch={target.cpu}"  # the builders' processes rebuild the very target
+    for cfg, kernels in zip(configs, pool.map(_build, [(problem, c, spec) for c in configs])):
         lib = gemm_library(kernels)
         try:
             arrays["workspace"] = np.zeros((cfg.split_k, problem.m, problem.n), np.float32)
@@ -132,8 +158,9 @@ def kiln_float32(size: int, target, a, b, want) -> tuple[float, str, float]:
         lib.close()
 
 
-def run(sizes, dtypes, target_name: str, json_path: Path | None = None) -> list[dict]:
-    """The table's rows (also written to `json_path` after each, so a run cut short keeps what it measured)."""
+def run(sizes, dtypes, target_name: str, json_path: Path | None = None, kernels=KERNELS) -> list[dict]:
+    """The table's rows (also written to `json_path` after each, so a run cut short keeps what it measured);
+    `kernels`: "mma" (the mma.sync GEMM, float32's MatMul kernel) and/or "wgmma" (sm_90, half precision)."""
     import torch
 
     from core.target import get_target
@@ -151,21 +178,26 @@ def run(sizes, dtypes, target_name: str, json_path: Path | None = None) -> list[
                 tc = torch.empty(size, size, device="cuda", dtype=tdtype)
                 cublas = torch_ms(lambda: torch.matmul(ta, tb, out=tc))
                 want = torch.matmul(ta.float(), tb.float()).cpu().numpy()
-                if dtype == "float32":
-                    ms, config, err = kiln_float32(size, target, ta.cpu().numpy(), tb.cpu().numpy(), want)
-                else:
-                    bits = lambda t: t.cpu().view(torch.int16).numpy().view(np.uint16)  # noqa: E731
-                    ms, config, err = kiln_half(size, dtype, target, pool, bits(ta), bits(tb), want)
                 flops = 2.0 * size ** 3
-                row = {"dtype": key, "size": size, "cublas_ms": cublas, "kiln_ms": ms,
-                       "cublas_tflops": flops / cublas / 1e9, "kiln_tflops": flops / ms / 1e9 if ms else 0.0,
-                       "config": config, "max_rel_err": err}
-                row["fraction"] = row["kiln_tflops"] / row["cublas_tflops"]
+                row = {"dtype": key, "size": size, "cublas_ms": cublas, "cublas_tflops": flops / cublas / 1e9}
+                bits = lambda t: t.cpu().view(torch.int16).numpy().view(np.uint16)  # noqa: E731
+                for kind in kernels:
+                    if kind == "wgmma" and (dtype == "float32" or target.cpu != "sm_90"):
+                        continue
+                    if dtype == "float32":
+                        ms, config, err = kiln_float32(size, target, ta.cpu().numpy(), tb.cpu().numpy(), want)
+                    else:
+                        ms, config, err = kiln_half(size, dtype, target, pool, bits(ta), bits(tb), want,
+                                                    kind == "wgmma")
+                    tflops = flops / ms / 1e9 if ms else 0.0
+                    row.update(zip(COLUMNS[kind], (ms, tflops, config, err, tflops / row["cublas_tflops"])))
                 rows.append(row)
                 if json_path:
                     json_path.write_text(json.dumps(rows, indent=1))
-                print(f"  {key} {size}: cuBLAS {row['cublas_tflops']:.1f} TFLOP/s, Kiln {row['kiln_tflops']:.1f} "
-                      f"({100 * row['fraction']:.0f}%) {config}", file=sys.stderr, flush=True)
+                print(f"  {key} {size}: cuBLAS {row['cublas_tflops']:.1f} TFLOP/s, "
+                      f"Kiln {row.get('kiln_tflops', 0):.1f} ({100 * row.get('fraction', 0):.0f}%) "
+                      f"{row.get('config', '')}; wgmma "
+                      f"{row.get('wgmma_tflops', 0.0):.1f} {row.get('wgmma_config', '')}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -174,11 +206,18 @@ def print_table(rows, target_name: str) -> None:
 
     print(f"\nGEMM, square, {target_name}, {torch.cuda.get_device_name()}; cuBLAS via torch {torch.__version__} "
           f"(float32 without TF32); CUDA-event medians, data on the device\n")
-    print("| dtype | M=N=K | cuBLAS TFLOP/s | Kiln TFLOP/s | Kiln / cuBLAS | Kiln config | max rel err |")
-    print("|---|---:|---:|---:|---:|---|---:|")
+    print("| dtype | M=N=K | cuBLAS TFLOP/s | Kiln mma.sync TFLOP/s | mma.sync / cuBLAS | config | max rel err | "
+          "Kiln wgmma TFLOP/s | wgmma / cuBLAS | wgmma config | wgmma max rel err |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|")
+
+    def cells(r: dict, kind: str) -> str:
+        _, tflops, config, err, fraction = COLUMNS[kind]
+        if tflops not in r:
+            return "- | - | - | -"
+        return f"{r[tflops]:.1f} | {100 * r[fraction]:.0f}% | {r[config]} | {r[err]:.1e}"
+
     for r in rows:
-        print(f"| {r['dtype']} | {r['size']} | {r['cublas_tflops']:.1f} | {r['kiln_tflops']:.1f} | "
-              f"{100 * r['fraction']:.0f}% | {r['config']} | {r['max_rel_err']:.1e} |")
+        print(f"| {r['dtype']} | {r['size']} | {r['cublas_tflops']:.1f} | {cells(r, 'mma')} | {cells(r, 'wgmma')} |")
 
 
 def main() -> int:
@@ -187,8 +226,10 @@ def main() -> int:
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["fp16", "bf16", "fp32"])
     parser.add_argument("-t", "--target", default="cuda -arch=sm_90")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS),
+                        help="Kiln's kernels to time (wgmma: sm_90, float16 and bfloat16)")
     args = parser.parse_args()
-    print_table(run(args.sizes, args.dtypes, args.target, args.json), args.target)
+    print_table(run(args.sizes, args.dtypes, args.target, args.json, tuple(args.kernels)), args.target)
     return 0
 
 

@@ -2,9 +2,11 @@
 spills and static shared memory (ptxas -v; 0 where the stages are dynamic shared memory) and its SASS counts of HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async)
 and BAR (cuobjdump -sass where nvdisasm is installed, else the cubin decoded: core/codegen/sass.py); then the same
 for the int8 GEMM (IMMA: mma.sync m16n8k32 s8; its configs' block_k counts 16-bit units, so 32 = 64 int8 k) and the
-implicit-GEMM convolution (resnet50's convs at batch 32, NCHW gathered and NHWC cp.async A).
+implicit-GEMM convolution (resnet50's convs at batch 32, NCHW gathered and NHWC cp.async A); with sm_90, the
+sm_90a warpgroup GEMM's configs too (core/codegen/wgmma_gemm.py: HGMMA = wgmma, and whether ptxas serialized it).
 
     python bench/bench_gpu_sass.py [--size 4096] [--archs sm_80 sm_90] [--no-convs] [--no-int8] [--no-float]
+        [--no-wgmma]
 """
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ from core.codegen.mma_gemm import build_gemm  # noqa: E402
 from core.codegen.mma_gemm_int8 import build_int8_gemm  # noqa: E402
 from core.codegen.ptxas import assemble_with_usage  # noqa: E402
 from core.codegen.sass import sass_counts  # noqa: E402
+from core.codegen.wgmma_gemm import build_wgmma_gemm  # noqa: E402
 from core.kernels.gemm_plan.conv_mma import ConvShape  # noqa: E402
 from core.kernels.gemm_plan.gemm_mma import GemmConfig, GemmProblem, conv_problem  # noqa: E402
 from core.kernels.gemm_plan.gemm_mma_int8 import Int8GemmProblem  # noqa: E402
+from core.kernels.gemm_plan.gemm_wgmma import WgmmaConfig  # noqa: E402
 from core.target import get_target  # noqa: E402
 
 CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),
@@ -31,6 +35,15 @@ CONFIGS = [("128x128x32 2x2 warps, 3 stages", GemmConfig()),
            ("128x128x16 2x2 warps, 5 stages", GemmConfig(block_k=16, stages=5)),
            ("64x64x32 2x2 warps, 4 stages", GemmConfig(block_m=64, block_n=64, stages=4)),
            ("128x128x32, 3 stages, split-K 4", GemmConfig(split_k=4))]
+WGMMA_CONFIGS = [("128x256 2 WG, 4 stages (default)", WgmmaConfig()),
+                 ("128x256 2 WG, 3 stages", WgmmaConfig(stages=3)),
+                 ("128x128 2 WG, 5 stages", WgmmaConfig(block_n=128, stages=5)),
+                 ("128x128 1 WG, 4 stages", WgmmaConfig(block_n=128, warpgroups=1, stages=4)),
+                 ("256x128 2 WG, 4 stages", WgmmaConfig(block_m=256, block_n=128, stages=4)),
+                 ("64x256 1 WG, 4 stages", WgmmaConfig(block_m=64, warpgroups=1, stages=4)),
+                 ("128x256 2 WG, 4 stages, none in flight", WgmmaConfig(in_flight=0)),
+                 ("64x128 1 WG, 6 stages, split-K 4", WgmmaConfig(block_m=64, block_n=128, warpgroups=1, stages=6,
+                                                                  split_k=4))]
 PROBLEMS = [("float16", "float16", ("bias", "relu")), ("bfloat16", "bfloat16", ("bias", "residual", "gelu"))]
 INT8_PROBLEMS = [("u8 x s8 -> u8 requantized", dict(a_dtype="uint8", out_dtype="uint8", bias=True, multiplier="column",
                                                     zero_point=128, lo=0, hi=255)),
@@ -50,6 +63,26 @@ def print_rows(kernels, arch: str, what: str, config: str) -> None:
               f"{c['BAR']} | {how} |", flush=True)
 
 
+def print_wgmma_table(size: int) -> None:
+    print(f"\nwgmma GEMM {size}^3 (sm_90a PTX; B [k, n] is N-major, [n, k] K-major); dynamic shared bytes\n")
+    print("| problem | B | config | kernel | regs | spills | serialized | smem | HGMMA | LDGSTS | BAR | read by |")
+    print("|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---|")
+    target = get_target("cuda -arch=sm_90")
+    for dtype, out, epilogue in PROBLEMS:
+        for layout in ("kn", "nk"):
+            for name, cfg in WGMMA_CONFIGS:
+                kernels = build_wgmma_gemm(GemmProblem(size, size, size, dtype, out, epilogue, b_layout=layout), cfg,
+                                           target)
+                cubin, usage = assemble_with_usage(kernels.ptx, "sm_90a")
+                counts, how = sass_counts(cubin)
+                for kernel, u in usage.items():
+                    c = counts[kernel]
+                    print(f"| {dtype} {'+'.join(epilogue)} | {layout} | {name} | {kernel} | {u['registers']} | "
+                          f"{u['spill_stores']}/{u['spill_loads']} | {'YES' if u['wgmma_serialized'] else 'no'} | "
+                          f"{kernels.launches[kernel].dynamic_shared_bytes} | {c['HGMMA']} | {c['LDGSTS']} | "
+                          f"{c['BAR']} | {how} |", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=4096)
@@ -57,6 +90,7 @@ def main() -> int:
     parser.add_argument("--no-convs", action="store_true", help="no convolutions")
     parser.add_argument("--no-int8", action="store_true", help="no int8 GEMMs")
     parser.add_argument("--no-float", action="store_true", help="no float16 / bfloat16 GEMMs")
+    parser.add_argument("--no-wgmma", action="store_true", help="without the sm_90a wgmma table")
     args = parser.parse_args()
     print(f"GEMM {args.size}^3, then convs; registers, spill stores/loads (bytes), static shared bytes; SASS counts\n")
     print("| arch | problem | config | kernel | regs | spills | smem | HMMA | IMMA | LDSM | LDGSTS | LDG | BAR | read by |")
@@ -77,6 +111,8 @@ def main() -> int:
                 problem = conv_problem(shape, "float16", "float16", ("bias", "residual", "relu"))
                 for label, cfg in CONFIGS[:3]:
                     print_rows(build_gemm(problem, cfg, target), arch, f"conv {name} {layout}", label)
+    if "sm_90" in args.archs and not args.no_wgmma:
+        print_wgmma_table(args.size)
     return 0
 
 

@@ -54,6 +54,12 @@ class Target:
         return self.triple.split("-")[0]
 
     @property
+    def sm(self) -> int:
+        """A GPU target's architecture as a number ("sm_90a" -> 90); 0 for any other target."""
+        digits = self.cpu.removeprefix("sm_").rstrip("a")
+        return int(digits) if self.cpu.startswith("sm_") and digits.isdigit() else 0
+
+    @property
     def vector_registers(self) -> int:
         """Architectural SIMD registers: 32 with AVX-512 and on AArch64, else 16 (SSE, AVX2)."""
         return 32 if self.arch == "aarch64" or self.vector_bits >= 512 else 16
@@ -185,9 +191,11 @@ for _name, _device in ARM_DEVICES.items():
 
 
 # PTX ISA version per GPU architecture: the lowest that knows the architecture, at least 7.8
-# (CUDA 11.8 drivers and later load it), so one artifact runs on any driver of the last years.
+# (CUDA 11.8 drivers and later load it), so one artifact runs on any driver of the last years. sm_90a: sm_90's
+# arch-specific PTX (8.0, runs on sm_90 GPUs only) with wgmma, which its MatMul groups use (core/codegen/wgmma_gemm.py);
+# sm_90 keeps the mma.sync GEMM until a GPU session has validated the wgmma kernel.
 _CUDA_ARCHS = {"sm_70": "+ptx78", "sm_75": "+ptx78", "sm_80": "+ptx78", "sm_86": "+ptx78", "sm_89": "+ptx78",
-               "sm_90": "+ptx78"}
+               "sm_90": "+ptx78", "sm_90a": "+ptx80"}
 
 
 @register_target("cuda")

@@ -477,8 +477,15 @@ def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str 
     error = error or plan.config_error(cfg, problem, plan.shared_limit(target.cpu))
     if error:
         raise ValueError(f"GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
+    return gemm_kernels(problem, cfg, target, name, emit_main_kernel)
+
+
+def gemm_kernels(problem: GemmProblem, cfg, target: Target, name: str,
+                 emit_main: Callable[[ir.Module, str, GemmProblem, object], LaunchConfig]) -> GemmKernels:
+    """One GEMM's module, optimized at O3 for `target`: the main kernel `emit_main` emits, then (split along K)
+    the reduction; the tile config `cfg` is gemm_mma's or gemm_wgmma's."""
     module = gpu_module(target)
-    launches = {name: emit_main_kernel(module, name, problem, cfg)}
+    launches = {name: emit_main(module, name, problem, cfg)}
     if cfg.split_k > 1:
         launches[f"{name}_reduce"] = emit_split_reduce(module, f"{name}_reduce", problem, cfg)
     return GemmKernels(problem, cfg, optimized_ptx(module, target), launches, tuple(param_names(problem, cfg)))
@@ -507,5 +514,6 @@ def optimized_ptx(module: ir.Module, target: Target) -> str:
         return tm.emit_assembly(mod)
 
 
-__all__ = ["build_gemm", "GemmKernels", "param_names", "dynamic_shared", "emit_main_kernel", "emit_gemm_body",
-           "emit_split_reduce", "emit_split_reduce_body", "Index", "MmaKind", "gpu_module", "optimized_ptx"]
+__all__ = ["build_gemm", "gemm_kernels", "GemmKernels", "param_names", "dynamic_shared", "emit_main_kernel",
+           "emit_gemm_body", "emit_split_reduce", "emit_split_reduce_body", "Index", "MmaKind", "gpu_module",
+           "optimized_ptx"]

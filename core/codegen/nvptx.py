@@ -184,8 +184,10 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
     """The unoptimized NVPTX module of `funcs` (each a `ptx_kernel`) and each kernel's launch."""
     from ..kernels.gemm_plan.gemm_mma_int8 import int8_gemm_of
     from ..kernels.gemm_plan.kernel_attr import gemm_of
+    from ..kernels.gemm_plan.gemm_wgmma import WgmmaConfig
     from .mma_gemm import dynamic_shared, emit_gemm_body, emit_split_reduce_body
     from .mma_gemm_int8 import emit_int8_gemm_body
+    from .wgmma_gemm import dynamic_shared as wgmma_dynamic_shared, emit_wgmma_body
 
     if not target.triple.startswith("nvptx"):
         raise CodegenError(f"target {target.name} is not a GPU target")
@@ -201,10 +203,12 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
         gemm = gemm_of(func)
         if gemm is not None:  # a whole group as the tensor-core GEMM: its loops only bind the launch
             problem, cfg, where = gemm
+            emit, dynamic = ((emit_wgmma_body, wgmma_dynamic_shared) if isinstance(cfg, WgmmaConfig)
+                             else (emit_gemm_body, dynamic_shared))
             b = ir.IRBuilder(fn.append_basic_block("entry"))
-            emit_gemm_body(b, {role: fn.args[index] for role, index in where.items()}, problem, cfg, func.name)
+            emit(b, {role: fn.args[index] for role, index in where.items()}, problem, cfg, func.name)
             b.ret_void()
-            launches[func.name] = LaunchConfig(launch.grid, launch.block, cfg.shared_bytes, dynamic_shared(cfg))
+            launches[func.name] = LaunchConfig(launch.grid, launch.block, cfg.shared_bytes, dynamic(cfg))
             if cfg.split_k > 1:  # its parts summed (and the epilogue) by a second kernel on the same arguments
                 reduce_fn = declare_kernel(module, replace(func, name=split_reduce_name(func.name)))
                 reduce_fn.calling_convention = "ptx_kernel"

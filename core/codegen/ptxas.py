@@ -38,9 +38,12 @@ _USAGE = re.compile(r"Compiling entry function '(\w+)'|(\d+) bytes spill stores,
                     r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
+_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized .*? in the function '(\w+)'")
+
+
 def assemble_with_usage(ptx: str, arch: str, ptxas: Optional[str] = None) -> tuple[bytes, dict[str, dict[str, int]]]:
     """The cubin of `ptx` for `arch` and what `ptxas -v` says of each kernel: registers, spill_stores and
-    spill_loads (bytes), shared_bytes (static)."""
+    spill_loads (bytes), shared_bytes (static), wgmma_serialized (1 when ptxas serialized its wgmma pipeline)."""
     ptxas = ptxas or find_ptxas()
     if ptxas is None:
         raise BuildError("ptxas not found: install nvidia-cuda-nvcc-cu12 or set KILN_PTXAS")
@@ -53,9 +56,12 @@ def assemble_with_usage(ptx: str, arch: str, ptxas: Optional[str] = None) -> tup
         for m in _USAGE.finditer(proc.stderr + proc.stdout):
             if m.group(1):
                 kernel = m.group(1)
-                usage[kernel] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "shared_bytes": 0}
+                usage[kernel] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "shared_bytes": 0,
+                                 "wgmma_serialized": 0}
             elif m.group(2) and kernel:
                 usage[kernel].update(spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
             elif m.group(4) and kernel:
                 usage[kernel].update(registers=int(m.group(4)), shared_bytes=int(m.group(5) or 0))
+        for serialized in _SERIALIZED.finditer(proc.stderr + proc.stdout):
+            usage.setdefault(serialized.group(1), {})["wgmma_serialized"] = 1
         return out.read_bytes(), usage

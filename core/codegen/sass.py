@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-OPCODES = {0x23C: "HMMA", 0x237: "IMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0xB1D: "BAR", 0x981: "LDG", 0x986: "STG"}
+OPCODES = {0x23C: "HMMA", 0x237: "IMMA", 0x9F0: "HGMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0xB1D: "BAR", 0x981: "LDG",
+           0x986: "STG"}  # HGMMA: sm_90a's wgmma.mma_async, one per wgmma of known counts (test_gpu_gemm_wgmma.py)
 DECODED_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90")
 
 

@@ -59,6 +59,12 @@ class Driver:
             self.lib.cuGetErrorName(result, _c.byref(name))
             raise CudaError(f"{what} failed: {(name.value or b'CUDA error').decode()} ({result})")
 
+    def compute_capability(self) -> tuple[int, int]:
+        values = [_c.c_int(0), _c.c_int(0)]
+        for value, attribute in zip(values, (75, 76)):  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
+            self._check(self.lib.cuDeviceGetAttribute(_c.byref(value), attribute, self.device), "cuDeviceGetAttribute")
+        return values[0].value, values[1].value
+
     def device_name(self) -> str:
         buf = _c.create_string_buffer(256)
         self._check(self.lib.cuDeviceGetName(buf, 256, self.device), "cuDeviceGetName")

@@ -78,7 +78,7 @@ class TensorIntrinsic:
 
     def available_on(self, target) -> bool:
         have = {f[1:] for f in target.features.split(",") if f.startswith("+")}
-        sm_ok = not self.min_sm or (target.cpu.startswith("sm_") and int(target.cpu[3:]) >= self.min_sm)
+        sm_ok = not self.min_sm or target.sm >= self.min_sm
         return target.arch == self.arch and self.features <= have and sm_ok
 
 

@@ -35,7 +35,7 @@ GROUP_M = 8  # tile rows per group of the block order (block_tile)
 STATIC_SHARED_BYTES = 48 * 1024  # more is dynamic shared memory, which a kernel must be allowed at load
 # Shared memory a block may have (dynamic, opted in) per architecture; CUDA's "maximum shared memory per block".
 SHARED_LIMITS = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
-                 "sm_90": 227 * 1024}
+                 "sm_90": 227 * 1024, "sm_90a": 227 * 1024}
 EPILOGUE_STEPS = ("bias", "residual", "relu", "relu6", "gelu", "sigmoid")  # relu6: Clip(0, 6), mobilenet's
 OPERAND_DTYPES = ("float16", "bfloat16")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")

@@ -8,13 +8,17 @@ from typing import Optional
 from ...tir.stmt import PrimFunc
 from .conv_mma import ConvShape
 from .gemm_mma import GemmConfig, GemmProblem
+from .gemm_wgmma import WgmmaConfig
 
 ATTR = "gemm_mma"
 
 
-def gemm_attr(problem: GemmProblem, cfg: GemmConfig, params: dict[str, int]) -> dict[str, str]:
-    """The PrimFunc attributes that make a kernel this GEMM (`params`: role -> parameter index)."""
-    return {ATTR: json.dumps({"problem": asdict(problem), "config": asdict(cfg), "params": params}, sort_keys=True)}
+def gemm_attr(problem: GemmProblem, cfg: "GemmConfig | WgmmaConfig", params: dict[str, int]) -> dict[str, str]:
+    """The PrimFunc attributes that make a kernel this GEMM (`params`: role -> parameter index; a WgmmaConfig: the
+    sm_90a warpgroup kernel)."""
+    kind = {"kernel": "wgmma"} if isinstance(cfg, WgmmaConfig) else {}
+    return {ATTR: json.dumps({"problem": asdict(problem), "config": asdict(cfg), "params": params, **kind},
+                             sort_keys=True)}
 
 
 def gemm_of(func: PrimFunc) -> Optional[tuple[GemmProblem, GemmConfig, dict]]:
@@ -27,4 +31,5 @@ def gemm_of(func: PrimFunc) -> Optional[tuple[GemmProblem, GemmConfig, dict]]:
     problem["epilogue"] = tuple(problem["epilogue"])
     if problem.get("conv") is not None:
         problem["conv"] = ConvShape(**problem["conv"])
-    return GemmProblem(**problem), GemmConfig(**data["config"]), data["params"]
+    config = WgmmaConfig if data.get("kernel") == "wgmma" else GemmConfig
+    return GemmProblem(**problem), config(**data["config"]), data["params"]

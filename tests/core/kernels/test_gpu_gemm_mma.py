@@ -177,18 +177,23 @@ def test_beyond_48_kib_the_stages_live_in_dynamic_shared_memory():
 def test_the_kernels_match_numpy_on_the_gpu(case):
     problem, cfg = case_problem(case)
     a, b, extras = operands(problem)
-    kernels = build_gemm(problem, cfg, CUDA)
-    out = problem.out_dtype
+    got, extras = run_on_gpu(build_gemm(problem, cfg, CUDA), a, b, extras)
+    tol = 1e-3 if problem.out_dtype == "float32" else 2e-2
+    np.testing.assert_allclose(got, reference(problem, a, b, extras), rtol=tol, atol=tol)
+
+
+def run_on_gpu(kernels, a: np.ndarray, b: np.ndarray, extras: dict) -> tuple[np.ndarray, dict]:
+    """C as a GEMM's `kernels` compute it on this machine's GPU (float32 values), and `extras` as the GPU saw them
+    (rounded to the output dtype)."""
+    problem, cfg, out = kernels.problem, kernels.config, kernels.problem.out_dtype
     arrays = {"a": device_array(a, problem.dtype), "b": device_array(b, problem.dtype),
               **{k: device_array(v, out) for k, v in extras.items()},
               "c": device_array(np.zeros((problem.m, problem.n), np.float32), out),
               "workspace": np.zeros((cfg.split_k, problem.m, problem.n), np.float32)}
-    extras = {k: host_values(arrays[k], out) for k in extras}  # the values the GPU sees, rounded to `out`
+    seen = {k: host_values(arrays[k], out) for k in extras}
     lib = gemm_library(kernels)
     try:
         lib.call(tuple(kernels.launches), *[arrays[name] for name in kernels.params])
     finally:
         lib.close()
-    got = host_values(arrays["c"], out)
-    tol = 1e-3 if out == "float32" else 2e-2
-    np.testing.assert_allclose(got, reference(problem, a, b, extras), rtol=tol, atol=tol)
+    return host_values(arrays["c"], out), seen

@@ -24,7 +24,7 @@ def widen_kernel_rows(graph: Graph, target: Target) -> Graph:
     kernel row and `extra` more columns of right padding (each output still sees exactly its KW taps' inputs; the
     new taps multiply zeros or inputs by zero), so that K is; the group is rewritten only when the implicit GEMM
     then takes it."""
-    if int(target.cpu.removeprefix("sm_") or 0) < 80:  # no tensor-core groups before sm_80
+    if target.sm < 80:  # no tensor-core groups before sm_80
         return graph
     nodes, types, constants, changed = list(graph.nodes), dict(graph.types), dict(graph.constants), False
     for index, node in enumerate(nodes):

@@ -3,7 +3,8 @@ float32 A times a weight stored in half precision, `--precision fp16|bf16`) foll
 residual Add, Relu and Sigmoid; or such a Conv as its implicit GEMM (conv_group.py). Such a group becomes a PrimFunc
 whose loops only bind the launch grid and whose `gemm_mma` attribute (core/kernels/gemm_plan/kernel_attr.py: problem,
 tile config, which parameter plays which role) tells the NVPTX backend to emit core/codegen/mma_gemm.py's kernel in
-its place (and, split along K, its `_reduce` companion: nvptx.split_reduce_name)."""
+its place (and, split along K, its `_reduce` companion: nvptx.split_reduce_name); on `cuda -arch=sm_90a` a MatMul
+group is core/codegen/wgmma_gemm.py's warpgroup kernel instead."""
 from __future__ import annotations
 
 import math
@@ -11,6 +12,7 @@ from typing import Optional, Sequence
 
 from ....graph.ir import Graph, Node
 from ....kernels.gemm_plan.gemm_mma import OPERAND_DTYPES, GemmProblem, config_error, default_config, grid, shared_limit
+from ....kernels.gemm_plan import gemm_wgmma as wgmma
 from ....kernels.gemm_plan.kernel_attr import gemm_attr
 from ....target import Target
 from ....tir.expr import Buffer, IntImm, Var
@@ -18,7 +20,8 @@ from ....tir.stmt import For, ForKind, PrimFunc, Seq
 from .conv_group import match_conv_group
 from .group_match import anchored, epilogue_chain, static_shape
 
-SM_COUNTS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
+SM_COUNTS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_90a": 132}
+WGMMA_ARCH = "sm_90a"  # the arch whose MatMul groups run the wgmma kernel (why not sm_90: core/target.py)
 
 
 def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]) -> Optional[tuple[GemmProblem, dict]]:
@@ -49,7 +52,7 @@ def match_gemm_group(nodes: Sequence[Node], graph: Graph, outputs: Sequence[str]
 def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name: str, outputs: Sequence[str],
                       inputs: Sequence[str]) -> Optional[PrimFunc]:
     """The group's kernel as a tensor-core GEMM (None when it is not one, or its tiles do not fit)."""
-    if int(target.cpu.removeprefix("sm_") or 0) < 80:  # cp.async and ldmatrix with m16n8k16: sm_80 and later
+    if target.sm < 80:  # cp.async and ldmatrix with m16n8k16: sm_80 and later
         return None
     found = match_gemm_group(nodes, graph, outputs) or match_conv_group(nodes, graph, outputs)
     if found is None:
@@ -57,9 +60,13 @@ def gemm_group_kernel(nodes: Sequence[Node], graph: Graph, target: Target, name:
     problem, roles = found
     # Split along K when the tiles leave most SMs idle over a deep K (resnet50 batch 1's layer4: ~8 tiles on 132
     # SMs): the parts go to a float32 workspace the model's arena holds, summed by the kernel's `_reduce` companion.
-    cfg = default_config(problem, target.max_shared_bytes, SM_COUNTS.get(target.cpu, 108))
-    if config_error(cfg, problem, shared_limit(target.cpu)):
-        return None
+    sm_count = SM_COUNTS.get(target.cpu, 108)
+    if target.cpu == WGMMA_ARCH and not wgmma.config_error(wgmma.default_config(problem, sm_count), problem):
+        cfg = wgmma.default_config(problem, sm_count)
+    else:
+        cfg = default_config(problem, target.max_shared_bytes, sm_count)
+        if config_error(cfg, problem, shared_limit(target.cpu)):
+            return None
     workspace = [Buffer("workspace", (cfg.split_k, problem.m, problem.n), "float32")] if cfg.split_k > 1 else []
     where = {role: list(inputs).index(value) for role, value in roles.items()}
     where["c"] = len(inputs)

@@ -28,7 +28,7 @@ def _matched(node: Node, graph: Graph) -> Optional[tuple]:
 
 
 def half_activations(graph: Graph, target: Target) -> Graph:
-    if int(target.cpu.removeprefix("sm_") or 0) < 80:  # no tensor-core groups before sm_80
+    if target.sm < 80:  # no tensor-core groups before sm_80
         return graph
     consumers, producers, changed = graph.consumers(), graph.producers(), False
     types, nodes = dict(graph.types), list(graph.nodes)
