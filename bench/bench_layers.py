@@ -59,15 +59,15 @@ def conv(ic: int, oc: int, hw: int, k: int = 1, stride: int = 1, group: int = 1,
     return _model(nodes, inits, [1, ic, hw, hw], [1, oc, out, out]), flops
 
 
-def gemv(k: int, n: int) -> tuple[bytes, float]:
-    """A classifier: [1, k] @ constant [k, n] + bias (MatMul + Add, as torch exports Linear on one row)."""
+def gemv(k: int, n: int, m: int = 1) -> tuple[bytes, float]:
+    """A classifier or a decoder step: [m, k] @ constant [k, n] + bias (MatMul + Add, as torch exports Linear)."""
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32) * 0.05, "w"),
              numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")]
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
-    return _model(nodes, inits, [1, k], [1, n]), 2.0 * k * n
+    return _model(nodes, inits, [m, k], [m, n]), 2.0 * m * k * n
 
 
 LAYERS = {
@@ -84,7 +84,14 @@ LAYERS = {
     "aspp_d24_128_65": lambda: conv(128, 128, 65, 3, dilation=24, clip=False),
     "head_up4_64_28": lambda: conv(64, 64, 28, 3, clip=False, upsample=4),  # conv + 4x bilinear to the output
     "gemv_1280x1000": lambda: gemv(1280, 1000),  # mobilenet_v2's classifier
+    "gemv_512x1000": lambda: gemv(512, 1000),  # resnet18's classifier
+    "gemv_768x768": lambda: gemv(768, 768),  # GPT-2's attention projection at one token
+    "gemv_768x2304": lambda: gemv(768, 2304),  # ... its fused q, k, v
     "gemv_768x3072": lambda: gemv(768, 3072),  # a decoder step's feed-forward
+    "gemv_3072x768": lambda: gemv(3072, 768),  # ... and back
+    "gemv_128x512": lambda: gemv(128, 512),  # bert_tiny's feed-forward at one token
+    "gemm_2x768x3072": lambda: gemv(768, 3072, 2),  # decoder steps of batch 2 and 4
+    "gemm_4x768x3072": lambda: gemv(768, 3072, 4),
 }
 
 

@@ -18,10 +18,14 @@ def micro_tile(lanes: int, registers: int) -> tuple[int, int]:
     return panel, 8 if registers >= 32 and panel == 2 * lanes else TILE_ROWS
 
 
-def worth_packing(m: int, n: int, k: int, dtype: str) -> bool:
-    """Float32 products with at least a few rows and one panel of columns (M == 1 is a GEMV, whose
-    rows of B are already contiguous; other dtypes keep the plain tile)."""
-    return dtype == "float32" and m >= 3 and n >= 8 and k >= 8 and m * n * k >= MIN_WORK
+def worth_packing(m: int, n: int, k: int, dtype: str, constant: bool = False) -> bool:
+    """Float32 products with one panel of columns and some work (other dtypes keep the plain tile).
+    B packed at run time: from a few rows on (the copy reads and writes B, as much as a GEMV's whole
+    product). A constant B, packed at compile time for free: from one row on, since a GEMV or a short
+    decoder batch is bound by streaming B, and over panels each thread's column tile is one contiguous
+    run with its accumulators in registers, where over plain rows it reads a piece of every row."""
+    return (dtype == "float32" and m >= (1 if constant else 3) and n >= 8 and k >= 8
+            and m * n * k >= MIN_WORK)
 
 
 def pad_to(n: int, multiple: int) -> int:

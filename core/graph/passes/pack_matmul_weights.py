@@ -31,7 +31,7 @@ def pack_matmul_weights(graph: Graph, panel: int = PANEL, tile_rows: int = TILE_
             continue
         a_type, b_type = types[node.inputs[0]], types[b]
         m, (k, n) = a_type.shape[-2], b_type.shape[-2:]
-        if not worth_packing(m, n, k, b_type.dtype):
+        if not worth_packing(m, n, k, b_type.dtype, constant=b in constants):
             nodes.append(node)
             continue
         if b not in constants:  # packed by the kernel at run time (activation x activation)

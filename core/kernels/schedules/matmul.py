@@ -41,7 +41,8 @@ GEMV_MIN_SEGMENT = 256  # fewest columns per segment when cutting for cores (1 K
 
 
 def gemv_columns(n: int, lanes: int, chunks: int = 1) -> int:
-    """One row (a vector-matrix product): B is read once, so the tile is a long segment of each row
+    """One row (a vector-matrix product) over a B that is not a constant (a constant one is packed into
+    panels: packing.panels.worth_packing): B is read once, so the tile is a long segment of each row
     of B, streamed: n split into the fewest equal parts of at most GEMV_SEGMENT columns, `chunks` of
     them or more (one per core, while segments keep GEMV_MIN_SEGMENT columns), each a whole number of
     vectors or at least 4 (the vectorized loop runs a shorter last group). Measured on znver3, one

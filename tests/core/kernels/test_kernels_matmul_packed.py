@@ -84,10 +84,17 @@ def test_packed_products_use_the_requested_tile(runs):
 
 def test_micro_rows_trade_padding_for_tile_height():
     assert micro_rows(1020) == 6 and micro_rows(1024) == 6  # 1026 rows: 0.2% padding
-    assert micro_rows(8) == 4 and micro_rows(5) == 5
+    assert micro_rows(8) == 4 and micro_rows(12) == 6
     assert micro_rows(32) == 4 and micro_rows(50) == 5  # whole tiles beat 6-row tiles with padding
     assert micro_rows(128, 8) == 8 and micro_rows(120, 8) == 8 and micro_rows(30, 8) == 6  # AVX-512's 8 rows
-    assert micro_rows(197, 8) in (6, 8) and micro_rows(4, 8) == 4
+    assert micro_rows(197, 8) in (6, 8) and micro_rows(16, 8) == 8
+
+
+def test_short_products_run_two_tiles_or_more():
+    """A single tile of several rows keeps its accumulators in memory (micro_rows): a few rows run as
+    whole tiles of M's largest proper divisor, a GEMV as one row."""
+    assert [micro_rows(m) for m in (1, 2, 3, 4, 5, 6)] == [1, 1, 1, 2, 1, 3]
+    assert micro_rows(4, 8) == 2 and micro_rows(8, 8) == 4
 
 
 def test_micro_tile_is_two_vectors_wide_and_taller_with_32_registers():
@@ -164,3 +171,58 @@ def test_micro_kernel_keeps_accumulators_in_registers(target_name, reg, accumula
     fmas = re.findall(rf"vfmadd231ps\s+[^\n]*%({reg}\d+)\n", loop)
     assert len(fmas) >= accumulators and len(set(fmas)) == accumulators
     assert not re.search(rf"vmovups\s+%{reg}\d+, [^\n]*\(", loop)  # no accumulator goes back to memory
+
+
+def _dense_model(m: int, k: int, n: int) -> tuple[bytes, np.ndarray]:
+    """[m, k] @ a constant [k, n] + bias (a Linear layer: a classifier head, a decoder step) and an input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w, bias = rng.standard_normal((k, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["y"])]
+    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "bias")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model.SerializeToString(), rng.standard_normal((m, k)).astype(np.float32)
+
+
+# (m, k, n): GEMVs and short decoder batches, k odd and n not a whole number of vectors or panels, K in
+# one pass and K blocked (1283 > 1024), a classifier head's 1000 columns
+SMALL_M = [(1, 333, 1001), (2, 257, 203), (3, 1283, 100), (4, 77, 1000), (1, 1283, 37)]
+
+
+@pytest.mark.parametrize("m,k,n", SMALL_M, ids=["x".join(map(str, s)) for s in SMALL_M])
+def test_small_m_products_over_constant_panels_match_onnxruntime(m, k, n):
+    """From one row on a constant weight is packed (a GEMV streams each thread's panels contiguously),
+    built for AVX2 (x86-64-v3 runs on every x86 host kind) and checked against ONNX Runtime."""
+    import core
+    from core.driver.validate import onnxruntime_session
+    from core.frontend import import_onnx
+    from tests.backend_calls import optimize
+
+    data, x = _dense_model(m, k, n)
+    (fused,) = optimize(import_onnx(data), 3, "x86-64-v3").nodes
+    (product,) = [nd for nd in fused.attr("body").nodes if nd.op == "MatMul"]
+    assert product.attr("packed_columns") == n
+    module = core.compile(data, "x86-64-v3", 3, benchmark=False, validate=False).load()
+    try:
+        got = module.run({"x": x})["y"]
+    finally:
+        module.close()
+    want = onnxruntime_session(data, 1).run(["y"], {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_short_products_with_a_bias_keep_accumulators_in_registers(m):
+    """The kernel of a Linear layer on a few rows (MatMul + Add over constant panels, AVX2): its busiest loop
+    stores nothing, so the accumulators of the fused product stay in registers. Assembly only."""
+    from core.frontend import import_onnx
+    from tests.backend_calls import extract_tasks, optimize
+
+    target = get_target("x86-64-v3")
+    data, _ = _dense_model(m, 256, 1024)
+    (task,) = extract_tasks(optimize(import_onnx(data), 3, target), target)
+    asm = assembly([task.instantiate(None)], target)
+    loop = max(re.split(r"\n\.LBB\d+_\d+:", asm), key=lambda blk: blk.count("vfmadd")).split("\n\tj")[0]
+    assert loop.count("vfmadd") >= 2 and not re.search(r"vmovups\s+%ymm\d+, [^\n]*\(", loop)

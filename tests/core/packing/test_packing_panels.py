@@ -25,5 +25,7 @@ def test_unpack_weights_inverts_batched_packing():
 
 def test_only_float32_products_of_some_size_are_worth_packing():
     assert worth_packing(8, 40, 64, "float32")
-    assert not worth_packing(1, 1024, 1024, "float32")  # a GEMV: B's rows are contiguous already
+    assert not worth_packing(1, 1024, 1024, "float32")  # a GEMV: packing at run time costs a pass over B
+    assert worth_packing(1, 1024, 1024, "float32", constant=True)  # ... at compile time, nothing
+    assert not worth_packing(1, 16, 16, "float32", constant=True)  # tiny
     assert not worth_packing(8, 40, 64, "float16") and not worth_packing(4, 8, 8, "float32")  # dtype; tiny
