@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 import numpy as np
 import onnx
@@ -37,9 +39,41 @@ DEFAULT_BUDGET = SizeBudget()
 MAX_OPSET = 28
 
 
+_LOADED: ContextVar[Optional[dict]] = ContextVar("kiln_loaded_models", default=None)
+
+
+@contextmanager
+def loads_remembered() -> Iterator[None]:
+    """Inside: load_model checks a model file once (kiln compile's pre-flight, then the compile's import); each
+    later load of the same unchanged file gets a copy of the checked model instead of reading, checking and
+    inferring its shapes again."""
+    token = _LOADED.set({})
+    try:
+        yield
+    finally:
+        _LOADED.reset(token)
+
+
 def load_model(model: ModelSource, *, allow_external_data: bool = True,
                budget: SizeBudget = DEFAULT_BUDGET) -> onnx.ModelProto:
     """The checked model. `allow_external_data=False` for a single uploaded file, which has no data beside it."""
+    remembered = _LOADED.get()
+    if remembered is None or not isinstance(model, (str, os.PathLike)):
+        return _load_model(model, allow_external_data, budget)
+    try:
+        st = os.stat(model)
+    except OSError:
+        return _load_model(model, allow_external_data, budget)  # its own clear error
+    key = (os.path.realpath(model), st.st_size, st.st_mtime_ns, allow_external_data, budget)
+    if key not in remembered:
+        remembered.clear()  # one model at a time
+        remembered[key] = _load_model(model, allow_external_data, budget)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(remembered[key])  # callers may change theirs (the quantizer names nodes)
+    return copy
+
+
+def _load_model(model: ModelSource, allow_external_data: bool, budget: SizeBudget) -> onnx.ModelProto:
     proto, folder = _parse(model)
     check_opsets(proto)
     tensors = list(_tensors(proto.graph))

@@ -99,8 +99,7 @@ class ForkedCall:
             answer = worker.answers.next()
         except EOFError:  # it died: this process calls fn
             answer = None
-        worker.index = None
-        _end(worker)
+        _end(worker)  # killed, not left to see its task pipe close: a later fork of this process may hold that open
         if answer is None:
             return self._fn()
         if answer[0] == "error":
