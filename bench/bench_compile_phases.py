@@ -1,6 +1,7 @@
 """Where the seconds of one `kiln compile` go, phase by phase (interpreter start, imports, pre-flight, the compile's
 own stages, saving, exit), cold kernel cache and warm, medians over rounds; `--profile N` also prints the N functions
-of one cold compile built on one process (cProfile sees no forked worker), with the most cumulative time.
+of one cold compile (built on one process unless --profile-jobs says more: cProfile sees no forked worker), by
+cumulative and by own time.
 
     .venv/bin/python bench/bench_compile_phases.py [--model resnet18] [--rounds 3] [--default] [--profile 30]
 """
@@ -24,8 +25,14 @@ MODELS_DIR = ROOT.parent / "shared" / "models"
 # Runs in the compiling process: `kiln compile` as the console script runs it, with clocks around the parts the
 # report's timings_s leave out. Arguments: the CLI's argv, then where to write the clocks and (or "") the profile.
 DRIVER = r"""
-import sys, time, json
-clocks = {"started": time.perf_counter()}
+import gc, sys, time, json
+clocks = {"started": time.perf_counter(), "gc": 0.0}
+def _gc_clock(phase, info, started=[0.0]):  # the collector's own time in this process
+    if phase == "start":
+        started[0] = time.perf_counter()
+    else:
+        clocks["gc"] += time.perf_counter() - started[0]
+gc.callbacks.append(_gc_clock)
 argv, clock_file, profile_file = sys.argv[1:-2], sys.argv[-2], sys.argv[-1]
 if profile_file:
     import cProfile
@@ -65,12 +72,13 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def compile_once(model: Path, quick: bool, cache: Path, scratch: Path, profile: str = "") -> dict[str, float]:
-    """One `kiln compile` in a fresh interpreter: its phases in seconds. Profiled, it builds on one process (--jobs 1),
-    so that the profile sees the lowering and code generation too."""
+def compile_once(model: Path, quick: bool, cache: Path, scratch: Path, profile: str = "",
+                 profile_jobs: int = 1) -> dict[str, float]:
+    """One `kiln compile` in a fresh interpreter: its phases in seconds. Profiled, it builds on `profile_jobs`
+    processes (1: the profile sees the lowering and code generation too)."""
     out, clock_file = scratch / "out.tar.gz", scratch / "clocks.json"
     argv = ["compile", str(model), "-o", str(out), "--kernel-cache", str(cache)] + (["--quick"] if quick else [])
-    argv += ["--jobs", "1"] if profile else []
+    argv += ["--jobs", str(profile_jobs)] if profile else []
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: modules load from their bytecode cache
     start, cpu = time.perf_counter(), children_cpu()
@@ -100,6 +108,7 @@ def compile_once(model: Path, quick: bool, cache: Path, scratch: Path, profile: 
     phases["after save until main returns"] = c["main returned"] - c["save end"]
     timed_here = c["main returned"] - c["started"]
     phases["interpreter start + exit"] = wall - timed_here
+    phases["of these: the collector (main process)"] = c["gc"]
     del phases["interpreter start"]
     build = report.get("build") or {}
     phases["kernels built"] = float(build.get("built", 0))
@@ -115,6 +124,8 @@ def main() -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after the rounds, one cold compile on one process (--jobs 1) under cProfile: its N most "
                              "expensive functions, by cumulative and by own time")
+    parser.add_argument("--profile-jobs", type=int, default=1, metavar="J",
+                        help="build processes of the profiled compile (more: the profile is the main process's)")
     args = parser.parse_args()
     model = MODELS_DIR / f"{args.model}.onnx"
     quick = not args.default
@@ -128,19 +139,20 @@ def main() -> int:
                 runs[state].append(compile_once(model, quick, cache, scratch))
                 print(f"round {round_ + 1} {state}: {runs[state][-1]['wall']:.2f} s (load {load()})", file=sys.stderr)
             loads.append(load())
-        print(f"kiln compile {args.model}{' --quick' if quick else ''}: seconds, median of {args.rounds} round(s); "
-              f"load averages {' | '.join(loads)}")
-        print("| phase | cold | warm |")
-        print("|---|---|---|")
-        for phase in runs["cold"][0]:
-            values = [statistics.median(run.get(phase, 0.0) for run in runs[state]) for state in ("cold", "warm")]
-            fmt = "{:.0f}" if phase.startswith("kernels") else "{:.2f}"
-            print(f"| {phase} | " + " | ".join(fmt.format(v) for v in values) + " |")
+        if args.rounds:
+            print(f"kiln compile {args.model}{' --quick' if quick else ''}: seconds, median of {args.rounds} round(s); "
+                  f"load averages {' | '.join(loads)}")
+            print("| phase | cold | warm |")
+            print("|---|---|---|")
+            for phase in runs["cold"][0]:
+                values = [statistics.median(run.get(phase, 0.0) for run in runs[state]) for state in ("cold", "warm")]
+                fmt = "{:.0f}" if phase.startswith("kernels") else "{:.2f}"
+                print(f"| {phase} | " + " | ".join(fmt.format(v) for v in values) + " |")
         if args.profile:
             import pstats
 
             stats_file = scratch / "profile.out"
-            compile_once(model, quick, scratch / "cache-profiled", scratch, str(stats_file))
+            compile_once(model, quick, scratch / "cache-profiled", scratch, str(stats_file), args.profile_jobs)
             for order in ("cumulative", "tottime"):
                 pstats.Stats(str(stats_file)).sort_stats(order).print_stats(args.profile)
     return 0
