@@ -124,6 +124,7 @@ def main() -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after the rounds, one cold compile on one process (--jobs 1) under cProfile: its N most "
                              "expensive functions, by cumulative and by own time")
+    parser.add_argument("--profile-out", type=Path, help="keep the profile there (pstats), e.g. to read its callers")
     parser.add_argument("--profile-jobs", type=int, default=1, metavar="J",
                         help="build processes of the profiled compile (more: the profile is the main process's)")
     args = parser.parse_args()
@@ -151,7 +152,7 @@ def main() -> int:
         if args.profile:
             import pstats
 
-            stats_file = scratch / "profile.out"
+            stats_file = args.profile_out or scratch / "profile.out"
             compile_once(model, quick, scratch / "cache-profiled", scratch, str(stats_file), args.profile_jobs)
             for order in ("cumulative", "tottime"):
                 pstats.Stats(str(stats_file)).sort_stats(order).print_stats(args.profile)
