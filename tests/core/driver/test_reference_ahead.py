@@ -9,11 +9,15 @@ import sys
 import numpy as np
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+import core
+from core.driver.reference import EXACT_REFERENCE
 from core.driver.reference_ahead import ReferenceAhead
 from core.driver.validate import session_outputs
 from core.errors import ValidationInputError
 from tests.conftest import ROOT, tiny_model
+from tests.helpers.onnx_models import make_model
 
 
 def onnxruntime_outputs(model: bytes, feeds: dict) -> list:
@@ -50,3 +54,23 @@ def test_a_quick_kiln_compile_validates_without_importing_onnxruntime_itself(tmp
                           "--quick", "--kernel-cache", "off"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "validation: max abs error" in out.stdout and "onnxruntime imported: False" in out.stdout
+
+
+def qdq_relu() -> bytes:
+    """x -> QuantizeLinear -> DequantizeLinear -> Relu: a quantized model, whose reference is the exact rewrite."""
+    consts = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z")]
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+         helper.make_node("Relu", ["d"], ["y"])],
+        "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])], consts)
+    return make_model(graph).SerializeToString()
+
+
+def test_a_quantized_model_has_its_sessions_opened_here_and_a_quick_compile_still_validates_exactly():
+    model = qdq_relu()
+    sample = {"x": np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32)}
+    assert ReferenceAhead(model, [sample], threads=1).sessions() is None  # the exact reference: opened here
+    report = core.compile(model, quick=True, kernel_cache="off").report
+    assert report["validation"]["passed"] and report["validation"]["reference"] == EXACT_REFERENCE
