@@ -86,6 +86,7 @@ def _input_arrays(given: list[tuple[str, Path]], inputs: list[dict], ranged: Opt
 
 def cmd_compile(args: argparse.Namespace) -> int:
     import core
+    from core.frontend.model_loading import loads_remembered
 
     from .quantize import quantize_options, summary_lines
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -102,21 +103,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
             raise KilnError(f"--jobs must be at least 1, not {args.jobs}")
         os.environ["KILN_BUILD_JOBS"] = str(args.jobs)
     gate.check_local_baseline(args)
-    _preflight(model)
-    with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TimeElapsedColumn(),
-                  transient=True, disable=not sys.stderr.isatty(), console=None) as bar:
-        task = bar.add_task("compile", total=1.0)
-        artifact = core.compile(model, target=args.target, opt_level=args.opt_level,
-                                input_shapes=dict(args.input_shape or []), tuning=_tuning_options(args, bar),
-                                validate=args.validate, tolerance=args.tolerance, bisect=args.bisect, precision=args.precision,
-                                calibration=args.calibration,
-                                quantization=quantize_options(args) if args.precision == "int8" else None,
-                                validation_inputs=args.validation_inputs or None, name=args.name,
-                                kernel_cache=args.kernel_cache, quick=args.quick, max_trip_count=args.max_trip_count,
-                                progress=lambda stage, done, detail: bar.update(task, description=detail or stage.value,
-                                                                                completed=done))
-        gate.add_local_baseline(artifact, args, model)
-        out = artifact.save(args.output)
+    with loads_remembered():  # the pre-flight checks the model file, the compile takes a copy
+        _preflight(model)
+        with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TimeElapsedColumn(),
+                      transient=True, disable=not sys.stderr.isatty(), console=None) as bar:
+            task = bar.add_task("compile", total=1.0)
+            artifact = core.compile(model, target=args.target, opt_level=args.opt_level,
+                                    input_shapes=dict(args.input_shape or []), tuning=_tuning_options(args, bar),
+                                    validate=args.validate, tolerance=args.tolerance, bisect=args.bisect, precision=args.precision,
+                                    calibration=args.calibration,
+                                    quantization=quantize_options(args) if args.precision == "int8" else None,
+                                    validation_inputs=args.validation_inputs or None, name=args.name,
+                                    kernel_cache=args.kernel_cache, quick=args.quick, max_trip_count=args.max_trip_count,
+                                    progress=lambda stage, done, detail: bar.update(task, description=detail or stage.value,
+                                                                                    completed=done))
+            gate.add_local_baseline(artifact, args, model)
+            out = artifact.save(args.output)
     report = artifact.report
     lat, val = report["latency_ms"], report["validation"]
     print(f"wrote {out} ({report['graph']['kernels']} kernels, {report['timings_s']['total']:.1f} s)")

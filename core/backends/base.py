@@ -126,6 +126,10 @@ class Backend:
         calls it before it looks templates up (core/tune/task.py extract_tasks)."""
 
     # -- building ----------------------------------------------------------------------------------
+    def start_build(self, target: Target) -> None:
+        """Starts, before the kernels are lowered, what the model's library needs whatever its kernels, so that it
+        runs alongside the lowering (the CPU runtime's C objects with a cold cache); nothing by default."""
+
     def build_library(self, funcs: Sequence["PrimFunc"], target: Target, out_path: Path,
                       plan: Optional["ModelPlan"] = None) -> Path:
         """The artifact's shared library at `out_path`: the kernels, and the model entry when `plan` is given."""

@@ -1,7 +1,7 @@
 """The C runtime linked into every library: the thread pool always, the model runtime with a plan,
 the CUDA backend (kernel launches through the driver API) in GPU model libraries.
 Each object is compiled once per (compiler, sources): kept in the process (tests build many libraries) and in the
-kernel cache."""
+kernel cache; with a cold cache, a model's build starts the compiler on them before its kernels are lowered."""
 from __future__ import annotations
 
 import hashlib
@@ -9,12 +9,14 @@ import os
 import shutil
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..runtime.header import render_api_shim
 from .kernel_cache import CachedObject, current_cache
-from .toolchain import compile_c
+from ..process.tool import RunningTool
+from .toolchain import compile_c, start_compile_c
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 POOL_SOURCE = "kiln_threadpool.c"
@@ -24,6 +26,7 @@ SHAPED_SOURCE = "kiln_shaped.c"
 ISA_SOURCE = "kiln_isa.c"  # a multi-ISA library's variant choice (core/codegen/isa_dispatch.py)
 
 _objects: dict[tuple[str, str], bytes] = {}
+_started: dict[tuple[str, str], "_Started"] = {}
 _lock = threading.Lock()
 
 
@@ -45,31 +48,81 @@ def _compiler_identity(cc: str) -> str:
         return path
 
 
+def _disk_key(cc: str, digest: str) -> str:
+    return hashlib.sha256(f"runtime-object\0{_compiler_identity(cc)}\0{digest}".encode()).hexdigest()
+
+
+@dataclass
+class _Started:
+    """A runtime object the C compiler is building while this process goes on (start_runtime_objects)."""
+
+    tool: RunningTool
+    folder: Path
+    obj: Path
+    pid: int  # of the process that started it: only it can wait for the compiler
+
+
+def _start(cc: str, source: Path) -> _Started:
+    folder = Path(tempfile.mkdtemp(prefix="kiln-rt-"))
+    obj = folder / (source.stem + ".o")
+    try:
+        return _Started(start_compile_c(cc, source, obj, include_dirs=(RUNTIME_DIR,)), folder, obj, os.getpid())
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _finish(started: _Started) -> CachedObject:
+    try:
+        started.tool.wait()
+        return CachedObject(started.obj.read_bytes(), ())
+    finally:
+        shutil.rmtree(started.folder, ignore_errors=True)
+
+
 def _object_bytes(cc: str, source: Path) -> bytes:
     key = (cc, _sources_digest(source))
     with _lock:
         if key not in _objects:
+            started = _started.pop(key, None)
+            started = started if started is not None and started.pid == os.getpid() else None
             cache = current_cache()  # shared with the kernels: a fresh process need not run the C compiler
-            disk_key = hashlib.sha256(f"runtime-object\0{_compiler_identity(cc)}\0{key[1]}".encode()).hexdigest()
-            hit = cache.get(disk_key) if cache is not None else None
+            hit = cache.get(_disk_key(cc, key[1])) if cache is not None and started is None else None
             if hit is None:
-                with tempfile.TemporaryDirectory(prefix="kiln-rt-") as tmp:
-                    obj = Path(tmp) / (source.stem + ".o")
-                    compile_c(cc, source, obj, include_dirs=(RUNTIME_DIR,))
-                    hit = CachedObject(obj.read_bytes(), ())
+                hit = _finish(started or _start(cc, source))
                 if cache is not None:
-                    cache.put(disk_key, hit)
+                    cache.put(_disk_key(cc, key[1]), hit)
             _objects[key] = hit.data
         return _objects[key]
+
+
+def _sources(with_model: bool, with_cuda: bool = False, with_shapes: bool = False, with_isa: bool = False) -> list[str]:
+    names = [POOL_SOURCE] + ([MODEL_SOURCE] if with_model else []) + ([CUDA_SOURCE] if with_cuda else [])
+    return names + ([SHAPED_SOURCE] if with_shapes else []) + ([ISA_SOURCE] if with_isa else [])
+
+
+def start_runtime_objects(cc: str, with_model: bool, with_isa: bool = False) -> None:
+    """Starts the C compiler on each runtime object a library will link that neither this process nor the kernel
+    cache has, so that it compiles while the kernels are lowered (a cold cache); `runtime_objects` takes them."""
+    cache = current_cache()
+    for name in _sources(with_model, with_isa=with_isa):
+        source = RUNTIME_DIR / name
+        key = (cc, _sources_digest(source))
+        with _lock:
+            if key in _objects or key in _started and _started[key].pid == os.getpid():
+                continue
+            hit = cache.get(_disk_key(cc, key[1])) if cache is not None else None
+            if hit is not None:
+                _objects[key] = hit.data
+            else:
+                _started[key] = _start(cc, source)
 
 
 def runtime_objects(cc: str, out_dir: Path, with_model: bool, with_cuda: bool = False,
                     with_shapes: bool = False, with_isa: bool = False) -> list[Path]:
     """Write the runtime's object files into `out_dir` and return their paths (to pass to the linker)."""
-    names = [POOL_SOURCE] + ([MODEL_SOURCE] if with_model else []) + ([CUDA_SOURCE] if with_cuda else [])
-    names += ([SHAPED_SOURCE] if with_shapes else []) + ([ISA_SOURCE] if with_isa else [])
     paths = []
-    for name in names:
+    for name in _sources(with_model, with_cuda, with_shapes, with_isa):
         path = out_dir / (Path(name).stem + ".o")
         path.write_bytes(_object_bytes(cc, RUNTIME_DIR / name))
         paths.append(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import BuildError
-from ..process.tool import run_tool
+from ..process.tool import RunningTool, run_tool, start_tool
 from ..target import Target
 
 # The architectures whose machine code LLVM's CPU backends emit here and the C toolchain links (NVPTX is not one).
@@ -44,9 +44,14 @@ def find_compiler(target: Target) -> str:
 
 
 def compile_c(cc: str, source: Path, obj: Path, include_dirs: tuple[Path, ...] = ()) -> None:
+    start_compile_c(cc, source, obj, include_dirs).wait()
+
+
+def start_compile_c(cc: str, source: Path, obj: Path, include_dirs: tuple[Path, ...] = ()) -> RunningTool:
+    """compile_c started, to run while this process goes on (`wait()` ends it as compile_c would)."""
     cmd = [cc, "-c", "-O2", "-fPIC", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-fvisibility=default"]
     cmd += [f"-I{d}" for d in include_dirs] + ["-o", str(obj), str(source)]
-    run_tool(cmd, f"compiling {source.name}")
+    return start_tool(cmd, f"compiling {source.name}")
 
 
 def link_shared(cc: str, objects: list[Path], out: Path, libs: list[str] = (),

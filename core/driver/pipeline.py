@@ -42,6 +42,7 @@ from .quantize_stage import (accuracy_not_measured, accuracy_on_artifact, after_
 from .precision import PrecisionError, check_precision, judged_as, judged_origin, model_precision, report_section, store_weights
 from .tolerance import origins_or_empty
 from .reference import onnxruntime_on_host, open_sessions
+from .reference_ahead import reference_ahead
 from .shape_plan import io_info, shape_plan, shapes_option
 from ..frontend.converters.control_flow_runtime import max_trip_count as loop_bound
 from .validate import validate as validate_against_ort
@@ -168,6 +169,9 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         backend.check_ops((node.op for node in imported[-1].nodes), tgt)  # what the target cannot compile, at once
         samples = shapes.samples(checks, imported)  # bad inputs fail before minutes of building
     nodes_in = len(imported[-1].nodes)
+    # A quick compile's reference runs on a forked child during the build (core/driver/reference_ahead.py)
+    ahead = reference_ahead(data, imported[-1], samples, tgt, backend, threads) if (
+        quick and checks.enabled and quantized is None) else None
     weights_precision = precision or model_precision(imported[-1])
     storage_dtypes = backend.weight_storage_dtypes(tgt)
     with stage(Stage.OPTIMIZE):
@@ -191,6 +195,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         timings["tune"] = 0.0
     workdir = new_workdir()
     with stage(Stage.BUILD), building(kernel_cache) as build_stats:
+        backend.start_build(tgt)
         linked = shapes.link([build_executable(g, tgt, backend, schedule_for=o.schedule_for if o else None)
                               for g, o in zip(graphs, outcomes)], graphs)
         backend.build_library(list(linked.funcs), tgt, workdir / names.library,
@@ -237,7 +242,7 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
         reason = f"ONNX Runtime's Python API cannot exchange {', '.join(unexchangeable)} tensors"
         validation, latency = {"skipped": reason}, {"skipped": reason}
     elif runs_here and (checks.enabled or benchmark):
-        sessions = open_sessions(data, nthreads)
+        sessions = (ahead and ahead.sessions()) or open_sessions(data, nthreads)
         if sessions.baseline is None:  # still validated, against ONNX's reference evaluator
             validation, latency, benchmark = {"skipped": sessions.skipped}, {"skipped": sessions.skipped}, False
             if not checks.enabled:
@@ -252,7 +257,8 @@ def compile(model: ModelLike, target: "str | Target" = "native", opt_level: int 
                     with stage(Stage.VALIDATE):
                         origins = {**origins_or_empty(data), **judged_as(weights_precision, precision is not None, {
                             n: graph.type_of(n).dtype for n in graph.outputs})}
-                        comparison, worst_feeds = validate_against_ort(module, sessions.reference, graph, samples=samples,
+                        comparison, worst_feeds = validate_against_ort(module, sessions.reference, graph,
+                                                                       samples=ahead.samples if ahead else samples,
                                                                        origins=origins, user_tolerance=checks.tolerance)
                         # Kernels run one by one from the library itself: only a host CPU library exports them.
                         no_bisect = shapes.no_bisect or (

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 import numpy as np
 import onnx
@@ -37,9 +39,41 @@ DEFAULT_BUDGET = SizeBudget()
 MAX_OPSET = 28
 
 
+_LOADED: ContextVar[Optional[dict]] = ContextVar("kiln_loaded_models", default=None)
+
+
+@contextmanager
+def loads_remembered() -> Iterator[None]:
+    """Inside: load_model checks a model file once (kiln compile's pre-flight, then the compile's import); each
+    later load of the same unchanged file gets a copy of the checked model instead of reading, checking and
+    inferring its shapes again."""
+    token = _LOADED.set({})
+    try:
+        yield
+    finally:
+        _LOADED.reset(token)
+
+
 def load_model(model: ModelSource, *, allow_external_data: bool = True,
                budget: SizeBudget = DEFAULT_BUDGET) -> onnx.ModelProto:
     """The checked model. `allow_external_data=False` for a single uploaded file, which has no data beside it."""
+    remembered = _LOADED.get()
+    if remembered is None or not isinstance(model, (str, os.PathLike)):
+        return _load_model(model, allow_external_data, budget)
+    try:
+        st = os.stat(model)
+    except OSError:
+        return _load_model(model, allow_external_data, budget)  # its own clear error
+    key = (os.path.realpath(model), st.st_size, st.st_mtime_ns, allow_external_data, budget)
+    if key not in remembered:
+        remembered.clear()  # one model at a time
+        remembered[key] = _load_model(model, allow_external_data, budget)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(remembered[key])  # callers may change theirs (the quantizer names nodes)
+    return copy
+
+
+def _load_model(model: ModelSource, allow_external_data: bool, budget: SizeBudget) -> onnx.ModelProto:
     proto, folder = _parse(model)
     check_opsets(proto)
     tensors = list(_tensors(proto.graph))
@@ -280,9 +314,35 @@ def _check(source: onnx.ModelProto | Path) -> None:
         raise InvalidModelError(f"not an ONNX model: it fails the ONNX checker: {_first_line(err)}") from None
 
 
+# Float initializers of at least this many elements go to shape inference without their values: inference reads the
+# values of shape-like inputs only (int64 shapes, a Resize's few float scales), and passing a large model's weights
+# costs four copies of them (serialized, parsed by ONNX, serialized back, parsed again: ~0.3 s for resnet18's 45 MB).
+_VALUES_NOT_INFERRED = 1024
+_FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                          onnx.TensorProto.DOUBLE})
+
+
+def _without_weight_values(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """`proto` with its large float initializers' values dropped (types and dims kept), or `proto` itself when it has
+    none; the caller's proto is never changed."""
+    large = [k for k, t in enumerate(proto.graph.initializer) if t.data_type in _FLOAT_TYPES and t.HasField("raw_data")
+             and math.prod(t.dims) >= _VALUES_NOT_INFERRED]
+    if not large:
+        return proto
+    light = onnx.ModelProto()
+    light.CopyFrom(proto)
+    for k in large:
+        tensor = light.graph.initializer[k]
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL  # values elsewhere: inference reads types and dims only
+        del tensor.external_data[:]
+        tensor.external_data.add(key="location", value="not-read-by-shape-inference")
+    return light
+
+
 def _infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+        return onnx.shape_inference.infer_shapes(_without_weight_values(proto), check_type=True, strict_mode=True)
     except (onnx.shape_inference.InferenceError, ValueError) as err:
         raise InvalidModelError(f"not an ONNX model: ONNX shape inference rejects it: {_first_line(err)}") from None
 

@@ -1,5 +1,6 @@
 """A function over indices on forked worker processes, its results yielded as they come (a model's kernels lowered on
-several cores: core/lowering/executable.py).
+several cores: core/lowering/executable.py); one call on a forked child while this process goes on (`forked_call`:
+the validation reference computed during the build, core/driver/reference_ahead.py).
 
 Forked, not spawned: a child starts at once with everything the parent imported and built (the graph, the backend,
 the schedules), so only an index goes out and only the result (a pickle) comes back. Children exit when their
@@ -73,6 +74,49 @@ def forked_map(work: Callable[[int], Any], indices: Iterable[int], jobs: int) ->
     finally:
         gc.unfreeze()
         _end_all(workers)
+
+
+class ForkedCall:
+    """`fn()` running on a forked child from now on; `result()` (once) waits for its value. As in forked_map, an error in
+    the child runs `fn` here (the same error, with this process's traceback), and a child that died, or one cancelled
+    before `result()`, has `fn` run here. `cancel()` ends the child when its result is not wanted (always safe)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self._fn = fn
+        gc.freeze()  # as in forked_map: the child's collector leaves the parent's objects alone
+        try:
+            self._worker: Optional[_Worker] = _start(lambda _: fn(), [])
+        finally:
+            gc.unfreeze()
+        if not _give(self._worker, deque([0])):
+            self._worker = None
+
+    def result(self) -> Any:
+        worker, self._worker = self._worker, None
+        if worker is None:  # the child was gone before it had its task, or it was cancelled
+            return self._fn()
+        try:
+            answer = worker.answers.next()
+        except EOFError:  # it died: this process calls fn
+            answer = None
+        _end(worker)  # killed, not left to see its task pipe close: a later fork of this process may hold that open
+        if answer is None:
+            return self._fn()
+        if answer[0] == "error":
+            self._fn()
+            raise rebuild_error(*answer[2:7])  # it passed here: the child's error after all
+        return answer[2]
+
+    def cancel(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            _end(worker)
+
+    def __del__(self):  # a compile that failed before it wanted the result: the child is ended and reaped
+        try:
+            self.cancel()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 def _start(work: Callable[[int], Any], others: list[_Worker]) -> _Worker:

@@ -36,6 +36,12 @@ class CpuBackend(Backend):
 
         return schedule_epilogue
 
+    def start_build(self, target: Target) -> None:
+        from ...codegen.runtime_objects import start_runtime_objects
+        from ...codegen.toolchain import find_compiler
+
+        start_runtime_objects(find_compiler(target), with_model=True, with_isa=len(target.compiled_for()) > 1)
+
     def build_library(self, funcs: Sequence, target: Target, out_path: Path, plan=None) -> Path:
         from ...codegen.build import build_cpu_library
 

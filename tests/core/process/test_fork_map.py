@@ -1,4 +1,5 @@
-"""forked_map: results from forked children, the one error of a failing index, children ended, dead children covered."""
+"""forked_map: results from forked children, the one error of a failing index, children ended, dead children covered;
+ForkedCall: one call on a forked child, the same guarantees."""
 from __future__ import annotations
 
 import os
@@ -6,7 +7,7 @@ import os
 import pytest
 
 from core.errors import KilnError
-from core.process.fork_map import forked_map
+from core.process.fork_map import ForkedCall, forked_map
 
 
 class _Refused(KilnError):
@@ -69,3 +70,38 @@ def test_a_child_that_dies_has_its_index_run_here():
 def test_an_unpicklable_result_is_an_error_not_a_hang():
     with pytest.raises(Exception, match="pickle"):
         list(forked_map(lambda i: (lambda: i), range(3), jobs=2))
+
+
+def test_a_forked_call_runs_on_a_child_while_this_process_goes_on_and_the_child_is_reaped():
+    parent = os.getpid()
+    read, write = os.pipe()
+    call = ForkedCall(lambda: (os.read(read, 1), os.getpid()))  # it waits until this process has gone on
+    os.write(write, b"x")
+    byte, pid = call.result()
+    assert byte == b"x" and pid != parent and _gone(pid)
+
+
+def test_a_forked_call_error_is_raised_here_with_its_type():
+    def refuse() -> int:
+        raise _Refused("the call", "refused on purpose")
+
+    with pytest.raises(_Refused, match="the call: refused on purpose"):
+        ForkedCall(refuse).result()
+
+
+def test_a_forked_call_whose_child_dies_or_that_was_cancelled_runs_here():
+    parent = os.getpid()
+
+    def crash_in_child() -> int:
+        if os.getpid() != parent:
+            os._exit(3)
+        return os.getpid()
+
+    assert ForkedCall(crash_in_child).result() == parent
+    read, write = os.pipe()
+    waiting = ForkedCall(lambda: os.read(read, 1) and os.getpid())  # never answers before it is cancelled
+    pid = waiting._worker.pid
+    waiting.cancel()
+    assert _gone(pid)  # killed and reaped
+    os.write(write, b"x")
+    assert waiting.result() == parent  # wanted after all: it runs here
