@@ -7,6 +7,7 @@
  * (the largest by default, its lengths at their largest, so kiln_run serves the declared upper bounds).
  * kiln_run_device_shaped does the same on device buffers: it checks the shapes and picks the bucket here, and the
  * device backend (kiln_cuda.c) pads and cuts on the device while kiln_run_device runs (kiln_shaped.h). */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +35,13 @@ extern const char* const kiln_dyn_var_names[];
 extern const kiln_runner kiln_dyn_runners[];
 int32_t kiln_bucket_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                             double* call_ms);
+int kiln_profile(kiln_model* model, const void* const* inputs, void* const* outputs, double* call_ms);
+/* Per bucket: its profiling runner and its calls' names (kiln_dyn_call_names[kiln_dyn_call_start[b] + i]); weak:
+ * a library without them (a GPU one) profiles the largest bucket only. */
+typedef int32_t (*kiln_profiler)(void*, const void*, const void* const*, void* const*, double*);
+extern const kiln_profiler kiln_dyn_profilers[] __attribute__((weak));
+extern const int32_t kiln_dyn_call_start[] __attribute__((weak));
+extern const char* const kiln_dyn_call_names[] __attribute__((weak));
 
 #define KILN_MAX_RANK 16
 #define KILN_MAX_VARS (KILN_MAX_RANK * 8 + 1)
@@ -57,6 +65,7 @@ int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inpu
 
 int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                            double* call_ms) {
+    if (selected >= 0 && kiln_dyn_profilers) return kiln_dyn_profilers[selected](arena, weights, inputs, outputs, call_ms);
     const void* all[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
     return kiln_bucket_profile(arena, weights, with_largest_lengths(inputs, all), outputs, call_ms);
 }
@@ -278,19 +287,99 @@ static int checked_bucket(const char* who, const void* inputs, const void* outpu
     return pick_bucket(actual);
 }
 
-int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
-                    void* const* outputs, int64_t* const* output_shapes) {
+/* A shaped run's padded inputs and outputs live in buffers kept per thread across runs: a fresh block per run
+ * was fresh pages each time (a KV cache's 4 MB at every decoder step, zeroed by the kernel: more than the step's
+ * own work at a short past). An input's buffer is zero outside the region the last run copied in, so a run whose
+ * region holds that one (a growing cache, the same bucket) clears nothing; any other clears the bucket's size. */
+typedef struct {
+    void* data;
+    size_t capacity;
+    int bucket;                     /* the bucket whose compiled shape the zeros are laid out in; -1 none */
+    int64_t filled[KILN_MAX_RANK];  /* the region the last run copied in */
+} scratch_buf;
+
+typedef struct {
+    scratch_buf* in;
+    scratch_buf* out;
+} scratch_set;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_ok;
+
+static void scratch_set_free(void* p) {
+    scratch_set* set = p;
+    if (!set) return;
+    for (int i = 0; set->in && i < kiln_graph_num_inputs; i++) free(set->in[i].data);
+    for (int o = 0; set->out && o < kiln_graph_num_outputs; o++) free(set->out[o].data);
+    free(set->in);
+    free(set->out);
+    free(set);
+}
+
+static void scratch_key_create(void) { scratch_ok = pthread_key_create(&scratch_key, scratch_set_free) == 0; }
+
+/* Unloading the library: no thread may call a destructor in it later (other threads' buffers are left). */
+__attribute__((destructor)) static void scratch_key_delete(void) {
+    if (!scratch_ok) return;
+    scratch_set_free(pthread_getspecific(scratch_key));
+    pthread_key_delete(scratch_key);
+    scratch_ok = 0;
+}
+
+static scratch_set* thread_scratch(void) {
+    pthread_once(&scratch_once, scratch_key_create);
+    if (!scratch_ok) return NULL;
+    scratch_set* set = pthread_getspecific(scratch_key);
+    if (set) return set;
+    set = calloc(1, sizeof *set);
+    if (set) {
+        set->in = calloc((size_t)kiln_graph_num_inputs + 1, sizeof *set->in);
+        set->out = calloc((size_t)kiln_graph_num_outputs + 1, sizeof *set->out);
+    }
+    if (!set || !set->in || !set->out || pthread_setspecific(scratch_key, set) != 0) {
+        scratch_set_free(set);
+        return NULL;
+    }
+    for (int i = 0; i < kiln_graph_num_inputs; i++) set->in[i].bucket = -1;
+    return set;
+}
+
+/* The buffer with room for `bytes` (64-byte aligned), or NULL; a new block holds no known zeros. */
+static void* reserve(scratch_buf* buf, size_t bytes) {
+    if (bytes <= buf->capacity && buf->data) return buf->data;
+    free(buf->data);
+    size_t size = (bytes + 63) / 64 * 64;
+    buf->data = aligned_alloc(64, size ? size : 64);
+    buf->capacity = buf->data ? size : 0;
+    buf->bucket = -1;
+    return buf->data;
+}
+
+/* Input data at `actual` laid out in bucket b's compiled `shape`, zero elsewhere, in `buf`; NULL when out of memory. */
+static const void* padded_input(scratch_buf* buf, int b, const int64_t* shape, const void* data, const int64_t* actual,
+                                int nd, size_t item) {
+    size_t bytes = numel(shape, nd) * item;
+    if (!reserve(buf, bytes)) return NULL;
+    int holds = buf->bucket == b;
+    for (int d = 0; d < nd && holds; d++) holds = actual[d] >= buf->filled[d];
+    if (!holds) memset(buf->data, 0, bytes);
+    if (data) copy_region(buf->data, shape, data, actual, actual, nd, item);
+    buf->bucket = b;
+    memcpy(buf->filled, actual, sizeof(int64_t) * (size_t)nd);
+    return buf->data;
+}
+
+/* kiln_run_shaped, or kiln_profile at the shapes when call_ms is given. */
+static int run_shaped(const char* who, kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                      void* const* outputs, int64_t* const* output_shapes, double* call_ms) {
     int64_t actual[KILN_MAX_VARS];
-    int b = checked_bucket("kiln_run_shaped", inputs, outputs, input_shapes, actual);
+    int b = checked_bucket(who, inputs, outputs, input_shapes, actual);
     if (b < 0) return -1;
     const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
-    const void** ins = calloc((size_t)kiln_graph_num_inputs + (size_t)kiln_dyn_num_lengths + 1, sizeof *ins);
-    void** outs = calloc((size_t)kiln_graph_num_outputs + 1, sizeof *outs);
-    int rc = -1;
-    if (!ins || !outs) {
-        fail("kiln_run_shaped: out of memory");
-        goto done;
-    }
+    const void* ins[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
+    void* outs[kiln_graph_num_outputs + 1];
+    scratch_set* scratch = NULL;
     for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
         int64_t shape[KILN_MAX_RANK];
         int padded = 0, nd = kiln_dyn_in_ndim[i];
@@ -298,17 +387,18 @@ int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t*
             shape[d] = input_dim(base + d, sizes);
             padded |= shape[d] != input_shapes[i][d];
         }
-        ins[i] = inputs ? inputs[i] : NULL;
+        ins[i] = inputs[i];
         if (padded && (inputs[i] || numel(input_shapes[i], nd) == 0)) { /* an empty input (no past yet) may be NULL */
-            void* scratch = calloc(numel(shape, nd) ? numel(shape, nd) : 1, (size_t)kiln_dyn_in_itemsize[i]);
-            if (!scratch) {
-                fail("kiln_run_shaped: out of memory padding input %d", i);
-                goto done;
+            if (!scratch && !(scratch = thread_scratch())) {
+                fail("%s: out of memory", who);
+                return -1;
             }
-            if (inputs[i])
-                copy_region(scratch, shape, inputs[i], input_shapes[i], input_shapes[i], nd,
-                            (size_t)kiln_dyn_in_itemsize[i]);
-            ins[i] = scratch;
+            ins[i] = padded_input(&scratch->in[i], b, shape, inputs[i], input_shapes[i], nd,
+                                  (size_t)kiln_dyn_in_itemsize[i]);
+            if (!ins[i]) {
+                fail("%s: out of memory padding input %d", who, i);
+                return -1;
+            }
         }
     }
     for (int k = 0; k < kiln_dyn_num_lengths; k++) ins[kiln_graph_num_inputs + k] = &actual[kiln_dyn_length_var[k]];
@@ -320,15 +410,20 @@ int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t*
         for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded |= shape[d] != out_shapes[base + d];
         outs[o] = outputs[o];
         if (padded && outputs[o]) {
-            outs[o] = malloc(numel(out_shapes + base, kiln_dyn_out_ndim[o]) * (size_t)kiln_dyn_out_itemsize[o] + 1);
+            if (!scratch && !(scratch = thread_scratch())) {
+                fail("%s: out of memory", who);
+                return -1;
+            }
+            outs[o] = reserve(&scratch->out[o], numel(out_shapes + base, kiln_dyn_out_ndim[o]) *
+                                                    (size_t)kiln_dyn_out_itemsize[o] + 1);
             if (!outs[o]) {
-                fail("kiln_run_shaped: out of memory for output %d", o);
-                goto done;
+                fail("%s: out of memory for output %d", who, o);
+                return -1;
             }
         }
     }
     selected = b;
-    rc = kiln_run(model, ins, outs);
+    int rc = call_ms ? kiln_profile(model, ins, outs, call_ms) : kiln_run(model, ins, outs);
     selected = -1;
     for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         int64_t shape[KILN_MAX_RANK];
@@ -339,14 +434,46 @@ int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t*
         if (rc == 0 && output_shapes && output_shapes[o])
             memcpy(output_shapes[o], shape, sizeof(int64_t) * (size_t)kiln_dyn_out_ndim[o]);
     }
-done:
-    for (int i = 0; ins && inputs && i < kiln_graph_num_inputs; i++)
-        if (ins[i] != inputs[i]) free((void*)ins[i]);
-    for (int o = 0; outs && o < kiln_graph_num_outputs; o++)
-        if (outs[o] != outputs[o]) free(outs[o]);
-    free(ins);
-    free(outs);
     return rc;
+}
+
+int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                    void* const* outputs, int64_t* const* output_shapes) {
+    return run_shaped("kiln_run_shaped", model, inputs, input_shapes, outputs, output_shapes, NULL);
+}
+
+int kiln_profile_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                        void* const* outputs, double* call_ms) {
+    if (!kiln_dyn_profilers) {
+        fail("kiln_profile_shaped: this library profiles its largest shapes only (kiln_profile)");
+        return -1;
+    }
+    if (!call_ms) {
+        fail("kiln_profile_shaped: call_ms is NULL");
+        return -1;
+    }
+    return run_shaped("kiln_profile_shaped", model, inputs, input_shapes, outputs, NULL, call_ms);
+}
+
+int kiln_shaped_bucket(const int64_t* const* input_shapes) {
+    int64_t actual[KILN_MAX_VARS];
+    if (!input_shapes && kiln_graph_num_inputs > 0) {
+        fail("kiln_shaped_bucket: input_shapes is NULL");
+        return -1;
+    }
+    if (kiln_dyn_num_vars > KILN_MAX_VARS || read_sizes(input_shapes, actual) != 0) return -1;
+    return pick_bucket(actual);
+}
+
+int kiln_bucket_num_calls(int b) {
+    if (b < 0 || b >= kiln_dyn_num_buckets) return -1;
+    return kiln_dyn_call_start ? kiln_dyn_call_start[b + 1] - kiln_dyn_call_start[b]
+                               : (b == kiln_dyn_num_buckets - 1 ? kiln_graph_num_calls : 0);
+}
+
+const char* kiln_bucket_call_name(int b, int i) {
+    if (i < 0 || i >= kiln_bucket_num_calls(b)) return NULL;
+    return kiln_dyn_call_names ? kiln_dyn_call_names[kiln_dyn_call_start[b] + i] : kiln_graph_call_names[i];
 }
 
 static _Thread_local const kiln_shaped_request* device_request; /* set by kiln_run_device_shaped */

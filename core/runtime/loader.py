@@ -355,6 +355,19 @@ class Module:
         shapes = getattr(self._lib, prefix + "_output_shapes")
         shapes.restype, shapes.argtypes = ctypes.c_int, [ctypes.c_void_p] * 2
         self._lib.kiln_output_shapes = shapes
+        # kiln_profile_shaped and its bucket's call names (a library built before them profiles its largest shapes)
+        self._profile_shaped = None
+        found = []
+        for name, res, args in (("_profile_shaped", ctypes.c_int, [ctypes.c_void_p] * 5),
+                                ("_shaped_bucket", ctypes.c_int, [ctypes.c_void_p]),
+                                ("_bucket_num_calls", ctypes.c_int, [ctypes.c_int]),
+                                ("_bucket_call_name", ctypes.c_char_p, [ctypes.c_int, ctypes.c_int])):
+            fn = getattr(self._lib, prefix + name, None)
+            if fn is None:
+                return
+            fn.restype, fn.argtypes = res, args
+            found.append(fn)
+        self._profile_shaped = tuple(found)
 
     # ------------------------------------------------------------ information
 
@@ -645,17 +658,24 @@ class Module:
     def profile(self, repeat: int = 10, *, feeds: Mapping[str, object] | None = None) -> list[dict]:
         """Per kernel call: [{"index", "name", "time_ms"}], the median over `repeat` profiled runs."""
         arrays, outs = self._prepare(feeds if feeds is not None else self.random_inputs())
-        if self._ranges and self._off_max(arrays):
-            raise ValueError("profile runs the largest input shapes only (this model takes ranges)")
         ins, outp = self._pointer_table(arrays), self._pointer_table(outs)
-        n = self._lib.kiln_num_kernel_calls()
+        n, name = self._lib.kiln_num_kernel_calls(), self._lib.kiln_kernel_call_name
+        run = lambda row: self._lib.kiln_profile(self._handle, ins, outp, row.ctypes.data)  # noqa: E731
+        if self._ranges and self._off_max(arrays):  # the bucket kiln_run_shaped runs, timed at these shapes
+            if self._profile_shaped is None:
+                raise ValueError("profile runs the largest input shapes only (this library predates "
+                                 "kiln_profile_shaped)")
+            shaped, bucket_of, count, bucket_name = self._profile_shaped
+            table = self._shaped_call(arrays)[0]
+            bucket = bucket_of(table)
+            self._check(-1 if bucket < 0 else 0, "kiln_shaped_bucket")
+            n, name = count(bucket), functools.partial(bucket_name, bucket)
+            run = lambda row: shaped(self._handle, ins, table, outp, row.ctypes.data)  # noqa: E731
         times = np.zeros((max(1, repeat), max(1, n)), dtype=np.float64)
         for r in range(times.shape[0]):
-            row = times[r]
-            self._check(self._lib.kiln_profile(self._handle, ins, outp, row.ctypes.data), "kiln_profile")
+            self._check(run(times[r]), "kiln_profile")
         med = np.median(times, axis=0)
-        return [{"index": i, "name": self._lib.kiln_kernel_call_name(i).decode(), "time_ms": float(med[i])}
-                for i in range(n)]
+        return [{"index": i, "name": name(i).decode(), "time_ms": float(med[i])} for i in range(n)]
 
     # ------------------------------------------------------------ lifetime
 
