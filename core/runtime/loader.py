@@ -415,6 +415,20 @@ class Module:
             arrays.append(a)
         return arrays
 
+    def _ranged_inputs(self, feeds) -> list[np.ndarray] | None:
+        """Like _exact_inputs for a model with input-shape ranges: C-contiguous ndarrays of each input's dtype and
+        rank at any shape (the library checks the shapes against the ranges); else None."""
+        specs = self._io_plan[0]
+        if type(feeds) is not dict or len(feeds) != len(specs) or self._handle is None:
+            return None
+        arrays = []
+        for name, dtype, shape in specs:
+            a = feeds.get(name)
+            if type(a) is not np.ndarray or a.dtype != dtype or a.ndim != len(shape) or not a.flags.c_contiguous:
+                return None
+            arrays.append(a)
+        return arrays
+
     def _output_arrays(self, shapes, out: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Fresh arrays for the outputs, except those `out` gives (checked: kernels write them in place)."""
         _, names, dtypes, _, _ = self._io_plan
@@ -551,6 +565,11 @@ class Module:
         arrays = self._exact_inputs(feeds)
         _, names, dtypes, shapes, bounded = self._io_plan
         outs = None
+        if arrays is None and self._ranges and out is None:  # a shape in range, nothing to convert: a decoder's step
+            ranged = self._ranged_inputs(feeds)
+            if ranged is not None:
+                return trim_bounded(self._run_shaped(ranged, [np.empty(s, d) for s, d in
+                                                              zip(self._shaped_call(ranged)[1], dtypes)]))
         if arrays is None:  # something to check or convert, or a shape below the ranges' upper bounds
             arrays, outs = self._prepare(feeds, out)
             if self._ranges and self._off_max(arrays):  # the upper bounds are kiln_run's own shapes
