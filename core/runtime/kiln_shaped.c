@@ -16,6 +16,7 @@
 
 #include "kiln_graph.h"
 #include "kiln_shaped.h"
+#include "kiln_threadpool.h"
 
 typedef struct kiln_model kiln_model;
 int kiln_run(kiln_model* model, const void* const* inputs, void* const* outputs);
@@ -65,7 +66,8 @@ int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inpu
 
 int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                            double* call_ms) {
-    if (selected >= 0 && kiln_dyn_profilers) return kiln_dyn_profilers[selected](arena, weights, inputs, outputs, call_ms);
+    if (selected >= 0 && kiln_dyn_profilers)
+        return kiln_dyn_profilers[selected](arena, weights, inputs, outputs, call_ms);
     const void* all[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
     return kiln_bucket_profile(arena, weights, with_largest_lengths(inputs, all), outputs, call_ms);
 }
@@ -212,26 +214,6 @@ static int pick_bucket(const int64_t* actual) {
     return -1;
 }
 
-/* Copies the leading `region` block of a dense src (src_shape) into a dense dst (dst_shape). */
-static void copy_region(char* dst, const int64_t* dst_shape, const char* src, const int64_t* src_shape,
-                        const int64_t* region, int ndim, size_t item) {
-    if (ndim == 0) {
-        memcpy(dst, src, item);
-        return;
-    }
-    size_t dst_stride = item, src_stride = item;
-    for (int d = 1; d < ndim; d++) {
-        dst_stride *= (size_t)dst_shape[d];
-        src_stride *= (size_t)src_shape[d];
-    }
-    if (ndim == 1) {
-        memcpy(dst, src, (size_t)region[0] * item);
-        return;
-    }
-    for (int64_t k = 0; k < region[0]; k++)
-        copy_region(dst + k * dst_stride, dst_shape + 1, src + k * src_stride, src_shape + 1, region + 1, ndim - 1, item);
-}
-
 /* Output o's actual shape for bucket b and the variables' actual sizes. */
 static void actual_output_shape(int o, int b, const int64_t* actual, int64_t* shape) {
     const int base = out_offset(o);
@@ -265,6 +247,88 @@ static size_t numel(const int64_t* shape, int ndim) {
     size_t n = 1;
     for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
     return n;
+}
+
+/* A shaped run's region copies (inputs into their compiled shapes, outputs back) as contiguous runs, split in
+ * pieces of at most COPY_PIECE bytes and shared by the thread pool: a KV cache is megabytes at every step. */
+#define COPY_PIECE ((size_t)32 << 10)
+#define COPY_PARALLEL ((size_t)256 << 10) /* fewer bytes in all: copied on the calling thread */
+
+typedef struct {
+    char* dst;
+    const char* src;
+    int64_t dst_stride[KILN_MAX_RANK], src_stride[KILN_MAX_RANK]; /* bytes, of the dims outside a run */
+    int64_t extent[KILN_MAX_RANK];
+    int outer;      /* the dims outside a run */
+    size_t run;     /* bytes per contiguous run */
+    int64_t pieces; /* per run */
+    int64_t items;  /* runs x pieces */
+} region_copy;
+
+typedef struct {
+    region_copy* copy; /* room for every input and output */
+    int count;
+    size_t bytes;
+} copy_plan;
+
+/* Adds the copy of the leading `region` block of a dense src (src_shape) into a dense dst (dst_shape). */
+static void plan_copy(copy_plan* plan, char* dst, const int64_t* dst_shape, const char* src,
+                      const int64_t* src_shape, const int64_t* region, int nd, size_t item) {
+    if (numel(region, nd) == 0) return;
+    region_copy* c = &plan->copy[plan->count++];
+    int k = nd - 1; /* a run: region[k] steps along dim k, the trailing dims after it whole in both shapes */
+    while (k > 0 && region[k] == dst_shape[k] && region[k] == src_shape[k]) k--;
+    size_t step = item;
+    for (int d = k + 1; d < nd; d++) step *= (size_t)dst_shape[d];
+    c->dst = dst;
+    c->src = src;
+    c->run = k >= 0 ? step * (size_t)region[k] : item;
+    c->outer = k > 0 ? k : 0;
+    size_t dst_stride = k >= 0 ? step * (size_t)dst_shape[k] : 0, src_stride = k >= 0 ? step * (size_t)src_shape[k] : 0;
+    int64_t runs = 1;
+    for (int d = c->outer - 1; d >= 0; d--) {
+        c->dst_stride[d] = (int64_t)dst_stride;
+        c->src_stride[d] = (int64_t)src_stride;
+        c->extent[d] = region[d];
+        dst_stride *= (size_t)dst_shape[d];
+        src_stride *= (size_t)src_shape[d];
+        runs *= region[d];
+    }
+    c->pieces = (int64_t)((c->run + COPY_PIECE - 1) / COPY_PIECE);
+    c->items = runs * c->pieces;
+    plan->bytes += c->run * (size_t)runs;
+}
+
+static void copy_items(void* data, int64_t begin, int64_t end) {
+    copy_plan* plan = data;
+    int64_t first = 0;
+    for (int i = 0; i < plan->count && begin < end; first += plan->copy[i].items, i++) {
+        const region_copy* c = &plan->copy[i];
+        for (; begin < end && begin < first + c->items; begin++) {
+            int64_t item = begin - first, r = item / c->pieces, piece = item % c->pieces;
+            size_t dst = 0, src = 0;
+            for (int d = c->outer - 1; d >= 0; d--) {
+                int64_t at = r % c->extent[d];
+                r /= c->extent[d];
+                dst += (size_t)(at * c->dst_stride[d]);
+                src += (size_t)(at * c->src_stride[d]);
+            }
+            size_t offset = (size_t)piece * COPY_PIECE, left = c->run - offset;
+            memcpy(c->dst + dst + offset, c->src + src + offset, left < COPY_PIECE ? left : COPY_PIECE);
+        }
+    }
+}
+
+/* Runs the planned copies (on the pool when they are large) and empties the plan. */
+static void run_copies(copy_plan* plan) {
+    int64_t items = 0;
+    for (int i = 0; i < plan->count; i++) items += plan->copy[i].items;
+    if (plan->bytes >= COPY_PARALLEL)
+        kiln_parallel_for(copy_items, plan, items);
+    else
+        copy_items(plan, 0, items);
+    plan->count = 0;
+    plan->bytes = 0;
 }
 
 /* The bucket a shaped run takes, after checking its arrays and shapes (`actual`: KILN_MAX_VARS sizes); -1 with
@@ -301,6 +365,7 @@ typedef struct {
 typedef struct {
     scratch_buf* in;
     scratch_buf* out;
+    region_copy* copies; /* a copy_plan's room */
 } scratch_set;
 
 static pthread_key_t scratch_key;
@@ -314,6 +379,7 @@ static void scratch_set_free(void* p) {
     for (int o = 0; set->out && o < kiln_graph_num_outputs; o++) free(set->out[o].data);
     free(set->in);
     free(set->out);
+    free(set->copies);
     free(set);
 }
 
@@ -336,8 +402,9 @@ static scratch_set* thread_scratch(void) {
     if (set) {
         set->in = calloc((size_t)kiln_graph_num_inputs + 1, sizeof *set->in);
         set->out = calloc((size_t)kiln_graph_num_outputs + 1, sizeof *set->out);
+        set->copies = calloc((size_t)kiln_graph_num_inputs + (size_t)kiln_graph_num_outputs + 1, sizeof *set->copies);
     }
-    if (!set || !set->in || !set->out || pthread_setspecific(scratch_key, set) != 0) {
+    if (!set || !set->in || !set->out || !set->copies || pthread_setspecific(scratch_key, set) != 0) {
         scratch_set_free(set);
         return NULL;
     }
@@ -356,15 +423,16 @@ static void* reserve(scratch_buf* buf, size_t bytes) {
     return buf->data;
 }
 
-/* Input data at `actual` laid out in bucket b's compiled `shape`, zero elsewhere, in `buf`; NULL when out of memory. */
-static const void* padded_input(scratch_buf* buf, int b, const int64_t* shape, const void* data, const int64_t* actual,
-                                int nd, size_t item) {
+/* `buf` laid out in bucket b's compiled `shape`, zero but where input data at `actual` goes (a copy added to
+ * `copies`); NULL when out of memory. */
+static const void* padded_input(scratch_buf* buf, copy_plan* copies, int b, const int64_t* shape, const void* data,
+                                const int64_t* actual, int nd, size_t item) {
     size_t bytes = numel(shape, nd) * item;
     if (!reserve(buf, bytes)) return NULL;
     int holds = buf->bucket == b;
     for (int d = 0; d < nd && holds; d++) holds = actual[d] >= buf->filled[d];
     if (!holds) memset(buf->data, 0, bytes);
-    if (data) copy_region(buf->data, shape, data, actual, actual, nd, item);
+    if (data) plan_copy(copies, buf->data, shape, data, actual, actual, nd, item);
     buf->bucket = b;
     memcpy(buf->filled, actual, sizeof(int64_t) * (size_t)nd);
     return buf->data;
@@ -377,63 +445,69 @@ static int run_shaped(const char* who, kiln_model* model, const void* const* inp
     int b = checked_bucket(who, inputs, outputs, input_shapes, actual);
     if (b < 0) return -1;
     const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
+    const int64_t* out_shapes = kiln_dyn_out_shapes + (int64_t)b * out_offset(kiln_graph_num_outputs);
     const void* ins[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
     void* outs[kiln_graph_num_outputs + 1];
-    scratch_set* scratch = NULL;
+    int padded_in[kiln_graph_num_inputs + 1], padded_out[kiln_graph_num_outputs + 1], any = 0, rc = -1;
     for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
-        int64_t shape[KILN_MAX_RANK];
-        int padded = 0, nd = kiln_dyn_in_ndim[i];
-        for (int d = 0; d < nd; d++) {
-            shape[d] = input_dim(base + d, sizes);
-            padded |= shape[d] != input_shapes[i][d];
-        }
-        ins[i] = inputs[i];
-        if (padded && (inputs[i] || numel(input_shapes[i], nd) == 0)) { /* an empty input (no past yet) may be NULL */
-            if (!scratch && !(scratch = thread_scratch())) {
-                fail("%s: out of memory", who);
-                return -1;
-            }
-            ins[i] = padded_input(&scratch->in[i], b, shape, inputs[i], input_shapes[i], nd,
-                                  (size_t)kiln_dyn_in_itemsize[i]);
-            if (!ins[i]) {
-                fail("%s: out of memory padding input %d", who, i);
-                return -1;
-            }
-        }
+        padded_in[i] = 0;
+        for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) padded_in[i] |= input_dim(base + d, sizes) != input_shapes[i][d];
+        /* an empty input (no past yet) may be NULL */
+        padded_in[i] &= inputs[i] != NULL || numel(input_shapes[i], kiln_dyn_in_ndim[i]) == 0;
+        any |= padded_in[i];
     }
-    for (int k = 0; k < kiln_dyn_num_lengths; k++) ins[kiln_graph_num_inputs + k] = &actual[kiln_dyn_length_var[k]];
-    const int64_t* out_shapes = kiln_dyn_out_shapes + (int64_t)b * out_offset(kiln_graph_num_outputs);
     for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         int64_t shape[KILN_MAX_RANK];
-        int padded = 0;
         actual_output_shape(o, b, actual, shape);
-        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded |= shape[d] != out_shapes[base + d];
+        padded_out[o] = 0;
+        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded_out[o] |= shape[d] != out_shapes[base + d];
+        padded_out[o] &= outputs[o] != NULL;
+        any |= padded_out[o];
+    }
+    scratch_set* scratch = any ? thread_scratch() : NULL;
+    if (any && !scratch) {
+        fail("%s: out of memory", who);
+        return -1;
+    }
+    copy_plan copies = {scratch ? scratch->copies : NULL, 0, 0};
+    kiln_pool_enter(); /* the pool's workers stay hot from the copies in to the copies out */
+    for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
+        ins[i] = inputs[i];
+        if (!padded_in[i]) continue;
+        int64_t shape[KILN_MAX_RANK];
+        for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) shape[d] = input_dim(base + d, sizes);
+        ins[i] = padded_input(&scratch->in[i], &copies, b, shape, inputs[i], input_shapes[i], kiln_dyn_in_ndim[i],
+                              (size_t)kiln_dyn_in_itemsize[i]);
+        if (!ins[i]) {
+            fail("%s: out of memory padding input %d", who, i);
+            goto done;
+        }
+    }
+    run_copies(&copies);
+    for (int k = 0; k < kiln_dyn_num_lengths; k++) ins[kiln_graph_num_inputs + k] = &actual[kiln_dyn_length_var[k]];
+    for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         outs[o] = outputs[o];
-        if (padded && outputs[o]) {
-            if (!scratch && !(scratch = thread_scratch())) {
-                fail("%s: out of memory", who);
-                return -1;
-            }
-            outs[o] = reserve(&scratch->out[o], numel(out_shapes + base, kiln_dyn_out_ndim[o]) *
-                                                    (size_t)kiln_dyn_out_itemsize[o] + 1);
-            if (!outs[o]) {
-                fail("%s: out of memory for output %d", who, o);
-                return -1;
-            }
+        if (padded_out[o] && !(outs[o] = reserve(&scratch->out[o], numel(out_shapes + base, kiln_dyn_out_ndim[o]) *
+                                                                       (size_t)kiln_dyn_out_itemsize[o] + 1))) {
+            fail("%s: out of memory for output %d", who, o);
+            goto done;
         }
     }
     selected = b;
-    int rc = call_ms ? kiln_profile(model, ins, outs, call_ms) : kiln_run(model, ins, outs);
+    rc = call_ms ? kiln_profile(model, ins, outs, call_ms) : kiln_run(model, ins, outs);
     selected = -1;
     for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         int64_t shape[KILN_MAX_RANK];
         actual_output_shape(o, b, actual, shape);
-        if (rc == 0 && outs[o] != outputs[o])
-            copy_region(outputs[o], shape, outs[o], out_shapes + base, shape, kiln_dyn_out_ndim[o],
-                        (size_t)kiln_dyn_out_itemsize[o]);
+        if (rc == 0 && padded_out[o])
+            plan_copy(&copies, outputs[o], shape, outs[o], out_shapes + base, shape, kiln_dyn_out_ndim[o],
+                      (size_t)kiln_dyn_out_itemsize[o]);
         if (rc == 0 && output_shapes && output_shapes[o])
             memcpy(output_shapes[o], shape, sizeof(int64_t) * (size_t)kiln_dyn_out_ndim[o]);
     }
+    run_copies(&copies);
+done:
+    kiln_pool_leave();
     return rc;
 }
 
