@@ -8,12 +8,11 @@ prompt step and of a one-token step for each.
 
     /path/to/torch-env/bin/python bench/bench_generate.py export [--model gpt2|llama] [--layers 4] [--width 256]
     .venv/bin/python bench/bench_generate.py run [--model gpt2|llama] [--rounds 5] [--threads 2] [--ranges SPEC]
-    .venv/bin/python bench/bench_generate.py step [--tokens 64] [--pasts 8 40 71 300] [--rounds 5] [--calls 20]
-    .venv/bin/python bench/bench_generate.py profile [--tokens 8] [--pasts 8 40 300] [--rounds 3] [--calls 20]
+    .venv/bin/python bench/bench_generate.py step [--tokens 64] [--pasts 8 40 71 300] [--rounds 5] [--profile]
 
 `step` does what `run` does, then times the ranged artifact's one-token step (batch 1, past P) against a static
-compile at exactly (1, 1, P) for each P, interleaved (the issue's "within 1.1x of a static compile"); `profile`
-compares the two per kernel instead (Module.profile at a shape in range: the bucket that runs, kiln_profile_shaped).
+compile at exactly (1, 1, P) for each P, interleaved (the issue's "within 1.1x of a static compile"); with
+--profile, per kernel too (Module.profile at a shape in range: the bucket that runs it, kiln_profile_shaped).
 (`export` needs torch + transformers; `run` needs Kiln's environment. --ranges "input_ids=1,1..16:1|16 ..." gives
 other ranges, e.g. the old listed buckets, to compare.)
 """
@@ -116,9 +115,10 @@ def static_step(model: Path, past: int, kv_shape: tuple[int, int], past_names: l
 
 def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], past_names: list[str], args) -> None:
     """The one-token step (batch 1, one new token, past P) of the ranged artifact against a static compile at
-    exactly that shape, for each P of --pasts: interleaved rounds, the median of --calls calls per round."""
+    exactly that shape, for each P of --pasts: interleaved rounds, the median of --calls calls per round; with
+    --profile, each side's kernels too."""
     rng = np.random.default_rng(1)
-    rows = []
+    rows, profiles = [], []
     for past in args.pasts:
         static, feeds = static_step(model, past, kv_shape, past_names, args.threads, rng)
         with static.load() as fixed:
@@ -134,8 +134,12 @@ def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], p
                         run(feeds)
                         calls.append((time.perf_counter() - t0) * 1e3)
                     medians[name].append(statistics.median(calls))
+            if args.profile:
+                profiles.append((past, kernel_profile(module, fixed, feeds, args)))
         dyn, sta = statistics.median(medians["dynamic"]), statistics.median(medians["static"])
         rows.append((past, dyn, sta, err))
+    for past, lines in profiles:
+        print(f"\npast {past}: " + "\n".join(lines))
     print(f"one-token step, batch 1: ranged artifact {ranges} vs a static compile at (1, 1, past); "
           f"{args.rounds} interleaved rounds x {args.calls} calls, medians, {args.threads} threads")
     print(f"{'past':>6} {'ranged ms':>10} {'static ms':>10} {'ranged/static':>14} {'max |diff|':>11}")
@@ -145,42 +149,35 @@ def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], p
 
 def _stem(name: str) -> str:
     """A kernel's name without its bucket prefix (b3_) and its number (_12): what static and ranged share."""
-    name = re.sub(r"^b\d+_", "", name)
-    return re.sub(r"_\d+$", "", name)
+    return re.sub(r"_\d+$", "", re.sub(r"^b\d+_", "", name))
 
 
-def step_profile(model: Path, module, kv_shape: tuple[int, int], past_names: list[str], args) -> None:
-    """Per kernel, the ranged artifact's one-token step (the bucket it runs, at past P) against a static compile at
-    (1, 1, P): each side's profiled runs interleaved over --rounds, medians; kernels summed by name stem."""
-    rng = np.random.default_rng(1)
-    for past in args.pasts:
-        static, feeds = static_step(model, past, kv_shape, past_names, args.threads, rng)
-        with static.load() as fixed:
-            fixed.set_num_threads(args.threads)
-            samples = {"ranged": [], "static": []}
-            for _ in range(args.rounds):
-                samples["ranged"].append(module.profile(repeat=args.calls, feeds=feeds))
-                samples["static"].append(fixed.profile(repeat=args.calls, feeds=feeds))
-        by_stem = {}
-        for side, runs in samples.items():
-            calls = runs[0]
-            for k, call in enumerate(calls):
-                ms = statistics.median(run[k]["time_ms"] for run in runs)
-                entry = by_stem.setdefault(_stem(call["name"]), {"ranged": 0.0, "static": 0.0, "n": [0, 0]})
-                entry[side] += ms
-                entry["n"][side == "static"] += 1
-        total = {side: sum(e[side] for e in by_stem.values()) for side in ("ranged", "static")}
-        print(f"\npast {past}: kernels ranged {total['ranged']:.3f} ms ({len(samples['ranged'][0])} calls), static "
-              f"{total['static']:.3f} ms ({len(samples['static'][0])} calls); {args.rounds} rounds x {args.calls} "
-              f"profiled runs, {args.threads} threads")
-        print(f"{'kernel stem (most ms behind)':56} {'calls r/s':>9} {'ranged us':>10} {'static us':>10}")
-        for stem, e in sorted(by_stem.items(), key=lambda kv: kv[1]["static"] - kv[1]["ranged"])[:args.top]:
-            print(f"{stem[:56]:56} {e['n'][0]:>4}/{e['n'][1]:<4} {e['ranged'] * 1e3:10.1f} {e['static'] * 1e3:10.1f}")
+def kernel_profile(module, fixed, feeds: dict, args) -> list[str]:
+    """Per kernel, the ranged artifact (the bucket it runs at these feeds) against the static one: profiled runs
+    interleaved over --rounds, medians per call, summed by name stem; the lines of a table, most ms behind first."""
+    samples = {"ranged": [], "static": []}
+    for _ in range(args.rounds):
+        samples["ranged"].append(module.profile(repeat=args.calls, feeds=feeds))
+        samples["static"].append(fixed.profile(repeat=args.calls, feeds=feeds))
+    by_stem: dict[str, dict] = {}
+    for side, runs in samples.items():
+        for k, call in enumerate(runs[0]):
+            entry = by_stem.setdefault(_stem(call["name"]), {"ranged": 0.0, "static": 0.0, "calls": [0, 0]})
+            entry[side] += statistics.median(run[k]["time_ms"] for run in runs)
+            entry["calls"][side == "static"] += 1
+    total = {side: sum(e[side] for e in by_stem.values()) for side in samples}
+    lines = [f"kernels ranged {total['ranged']:.3f} ms (bucket {samples['ranged'][0][0]['name'].split('_')[0]}), "
+             f"static {total['static']:.3f} ms; {args.rounds} rounds x {args.calls} profiled runs",
+             f"{'kernel stem (most ms behind first)':56} {'calls r/s':>9} {'ranged us':>10} {'static us':>10}"]
+    for stem, e in sorted(by_stem.items(), key=lambda kv: kv[1]["static"] - kv[1]["ranged"])[:args.top]:
+        lines.append(f"{stem[:56]:56} {e['calls'][0]:>4}/{e['calls'][1]:<4} {e['ranged'] * 1e3:10.1f} "
+                     f"{e['static'] * 1e3:10.1f}")
+    return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("export", "run", "step", "profile"))
+    parser.add_argument("command", choices=("export", "run", "step"))
     parser.add_argument("--model", choices=("gpt2", "llama"), default="gpt2")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
@@ -191,8 +188,9 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--ranges", nargs="*", help="NAME=DIMS ranges instead of every dim ranged")
     parser.add_argument("--pasts", type=int, nargs="*", default=[8, 40, 71, 300], help="step: the past lengths")
-    parser.add_argument("--calls", type=int, default=20, help="step: calls per round (profile: profiled runs)")
-    parser.add_argument("--top", type=int, default=15, help="profile: the kernels shown per past")
+    parser.add_argument("--calls", type=int, default=20, help="step: calls (profiled runs) per round")
+    parser.add_argument("--profile", action="store_true", help="step: per kernel too (Module.profile)")
+    parser.add_argument("--top", type=int, default=15, help="step --profile: the kernels shown per past")
     args = parser.parse_args()
     model = CACHE / f"{args.model}.onnx"
     if args.command == "export":
@@ -235,8 +233,6 @@ def main() -> int:
         print(f"{args.tokens} tokens, same as ONNX Runtime in every round: {same}  ({tokens['kiln'][:12]}...)")
         if args.command == "step":
             step_latency(model, module, ranges, (kv_heads, head_dim), past_names, args)
-        if args.command == "profile":
-            step_profile(model, module, (kv_heads, head_dim), past_names, args)
     print(f"{'':12} {'prompt (8 tokens) ms':>22} {'one-token step ms':>18}")
     for engine in engines:
         print(f"{engine:12} {statistics.median(times[(engine, 'prompt')]):22.3f} "
