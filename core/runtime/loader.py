@@ -568,8 +568,17 @@ class Module:
         if arrays is None and self._ranges and out is None:  # a shape in range, nothing to convert: a decoder's step
             ranged = self._ranged_inputs(feeds)
             if ranged is not None:
-                return trim_bounded(self._run_shaped(ranged, [np.empty(s, d) for s, d in
-                                                              zip(self._shaped_call(ranged)[1], dtypes)]))
+                table, out_shapes = self._shaped_call(ranged)
+                outs = [np.empty(s, d) for s, d in zip(out_shapes, dtypes)]
+                with self._run_lock:  # the tables are the module's own
+                    ins, outp = self._in_table, self._out_table
+                    for i, a in enumerate(ranged):
+                        ins[i] = _data_pointer(a)
+                    for i, o in enumerate(outs):
+                        outp[i] = _data_pointer(o)
+                    rc = self._lib.kiln_run_shaped(self._handle, ins, table, outp, None)
+                self._check(rc, "kiln_run_shaped")
+                return trim_bounded(dict(zip(names, outs)))
         if arrays is None:  # something to check or convert, or a shape below the ranges' upper bounds
             arrays, outs = self._prepare(feeds, out)
             if self._ranges and self._off_max(arrays):  # the upper bounds are kiln_run's own shapes
