@@ -148,8 +148,9 @@ def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], p
 
 
 def _stem(name: str) -> str:
-    """A kernel's name without its bucket prefix (b3_) and its number (_12): what static and ranged share."""
-    return re.sub(r"_\d+$", "", re.sub(r"^b\d+_", "", name))
+    """A kernel's name without its bucket prefix (b3_) and its numbers (k033_, _12): what static and ranged share
+    (the same ops in every layer sum up)."""
+    return re.sub(r"_\d+$", "", re.sub(r"^(b\d+_)?k\d+_", "", name))
 
 
 def kernel_profile(module, fixed, feeds: dict, args) -> list[str]:
