@@ -400,31 +400,19 @@ class Module:
                 [t["shape"] for t in self._outputs],
                 any(t["name"].endswith((BOUND_SUFFIX, SHAPE_SUFFIX)) for t in self._outputs))
 
-    def _exact_inputs(self, feeds) -> list[np.ndarray] | None:
+    def _exact_inputs(self, feeds, any_shape: bool = False) -> list[np.ndarray] | None:
         """The feeds in input order when each already is what the library takes (a C-contiguous ndarray of the
-        input's dtype and largest shape, under its name, nothing else given); else None: then _prepare checks,
-        converts and explains."""
+        input's dtype and largest shape, or with `any_shape` any shape of its rank: the library checks a ranged
+        model's shapes, under its name, nothing else given); else None: then _prepare checks, converts and
+        explains."""
         specs = self._io_plan[0]
         if type(feeds) is not dict or len(feeds) != len(specs) or self._handle is None:
             return None
         arrays = []
         for name, dtype, shape in specs:
             a = feeds.get(name)
-            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
-                return None
-            arrays.append(a)
-        return arrays
-
-    def _ranged_inputs(self, feeds) -> list[np.ndarray] | None:
-        """Like _exact_inputs for a model with input-shape ranges: C-contiguous ndarrays of each input's dtype and
-        rank at any shape (the library checks the shapes against the ranges); else None."""
-        specs = self._io_plan[0]
-        if type(feeds) is not dict or len(feeds) != len(specs) or self._handle is None:
-            return None
-        arrays = []
-        for name, dtype, shape in specs:
-            a = feeds.get(name)
-            if type(a) is not np.ndarray or a.dtype != dtype or a.ndim != len(shape) or not a.flags.c_contiguous:
+            if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous or (
+                    a.ndim != len(shape) if any_shape else a.shape != shape):
                 return None
             arrays.append(a)
         return arrays
@@ -566,7 +554,7 @@ class Module:
         _, names, dtypes, shapes, bounded = self._io_plan
         outs = None
         if arrays is None and self._ranges and out is None:  # a shape in range, nothing to convert: a decoder's step
-            ranged = self._ranged_inputs(feeds)
+            ranged = self._exact_inputs(feeds, any_shape=True)
             if ranged is not None:
                 table, out_shapes = self._shaped_call(ranged)
                 outs = [np.empty(s, d) for s, d in zip(out_shapes, dtypes)]
