@@ -8,16 +8,18 @@ prompt step and of a one-token step for each.
 
     /path/to/torch-env/bin/python bench/bench_generate.py export [--model gpt2|llama] [--layers 4] [--width 256]
     .venv/bin/python bench/bench_generate.py run [--model gpt2|llama] [--rounds 5] [--threads 2] [--ranges SPEC]
-    .venv/bin/python bench/bench_generate.py step [--tokens 64] [--pasts 8 40 71 300] [--rounds 5] [--calls 20]
+    .venv/bin/python bench/bench_generate.py step [--tokens 64] [--pasts 8 40 71 300] [--rounds 5] [--profile]
 
 `step` does what `run` does, then times the ranged artifact's one-token step (batch 1, past P) against a static
-compile at exactly (1, 1, P) for each P, interleaved (the issue's "within 1.1x of a static compile").
+compile at exactly (1, 1, P) for each P, interleaved (the issue's "within 1.1x of a static compile"); with
+--profile, per kernel too (Module.profile at a shape in range: the bucket that runs it, kiln_profile_shaped).
 (`export` needs torch + transformers; `run` needs Kiln's environment. --ranges "input_ids=1,1..16:1|16 ..." gives
 other ranges, e.g. the old listed buckets, to compare.)
 """
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -99,20 +101,26 @@ def greedy(engines: dict, prompt: np.ndarray, count: int, kv_shape: tuple[int, i
     return {engine: s["tokens"] for engine, s in state.items()}
 
 
-def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], past_names: list[str], args) -> None:
-    """The one-token step (batch 1, one new token, past P) of the ranged artifact against a static compile at
-    exactly that shape, for each P of --pasts: interleaved rounds, the median of --calls calls per round."""
+def static_step(model: Path, past: int, kv_shape: tuple[int, int], past_names: list[str], threads: int, rng):
+    """A static compile at exactly (batch 1, one new token, past `past`) and feeds of that shape."""
     import core
 
+    static = core.compile(str(model), benchmark=False, threads=threads, input_shapes={
+        "input_ids": (1, 1), "attention_mask": (1, past + 1),
+        **{n: (1, kv_shape[0], past, kv_shape[1]) for n in past_names}})
+    feeds = {"input_ids": np.array([[7]], np.int64), "attention_mask": np.ones((1, past + 1), np.int64),
+             **{n: rng.standard_normal((1, kv_shape[0], past, kv_shape[1])).astype(np.float32) for n in past_names}}
+    return static, feeds
+
+
+def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], past_names: list[str], args) -> None:
+    """The one-token step (batch 1, one new token, past P) of the ranged artifact against a static compile at
+    exactly that shape, for each P of --pasts: interleaved rounds, the median of --calls calls per round; with
+    --profile, each side's kernels too."""
     rng = np.random.default_rng(1)
-    rows = []
+    rows, profiles = [], []
     for past in args.pasts:
-        static = core.compile(str(model), benchmark=False, threads=args.threads, input_shapes={
-            "input_ids": (1, 1), "attention_mask": (1, past + 1),
-            **{n: (1, kv_shape[0], past, kv_shape[1]) for n in past_names}})
-        feeds = {"input_ids": np.array([[7]], np.int64), "attention_mask": np.ones((1, past + 1), np.int64),
-                 **{n: rng.standard_normal((1, kv_shape[0], past, kv_shape[1])).astype(np.float32)
-                    for n in past_names}}
+        static, feeds = static_step(model, past, kv_shape, past_names, args.threads, rng)
         with static.load() as fixed:
             fixed.set_num_threads(args.threads)
             err = max(float(np.abs(module.run(feeds)[n] - fixed.run(feeds)[n]).max()) for n in ("logits",))
@@ -126,13 +134,46 @@ def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], p
                         run(feeds)
                         calls.append((time.perf_counter() - t0) * 1e3)
                     medians[name].append(statistics.median(calls))
+            if args.profile:
+                profiles.append((past, kernel_profile(module, fixed, feeds, args)))
         dyn, sta = statistics.median(medians["dynamic"]), statistics.median(medians["static"])
         rows.append((past, dyn, sta, err))
+    for past, lines in profiles:
+        print(f"\npast {past}: " + "\n".join(lines))
     print(f"one-token step, batch 1: ranged artifact {ranges} vs a static compile at (1, 1, past); "
           f"{args.rounds} interleaved rounds x {args.calls} calls, medians, {args.threads} threads")
     print(f"{'past':>6} {'ranged ms':>10} {'static ms':>10} {'ranged/static':>14} {'max |diff|':>11}")
     for past, dyn, sta, err in rows:
         print(f"{past:6d} {dyn:10.3f} {sta:10.3f} {dyn / sta:13.2f}x {err:11.1e}")
+
+
+def _stem(name: str) -> str:
+    """A kernel's name without its bucket prefix (b3_) and its numbers (k033_, _12): what static and ranged share
+    (the same ops in every layer sum up)."""
+    return re.sub(r"_\d+$", "", re.sub(r"^(b\d+_)?k\d+_", "", name))
+
+
+def kernel_profile(module, fixed, feeds: dict, args) -> list[str]:
+    """Per kernel, the ranged artifact (the bucket it runs at these feeds) against the static one: profiled runs
+    interleaved over --rounds, medians per call, summed by name stem; the lines of a table, most ms behind first."""
+    samples = {"ranged": [], "static": []}
+    for _ in range(args.rounds):
+        samples["ranged"].append(module.profile(repeat=args.calls, feeds=feeds))
+        samples["static"].append(fixed.profile(repeat=args.calls, feeds=feeds))
+    by_stem: dict[str, dict] = {}
+    for side, runs in samples.items():
+        for k, call in enumerate(runs[0]):
+            entry = by_stem.setdefault(_stem(call["name"]), {"ranged": 0.0, "static": 0.0, "calls": [0, 0]})
+            entry[side] += statistics.median(run[k]["time_ms"] for run in runs)
+            entry["calls"][side == "static"] += 1
+    total = {side: sum(e[side] for e in by_stem.values()) for side in samples}
+    lines = [f"kernels ranged {total['ranged']:.3f} ms (bucket {samples['ranged'][0][0]['name'].split('_')[0]}), "
+             f"static {total['static']:.3f} ms; {args.rounds} rounds x {args.calls} profiled runs",
+             f"{'kernel stem (most ms behind first)':56} {'calls r/s':>9} {'ranged us':>10} {'static us':>10}"]
+    for stem, e in sorted(by_stem.items(), key=lambda kv: kv[1]["static"] - kv[1]["ranged"])[:args.top]:
+        lines.append(f"{stem[:56]:56} {e['calls'][0]:>4}/{e['calls'][1]:<4} {e['ranged'] * 1e3:10.1f} "
+                     f"{e['static'] * 1e3:10.1f}")
+    return lines
 
 
 def main() -> int:
@@ -148,7 +189,9 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--ranges", nargs="*", help="NAME=DIMS ranges instead of every dim ranged")
     parser.add_argument("--pasts", type=int, nargs="*", default=[8, 40, 71, 300], help="step: the past lengths")
-    parser.add_argument("--calls", type=int, default=20, help="step: calls per round")
+    parser.add_argument("--calls", type=int, default=20, help="step: calls (profiled runs) per round")
+    parser.add_argument("--profile", action="store_true", help="step: per kernel too (Module.profile)")
+    parser.add_argument("--top", type=int, default=15, help="step --profile: the kernels shown per past")
     args = parser.parse_args()
     model = CACHE / f"{args.model}.onnx"
     if args.command == "export":

@@ -24,6 +24,7 @@ MAX_BUCKETS = 64  # compiles of the whole model per artifact, when dims that mus
 # runs in the smallest compiled shape that holds it, whose loops still run to that shape (not yet to the run-time
 # length), so a few sizes spread over the range keep small shapes near a static compile's speed.
 DEFAULT_SHAPES = 8
+LENGTH_CLASSES = 6  # buckets length_classes may add for masked variables, beyond DEFAULT_SHAPES
 
 
 @dataclass(frozen=True)
@@ -96,17 +97,21 @@ class BucketPlan:
                              f"({' x '.join(f'{v.name}: {len(v.sizes)}' for v in variables if len(v.sizes) > 1)}); "
                              f"at most {limit}: narrow a range, use a larger step or list fewer sizes")
         plan = replace(self, variables=variables, buckets=())
+        return replace(plan, buckets=tuple(sorted(itertools.product(*(v.sizes for v in variables)), key=plan._volume)))
 
-        def volume(combo) -> tuple:
-            total = 0
-            for name, dims in plan.base.items():
-                n = 1
-                for a, d in enumerate(dims):
-                    n *= plan.dim_size(name, a, combo) if d is None else d
-                total += n
-            return (total, combo)
+    def with_buckets(self, combos) -> "BucketPlan":
+        """The plan with the size combinations `combos` compiled too (buckets kept smallest first)."""
+        return replace(self, buckets=tuple(sorted(set(self.buckets) | set(combos), key=self._volume)))
 
-        return replace(plan, buckets=tuple(sorted(itertools.product(*(v.sizes for v in variables)), key=volume)))
+    def _volume(self, combo) -> tuple:
+        """A bucket's order: the elements of its inputs (kiln_shaped.c runs the first bucket that holds a shape)."""
+        total = 0
+        for name, dims in self.base.items():
+            n = 1
+            for a, d in enumerate(dims):
+                n *= self.dim_size(name, a, combo) if d is None else d
+            total += n
+        return (total, combo)
 
     def describe(self) -> dict[str, Any]:
         """The metadata/report form: variables with range, sizes and padding; each input's min/max shape."""
@@ -222,6 +227,31 @@ def default_specializations(ranges: Mapping[str, DimRange], budget: int) -> dict
     return {name: sizes(name) for name in ranges}
 
 
+def length_classes(plan: BucketPlan, names, budget: int = LENGTH_CLASSES) -> tuple[tuple[int, ...], ...]:
+    """Buckets that specialize the masked variables `names` (left to Kiln's defaults) at the powers of 4 (from 4)
+    in their range below hi not compiled yet, every other variable at its smallest compiled size (a decoder's
+    one-token step at batch 1 over a short past): a short length then runs kernels compiled, scheduled and
+    parallelized for a size near its own, as a static compile's, instead of the largest bucket's with run-time
+    bounds; kernels that do not depend on it are shared with the other buckets (built once). At most `budget` of
+    them (the smallest classes of the variable with the most go first); none the plan has already."""
+    smallest = tuple(v.sizes[0] for v in plan.variables)
+    classes: dict[int, list[int]] = {}
+    for k, var in enumerate(plan.variables):
+        if var.name in names and not var.range.names_sizes:
+            p, found = 4, []
+            while p < var.range.hi:
+                if p >= var.range.lo and p not in var.sizes:
+                    found.append(p)
+                p *= 4
+            if found:
+                classes[k] = found
+    while sum(map(len, classes.values())) > max(0, budget):
+        k = max(classes, key=lambda k: (len(classes[k]), plan.variables[k].range.hi))
+        classes[k] = classes[k][1:]
+    combos = [smallest[:k] + (p,) + smallest[k + 1:] for k, found in classes.items() for p in found]
+    return tuple(c for c in combos if c not in plan.buckets)
+
+
 def _sum_terms(dim_param: str, variables: Mapping, fixed: Mapping) -> Optional[tuple[str, ...]]:
     """A dim_param as the names (or digits) it adds up ("past_sequence_length + 1"), when each is a variable,
     a dim given a size elsewhere or a number; None otherwise."""
@@ -229,4 +259,4 @@ def _sum_terms(dim_param: str, variables: Mapping, fixed: Mapping) -> Optional[t
     return terms if all(t in variables or t in fixed or t.isdigit() for t in terms) else None
 
 
-__all__ = ["ShapeVariable", "BucketPlan", "plan_buckets", "MAX_BUCKETS", "Dim"]
+__all__ = ["ShapeVariable", "BucketPlan", "plan_buckets", "length_classes", "MAX_BUCKETS", "Dim"]

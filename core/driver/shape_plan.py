@@ -19,7 +19,8 @@ from ..lowering.bucketed import merge_buckets
 from ..lowering.executable import Executable
 from ..target import Target
 from .bucket_masks import MaskedBuckets, between_bucket_samples, find_masked
-from .buckets import DEFAULT_SHAPES, MAX_BUCKETS, BucketPlan, default_specializations, plan_buckets
+from .buckets import (DEFAULT_SHAPES, LENGTH_CLASSES, MAX_BUCKETS, BucketPlan, default_specializations, length_classes,
+                      plan_buckets)
 from .numerics import ValidationOptions
 from .shape_ranges import check_ranges_supported, has_ranges
 from .validate import index_bounds, random_inputs
@@ -121,7 +122,7 @@ class BucketedShapes:
         masks = find_masked(at_top, self.source, refused)
         stretch, at_hi, found_at_top = masks.plan.padded | masks.plan.masked, set(), (carried, masks)
         while True:  # once more with hi alone for a variable that a smaller specialization could not pad or mask
-            resized = self._stretched(plan, stretch, found_at_top[1].refused, at_hi)
+            resized = self._stretched(plan, stretch, found_at_top[1].refused, at_hi, found_at_top[1].plan.masked)
             if resized.buckets == at_top.buckets:
                 imported, (carried, masks) = [top], found_at_top
                 break
@@ -137,10 +138,12 @@ class BucketedShapes:
         self.plan, self.refused = masks.plan, dict(masks.refused)
         return list(masks.graphs) or imported
 
-    def _stretched(self, plan: BucketPlan, stretch: set, refused: Mapping[str, str], at_hi: set) -> BucketPlan:
+    def _stretched(self, plan: BucketPlan, stretch: set, refused: Mapping[str, str], at_hi: set,
+                   masked: frozenset = frozenset()) -> BucketPlan:
         """`plan` with each variable padded or masked at the upper bounds (`stretch`) compiled at the sizes its step
-        or list names, at hi alone (`at_hi`), else at default specializations within DEFAULT_SHAPES; ShapeError when
-        the variables that must match a size exactly make too many buckets."""
+        or list names, at hi alone (`at_hi`), else at default specializations within DEFAULT_SHAPES, plus the
+        length classes of the `masked` ones (buckets.length_classes); ShapeError when the variables that must match
+        a size exactly make too many buckets."""
         chosen = {v.name: (v.range.hi,) if v.name in at_hi else v.range.sizes()
                   for v in plan.variables if v.name in stretch and (v.name in at_hi or v.range.names_sizes)}
         fixed = 1
@@ -149,7 +152,8 @@ class BucketedShapes:
         chosen.update(default_specializations({v.name: v.range for v in plan.variables
                                                if v.name in stretch and v.name not in chosen}, DEFAULT_SHAPES // fixed))
         try:
-            return plan.resized(chosen, MAX_BUCKETS)
+            resized = plan.resized(chosen, MAX_BUCKETS)
+            return resized.with_buckets(length_classes(resized, masked - at_hi, LENGTH_CLASSES))
         except ShapeError as err:
             raise ShapeError(f"{err}. Sizes must match a compiled one exactly where no padding or run-time length "
                              f"covers them: " + "; ".join(f"{k}: {v}" for k, v in refused.items())) from None

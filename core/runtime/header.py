@@ -108,6 +108,16 @@ int kiln_output_ndim(int i);
 int kiln_output_max_shape(int i, int64_t* shape);
 /* How many shape buckets were compiled. */
 int kiln_num_buckets(void);
+/* kiln_profile at a shape in range: runs as kiln_run_shaped (outputs at their actual shapes) and writes each
+ * kernel call's time (ms) of the bucket that runs, kiln_shaped_bucket(input_shapes), to call_ms (room for
+ * kiln_bucket_num_calls of it; names: kiln_bucket_call_name). Nonzero with kiln_last_error() as kiln_run_shaped,
+ * or for a GPU library (kiln_profile times its largest shapes). */
+int kiln_profile_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes, void* const* outputs, double* call_ms);
+/* The bucket kiln_run_shaped runs for these input shapes (0 .. kiln_num_buckets() - 1), or -1 (kiln_last_error()). */
+int kiln_shaped_bucket(const int64_t* const* input_shapes);
+/* Bucket b's kernel calls: how many (-1: no such bucket), and the name of call i (NULL past them). */
+int kiln_bucket_num_calls(int b);
+const char* kiln_bucket_call_name(int b, int i);
 """
 
 

@@ -7,6 +7,7 @@
  * (the largest by default, its lengths at their largest, so kiln_run serves the declared upper bounds).
  * kiln_run_device_shaped does the same on device buffers: it checks the shapes and picks the bucket here, and the
  * device backend (kiln_cuda.c) pads and cuts on the device while kiln_run_device runs (kiln_shaped.h). */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 
 #include "kiln_graph.h"
 #include "kiln_shaped.h"
+#include "kiln_threadpool.h"
 
 typedef struct kiln_model kiln_model;
 int kiln_run(kiln_model* model, const void* const* inputs, void* const* outputs);
@@ -34,6 +36,13 @@ extern const char* const kiln_dyn_var_names[];
 extern const kiln_runner kiln_dyn_runners[];
 int32_t kiln_bucket_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                             double* call_ms);
+int kiln_profile(kiln_model* model, const void* const* inputs, void* const* outputs, double* call_ms);
+/* Per bucket: its profiling runner and its calls' names (kiln_dyn_call_names[kiln_dyn_call_start[b] + i]); weak:
+ * a library without them (a GPU one) profiles the largest bucket only. */
+typedef int32_t (*kiln_profiler)(void*, const void*, const void* const*, void* const*, double*);
+extern const kiln_profiler kiln_dyn_profilers[] __attribute__((weak));
+extern const int32_t kiln_dyn_call_start[] __attribute__((weak));
+extern const char* const kiln_dyn_call_names[] __attribute__((weak));
 
 #define KILN_MAX_RANK 16
 #define KILN_MAX_VARS (KILN_MAX_RANK * 8 + 1)
@@ -57,6 +66,8 @@ int32_t kiln_graph_run(void* arena, const void* weights, const void* const* inpu
 
 int32_t kiln_graph_profile(void* arena, const void* weights, const void* const* inputs, void* const* outputs,
                            double* call_ms) {
+    if (selected >= 0 && kiln_dyn_profilers)
+        return kiln_dyn_profilers[selected](arena, weights, inputs, outputs, call_ms);
     const void* all[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
     return kiln_bucket_profile(arena, weights, with_largest_lengths(inputs, all), outputs, call_ms);
 }
@@ -203,26 +214,6 @@ static int pick_bucket(const int64_t* actual) {
     return -1;
 }
 
-/* Copies the leading `region` block of a dense src (src_shape) into a dense dst (dst_shape). */
-static void copy_region(char* dst, const int64_t* dst_shape, const char* src, const int64_t* src_shape,
-                        const int64_t* region, int ndim, size_t item) {
-    if (ndim == 0) {
-        memcpy(dst, src, item);
-        return;
-    }
-    size_t dst_stride = item, src_stride = item;
-    for (int d = 1; d < ndim; d++) {
-        dst_stride *= (size_t)dst_shape[d];
-        src_stride *= (size_t)src_shape[d];
-    }
-    if (ndim == 1) {
-        memcpy(dst, src, (size_t)region[0] * item);
-        return;
-    }
-    for (int64_t k = 0; k < region[0]; k++)
-        copy_region(dst + k * dst_stride, dst_shape + 1, src + k * src_stride, src_shape + 1, region + 1, ndim - 1, item);
-}
-
 /* Output o's actual shape for bucket b and the variables' actual sizes. */
 static void actual_output_shape(int o, int b, const int64_t* actual, int64_t* shape) {
     const int base = out_offset(o);
@@ -258,6 +249,88 @@ static size_t numel(const int64_t* shape, int ndim) {
     return n;
 }
 
+/* A shaped run's region copies (inputs into their compiled shapes, outputs back) as contiguous runs, split in
+ * pieces of at most COPY_PIECE bytes and shared by the thread pool: a KV cache is megabytes at every step. */
+#define COPY_PIECE ((size_t)32 << 10)
+#define COPY_PARALLEL ((size_t)256 << 10) /* fewer bytes in all: copied on the calling thread */
+
+typedef struct {
+    char* dst;
+    const char* src;
+    int64_t dst_stride[KILN_MAX_RANK], src_stride[KILN_MAX_RANK]; /* bytes, of the dims outside a run */
+    int64_t extent[KILN_MAX_RANK];
+    int outer;      /* the dims outside a run */
+    size_t run;     /* bytes per contiguous run */
+    int64_t pieces; /* per run */
+    int64_t items;  /* runs x pieces */
+} region_copy;
+
+typedef struct {
+    region_copy* copy; /* room for every input and output */
+    int count;
+    size_t bytes;
+} copy_plan;
+
+/* Adds the copy of the leading `region` block of a dense src (src_shape) into a dense dst (dst_shape). */
+static void plan_copy(copy_plan* plan, char* dst, const int64_t* dst_shape, const char* src,
+                      const int64_t* src_shape, const int64_t* region, int nd, size_t item) {
+    if (numel(region, nd) == 0) return;
+    region_copy* c = &plan->copy[plan->count++];
+    int k = nd - 1; /* a run: region[k] steps along dim k, the trailing dims after it whole in both shapes */
+    while (k > 0 && region[k] == dst_shape[k] && region[k] == src_shape[k]) k--;
+    size_t step = item;
+    for (int d = k + 1; d < nd; d++) step *= (size_t)dst_shape[d];
+    c->dst = dst;
+    c->src = src;
+    c->run = k >= 0 ? step * (size_t)region[k] : item;
+    c->outer = k > 0 ? k : 0;
+    size_t dst_stride = k >= 0 ? step * (size_t)dst_shape[k] : 0, src_stride = k >= 0 ? step * (size_t)src_shape[k] : 0;
+    int64_t runs = 1;
+    for (int d = c->outer - 1; d >= 0; d--) {
+        c->dst_stride[d] = (int64_t)dst_stride;
+        c->src_stride[d] = (int64_t)src_stride;
+        c->extent[d] = region[d];
+        dst_stride *= (size_t)dst_shape[d];
+        src_stride *= (size_t)src_shape[d];
+        runs *= region[d];
+    }
+    c->pieces = (int64_t)((c->run + COPY_PIECE - 1) / COPY_PIECE);
+    c->items = runs * c->pieces;
+    plan->bytes += c->run * (size_t)runs;
+}
+
+static void copy_items(void* data, int64_t begin, int64_t end) {
+    copy_plan* plan = data;
+    int64_t first = 0;
+    for (int i = 0; i < plan->count && begin < end; first += plan->copy[i].items, i++) {
+        const region_copy* c = &plan->copy[i];
+        for (; begin < end && begin < first + c->items; begin++) {
+            int64_t item = begin - first, r = item / c->pieces, piece = item % c->pieces;
+            size_t dst = 0, src = 0;
+            for (int d = c->outer - 1; d >= 0; d--) {
+                int64_t at = r % c->extent[d];
+                r /= c->extent[d];
+                dst += (size_t)(at * c->dst_stride[d]);
+                src += (size_t)(at * c->src_stride[d]);
+            }
+            size_t offset = (size_t)piece * COPY_PIECE, left = c->run - offset;
+            memcpy(c->dst + dst + offset, c->src + src + offset, left < COPY_PIECE ? left : COPY_PIECE);
+        }
+    }
+}
+
+/* Runs the planned copies (on the pool when they are large) and empties the plan. */
+static void run_copies(copy_plan* plan) {
+    int64_t items = 0;
+    for (int i = 0; i < plan->count; i++) items += plan->copy[i].items;
+    if (plan->bytes >= COPY_PARALLEL)
+        kiln_parallel_for(copy_items, plan, items);
+    else
+        copy_items(plan, 0, items);
+    plan->count = 0;
+    plan->bytes = 0;
+}
+
 /* The bucket a shaped run takes, after checking its arrays and shapes (`actual`: KILN_MAX_VARS sizes); -1 with
  * the error set. */
 static int checked_bucket(const char* who, const void* inputs, const void* outputs, const int64_t* const* input_shapes,
@@ -278,75 +351,203 @@ static int checked_bucket(const char* who, const void* inputs, const void* outpu
     return pick_bucket(actual);
 }
 
-int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
-                    void* const* outputs, int64_t* const* output_shapes) {
+/* A shaped run's padded inputs and outputs live in buffers kept per thread across runs: a fresh block per run
+ * was fresh pages each time (a KV cache's 4 MB at every decoder step, zeroed by the kernel: more than the step's
+ * own work at a short past). An input's buffer is zero outside the region the last run copied in, so a run whose
+ * region holds that one (a growing cache, the same bucket) clears nothing; any other clears the bucket's size. */
+typedef struct {
+    void* data;
+    size_t capacity;
+    int bucket;                     /* the bucket whose compiled shape the zeros are laid out in; -1 none */
+    int64_t filled[KILN_MAX_RANK];  /* the region the last run copied in */
+} scratch_buf;
+
+typedef struct {
+    scratch_buf* in;
+    scratch_buf* out;
+    region_copy* copies; /* a copy_plan's room */
+} scratch_set;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_ok;
+
+static void scratch_set_free(void* p) {
+    scratch_set* set = p;
+    if (!set) return;
+    for (int i = 0; set->in && i < kiln_graph_num_inputs; i++) free(set->in[i].data);
+    for (int o = 0; set->out && o < kiln_graph_num_outputs; o++) free(set->out[o].data);
+    free(set->in);
+    free(set->out);
+    free(set->copies);
+    free(set);
+}
+
+static void scratch_key_create(void) { scratch_ok = pthread_key_create(&scratch_key, scratch_set_free) == 0; }
+
+/* Unloading the library: no thread may call a destructor in it later (other threads' buffers are left). */
+__attribute__((destructor)) static void scratch_key_delete(void) {
+    if (!scratch_ok) return;
+    scratch_set_free(pthread_getspecific(scratch_key));
+    pthread_key_delete(scratch_key);
+    scratch_ok = 0;
+}
+
+static scratch_set* thread_scratch(void) {
+    pthread_once(&scratch_once, scratch_key_create);
+    if (!scratch_ok) return NULL;
+    scratch_set* set = pthread_getspecific(scratch_key);
+    if (set) return set;
+    set = calloc(1, sizeof *set);
+    if (set) {
+        set->in = calloc((size_t)kiln_graph_num_inputs + 1, sizeof *set->in);
+        set->out = calloc((size_t)kiln_graph_num_outputs + 1, sizeof *set->out);
+        set->copies = calloc((size_t)kiln_graph_num_inputs + (size_t)kiln_graph_num_outputs + 1, sizeof *set->copies);
+    }
+    if (!set || !set->in || !set->out || !set->copies || pthread_setspecific(scratch_key, set) != 0) {
+        scratch_set_free(set);
+        return NULL;
+    }
+    for (int i = 0; i < kiln_graph_num_inputs; i++) set->in[i].bucket = -1;
+    return set;
+}
+
+/* The buffer with room for `bytes` (64-byte aligned), or NULL; a new block holds no known zeros. */
+static void* reserve(scratch_buf* buf, size_t bytes) {
+    if (bytes <= buf->capacity && buf->data) return buf->data;
+    free(buf->data);
+    size_t size = (bytes + 63) / 64 * 64;
+    buf->data = aligned_alloc(64, size ? size : 64);
+    buf->capacity = buf->data ? size : 0;
+    buf->bucket = -1;
+    return buf->data;
+}
+
+/* `buf` laid out in bucket b's compiled `shape`, zero but where input data at `actual` goes (a copy added to
+ * `copies`); NULL when out of memory. */
+static const void* padded_input(scratch_buf* buf, copy_plan* copies, int b, const int64_t* shape, const void* data,
+                                const int64_t* actual, int nd, size_t item) {
+    size_t bytes = numel(shape, nd) * item;
+    if (!reserve(buf, bytes)) return NULL;
+    int holds = buf->bucket == b;
+    for (int d = 0; d < nd && holds; d++) holds = actual[d] >= buf->filled[d];
+    if (!holds) memset(buf->data, 0, bytes);
+    if (data) plan_copy(copies, buf->data, shape, data, actual, actual, nd, item);
+    buf->bucket = b;
+    memcpy(buf->filled, actual, sizeof(int64_t) * (size_t)nd);
+    return buf->data;
+}
+
+/* kiln_run_shaped, or kiln_profile at the shapes when call_ms is given. */
+static int run_shaped(const char* who, kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                      void* const* outputs, int64_t* const* output_shapes, double* call_ms) {
     int64_t actual[KILN_MAX_VARS];
-    int b = checked_bucket("kiln_run_shaped", inputs, outputs, input_shapes, actual);
+    int b = checked_bucket(who, inputs, outputs, input_shapes, actual);
     if (b < 0) return -1;
     const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
-    const void** ins = calloc((size_t)kiln_graph_num_inputs + (size_t)kiln_dyn_num_lengths + 1, sizeof *ins);
-    void** outs = calloc((size_t)kiln_graph_num_outputs + 1, sizeof *outs);
-    int rc = -1;
-    if (!ins || !outs) {
-        fail("kiln_run_shaped: out of memory");
-        goto done;
-    }
-    for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
-        int64_t shape[KILN_MAX_RANK];
-        int padded = 0, nd = kiln_dyn_in_ndim[i];
-        for (int d = 0; d < nd; d++) {
-            shape[d] = input_dim(base + d, sizes);
-            padded |= shape[d] != input_shapes[i][d];
-        }
-        ins[i] = inputs ? inputs[i] : NULL;
-        if (padded && (inputs[i] || numel(input_shapes[i], nd) == 0)) { /* an empty input (no past yet) may be NULL */
-            void* scratch = calloc(numel(shape, nd) ? numel(shape, nd) : 1, (size_t)kiln_dyn_in_itemsize[i]);
-            if (!scratch) {
-                fail("kiln_run_shaped: out of memory padding input %d", i);
-                goto done;
-            }
-            if (inputs[i])
-                copy_region(scratch, shape, inputs[i], input_shapes[i], input_shapes[i], nd,
-                            (size_t)kiln_dyn_in_itemsize[i]);
-            ins[i] = scratch;
-        }
-    }
-    for (int k = 0; k < kiln_dyn_num_lengths; k++) ins[kiln_graph_num_inputs + k] = &actual[kiln_dyn_length_var[k]];
     const int64_t* out_shapes = kiln_dyn_out_shapes + (int64_t)b * out_offset(kiln_graph_num_outputs);
+    const void* ins[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
+    void* outs[kiln_graph_num_outputs + 1];
+    int padded_in[kiln_graph_num_inputs + 1], padded_out[kiln_graph_num_outputs + 1], any = 0, rc = -1;
+    for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
+        padded_in[i] = 0;
+        for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) padded_in[i] |= input_dim(base + d, sizes) != input_shapes[i][d];
+        /* an empty input (no past yet) may be NULL */
+        padded_in[i] &= inputs[i] != NULL || numel(input_shapes[i], kiln_dyn_in_ndim[i]) == 0;
+        any |= padded_in[i];
+    }
     for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         int64_t shape[KILN_MAX_RANK];
-        int padded = 0;
         actual_output_shape(o, b, actual, shape);
-        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded |= shape[d] != out_shapes[base + d];
+        padded_out[o] = 0;
+        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded_out[o] |= shape[d] != out_shapes[base + d];
+        padded_out[o] &= outputs[o] != NULL;
+        any |= padded_out[o];
+    }
+    scratch_set* scratch = any ? thread_scratch() : NULL;
+    if (any && !scratch) {
+        fail("%s: out of memory", who);
+        return -1;
+    }
+    copy_plan copies = {scratch ? scratch->copies : NULL, 0, 0};
+    kiln_pool_enter(); /* the pool's workers stay hot from the copies in to the copies out */
+    for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
+        ins[i] = inputs[i];
+        if (!padded_in[i]) continue;
+        int64_t shape[KILN_MAX_RANK];
+        for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) shape[d] = input_dim(base + d, sizes);
+        ins[i] = padded_input(&scratch->in[i], &copies, b, shape, inputs[i], input_shapes[i], kiln_dyn_in_ndim[i],
+                              (size_t)kiln_dyn_in_itemsize[i]);
+        if (!ins[i]) {
+            fail("%s: out of memory padding input %d", who, i);
+            goto done;
+        }
+    }
+    run_copies(&copies);
+    for (int k = 0; k < kiln_dyn_num_lengths; k++) ins[kiln_graph_num_inputs + k] = &actual[kiln_dyn_length_var[k]];
+    for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         outs[o] = outputs[o];
-        if (padded && outputs[o]) {
-            outs[o] = malloc(numel(out_shapes + base, kiln_dyn_out_ndim[o]) * (size_t)kiln_dyn_out_itemsize[o] + 1);
-            if (!outs[o]) {
-                fail("kiln_run_shaped: out of memory for output %d", o);
-                goto done;
-            }
+        if (padded_out[o] && !(outs[o] = reserve(&scratch->out[o], numel(out_shapes + base, kiln_dyn_out_ndim[o]) *
+                                                                       (size_t)kiln_dyn_out_itemsize[o] + 1))) {
+            fail("%s: out of memory for output %d", who, o);
+            goto done;
         }
     }
     selected = b;
-    rc = kiln_run(model, ins, outs);
+    rc = call_ms ? kiln_profile(model, ins, outs, call_ms) : kiln_run(model, ins, outs);
     selected = -1;
     for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         int64_t shape[KILN_MAX_RANK];
         actual_output_shape(o, b, actual, shape);
-        if (rc == 0 && outs[o] != outputs[o])
-            copy_region(outputs[o], shape, outs[o], out_shapes + base, shape, kiln_dyn_out_ndim[o],
-                        (size_t)kiln_dyn_out_itemsize[o]);
+        if (rc == 0 && padded_out[o])
+            plan_copy(&copies, outputs[o], shape, outs[o], out_shapes + base, shape, kiln_dyn_out_ndim[o],
+                      (size_t)kiln_dyn_out_itemsize[o]);
         if (rc == 0 && output_shapes && output_shapes[o])
             memcpy(output_shapes[o], shape, sizeof(int64_t) * (size_t)kiln_dyn_out_ndim[o]);
     }
+    run_copies(&copies);
 done:
-    for (int i = 0; ins && inputs && i < kiln_graph_num_inputs; i++)
-        if (ins[i] != inputs[i]) free((void*)ins[i]);
-    for (int o = 0; outs && o < kiln_graph_num_outputs; o++)
-        if (outs[o] != outputs[o]) free(outs[o]);
-    free(ins);
-    free(outs);
+    kiln_pool_leave();
     return rc;
+}
+
+int kiln_run_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                    void* const* outputs, int64_t* const* output_shapes) {
+    return run_shaped("kiln_run_shaped", model, inputs, input_shapes, outputs, output_shapes, NULL);
+}
+
+int kiln_profile_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
+                        void* const* outputs, double* call_ms) {
+    if (!kiln_dyn_profilers) {
+        fail("kiln_profile_shaped: this library profiles its largest shapes only (kiln_profile)");
+        return -1;
+    }
+    if (!call_ms) {
+        fail("kiln_profile_shaped: call_ms is NULL");
+        return -1;
+    }
+    return run_shaped("kiln_profile_shaped", model, inputs, input_shapes, outputs, NULL, call_ms);
+}
+
+int kiln_shaped_bucket(const int64_t* const* input_shapes) {
+    int64_t actual[KILN_MAX_VARS];
+    if (!input_shapes && kiln_graph_num_inputs > 0) {
+        fail("kiln_shaped_bucket: input_shapes is NULL");
+        return -1;
+    }
+    if (kiln_dyn_num_vars > KILN_MAX_VARS || read_sizes(input_shapes, actual) != 0) return -1;
+    return pick_bucket(actual);
+}
+
+int kiln_bucket_num_calls(int b) {
+    if (b < 0 || b >= kiln_dyn_num_buckets) return -1;
+    return kiln_dyn_call_start ? kiln_dyn_call_start[b + 1] - kiln_dyn_call_start[b]
+                               : (b == kiln_dyn_num_buckets - 1 ? kiln_graph_num_calls : 0);
+}
+
+const char* kiln_bucket_call_name(int b, int i) {
+    if (i < 0 || i >= kiln_bucket_num_calls(b)) return NULL;
+    return kiln_dyn_call_names ? kiln_dyn_call_names[kiln_dyn_call_start[b] + i] : kiln_graph_call_names[i];
 }
 
 static _Thread_local const kiln_shaped_request* device_request; /* set by kiln_run_device_shaped */

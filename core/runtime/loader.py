@@ -358,6 +358,19 @@ class Module:
         shapes = getattr(self._lib, prefix + "_output_shapes")
         shapes.restype, shapes.argtypes = ctypes.c_int, [ctypes.c_void_p] * 2
         self._lib.kiln_output_shapes = shapes
+        # kiln_profile_shaped and its bucket's call names (a library built before them profiles its largest shapes)
+        self._profile_shaped = None
+        found = []
+        for name, res, args in (("_profile_shaped", ctypes.c_int, [ctypes.c_void_p] * 5),
+                                ("_shaped_bucket", ctypes.c_int, [ctypes.c_void_p]),
+                                ("_bucket_num_calls", ctypes.c_int, [ctypes.c_int]),
+                                ("_bucket_call_name", ctypes.c_char_p, [ctypes.c_int, ctypes.c_int])):
+            fn = getattr(self._lib, prefix + name, None)
+            if fn is None:
+                return
+            fn.restype, fn.argtypes = res, args
+            found.append(fn)
+        self._profile_shaped = tuple(found)
 
     # ------------------------------------------------------------ information
 
@@ -390,17 +403,19 @@ class Module:
                 [t["shape"] for t in self._outputs],
                 any(t["name"].endswith((BOUND_SUFFIX, SHAPE_SUFFIX)) for t in self._outputs))
 
-    def _exact_inputs(self, feeds) -> list[np.ndarray] | None:
+    def _exact_inputs(self, feeds, any_shape: bool = False) -> list[np.ndarray] | None:
         """The feeds in input order when each already is what the library takes (a C-contiguous ndarray of the
-        input's dtype and largest shape, under its name, nothing else given); else None: then _prepare checks,
-        converts and explains."""
+        input's dtype and largest shape, or with `any_shape` any shape of its rank: the library checks a ranged
+        model's shapes, under its name, nothing else given); else None: then _prepare checks, converts and
+        explains."""
         specs = self._io_plan[0]
         if type(feeds) is not dict or len(feeds) != len(specs) or self._handle is None:
             return None
         arrays = []
         for name, dtype, shape in specs:
             a = feeds.get(name)
-            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+            if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous or (
+                    a.ndim != len(shape) if any_shape else a.shape != shape):
                 return None
             arrays.append(a)
         return arrays
@@ -543,6 +558,20 @@ class Module:
         arrays = self._exact_inputs(feeds)
         _, names, dtypes, shapes, bounded = self._io_plan
         outs = None
+        if arrays is None and self._ranges and out is None:  # a shape in range, nothing to convert: a decoder's step
+            ranged = self._exact_inputs(feeds, any_shape=True)
+            if ranged is not None:
+                table, out_shapes = self._shaped_call(ranged)
+                outs = [np.empty(s, d) for s, d in zip(out_shapes, dtypes)]
+                with self._run_lock:  # the tables are the module's own
+                    ins, outp = self._in_table, self._out_table
+                    for i, a in enumerate(ranged):
+                        ins[i] = _data_pointer(a)
+                    for i, o in enumerate(outs):
+                        outp[i] = _data_pointer(o)
+                    rc = self._lib.kiln_run_shaped(self._handle, ins, table, outp, None)
+                self._check(rc, "kiln_run_shaped")
+                return trim_bounded(dict(zip(names, outs)))
         if arrays is None:  # something to check or convert, or a shape below the ranges' upper bounds
             arrays, outs = self._prepare(feeds, out)
             if self._ranges and self._off_max(arrays):  # the upper bounds are kiln_run's own shapes
@@ -650,17 +679,24 @@ class Module:
     def profile(self, repeat: int = 10, *, feeds: Mapping[str, object] | None = None) -> list[dict]:
         """Per kernel call: [{"index", "name", "time_ms"}], the median over `repeat` profiled runs."""
         arrays, outs = self._prepare(feeds if feeds is not None else self.random_inputs())
-        if self._ranges and self._off_max(arrays):
-            raise ValueError("profile runs the largest input shapes only (this model takes ranges)")
         ins, outp = self._pointer_table(arrays), self._pointer_table(outs)
-        n = self._lib.kiln_num_kernel_calls()
+        n, name = self._lib.kiln_num_kernel_calls(), self._lib.kiln_kernel_call_name
+        run = lambda row: self._lib.kiln_profile(self._handle, ins, outp, row.ctypes.data)  # noqa: E731
+        if self._ranges and self._off_max(arrays):  # the bucket kiln_run_shaped runs, timed at these shapes
+            if self._profile_shaped is None:
+                raise ValueError("profile runs the largest input shapes only (this library predates "
+                                 "kiln_profile_shaped)")
+            shaped, bucket_of, count, bucket_name = self._profile_shaped
+            table = self._shaped_call(arrays)[0]
+            bucket = bucket_of(table)
+            self._check(-1 if bucket < 0 else 0, "kiln_shaped_bucket")
+            n, name = count(bucket), functools.partial(bucket_name, bucket)
+            run = lambda row: shaped(self._handle, ins, table, outp, row.ctypes.data)  # noqa: E731
         times = np.zeros((max(1, repeat), max(1, n)), dtype=np.float64)
         for r in range(times.shape[0]):
-            row = times[r]
-            self._check(self._lib.kiln_profile(self._handle, ins, outp, row.ctypes.data), "kiln_profile")
+            self._check(run(times[r]), "kiln_profile")
         med = np.median(times, axis=0)
-        return [{"index": i, "name": self._lib.kiln_kernel_call_name(i).decode(), "time_ms": float(med[i])}
-                for i in range(n)]
+        return [{"index": i, "name": name(i).decode(), "time_ms": float(med[i])} for i in range(n)]
 
     # ------------------------------------------------------------ lifetime
 

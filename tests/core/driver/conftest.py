@@ -6,5 +6,6 @@ import pytest
 
 @pytest.fixture
 def one_compiled_shape(monkeypatch):
-    """No default specializations: the upper bound alone serves every size (what the specializations speed up)."""
+    """No default specializations nor length classes: the upper bound alone serves every size (what they speed up)."""
     monkeypatch.setattr("core.driver.shape_plan.DEFAULT_SHAPES", 1)
+    monkeypatch.setattr("core.driver.shape_plan.LENGTH_CLASSES", 0)
