@@ -258,8 +258,16 @@ def _tables(plan: BucketPlan, graphs: Sequence[Graph], carried: dict[str, dict[s
             out_var.append(-2 if axis in lengths else axes_var.get(axis, -1))  # -2: its run-time length
             out_coef += [coefs.get(v.name, 0) for v in plan.variables]
             out_const.append(constant)
-    for graph in graphs:
-        out_shapes += [d for name in graph.outputs for d in graph.type_of(name).shape]
+    for graph, sizes in zip(graphs, plan.buckets):
+        for name in graph.outputs:  # the table holds out_ndim dims per output and bucket: one rank for all buckets
+            shape, top_shape = graph.type_of(name).shape, top.type_of(name).shape
+            if len(shape) != len(top_shape):
+                at = ", ".join(f"{v.name}={s}" for v, s in zip(plan.variables, sizes))
+                raise ShapeError(f"output {name!r} has rank {len(shape)} at {at} but rank {len(top_shape)} at the "
+                                 f"largest shapes (an If branch taken at some sizes only?); one artifact for the "
+                                 f"declared ranges needs one rank per output: narrow the ranges or compile each "
+                                 f"case on its own")
+            out_shapes += list(shape)
     itemsize = lambda n: element_bytes(top.type_of(n).dtype)  # noqa: E731
     return {
         "num_buckets": ("i32", len(plan.buckets)), "num_vars": ("i32", len(plan.variables)),

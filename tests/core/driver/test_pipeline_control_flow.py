@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(600)
 RATES = {16000: 512, 8000: 256}  # sample rate -> the samples its branch takes, as silero VAD's
 
 
-def _rate_model() -> bytes:
+def _rate_model(else_shape=(1, 256)) -> bytes:
     """x[1, n], rate: If(rate == 16000) y = reshape(x, [2, 256]) @ w ([2, 4], fits n = 512 only), else
     y = reshape(x, [1, 256]) * 2 ([1, 256], fits n = 256 only): each compile runs one branch; level = max or min of
     x. (y keeps its rank both ways: a ranged library's buckets may not give an output different ranks.)"""
@@ -30,11 +30,11 @@ def _rate_model() -> bytes:
                                      helper.make_node("MatMul", ["frames", "w"], ["t"]),
                                      helper.make_node("ReduceMax", ["x"], ["tl"], keepdims=0)], "then", [],
                                     [_value("t", F32, [2, 4]), _value("tl", F32, [])])
-    else_branch = helper.make_graph([_const("frame_shape", np.array([1, 256], np.int64)), _const("two", np.float32(2)),
+    else_branch = helper.make_graph([_const("frame_shape", np.array(else_shape, np.int64)), _const("two", np.float32(2)),
                                      helper.make_node("Reshape", ["x", "frame_shape"], ["frame"]),
                                      helper.make_node("Mul", ["frame", "two"], ["e"]),
                                      helper.make_node("ReduceMin", ["x"], ["el"], keepdims=0)], "else", [],
-                                    [_value("e", F32, [1, 256]), _value("el", F32, [])])
+                                    [_value("e", F32, list(else_shape)), _value("el", F32, [])])
     nodes = [_const("wideband", np.array(16000, np.int64)), helper.make_node("Equal", ["rate", "wideband"], ["c"]),
              helper.make_node("If", ["c"], ["y", "level"], then_branch=then_branch, else_branch=else_branch)]
     w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 4)).astype(np.float32), "w")
@@ -127,3 +127,16 @@ def test_a_users_sample_outside_the_declared_range_is_refused_before_the_build()
     samples = _npz(x=np.zeros((1, 128), np.float32), rate=np.array(8000))
     with pytest.raises(ValidationInputError, match="input 'x' has shape \\[1, 128\\], outside its declared range"):
         core.compile(_rate_model(), input_shapes={"x": "1,256|512"}, validation_inputs=samples)
+
+
+def test_ranges_whose_buckets_give_an_output_different_ranks_are_refused_with_the_reason():
+    """The else branch's y is [256] (rank 1), the then branch's [2, 4]: the bucket at n = 256 runs one, the bucket at
+    512 the other, so y's rank depends on the size; the shaped tables hold one rank per output (a wrong shape came
+    back before, caught only by validation)."""
+    model, rng = _rate_model(else_shape=(256,)), np.random.default_rng(5)
+    samples = [_npz(x=rng.standard_normal((1, n)).astype(np.float32), rate=np.array(rate)) for rate, n in RATES.items()]
+    with pytest.raises(core.errors.ShapeError, match="output 'y' has rank 1 at .*but rank 2 at the largest shapes"):
+        core.compile(model, input_shapes={"x": "1,256|512"}, validation_inputs=samples)
+    artifact = core.compile(model, input_shapes={"x": (1, 256)}, validation_inputs=samples[1])  # one size: fine
+    with artifact.load() as module:
+        _compare(module, model, {"x": rng.standard_normal((1, 256)).astype(np.float32), "rate": np.array(8000)})
