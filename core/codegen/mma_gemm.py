@@ -312,11 +312,13 @@ def dynamic_shared(cfg: GemmConfig) -> int:
     return cfg.shared_bytes if cfg.shared_bytes > plan.STATIC_SHARED_BYTES else 0
 
 
-def emit_main_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: GemmConfig) -> LaunchConfig:
-    """The block-tile kernel: the pipelined mainloop, then the epilogue (or, split, the float32 part)."""
+def emit_main_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: GemmConfig,
+                     emit_body: Optional[Callable] = None) -> LaunchConfig:
+    """The block-tile kernel: the pipelined mainloop, then the epilogue (or, split, the float32 part); `emit_body`
+    (b, params, problem, cfg, name) writes them: mma.sync's (the default) or wgmma_gemm's."""
     fn, params = _kernel_function(module, name, param_names(problem, cfg))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    emit_gemm_body(b, params, problem, cfg, name)
+    (emit_body or emit_gemm_body)(b, params, problem, cfg, name)
     b.ret_void()
     return LaunchConfig(plan.grid(cfg, problem), (cfg.threads, 1, 1), cfg.shared_bytes, dynamic_shared(cfg))
 
@@ -477,15 +479,15 @@ def build_gemm(problem: GemmProblem, cfg: GemmConfig, target: Target, name: str 
     error = error or plan.config_error(cfg, problem, plan.shared_limit(target.cpu))
     if error:
         raise ValueError(f"GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
-    return gemm_kernels(problem, cfg, target, name, emit_main_kernel)
+    return gemm_kernels(problem, cfg, target, name)
 
 
 def gemm_kernels(problem: GemmProblem, cfg, target: Target, name: str,
-                 emit_main: Callable[[ir.Module, str, GemmProblem, object], LaunchConfig]) -> GemmKernels:
-    """One GEMM's module, optimized at O3 for `target`: the main kernel `emit_main` emits, then (split along K)
-    the reduction; the tile config `cfg` is gemm_mma's or gemm_wgmma's."""
+                 emit_body: Optional[Callable] = None) -> GemmKernels:
+    """One GEMM's module, optimized at O3 for `target`: the main kernel (its body by `emit_body`, see
+    emit_main_kernel), then (split along K) the reduction; the tile config `cfg` is gemm_mma's or gemm_wgmma's."""
     module = gpu_module(target)
-    launches = {name: emit_main(module, name, problem, cfg)}
+    launches = {name: emit_main_kernel(module, name, problem, cfg, emit_body)}
     if cfg.split_k > 1:
         launches[f"{name}_reduce"] = emit_split_reduce(module, f"{name}_reduce", problem, cfg)
     return GemmKernels(problem, cfg, optimized_ptx(module, target), launches, tuple(param_names(problem, cfg)))

@@ -187,7 +187,7 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
     from ..kernels.gemm_plan.gemm_wgmma import WgmmaConfig
     from .mma_gemm import dynamic_shared, emit_gemm_body, emit_split_reduce_body
     from .mma_gemm_int8 import emit_int8_gemm_body
-    from .wgmma_gemm import dynamic_shared as wgmma_dynamic_shared, emit_wgmma_body
+    from .wgmma_gemm import emit_wgmma_body
 
     if not target.triple.startswith("nvptx"):
         raise CodegenError(f"target {target.name} is not a GPU target")
@@ -203,12 +203,11 @@ def lower_gpu_module(funcs: Sequence[PrimFunc], target: Target) -> tuple[ir.Modu
         gemm = gemm_of(func)
         if gemm is not None:  # a whole group as the tensor-core GEMM: its loops only bind the launch
             problem, cfg, where = gemm
-            emit, dynamic = ((emit_wgmma_body, wgmma_dynamic_shared) if isinstance(cfg, WgmmaConfig)
-                             else (emit_gemm_body, dynamic_shared))
+            emit = emit_wgmma_body if isinstance(cfg, WgmmaConfig) else emit_gemm_body
             b = ir.IRBuilder(fn.append_basic_block("entry"))
             emit(b, {role: fn.args[index] for role, index in where.items()}, problem, cfg, func.name)
             b.ret_void()
-            launches[func.name] = LaunchConfig(launch.grid, launch.block, cfg.shared_bytes, dynamic(cfg))
+            launches[func.name] = LaunchConfig(launch.grid, launch.block, cfg.shared_bytes, dynamic_shared(cfg))
             if cfg.split_k > 1:  # its parts summed (and the epilogue) by a second kernel on the same arguments
                 reduce_fn = declare_kernel(module, replace(func, name=split_reduce_name(func.name)))
                 reduce_fn.calling_convention = "ptx_kernel"

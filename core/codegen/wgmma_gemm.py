@@ -24,17 +24,12 @@ from ..kernels.gemm_plan.gemm_mma import GemmProblem, output_index
 from ..kernels.gemm_plan.gemm_wgmma import WgmmaConfig
 from ..target import Target
 from .llvm_types import F32, I32, I64
-from .mma_gemm import (GLOBAL, GemmKernels, Index, _asm, _barrier, _element, _epilogue, _guarded, _kernel_function,
-                       _sreg, _store_pair, gemm_kernels, param_names)
-from .nvptx_target import SHARED, LaunchConfig
+from .mma_gemm import (GLOBAL, GemmKernels, Index, _asm, _barrier, _element, _epilogue, _guarded, _sreg, _store_pair,
+                       dynamic_shared, gemm_kernels)
+from .nvptx_target import SHARED
 
 ARCH = "sm_90"
 PTX_ARCH, PTX_FEATURES = "sm_90a", "+ptx80"  # wgmma's arch-specific target
-STATIC_SHARED_BYTES = 48 * 1024
-
-
-def dynamic_shared(cfg: WgmmaConfig) -> int:
-    return cfg.shared_bytes if cfg.shared_bytes > STATIC_SHARED_BYTES else 0
 
 
 def _void(b: ir.IRBuilder, text: str) -> None:
@@ -185,14 +180,6 @@ def emit_wgmma_body(b: ir.IRBuilder, params: dict, problem: GemmProblem, cfg: Wg
             _guarded(b, b.and_(g_row.lt(problem.m), g_col.lt(problem.n)), store)
 
 
-def emit_wgmma_kernel(module: ir.Module, name: str, problem: GemmProblem, cfg: WgmmaConfig) -> LaunchConfig:
-    fn, params = _kernel_function(module, name, param_names(problem, cfg))
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    emit_wgmma_body(b, params, problem, cfg, name)
-    b.ret_void()
-    return LaunchConfig(plan.grid(cfg, problem), (cfg.threads, 1, 1), cfg.shared_bytes, dynamic_shared(cfg))
-
-
 def build_wgmma_gemm(problem: GemmProblem, cfg: WgmmaConfig, target: Target, name: str = "kiln_wgmma") -> GemmKernels:
     """The PTX (`.target sm_90a`) of `problem` tiled by `cfg` for an sm_90 `target` (O3, LLVM's NVPTX backend)."""
     if target.cpu not in (ARCH, PTX_ARCH):
@@ -200,7 +187,7 @@ def build_wgmma_gemm(problem: GemmProblem, cfg: WgmmaConfig, target: Target, nam
     error = plan.config_error(cfg, problem)
     if error:
         raise ValueError(f"wgmma GEMM {problem.m}x{problem.n}x{problem.k} with {cfg}: {error}")
-    return gemm_kernels(problem, cfg, replace(target, cpu=PTX_ARCH, features=PTX_FEATURES), name, emit_wgmma_kernel)
+    return gemm_kernels(problem, cfg, replace(target, cpu=PTX_ARCH, features=PTX_FEATURES), name, emit_wgmma_body)
 
 
-__all__ = ["build_wgmma_gemm", "emit_wgmma_kernel", "emit_wgmma_body", "dynamic_shared", "ARCH", "PTX_ARCH"]
+__all__ = ["build_wgmma_gemm", "emit_wgmma_body", "ARCH", "PTX_ARCH"]
