@@ -8,6 +8,7 @@ from core.graph.builder import GraphBuilder
 from .structured_values import OptionalValue, SequenceValue, Value
 
 
+BOUND_SUFFIX = "::bound"  # NAME::bound: [axis, valid length] of the data-dependent output NAME (bound_name)
 SHAPE_SUFFIX = "::shape"  # NAME::shape: the actual shape of output NAME, decided by an If at run time (shape_name)
 
 

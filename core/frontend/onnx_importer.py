@@ -21,7 +21,7 @@ from core.graph.length_inputs import (Affine, add_length_inputs, filled_values, 
 
 from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
-from .function_scope import SHAPE_SUFFIX
+from .function_scope import BOUND_SUFFIX, SHAPE_SUFFIX
 from .model_loading import ModelSource, load_model
 from .onnx_values import attribute_values, declared_dims, numpy_dtype, tensor_to_array
 from .structured_values import OptionalValue, SequenceValue, Value, flatten, is_structured, kind_of
@@ -144,13 +144,15 @@ class _Scope:
         return [inner[o.name] for o in graph.output]
 
     def import_function(self, graph: onnx.GraphProto, formals: Sequence[tuple[str, TensorType]], name: str,
-                        lengths: Mapping[str, int] = {}, run_time_shapes: bool = False) -> tuple[Graph, list[str]]:
+                        lengths: Mapping[str, int] = {}, run_time_shapes: bool = False,
+                        bound_axes: dict[str, int] | None = None) -> tuple[Graph, list[str]]:
         """`graph` as a graph of its own (an If branch or Loop body run at run time, each compiled as a function):
         its inputs are `formals` (ONNX name, type), then an int64 [1] length per formal of `lengths` (formal -> the
         axis along which only that many entries are valid: a sequence growing per iteration), then each enclosing
         value it reads (returned, in that order). A bounded output comes with its `::bound` output ([axis, length]);
         with `run_time_shapes` (an If branch), an output whose shape a nested If decides at run time with its
-        `::shape` output, else such an output is a ShapeError."""
+        `::shape` output, else such an output is a ShapeError. `bound_axes`, when given, gets the axis of each
+        bounded output (ONNX name -> axis)."""
         from .function_scope import OuterValues
 
         builder = GraphBuilder(name)
@@ -168,6 +170,10 @@ class _Scope:
         missing = [o.name for o in graph.output if o.name not in values]
         if missing:
             raise ShapeError(f"subgraph {graph.name!r}: outputs {missing} are never produced")
+        if bound_axes is not None:
+            bounds = {o.name: builder.bounds[values[o.name]] for o in graph.output
+                      if isinstance(values[o.name], str) and values[o.name] in builder.bounds}
+            bound_axes.update({n: b.axis if isinstance(b, Bound) else -1 for n, b in bounds.items()})  # -1: several
         builder.set_outputs(_bind_outputs(graph, builder, {o.name: values[o.name] for o in graph.output}))
         if builder.run_time_shapes and not run_time_shapes:
             raise ShapeError(f"subgraph {graph.name!r} gives an output whose shape is known only at run time "
@@ -290,7 +296,7 @@ def _bind_outputs(graph: onnx.GraphProto, builder: GraphBuilder, values: dict[st
 
 def bound_name(name: str) -> str:
     """The output that says how much of the data-dependent output `name` is valid (the runtime trims)."""
-    return f"{name}::bound"
+    return f"{name}{BOUND_SUFFIX}"
 
 
 def shape_name(name: str) -> str:

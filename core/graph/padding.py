@@ -198,16 +198,16 @@ def _if(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
     outputs whose shape differs between the branches (their shape comes from the run) may not carry them."""
     if carried[0]:
         raise NotPaddable(f"If {node.name!r} branches on the padded axis")
-    outs = None
+    outs, values = None, len(node.outputs) - len(node.attr("shaped", ())) - len(node.attr("paired", ()))
     for branch, inputs_of in zip(node.attr("branches"), node.attr("inputs_of")):
         if branch is None:
             raise NotPaddable(f"If {node.name!r} has a branch that does not compile at these shapes")
         axes = padded_output_axes(branch, {v: carried[i] for v, i in zip(branch.inputs, inputs_of) if carried[i]})
-        mine = [axes[o] for o in branch.outputs[:len(node.outputs) - len(node.attr("shaped", ()))]]
+        mine = [axes[o] for o in branch.outputs[:values]]
         if outs is not None and mine != outs:
             raise NotPaddable(f"If {node.name!r}: its branches carry the padded axis to different outputs")
         outs = mine
-    if any(outs[k] for k in node.attr("shaped", ())):
+    if any(outs[k] for k in (*node.attr("shaped", ()), *(j for j, _, _ in node.attr("paired", ())))):
         raise NotPaddable(f"If {node.name!r}: an output whose shape differs between its branches carries the "
                           f"padded axis")
     return outs + [frozenset()] * (len(node.outputs) - len(outs))

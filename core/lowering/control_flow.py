@@ -75,21 +75,31 @@ def control_call(parts: ControlParts, label: str, ref: Callable[[str], BufferRef
 
 
 def _if_call(node: Node, subs: list, label: str, ref: Callable) -> IfCall:
-    shaped = node.attr("shaped")
+    """Each shape output ([rank, dims...]) and length pair ([axis, length]) is written per branch: a constant, or by
+    the branch's runner (a nested If, a data-dependent length), after its values: its pairs, then its shapes."""
+    shaped, paired = node.attr("shaped"), node.attr("paired", ())
     given = node.attr("given_shapes", ((), ()))
-    values = node.outputs[:len(node.outputs) - len(shaped)]
-    shape_of = dict(zip(shaped, node.outputs[len(values):]))
+    lengths = node.attr("given_lengths", ((), ()))
+    count = len(node.outputs) - len(shaped) - len(paired)
+    values = node.outputs[:count]
+    shape_of = dict(zip(shaped, node.outputs[count:count + len(shaped)]))
+    pair_of = dict(zip((j for j, _, _ in paired), node.outputs[count + len(shaped):]))
+    branch_types = [None if g is None else [g.type_of(o) for o in g.outputs[:count]] for g in node.attr("branches")]
     shapes = []
     for j, shape_value in shape_of.items():
-        width = node.attr("out_types")[len(values) + shaped.index(j)].shape[0]
+        width = node.attr("out_types")[count + shaped.index(j)].shape[0]
         per_branch = []
-        for g, gives in zip(node.attr("branches"), given):
-            dims = () if g is None else g.type_of(g.outputs[j]).shape
+        for types, gives in zip(branch_types, given):
+            dims = () if types is None else types[j].shape
             per_branch.append(None if j in gives else  # the branch writes it (a nested If decides it at run time)
                               tuple(np.pad(np.array([len(dims), *dims], np.int64), (0, width - 1 - len(dims)))))
         shapes.append((ref(shape_value), tuple(per_branch)))
+    for j, axis, per_branch in paired:  # a branch's own length, or None: it writes it (or cannot run)
+        shapes.append((ref(pair_of[j]), tuple(None if n is None else (axis, n) for n in per_branch)))
+    written = tuple(tuple(ref(pair_of[j]) for j in pairs) + tuple(ref(shape_of[j]) for j in gives)
+                    for pairs, gives in zip(lengths, given))
     return IfCall(ref(node.inputs[0]), tuple(subs), tuple(node.attr("refusals")), tuple(ref(v) for v in values),
-                  tuple(shapes), label, given_shapes=tuple(tuple(ref(shape_of[j]) for j in gives) for gives in given))
+                  tuple(shapes), label, given_shapes=written)
 
 
 def _loop_call(parts: ControlParts, body: SubCall, label: str, ref: Callable, slot: Callable) -> LoopCall:

@@ -1,9 +1,11 @@
 """If and Loop run at run time: each branch, or the loop body, imported as a graph of its own and compiled once.
 
-If: the entry reads the condition and runs only the taken branch. Branch outputs may differ in shape: the
-output then has room for the larger, holds the taken branch's elements first, and a `NAME::shape` output
-gives its actual shape (so such an output must be a graph output). A branch that does not compile for the
-compiled input shapes (silero VAD's branch for the other sample rate) fails only when it is taken.
+If: the entry reads the condition and runs only the taken branch. Branch outputs may differ in shape: when
+they differ along one axis (a branch's own run-time length included), the output is a bounded value
+(core/graph/bounded.py) at the larger size whose valid length the taken branch gives, so later ops read it as
+they read NonZero's; otherwise (different ranks, several axes) it holds the taken branch's elements first and a
+`NAME::shape` output gives its actual shape, so it must be a graph output. A branch that does not compile for
+the compiled input shapes (silero VAD's branch for the other sample rate) fails only when it is taken.
 Loop: the body runs while i < M and the condition holds, both read at run time; loop-carried values keep
 their shape or grow along their outermost axis (a greedy decoder's tokens: compiled at the largest size, the
 valid length a body input). Scan outputs and growing values get room for `trip_bound` iterations (M when it
@@ -19,9 +21,9 @@ import numpy as np
 import onnx
 
 from core.errors import ShapeError
-from core.graph.ir import Graph, TensorType
+from core.graph.ir import Graph, Node, TensorType
 
-from ..function_scope import SHAPE_SUFFIX, ReadsRunTimeLength
+from ..function_scope import BOUND_SUFFIX, SHAPE_SUFFIX, ReadsRunTimeLength
 from .registry import ConvertContext
 
 MAX_TRIP_COUNT: ContextVar[Optional[int]] = ContextVar("kiln_max_trip_count", default=None)
@@ -43,23 +45,52 @@ def max_trip_count(bound: Optional[int]) -> Iterator[None]:
 
 
 def _function(ctx: ConvertContext, graph: onnx.GraphProto, formals, which: str, lengths=None,
-              bounded: Sequence[str] = (), run_time_shapes: bool = False) -> tuple[Graph, list[str]]:
-    """The subgraph imported on its own; its outputs are the ONNX ones, then the `::bound` of those in `bounded`,
-    then (`run_time_shapes`: an If branch) the `::shape` of those a nested If shapes at run time."""
+              bounded: Sequence[str] = (), run_time_shapes: bool = False,
+              bound_axes: Optional[dict] = None) -> tuple[Graph, list[str]]:
+    """The subgraph imported on its own; its outputs are the ONNX ones, then the `::bound` of those in `bounded`
+    (`run_time_shapes`, an If branch: of any bounded one), then (an If branch) the `::shape` of those a nested If
+    shapes at run time; `bound_axes` gets the axis of each bounded output (name -> axis)."""
     name = f"{ctx.node.name or ctx.hint}_{which}"
-    function, captured = ctx.scope.import_function(graph, formals, name, lengths or {}, run_time_shapes)
+    function, captured = ctx.scope.import_function(graph, formals, name, lengths or {}, run_time_shapes, bound_axes)
     extra = [o for o in function.outputs[len(graph.output):] if not (run_time_shapes and o.endswith(SHAPE_SUFFIX))]
-    if extra != [f"{o}::bound" for o in bounded]:
+    if run_time_shapes:
+        bounded = [o for o in (p.name for p in graph.output) if f"{o}{BOUND_SUFFIX}" in extra]
+    if extra != [f"{o}{BOUND_SUFFIX}" for o in bounded]:
         raise ReadsRunTimeLength(f"the {which} gives outputs that are sequences or have run-time lengths, which a "
                                  f"subgraph run at run time cannot pass out yet")
     return function, captured
 
 
-def _given_shapes(graph: onnx.GraphProto, function: Graph) -> tuple[int, ...]:
-    """The outputs whose shape a branch gives at run time (a nested If's branches differ in shape), in the order of
-    its `::shape` outputs, which follow the ONNX ones."""
+def _given(graph: onnx.GraphProto, function: Graph, suffix: str) -> tuple[int, ...]:
+    """The outputs whose valid length (`::bound`) or shape (`::shape`: a nested If's branches differ in rank) a
+    branch gives at run time, in the order of those outputs of its graph, which follow the ONNX ones."""
     names = [o.name for o in graph.output]
-    return tuple(names.index(o[:-len(SHAPE_SUFFIX)]) for o in function.outputs[len(names):])
+    return tuple(names.index(o[:-len(suffix)]) for o in function.outputs[len(names):] if o.endswith(suffix))
+
+
+def _bounded_axis(types: Sequence[TensorType], given_axes: Sequence[int]) -> Optional[int]:
+    """The one axis along which the branches' `types` of an output differ, or along which a branch gives its
+    run-time length (`given_axes`); None when they differ otherwise (ranks, several axes) or not at all."""
+    if len({t.rank for t in types}) != 1 or -1 in given_axes:
+        return None
+    axes = {a for a in range(types[0].rank) if len({t.shape[a] for t in types}) > 1} | set(given_axes)
+    return axes.pop() if len(axes) == 1 else None
+
+
+def _padded(branch: Graph, j: int, slot: TensorType) -> Graph:
+    """`branch` with output j padded up to `slot` at its end (a bounded value's layout: entry i of every row at
+    the same place), where writing it first in the slot would not give that layout."""
+    ttype = branch.type_of(branch.outputs[j])
+    grown = [a for a in range(ttype.rank) if ttype.shape[a] != slot.shape[a]]
+    if not grown or int(np.prod(ttype.shape[:grown[0]])) == 1:
+        return branch
+    pads = [0] * ttype.rank + [s - d for s, d in zip(slot.shape, ttype.shape)]
+    value = f"{branch.outputs[j]}::padded"
+    pad = Node("Pad", (branch.outputs[j],), (value,), {"pads": tuple(pads), "mode": "constant", "value": 0.0},
+               name=value)
+    outputs = list(branch.outputs)
+    outputs[j] = value
+    return branch.replace(nodes=branch.nodes + (pad,), outputs=tuple(outputs), types={**branch.types, value: slot})
 
 
 def _merged(ctx: ConvertContext, index: int, types: list[TensorType]) -> tuple[TensorType, bool]:
@@ -78,40 +109,58 @@ def run_time_if(ctx: ConvertContext, then_branch: onnx.GraphProto, else_branch: 
     ttype = ctx.builder.type_of(condition)
     if ttype.dtype != "bool" or ttype.numel != 1:
         ctx.fail(f"the condition must be a one-element bool tensor, got {ttype}")
-    branches, refusals, captured, given = [], [], [], []
+    branches, refusals, captured, given, lengths = [], [], [], [], []
     for which, branch in (("then", then_branch), ("else", else_branch)):
         try:
-            function, reads = _function(ctx, branch, [], f"{which} branch", run_time_shapes=True)
+            axes: dict[str, int] = {}
+            function, reads = _function(ctx, branch, [], f"{which} branch", run_time_shapes=True, bound_axes=axes)
             branches.append(function)
             refusals.append("")
             captured.append(reads)
-            given.append(_given_shapes(branch, function))
+            given.append(_given(branch, function, SHAPE_SUFFIX))
+            lengths.append({j: axes[branch.output[j].name] for j in _given(branch, function, BOUND_SUFFIX)})
         except ShapeError as err:  # this branch cannot run at these input shapes: an error only if it is taken
             branches.append(None)
             refusals.append(f"{ctx.where}: the {which} branch was taken, but it does not compile for the compiled "
                             f"input shapes ({err.message})")
             captured.append([])
             given.append(())
+            lengths.append({})
     if all(b is None for b in branches):
         ctx.fail(f"neither branch compiles for these shapes: {refusals[0]}; {refusals[1]}")
     if len(then_branch.output) != len(else_branch.output):
         ctx.fail(f"the branches give {len(then_branch.output)} and {len(else_branch.output)} outputs")
-    compiled = [(b, g) for b, g in zip(branches, given) if b is not None]
+    compiled = [k for k, b in enumerate(branches) if b is not None]
     inputs = [condition] + list(dict.fromkeys(v for reads in captured for v in reads))
     inputs_of = tuple(tuple(inputs.index(v) for v in reads) for reads in captured)
-    slots, shaped = [], []
+    slots, shaped, paired = [], [], []
     for j in range(len(then_branch.output)):
-        slot, differ = _merged(ctx, j, [b.type_of(b.outputs[j]) for b, _ in compiled])
+        types = [branches[k].type_of(branches[k].outputs[j]) for k in compiled]
+        slot, differ = _merged(ctx, j, types)
         slots.append(slot)
-        if differ or any(j in g for _, g in compiled):
+        given_axes = [lengths[k][j] for k in compiled if j in lengths[k]]
+        axis = None if any(j in given[k] for k in compiled) else _bounded_axis(types, given_axes)
+        if axis is not None:  # each branch's own length there (None: it gives it at run time, or cannot run)
+            paired.append((j, axis, tuple(None if b is None or j in n else b.type_of(b.outputs[j]).shape[axis]
+                                          for b, n in zip(branches, lengths))))
+            for k in compiled:
+                branches[k] = _padded(branches[k], j, slot)
+        elif any(j in lengths[k] for k in compiled):
+            ctx.unsupported(f"output {j} has a run-time length in one branch and another rank or shape "
+                            f"({[str(t) for t in types]}) in the other")
+        elif differ or any(j in given[k] for k in compiled):
             shaped.append(j)
-    rank = max((_rank_of(b, g, j) for b, g in compiled for j in shaped), default=0)
+    rank = max((_rank_of(branches[k], given[k], j) for k in compiled for j in shaped), default=0)
     out_types = tuple(slots) + tuple(TensorType((1 + rank,), "int64") for _ in shaped)
+    out_types += tuple(TensorType((2,), "int64") for _ in paired)
     outputs = ctx.builder.add_unbounded_node("If", inputs, len(out_types), ctx.hint, foldable=False,
                                              branches=tuple(branches), refusals=tuple(refusals), inputs_of=inputs_of,
-                                             out_types=out_types, shaped=tuple(shaped), given_shapes=tuple(given))
+                                             out_types=out_types, shaped=tuple(shaped), given_shapes=tuple(given),
+                                             paired=tuple(paired), given_lengths=tuple(tuple(sorted(n)) for n in lengths))
     for j, shape in zip(shaped, outputs[len(slots):]):
         ctx.builder.run_time_shapes[outputs[j]] = shape
+    for (j, axis, _), pair in zip(paired, outputs[len(slots) + len(shaped):]):
+        ctx.builder.bound_value(outputs[j], pair, axis)
     return outputs[:len(slots)]
 
 

@@ -6,7 +6,10 @@ as an index into the node's inputs) and `out_types` (the node's outputs: a branc
 slot fills its start, core/codegen/control_flow.py), `shaped` (the outputs that differ in shape between the
 branches, or that a branch shapes at run time: each has an int64 [1 + rank] shape output after the others) and
 `given_shapes` (per branch, the outputs whose shape it gives itself, a nested If deciding it: its graph's
-`NAME::shape` outputs, in that order, after the others). Loop: inputs (M or "", cond or "",
+`NAME::shape` outputs, in that order, after the others); `paired` ((output, axis, per branch its length or None
+when it gives it) of the outputs that differ along one axis only: bounded values, each with an int64 [2]
+[axis, length] output after the shape outputs) and `given_lengths` (per branch, the outputs whose length it
+gives itself, its graph's `NAME::bound` outputs, before its `::shape` ones). Loop: inputs (M or "", cond or "",
 *carried, *captured); attrs `body` (inputs: iteration, condition, the carried values, a length per growing
 one, then the captured values; outputs: condition, carried values, scan outputs, an [axis, length] per growing
 one), `carried` (how many), `growing` ((carried index, axis) of those that grow per iteration, compiled at their
