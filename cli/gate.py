@@ -76,11 +76,11 @@ def check_local_baseline(args: argparse.Namespace) -> None:
 
 def add_local_baseline(artifact, args: argparse.Namespace, model: Path) -> None:
     """`kiln compile --baseline ARTIFACT`: time the new build against the local artifact, before it is saved (its
-    report keeps the comparison)."""
+    report keeps the comparison), on the first --validation-inputs sample when there is one."""
     from core.driver.gate import compare_with_baseline
 
     if args.baseline:
         baseline = Path(args.baseline)
         artifact.report["baseline"] = compare_with_baseline(
             artifact.directory, baseline, model, policy=policy(args), input_shapes=dict(args.input_shape or []) or None,
-            baseline_label=f"the baseline {baseline.name}")
+            baseline_label=f"the baseline {baseline.name}", validation_inputs=args.validation_inputs or None)

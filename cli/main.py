@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -230,13 +231,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 feeds[name] = rng.random(shape) < 0.5
             else:
                 feeds[name] = rng.standard_normal(shape).astype(dtype)
-        if args.bench:
-            stats = module.benchmark(feeds=feeds, repeat=args.repeat) if _takes_feeds(module) else module.benchmark(repeat=args.repeat)
-            print(json.dumps(stats, indent=2) if args.json else _bench_table(stats, module.num_threads))
-            return 0
-        if args.compare:
-            return _compare(module, feeds, Path(args.compare), args.tolerance, args.threads)
-        outputs = module.run(feeds)
+        with _random_feeds_explained([n for n in feeds if n not in given]):
+            if args.bench:
+                stats = module.benchmark(feeds=feeds, repeat=args.repeat) if _takes_feeds(module) else module.benchmark(repeat=args.repeat)
+                print(json.dumps(stats, indent=2) if args.json else _bench_table(stats, module.num_threads))
+                return 0
+            if args.compare:
+                return _compare(module, feeds, Path(args.compare), args.tolerance, args.threads)
+            outputs = module.run(feeds)
         for name, value in outputs.items():
             if args.save:
                 Path(args.save).mkdir(parents=True, exist_ok=True)
@@ -247,6 +249,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         module.close()
     return 0
+
+
+@contextmanager
+def _random_feeds_explained(drawn: Sequence[str]):
+    """A run stopped by control flow (an If branch refused at the compiled shapes) on seeded random inputs is the
+    inputs' doing: one line naming them and how to give real ones (a user error), not the artifact's failure."""
+    from core.codegen.control_flow import CONTROL_ERROR
+    from core.runtime.loader import KilnRuntimeError
+
+    try:
+        yield
+    except KilnRuntimeError as err:
+        if not drawn or err.rc != CONTROL_ERROR:
+            raise
+        raise ValueError(f"the seeded random {', '.join(map(repr, drawn))} took a path this artifact does not run "
+                         f"({err}): give real inputs with --input NAME=FILE.npy") from None
 
 
 def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads: Optional[int]) -> int:

@@ -38,7 +38,8 @@ def add_production_sections(artifact, report: Callable, model_path: str, options
             artifact.report["baseline"] = compare_with_baseline(
                 artifact.directory, baseline["artifact"], model_path, baseline_label=label, threads=threads,
                 input_shapes={k: tuple(v) for k, v in (input_shapes or {}).items()} or None,
-                policy=GatePolicy(baseline["max_slowdown"], baseline["max_error_growth"]))
+                policy=GatePolicy(baseline["max_slowdown"], baseline["max_error_growth"]),
+                validation_inputs=options.get("validation_inputs"))
         except (KilnError, KilnRuntimeError) as err:  # e.g. a target this worker cannot run: no timing, no pass
             artifact.report["baseline"] = {"baseline": label, "passed": False, "verdict": "fail",
                                            "message": f"gate failed: the builds could not be timed here: {err}"}

@@ -62,27 +62,58 @@ def _max_abs_err(module, session, feeds, user_tolerance) -> float:
     return float(comparison.max_abs_err)
 
 
+RANDOM_FEEDS_STOPPED = ("the gate's seeded random inputs took a path the build does not run ({error}): give real "
+                        "inputs (--validation-inputs FILE.npz, a job's validation inputs), which the gate then times")
+
+
+def _user_feeds(module, validation_inputs: Any) -> Optional[dict]:
+    """The first of the user's samples (.npz paths or bytes, as compile() takes them), checked against the build's
+    inputs (any size along each axis of a ranged build: it refuses one out of range itself); None without any."""
+    from ..files.npz import load_validation_inputs
+
+    if not validation_inputs:
+        return None
+    ranged = bool((getattr(module, "metadata", {}) or {}).get("dynamic_shapes"))
+    wanted = {t["name"]: ((None,) * len(t["shape"]) if ranged else tuple(t["shape"]), t["dtype"]) for t in module.inputs}
+    sources = validation_inputs if isinstance(validation_inputs, (list, tuple)) else [validation_inputs]
+    return dict(load_validation_inputs(list(sources), wanted)[0])
+
+
 def compare_with_baseline(candidate: "str | Path", baseline: "str | Path", model: "str | Path | bytes", *,
                           policy: GatePolicy, input_shapes: Optional[Mapping[str, tuple[int, ...]]] = None,
-                          threads: Optional[int] = None, rounds: int = 15, baseline_label: str = "the baseline") -> dict[str, Any]:
+                          threads: Optional[int] = None, rounds: int = 15, baseline_label: str = "the baseline",
+                          validation_inputs: Any = None) -> dict[str, Any]:
     """The report's `baseline` section: both builds' latencies (interleaved rounds, same feeds and threads), their
-    ratio, both largest errors against the reference (ONNX Runtime; exact for int8) on the same seeded inputs, and the verdict with its reason."""
+    ratio, both largest errors against the reference (ONNX Runtime; exact for int8) on the same inputs (the user's
+    first validation sample, else seeded random ones), and the verdict with its reason. Random inputs that take a
+    path the build does not run (an If branch refused at the compiled shapes) are a ValidationInputError saying so."""
     import os
 
+    from ..codegen.control_flow import CONTROL_ERROR
+    from ..errors import ValidationInputError
     from ..frontend import import_onnx
     from ..runtime import load
+    from ..runtime.loader import KilnRuntimeError
     from .reference import reference_session
     from .validate import index_bounds, random_inputs
 
     data = model if isinstance(model, bytes) else Path(model).read_bytes()
-    graph = import_onnx(data, input_shapes=input_shapes)
-    feeds = random_inputs(graph, 0, index_bounds(graph))
     nthreads = threads or os.cpu_count() or 1
     session = reference_session(data, nthreads)
     with load(candidate) as new, load(baseline) as old:
         if [t["name"] for t in new.inputs] != [t["name"] for t in old.inputs]:
             raise GatePolicyError("the baseline artifact takes other inputs than the new build: "
                                   "it is not a build of the same model")
+        feeds = _user_feeds(new, validation_inputs)
+        if feeds is None:
+            graph = import_onnx(data, input_shapes=input_shapes)
+            feeds = random_inputs(graph, 0, index_bounds(graph))
+            try:  # before the reference, which refuses such a path less clearly (or runs it)
+                new.run(feeds)
+            except KilnRuntimeError as err:
+                if err.rc != CONTROL_ERROR:
+                    raise
+                raise ValidationInputError(RANDOM_FEEDS_STOPPED.format(error=err)) from None
         new.set_num_threads(nthreads)
         old.set_num_threads(nthreads)
         errors = (_max_abs_err(new, session, feeds, None), _max_abs_err(old, session, feeds, None))
