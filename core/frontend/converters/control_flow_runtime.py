@@ -145,9 +145,9 @@ def run_time_if(ctx: ConvertContext, then_branch: onnx.GraphProto, else_branch: 
                                           for b, n in zip(branches, lengths))))
             for k in compiled:
                 branches[k] = _padded(branches[k], j, slot)
-        elif any(j in lengths[k] for k in compiled):
-            ctx.unsupported(f"output {j} has a run-time length in one branch and another rank or shape "
-                            f"({[str(t) for t in types]}) in the other")
+        elif any(j in lengths[k] for k in compiled):  # both branches inlined then, selected by Where
+            raise ReadsRunTimeLength(f"output {j} has a run-time length in a branch, and the branches' shapes "
+                                     f"{[str(t) for t in types]} differ along other axes too")
         elif differ or any(j in given[k] for k in compiled):
             shaped.append(j)
     rank = max((_rank_of(branches[k], given[k], j) for k in compiled for j in shaped), default=0)

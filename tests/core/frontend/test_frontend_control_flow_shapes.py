@@ -110,3 +110,25 @@ def test_a_nested_if_gives_the_outer_branch_output_its_length_at_run_time():
         feeds = {"a": np.array(a), "b": np.array(b), "x": rng.standard_normal((1, 3)).astype(np.float32)}
         _compare(module, model, feeds)
         assert module.run(feeds)["y"].shape == (rows, 3)
+
+
+def test_a_branch_whose_output_has_a_data_dependent_length_runs_alone_and_gives_that_length():
+    """then: x[x > 0] (NonZero: a run-time length), else: an empty [0] (the "no boxes" pattern). Only the taken
+    branch runs (both used to be inlined and selected by a Where); its length reaches a Mul and a ReduceSum."""
+    then_branch = helper.make_graph([
+        _const("zero", np.float32(0)), helper.make_node("Greater", ["x", "zero"], ["keep"]),
+        helper.make_node("NonZero", ["keep"], ["where"]), _const("first", np.array([0], np.int64)),
+        helper.make_node("Squeeze", ["where", "first"], ["index"]), helper.make_node("Gather", ["x", "index"], ["kept"])],
+        "then", [], [_value("kept", F32, ["k"])])
+    else_branch = helper.make_graph([_const("nothing", np.zeros(0, np.float32))], "else", [], [_value("nothing", F32, [0])])
+    nodes = [helper.make_node("If", ["c"], ["picked"], then_branch=then_branch, else_branch=else_branch),
+             _const("three", np.float32(3)), helper.make_node("Mul", ["picked", "three"], ["scaled"]),
+             helper.make_node("ReduceSum", ["picked"], ["total"], keepdims=0)]
+    model = _model(nodes, [_value("x", F32, [8]), _value("c", BOOL, [])],
+                   [_value("scaled", F32, ["k"]), _value("total", F32, [])])
+    (node,) = [n for n in import_onnx(model).nodes if n.op == "If"]
+    assert node.attr("given_lengths") == ((0,), ()) and node.attr("paired") == ((0, 0, (None, 0)),)
+    module, rng = _compile(model), np.random.default_rng(4)
+    for taken in (True, False, True):
+        for x in (rng.standard_normal(8).astype(np.float32), -np.ones(8, np.float32), np.ones(8, np.float32)):
+            _compare(module, model, {"x": x, "c": np.array(taken)})
