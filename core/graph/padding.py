@@ -207,9 +207,9 @@ def _if(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
         if outs is not None and mine != outs:
             raise NotPaddable(f"If {node.name!r}: its branches carry the padded axis to different outputs")
         outs = mine
-    if any(outs[k] for k in (*node.attr("shaped", ()), *(j for j, _, _ in node.attr("paired", ())))):
+    if any(outs[k] for k in node.attr("shaped", ())) or any(a in outs[j] for j, a, _ in node.attr("paired", ())):
         raise NotPaddable(f"If {node.name!r}: an output whose shape differs between its branches carries the "
-                          f"padded axis")
+                          f"padded axis, or its run-time length runs along it")
     return outs + [frozenset()] * (len(node.outputs) - len(outs))
 
 

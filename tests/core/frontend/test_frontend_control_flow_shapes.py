@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnx import helper
 
+import core
 from core.frontend import import_onnx
 
 from .test_frontend_control_flow import BOOL, F32, I64, _const, _value
@@ -132,3 +133,32 @@ def test_a_branch_whose_output_has_a_data_dependent_length_runs_alone_and_gives_
     for taken in (True, False, True):
         for x in (rng.standard_normal(8).astype(np.float32), -np.ones(8, np.float32), np.ones(8, np.float32)):
             _compare(module, model, {"x": x, "c": np.array(taken)})
+
+
+def _rows_if_model() -> bytes:
+    """x [3, n] (n ranged): y = If(c) x[:2] ([2, n]) else concat(x, x[:2]) ([5, n]); a ReduceSum and a Softmax
+    across y's rows, the axis that differs; n stays in place in both branches."""
+    def rows(tag):
+        return [_const(f"start{tag}", np.array([0], np.int64)), _const(f"stop{tag}", np.array([2], np.int64)),
+                helper.make_node("Slice", ["x", f"start{tag}", f"stop{tag}", f"start{tag}"], [f"top{tag}"])]
+    then_branch = helper.make_graph(rows("_t"), "then", [], [_value("top_t", F32, [2, "n"])])
+    else_branch = helper.make_graph([*rows("_e"), helper.make_node("Concat", ["x", "top_e"], ["e"], axis=0)], "else",
+                                    [], [_value("e", F32, [5, "n"])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch),
+             _const("rows", np.array([0], np.int64)), helper.make_node("ReduceSum", ["y", "rows"], ["total"], keepdims=0),
+             helper.make_node("Softmax", ["y"], ["weights"], axis=0)]
+    return _model(nodes, [_value("x", F32, [3, "n"]), _value("c", BOOL, [])],
+                  [_value("total", F32, ["n"]), _value("weights", F32, ["k", "n"])])
+
+
+def test_a_ranged_dimension_is_padded_through_an_if_output_whose_rows_differ():
+    """Compiled for n in 1..8 (buckets 1, 2, 4, 8): n is padded through the If, its length along the other axis, so
+    sizes between buckets run too."""
+    model = _rows_if_model()
+    artifact = core.compile(model, input_shapes={"x": "3,1..8"}, benchmark=False)
+    assert artifact.report["validation"]["passed"] is True
+    assert artifact.metadata["dynamic_shapes"]["variables"][0]["padded"] is True
+    module, rng = artifact.load(), np.random.default_rng(5)
+    for n in (1, 3, 5, 8):
+        for taken in (True, False):
+            _compare(module, model, {"x": rng.standard_normal((3, n)).astype(np.float32), "c": np.array(taken)})
