@@ -2,10 +2,14 @@
 from the manifest (POST /jobs/{id}/rebuild) and two jobs side by side (GET /jobs/{a}/compare/{b})."""
 from __future__ import annotations
 
+import io
 import json
 import tarfile
 
+import numpy as np
+
 from service.core import storage
+from tests.core.driver.test_pipeline_control_flow import _rate_model
 from tests.gate_models import elementwise_chain
 from workers.compile_job import run_compile_job
 
@@ -83,3 +87,27 @@ def test_a_rebuild_job_is_byte_identical_and_two_jobs_compare_side_by_side(api, 
     assert {"key": "options.opt_level", "a": 3, "b": 1} in body["manifest_differences"]
     other = _job(api, headers, model_id=api.upload(headers, make_model(seed=1)).json()["id"])
     assert api.client.get(f"/api/v1/jobs/{first}/compare/{other}", headers=headers).status_code == 422
+
+
+def test_the_gate_times_the_jobs_validation_inputs_and_without_them_says_why_it_cannot(api):
+    """The rate model's If (silero VAD's pattern): a random rate takes the branch refused at 512 samples, so the
+    worker's gate runs the job's validation inputs, and without any says so instead of failing obscurely."""
+    headers = api.auth()
+    model = api.upload(headers, _rate_model()).json()["id"]
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32), rate=np.array(16000))
+    inputs = api.client.post(f"/api/v1/models/{model}/validation-inputs", headers=headers,
+                             files={"file": ("inputs.npz", buffer.getvalue())})
+    assert inputs.status_code == 201, inputs.text
+    shapes, validation = {"x": [1, 512]}, {"inputs_id": inputs.json()["id"]}
+    base = _job(api, headers, model_id=model, input_shapes=shapes, validation=validation)
+    _run(api, base)
+    gate = {"job_id": base, "max_slowdown": 10.0}
+    same = _run(api, _job(api, headers, model_id=model, input_shapes=shapes, validation=validation, baseline=gate))
+    assert same["baseline"]["verdict"] == "pass", same["baseline"]["message"]
+    assert same["baseline"]["candidate_max_abs_err"] < 1e-4
+    blind = _run(api, _job(api, headers, model_id=model, input_shapes=shapes, validation={"mode": "off"},
+                           baseline=gate))["baseline"]
+    assert blind["verdict"] == "fail"
+    assert "the gate's seeded random inputs took a path the build does not run" in blind["message"]
+    assert "validation inputs" in blind["message"]
