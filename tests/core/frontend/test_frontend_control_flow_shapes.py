@@ -9,7 +9,9 @@ import pytest
 from onnx import helper
 
 import core
+from core.errors import UnsupportedOpError
 from core.frontend import import_onnx
+from core.frontend.converters.control_flow_runtime import max_trip_count
 
 from .test_frontend_control_flow import BOOL, F32, I64, _const, _value
 from .test_frontend_control_flow_runtime import _compare, _compile, _model
@@ -87,6 +89,23 @@ def test_a_loop_body_with_an_if_whose_branches_differ_in_shape():
     module, rng = _compile(model, max_trip_count=8), np.random.default_rng(2)
     for trips in (0, 1, 4, 7):
         _compare(module, model, {"M": np.array(trips, np.int64), "acc0": rng.standard_normal(3).astype(np.float32)})
+
+
+def test_a_loop_body_passing_such_an_if_output_out_as_a_scan_output_is_refused_with_the_reason():
+    """Still refused: scan outputs (and loop-carried values) of a length varying per iteration."""
+    then_branch, else_branch = _branches("acc", 0)
+    body = helper.make_graph([
+        helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch),
+        _const("rows", np.array([0], np.int64)), helper.make_node("ReduceSum", ["y", "rows"], ["acc2"], keepdims=0),
+        helper.make_node("Identity", ["c"], ["go_on"])],
+        "body", [_value("i", I64, []), _value("c", BOOL, []), _value("acc", F32, [3])],
+        [_value("go_on", BOOL, []), _value("acc2", F32, [3]), _value("y", F32, ["k", 3])])
+    model = _model([helper.make_node("Loop", ["M", "", "acc0"], ["final", "ys"], body=body)],
+                   [_value("M", I64, []), _value("acc0", F32, [3])],
+                   [_value("final", F32, [3]), _value("ys", F32, ["t", "k", 3])])
+    with max_trip_count(8), pytest.raises(UnsupportedOpError, match="Loop node 'final': the loop body gives outputs "
+                                                                    "that .* have run-time lengths"):
+        import_onnx(model)
 
 
 def test_a_nested_if_gives_the_outer_branch_output_its_length_at_run_time():
