@@ -195,7 +195,8 @@ def _batch_only(node: Node, axis: int, rank: int) -> bool:
 
 def _if(node: Node, graph: Graph, carried: Carried) -> list[frozenset[int]]:
     """Each branch, a graph of its own, carries the padded axes to the same output axes; the condition and the
-    outputs whose shape differs between the branches (their shape comes from the run) may not carry them."""
+    outputs whose shape differs between the branches (their shape comes from the run) may not carry them, but for
+    one whose length along one axis does (a bounded value): along its other axes."""
     if carried[0]:
         raise NotPaddable(f"If {node.name!r} branches on the padded axis")
     outs, values = None, len(node.outputs) - len(node.attr("shaped", ())) - len(node.attr("paired", ()))
