@@ -264,7 +264,7 @@ def _random_feeds_explained(drawn: Sequence[str]):
         if not drawn or err.rc != CONTROL_ERROR:
             raise
         raise ValueError(f"the seeded random {', '.join(map(repr, drawn))} took a path this artifact does not run "
-                         f"({err}): give real inputs with --input NAME=FILE.npy") from None
+                         f"({err}): give real inputs with --input NAME=FILE.npy or --input FILE.npz") from None
 
 
 def _compare(module, feeds: dict, model: Path, tolerance: Optional[str], threads: Optional[int]) -> int:

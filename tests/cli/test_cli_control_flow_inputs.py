@@ -36,7 +36,7 @@ def test_run_on_random_inputs_that_take_a_refused_branch_says_so(folder, bench):
     proc = kiln("run", folder / "base.tar.gz", *(["--bench"] if bench else []))
     line = _one_line_error(proc)
     assert "the seeded random 'x', 'rate' took a path this artifact does not run" in line
-    assert "else branch was taken" in line and "--input NAME=FILE.npy" in line
+    assert "else branch was taken" in line and "--input NAME=FILE.npy or --input FILE.npz" in line
 
 
 def test_run_bench_on_the_users_inputs(folder):
