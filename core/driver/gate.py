@@ -92,6 +92,7 @@ def compare_with_baseline(candidate: "str | Path", baseline: "str | Path", model
     from ..codegen.control_flow import CONTROL_ERROR
     from ..errors import ValidationInputError
     from ..frontend import import_onnx
+    from ..frontend.converters.control_flow_runtime import max_trip_count
     from ..runtime import load
     from ..runtime.loader import KilnRuntimeError
     from .reference import reference_session
@@ -106,7 +107,9 @@ def compare_with_baseline(candidate: "str | Path", baseline: "str | Path", model
                                   "it is not a build of the same model")
         feeds = _user_feeds(new, validation_inputs)
         if feeds is None:
-            graph = import_onnx(data, input_shapes=input_shapes)
+            options = ((getattr(new, "metadata", {}) or {}).get("manifest") or {}).get("options") or {}
+            with max_trip_count(options.get("max_trip_count")):  # a loop's declared bound, as the build had it
+                graph = import_onnx(data, input_shapes=input_shapes)
             feeds = random_inputs(graph, 0, index_bounds(graph))
             try:  # before the reference, which refuses such a path less clearly (or runs it)
                 new.run(feeds)

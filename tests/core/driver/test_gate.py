@@ -60,3 +60,15 @@ def test_policy_syntax(slowdown, growth, expected):
 def test_bad_policies_are_refused(slowdown, growth):
     with pytest.raises(GatePolicyError):
         GatePolicy.parse(slowdown, growth)
+
+
+def test_a_loop_with_a_declared_trip_bound_is_gated_on_random_inputs(tmp_path):
+    """The gate imports the model for its random inputs under the build's --max-trip-count (refused without it
+    before: the loop's scan outputs need the bound)."""
+    from tests.core.frontend.test_frontend_control_flow_runtime import _loop_model
+
+    model = _loop_model()
+    path = core.compile(model, max_trip_count=16, benchmark=False).save(tmp_path / "loop.tar.gz")
+    section = compare_with_baseline(path, path, model, policy=GatePolicy.parse("1000%", "2x"))
+    assert section["passed"], section["message"]
+    assert section["candidate_max_abs_err"] < 1e-5
