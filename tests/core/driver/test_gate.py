@@ -6,6 +6,7 @@ import pytest
 
 import core
 from core.driver.gate import ERROR_FLOOR, GatePolicy, GatePolicyError, compare_with_baseline, verdict
+from tests.core.frontend.test_frontend_control_flow_runtime import _loop_model
 from tests.gate_models import elementwise_chain
 
 
@@ -65,8 +66,6 @@ def test_bad_policies_are_refused(slowdown, growth):
 def test_a_loop_with_a_declared_trip_bound_is_gated_on_random_inputs(tmp_path):
     """The gate imports the model for its random inputs under the build's --max-trip-count (refused without it
     before: the loop's scan outputs need the bound)."""
-    from tests.core.frontend.test_frontend_control_flow_runtime import _loop_model
-
     model = _loop_model()
     path = core.compile(model, max_trip_count=16, benchmark=False).save(tmp_path / "loop.tar.gz")
     section = compare_with_baseline(path, path, model, policy=GatePolicy.parse("1000%", "2x"))
