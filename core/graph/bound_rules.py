@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 
 from core.errors import ShapeError
-from core.graph.bounded import (Bound, arithmetic, fill_value, length_constant, masked, set_bound)
+from core.graph.bounded import Bound, arithmetic, fill_value, length_constant, masked, set_bound, softmax_fills
 from core.graph.ir import TensorType
 from core.graph.op_facts import Fact, elementwise_rule, op_rule, rule_for
 
@@ -395,7 +395,10 @@ def _reduce(node: BoundedNode) -> list[str]:
 def _softmax(node: BoundedNode) -> list[str]:
     bound = _only(node)
     inputs = [node.mask(0, -np.inf)] if bound.axis == node.attrs["axis"] else None
-    return set_bound(node.builder, node.emit(inputs), bound)
+    outputs = set_bound(node.builder, node.emit(inputs), bound)
+    if inputs and node.op == "Softmax":
+        softmax_fills(node.builder, inputs[0], outputs, bound.axis)
+    return outputs
 
 
 @bound_rule("LayerNormalization")

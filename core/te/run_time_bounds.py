@@ -14,7 +14,9 @@ from .tensor import ComputeOp, ExternOp, IterVar, Reduce, TensorRead
 # A stage whose points past a run-time length (along some of its axes) are padding that no reader uses runs its
 # loops over those axes only up to the length: a loop that alone walks the axis (plain, or the outer loop of a
 # split) takes ceil(length / step) as its extent, a symbolic For extent; a fused loop, or one whose tile starts
-# further in, skips each tile that starts past the length. Vector, unrolled, bound and tensorized loops and the
+# further in, skips each tile that starts past the length. A vector loop that alone walks the axis (an extent no
+# vector width divides: 257 keys) takes min(extent, length), which codegen runs in whole vectors up to the one
+# crossing the length (core/codegen/vectorize.py). Other vector loops, unrolled, bound and tensorized loops and the
 # loops inside a reduction keep their static extents, so the schedule's micro-kernels stay as they are (a tile that
 # crosses the length is computed whole: its points past it are padding). A sum whose terms multiply by something
 # that holds 0 past a length along the summed axis (a mask's output, such as attention weights before their product
@@ -180,12 +182,17 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
     for axis, length in sorted(lengths.items()):
         value = values[stage.op.axis[axis]]
         for d, iv in enumerate(leaves[:outer]):
-            if not _mentions(value, iv.var) or stage.annotations.get(iv, ForKind.SERIAL) not in SKIPPABLE_KINDS \
+            kind = stage.annotations.get(iv, ForKind.SERIAL)
+            if not _mentions(value, iv.var) or kind not in SKIPPABLE_KINDS + (ForKind.VECTORIZED,) \
                     or iv in stage.bindings or iv in stage.tensorized or (iv in bounded and iv not in fused):
                 continue
             # the first point of the tile this leaf's iteration starts: deeper leaves at 0
             start = simplify(substitute(value, {leaf.var: IntImm(0, leaf.var.dtype) for leaf in leaves[d + 1:]}))
             bound = cast(iv.var.dtype, length)
+            if kind is ForKind.VECTORIZED:  # one that alone spans the axis (an extent no vector width divides) stops
+                if iv not in fused and iv not in fixed and iv.var.dtype == "int64" and _step(start, iv.var) == 1:
+                    bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), bound)  # whole vectors: codegen
+                continue
             step = None if iv in fused or iv in fixed else _step(start, iv.var)
             # a fused loop whose outermost part is the axis (fused // c) ends at length * c: the iterations of a
             # parallel loop past it would otherwise be whole chunks of idle threads

@@ -57,8 +57,11 @@ def test_encoder_kernels_take_the_sequence_length_as_their_loop_bound(one_compil
     assert graph.run_time_fills[scores.outputs[0]][-1] == (3, "seq::length", float("-inf"))
     func = funcs[scores.func]
     length = func.params[scores.inputs.index("seq::length")]
-    guards = [s for s in walk_stmt(func.body) if isinstance(s, IfThenElse) and _reads(s.cond, length)]
-    assert any("i3" in str(g.cond) for g in guards)  # a guard on the keys' tile, around the product only
+    # the product's tiles along the keys stop at the length (a loop extent or a guard reads it)...
+    assert any(isinstance(s, For) and s.var.name.startswith("i3") and _reads(s.extent, length) or
+               isinstance(s, IfThenElse) and "i3" in str(s.cond) and _reads(s.cond, length) for s in walk_stmt(func.body))
+    # ...while the epilogue writes the fill over every key
+    assert any(isinstance(s, For) and s.var.name.startswith("i3") and str(s.extent) == "64" for s in walk_stmt(func.body))
     # attention weights times values: the sum over the keys stops at the length (the weights hold 0 past it)
     context = next(k for k in exe.kernels if k.ops == ("MatMul",) and k.inputs[0] in graph.run_time_fills)
     func = funcs[context.func]
