@@ -121,3 +121,47 @@ def test_decoder_with_bounded_kernels_generates_like_onnxruntime(one_compiled_sh
     assert tokens == expected
     for got, ref in zip(outputs, reference):
         assert_same_outputs(got, ref, atol=1e-4)
+
+
+def _class_bucket(model: bytes, ranges, shapes: dict):
+    """The graph and kernels of the bucket compiled at exactly `shapes` (input -> shape; a length class), with
+    the default specializations."""
+    tgt, backend = resolve("x86-64-v3")
+    graph = next(g for g in shape_plan(model, model, ranges).import_graphs()
+                 if all(g.type_of(name).shape == tuple(shape) for name, shape in shapes.items()))
+    graph = backend.optimize(graph, 3, tgt)
+    return build_executable(graph, tgt, backend), graph
+
+
+def test_a_length_class_whose_new_tokens_are_one_stops_the_attention_at_past_plus_one():
+    # the bucket of one new token over a past of 16: its keys' length is past + 1, a length input plus a constant
+    exe, graph = _class_bucket(tiny_decoder(), DECODER_RANGES, {"input_ids": (1, 1), "past_key_values.0.key": (1, 2, 16, 4)})
+    keys = "past_sequence_length::length+1"
+    assert all((2, keys) in graph.run_time_bounds[o] for o in graph.outputs if o.startswith("present"))
+    funcs = {f.name: f for f in exe.funcs}
+    past = "past_sequence_length::length"
+    for ops in (("Transpose",), ("Softmax",)):  # the keys' transpose (its vector loop) and the softmax
+        kernels = [k for k in exe.kernels if k.ops == ops and past in k.inputs]
+        assert kernels and all(_stops_at(funcs[k.func], k.inputs.index(past)) for k in kernels), ops
+    # the softmax's weights (0 past the keys: it computes whole rows of a -inf-masked input) reach the product with
+    # the values as they are, with no mask of their own
+    softmax = {o for k in exe.kernels if k.ops == ("Softmax",) for o in k.outputs}
+    context = [k for k in exe.kernels if k.ops[:1] == ("MatMul",) and k.inputs[0] in softmax]
+    assert len(context) == 2 and all(graph.run_time_fills[k.inputs[0]] == ((3, keys, 0.0),) for k in context)
+    assert all(_stops_at(funcs[k.func], k.inputs.index(past)) for k in context)
+
+
+def test_length_classes_match_onnxruntime_at_and_around_their_sizes():
+    model = tiny_decoder()
+    art = core.compile(model, input_shapes=DECODER_RANGES, benchmark=False)
+    assert len(art.metadata["dynamic_shapes"]["buckets"]) > 1  # length classes besides the upper bound
+    run, rng = ort_runner(model), np.random.default_rng(3)
+    with art.load() as module:
+        for batch, seq, past in ((1, 1, 3), (1, 1, 4), (1, 1, 5), (1, 1, 15), (1, 1, 16), (1, 1, 17), (1, 4, 16),
+                                 (1, 5, 16), (2, 1, 16), (1, 1, 55), (1, 1, 56), (3, 8, 56), (1, 3, 0)):
+            feeds = {"input_ids": rng.integers(0, 32, (batch, seq)).astype(np.int64),
+                     "attention_mask": np.ones((batch, past + seq), np.int64)}
+            for i in range(2):
+                for name in ("key", "value"):
+                    feeds[f"past_key_values.{i}.{name}"] = rng.standard_normal((batch, 2, past, 4)).astype(np.float32)
+            assert_same_outputs(module.run(feeds), run(feeds))
