@@ -181,18 +181,20 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
             bounded[leaf] = minimum(IntImm(extents[leaf], leaf.var.dtype), (bound + (step - 1)) // step)
     for axis, length in sorted(lengths.items()):
         value = values[stage.op.axis[axis]]
-        for d, iv in enumerate(leaves[:outer]):
+        for d, iv in enumerate(leaves):
             kind = stage.annotations.get(iv, ForKind.SERIAL)
-            if not _mentions(value, iv.var) or kind not in SKIPPABLE_KINDS + (ForKind.VECTORIZED,) \
+            if kind is ForKind.VECTORIZED:  # one that alone walks the whole axis (no vector width divides it) stops,
+                # also inside a reduction (a micro-kernel's row of accumulators): codegen runs it in whole vectors
+                if iv not in fused and iv not in fixed and iv not in bounded and iv not in stage.tensorized \
+                        and _walks_axis(value, iv, leaves, extents, stage.op.axis[axis].extent):
+                    bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), cast(iv.var.dtype, length))
+                continue
+            if d >= outer or not _mentions(value, iv.var) or kind not in SKIPPABLE_KINDS \
                     or iv in stage.bindings or iv in stage.tensorized or (iv in bounded and iv not in fused):
                 continue
             # the first point of the tile this leaf's iteration starts: deeper leaves at 0
             start = simplify(substitute(value, {leaf.var: IntImm(0, leaf.var.dtype) for leaf in leaves[d + 1:]}))
             bound = cast(iv.var.dtype, length)
-            if kind is ForKind.VECTORIZED:  # one that alone spans the axis (an extent no vector width divides) stops
-                if iv not in fused and iv not in fixed and iv.var.dtype == "int64" and _step(start, iv.var) == 1:
-                    bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), bound)  # whole vectors: codegen
-                continue
             step = None if iv in fused or iv in fixed else _step(start, iv.var)
             # a fused loop whose outermost part is the axis (fused // c) ends at length * c: the iterations of a
             # parallel loop past it would otherwise be whole chunks of idle threads
@@ -204,6 +206,15 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
             else:
                 conds.append(binop("lt", start, bound))
     return conds, bounded
+
+
+def _walks_axis(value: Expr, iv: IterVar, leaves: Sequence[IterVar], extents: dict, extent: int) -> bool:
+    """Whether the int64 leaf `iv` alone walks an axis of `extent` points (`value`: the axis as the leaves give it):
+    its extent is the axis', and the axis moves by one per iteration of it."""
+    if iv.var.dtype != "int64" or extents.get(iv) != extent or iv.kind == "reduce" or not _mentions(value, iv.var):
+        return False
+    others = {leaf.var: IntImm(0, leaf.var.dtype) for leaf in leaves if leaf is not iv}
+    return _step(simplify(substitute(value, others)), iv.var) == 1
 
 
 def summed_leaf(stage: Stage, axis: IterVar, lane: int, leaves: Sequence[IterVar]) -> tuple[Optional[IterVar], int]:
