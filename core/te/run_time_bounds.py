@@ -15,10 +15,11 @@ from .tensor import ComputeOp, ExternOp, IterVar, Reduce, TensorRead
 # loops over those axes only up to the length: a loop that alone walks the axis (plain, or the outer loop of a
 # split) takes ceil(length / step) as its extent, a symbolic For extent; a fused loop, or one whose tile starts
 # further in, skips each tile that starts past the length. A vector loop that alone walks the axis (an extent no
-# vector width divides: 257 keys) takes min(extent, length), which codegen runs in whole vectors up to the one
-# crossing the length (core/codegen/vectorize.py). Other vector loops, unrolled, bound and tensorized loops and the
-# loops inside a reduction keep their static extents, so the schedule's micro-kernels stay as they are (a tile that
-# crosses the length is computed whole: its points past it are padding). A sum whose terms multiply by something
+# vector width divides: 257 keys), a row of accumulators inside a reduction too, takes min(extent, length), which
+# codegen runs in whole vectors up to the one crossing the length (core/codegen/vectorize.py). Other vector loops,
+# unrolled, bound and tensorized loops and the other loops inside a reduction keep their static extents, so the
+# schedule's micro-kernels stay as they are (a tile that crosses the length is computed whole: its points past it
+# are padding). A sum whose terms multiply by something
 # that holds 0 past a length along the summed axis (a mask's output, such as attention weights before their product
 # with the values; exp(x - max) of an x holding -inf there: a softmax's sum), and a max of something holding -inf
 # there, stop there too.
