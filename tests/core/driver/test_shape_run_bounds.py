@@ -7,7 +7,7 @@ import core
 from core.backends import resolve
 from core.driver.shape_plan import shape_plan
 from core.lowering.executable import build_executable
-from core.tir.expr import Load
+from core.tir.expr import IntImm, Load
 from core.tir.functor import walk_expr, walk_stmt
 from core.tir.stmt import For, IfThenElse
 
@@ -165,3 +165,17 @@ def test_length_classes_match_onnxruntime_at_and_around_their_sizes():
                 for name in ("key", "value"):
                     feeds[f"past_key_values.{i}.{name}"] = rng.standard_normal((batch, 2, past, 4)).astype(np.float32)
             assert_same_outputs(module.run(feeds), run(feeds))
+
+
+def test_a_static_compile_of_the_decoder_takes_no_length_and_keeps_every_loop_static():
+    from core.frontend import import_onnx
+
+    model = tiny_decoder()
+    tgt, backend = resolve("x86-64-v3")
+    shapes = {"input_ids": (1, 1), "attention_mask": (1, 18),
+              **{f"past_key_values.{i}.{n}": (1, 2, 17, 4) for i in range(2) for n in ("key", "value")}}
+    graph = backend.optimize(import_onnx(model, input_shapes=shapes), 3, tgt)
+    assert not graph.run_time_bounds and not graph.run_time_fills
+    exe = build_executable(graph, tgt, backend)
+    assert not any("::length" in i for k in exe.kernels for i in k.inputs)
+    assert all(isinstance(s.extent, IntImm) for f in exe.funcs for s in walk_stmt(f.body) if isinstance(s, For))
