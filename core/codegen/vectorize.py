@@ -7,7 +7,7 @@
 # stride-0 stores of lane values) fall back to a scalar loop carrying `llvm.loop.vectorize.enable`.
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Optional
 
 from llvmlite import ir
 
@@ -28,25 +28,49 @@ MAX_LANES = 64
 
 
 def emit_vectorized(fe: FunctionEmitter, loop: For) -> None:
-    n = const_int(loop.extent)
+    n, length = const_int(loop.extent), None
+    if n is None:  # min(n, a run-time length): the iterations past the length compute padding nobody reads
+        n, length = _capped(loop.extent)
     if n is None or not vectorizable(loop.body, {loop.var}):
         fe.serial_for(loop, fe.ctx.loop_md(("llvm.loop.vectorize.enable", True)))
         return
     if n <= 0:
         return
-    if n <= MAX_LANES:
+    if n <= MAX_LANES:  # one group, whole even when capped
         VectorBody(fe, loop.var, n, ir.Constant(reg_type(loop.var.dtype), 0)).stmt(loop.body)
         return
     width = max(2, fe.ctx.target.vector_bits // 32)
     chunks, rest = divmod(n, width)
+    count = ir.Constant(I64, chunks)
+    if length is not None:  # the chunks up to the one crossing the length: min(chunks, ceil(length / width))
+        length = fe.emit_expr(length)
+        needed = fe.b.sdiv(fe.b.add(length, ir.Constant(I64, width - 1)), ir.Constant(I64, width))
+        count = fe.b.select(fe.b.icmp_signed("<", needed, count), needed, count)
 
     def chunk(k: ir.Value) -> None:
         base = fe.iv_value(loop.var, fe.b.mul(k, ir.Constant(I64, width), flags=["nsw"]))
         VectorBody(fe, loop.var, width, base).stmt(loop.body)
 
-    fe.loop(ir.Constant(I64, 0), ir.Constant(I64, chunks), chunk, f"{loop.var.name}.vchunk")
+    fe.loop(ir.Constant(I64, 0), count, chunk, f"{loop.var.name}.vchunk")
     if rest:
-        VectorBody(fe, loop.var, rest, ir.Constant(reg_type(loop.var.dtype), chunks * width)).stmt(loop.body)
+        last = lambda: VectorBody(fe, loop.var, rest, ir.Constant(reg_type(loop.var.dtype), chunks * width)).stmt(  # noqa: E731
+            loop.body)
+        if length is None:
+            last()
+        else:
+            with fe.b.if_then(fe.b.icmp_signed(">", length, ir.Constant(I64, chunks * width))):
+                last()
+
+
+def _capped(extent: Expr) -> tuple[Optional[int], Optional[Expr]]:
+    """(n, length) of an int64 extent min(n, length) with a constant n (a loop that stops at a run-time length,
+    core/te/run_time_bounds.py); (None, None) otherwise."""
+    if isinstance(extent, BinOp) and extent.op == "min" and extent.dtype == "int64":
+        for static, length in ((extent.a, extent.b), (extent.b, extent.a)):
+            n = const_int(static)
+            if n is not None and const_int(length) is None and length.dtype == "int64":
+                return n, length
+    return None, None
 
 
 def vectorizable(s: Stmt, lane_vars: set[Var]) -> bool:

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from core.graph.bound_rules import BoundedNode, reshaped_bound, scatter_past_lengths, sliced_bound
-from core.graph.bounded import Bound, MultiBound, combined, fill_value, masked, parts_of, set_bound
+from core.graph.bounded import Bound, MultiBound, combined, fill_value, masked, parts_of, set_bound, softmax_fills
 from core.graph.op_facts import Fact, elementwise_rule, op_rule, rule_for
 from core.graph.ops import Pattern, get_op
 
@@ -105,7 +105,11 @@ def _matmul(node: BoundedNode) -> list[str]:
 @multi_rule("Softmax", "LogSoftmax")
 def _softmax(node: BoundedNode) -> list[str]:
     _data_only(node)
-    return _emit(node, _parts(node, 0), [_masked_along(node, 0, (node.attrs["axis"],), -np.inf)])
+    data = _masked_along(node, 0, (node.attrs["axis"],), -np.inf)
+    outputs = _emit(node, _parts(node, 0), [data])
+    if node.op == "Softmax":
+        softmax_fills(node.builder, data, outputs, node.attrs["axis"])
+    return outputs
 
 
 @multi_rule("LayerNormalization")

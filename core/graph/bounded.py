@@ -98,6 +98,8 @@ def fill_value(dtype: str, lowest: bool):
 def masked(builder: "GraphBuilder", value: str, fill, bound: Optional[Bound] = None) -> str:
     bound = bound or builder.bounds[value]
     ttype = builder.type_of(value)
+    if np.size(fill) == 1 and builder.filled.get(value, {}).get(bound.axis) == (bound.length, float(np.asarray(fill))):
+        return value  # holds that fill there already (a softmax's 0 past the keys it masked): no second pass
     positions = [1] * ttype.rank
     positions[bound.axis] = ttype.shape[bound.axis]
     iota = builder.add_constant(np.arange(ttype.shape[bound.axis], dtype=np.int64).reshape(positions), "position")
@@ -113,6 +115,16 @@ def masked(builder: "GraphBuilder", value: str, fill, bound: Optional[Bound] = N
     earlier = {a: (n, f if f == number else None) for a, (n, f) in builder.filled.get(value, {}).items() if a != bound.axis}
     builder.filled[out] = {**earlier, bound.axis: (bound.length, number)}
     return out
+
+
+def softmax_fills(builder: "GraphBuilder", data: str, outputs: Sequence[str], axis: int) -> None:
+    """A Softmax of `data` filled with -inf past a length along its `axis` holds 0 there (exp(-inf - max), the
+    kernel computing it writing its whole rows): a reader that would mask it with 0 (the attention weights before
+    their product with the values) need not (`masked`)."""
+    fill = builder.filled.get(data, {}).get(axis)
+    if fill is not None and fill[1] == -np.inf:
+        for value in outputs:
+            builder.filled[value] = {**builder.filled.get(value, {}), axis: (fill[0], 0.0)}
 
 
 def limit_length(builder: "GraphBuilder", values: Sequence[str], axis: int, length: str) -> None:

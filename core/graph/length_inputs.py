@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 Affine = tuple[dict[str, int], int]  # {variable: coefficient}, constant
 
 
-LENGTH_SUM = "+"  # joins the length inputs whose sum a run-time bound is (Graph.run_time_bounds, run_time_fills)
+LENGTH_SUM = "+"  # joins the length inputs (and a constant, last) whose sum a run-time bound is (Graph.run_time_bounds,
+# run_time_fills)
 
 
 def length_input_name(variable: str) -> str:
@@ -174,24 +175,31 @@ def filled_values(builder: "GraphBuilder", symbols: Mapping[str, str]) -> dict[s
 
 def _single_input(builder: "GraphBuilder", length: str, symbols: Mapping[str, str]) -> Optional[str]:
     """The length input that `length` is, itself (through reshapes), or the length inputs it sums (a KV cache's
-    past + new), joined by LENGTH_SUM; or None."""
+    past + new) plus a constant (past + 1 in a bucket whose new tokens are its one size), joined by LENGTH_SUM;
+    or None."""
     affine = affine_length(builder, length, symbols)
-    if affine is None or affine[1] != 0 or not affine[0] or any(c <= 0 for c in affine[0].values()):
+    return None if affine is None else length_sum(affine, symbols)
+
+
+def length_sum(affine: Affine, symbols: Mapping[str, str]) -> Optional[str]:
+    """An affine length as the length inputs (and a constant, last, when not 0) it adds up, joined by LENGTH_SUM;
+    None when it takes no input or subtracts one, or its constant is negative."""
+    coefs, constant = affine
+    if constant < 0 or not coefs or any(c <= 0 for c in coefs.values()):
         return None
     inputs = {v: k for k, v in symbols.items()}
-    return LENGTH_SUM.join(inputs[v] for v, c in sorted(affine[0].items()) for _ in range(c))
+    parts = [inputs[v] for v, c in sorted(coefs.items()) for _ in range(c)]
+    return LENGTH_SUM.join(parts + ([str(constant)] if constant else []))
 
 
 def skippable_outputs(lengths: Mapping[str, Mapping[int, Affine]], symbols: Mapping[str, str],
                       outputs: Sequence[str]) -> dict[str, tuple[tuple[int, str], ...]]:
     """skippable_bounds of the graph `outputs` whose length along an axis (`lengths`, output_lengths' answer) is a
-    length input or a sum of them (joined by LENGTH_SUM): the runtime cuts them there."""
-    inputs = {v: k for k, v in symbols.items()}
+    length input or a sum of them and a constant (length_sum's): the runtime cuts them there."""
     result = {}
     for name in outputs:
-        axes = tuple((axis, LENGTH_SUM.join(inputs[v] for v, c in sorted(coefs.items()) for _ in range(c)))
-                     for axis, (coefs, constant) in sorted(lengths.get(name, {}).items())
-                     if constant == 0 and coefs and all(c > 0 for c in coefs.values()))
+        axes = tuple((axis, total) for axis, affine in sorted(lengths.get(name, {}).items())
+                     if (total := length_sum(affine, symbols)) is not None)
         if axes:
             result[name] = axes
     return result
@@ -234,5 +242,5 @@ _MARKING = "::marking sums of lengths"  # a key no value has
 
 
 __all__ = ["Affine", "LENGTH_SUM", "length_input_name", "add_length_inputs", "affine_length", "largest_length",
-           "always_negative", "mark_sum_of_lengths", "simplest_length", "skippable_bounds", "filled_values",
+           "always_negative", "mark_sum_of_lengths", "simplest_length", "length_sum", "skippable_bounds", "filled_values",
            "skippable_outputs", "output_lengths"]

@@ -308,7 +308,7 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
                                           functools.partial(build_executable, backend=backend))
             continue
         tuned = schedule_for(info.name, owners[k]) if schedule_for and owners[k] is not None else None
-        bounds = kernel_bounds(graph, info.inputs, outputs)  # kernels that stop at run-time lengths take them as inputs
+        bounds = kernel_bounds(graph, nodes, info.inputs, outputs)  # kernels that stop at run-time lengths take them as inputs
         if bounds:
             info = infos[k] = dataclasses.replace(info, inputs=info.inputs + tuple(length_params(bounds, info.inputs)))
         # In place: a kernel whose single output is elementwise in an input that dies there reads that

@@ -4,10 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..graph.ir import Graph
+from ..graph.ir import Graph, Node
 from ..graph.length_inputs import LENGTH_SUM
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor, placeholder
+from ..tir.expr import IntImm
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,14 @@ class KernelBounds:
         return bool(self.outputs or self.fills)
 
     def lengths(self) -> list[str]:
-        """The lengths the bounds read: a length input, or length inputs joined by LENGTH_SUM (their sum)."""
+        """The lengths the bounds read: a length input, or length inputs and a constant joined by LENGTH_SUM (their
+        sum)."""
         return list(dict.fromkeys([n for axes in self.outputs.values() for _, n in axes] +
                                   [n for axes in self.fills.values() for _, n, _ in axes]))
 
     def length_inputs(self) -> list[str]:
-        return list(dict.fromkeys(part for length in self.lengths() for part in length.split(LENGTH_SUM)))
+        return list(dict.fromkeys(part for length in self.lengths() for part in length.split(LENGTH_SUM)
+                                  if not part.isdigit()))
 
     def describe(self) -> str:
         """A memo key step (a bounded kernel differs from the same group's static one)."""
@@ -41,14 +44,16 @@ class KernelBounds:
 NO_BOUNDS = KernelBounds()
 
 
-def kernel_bounds(graph: Graph, inputs: Sequence[str], outputs: Sequence[str]) -> KernelBounds:
+def kernel_bounds(graph: Graph, nodes: Sequence[Node], inputs: Sequence[str], outputs: Sequence[str]) -> KernelBounds:
     """The run-time bounds of a kernel's `outputs` and fills of its `inputs` and `outputs` whose lengths are inputs of
-    `graph` (what every call can pass)."""
+    `graph` (what every call can pass). An output's fill counts when one of the kernel's `nodes` masks it (a Where
+    writes the fill whatever it reads there); a value filled by its computation (a Softmax's 0) is computed whole."""
     bounds = getattr(graph, "run_time_bounds", None) or {}
     fills = getattr(graph, "run_time_fills", None) or {}
     filled = {i: fills[i] for i in inputs if i in fills}
-    filled.update({o: fills[o][-1:] for o in outputs if o in fills})
-    known = lambda length: all(part in graph.inputs for part in length.split(LENGTH_SUM))  # noqa: E731
+    masks = {o for node in nodes if node.op == "Where" for o in node.outputs}
+    filled.update({o: fills[o][-1:] for o in outputs if o in fills and o in masks})
+    known = lambda length: all(part in graph.inputs or part.isdigit() for part in length.split(LENGTH_SUM))  # noqa: E731
     return KernelBounds({o: bounds[o] for o in outputs if o in bounds and all(known(n) for _, n in bounds[o])},
                         {v: axes for v, axes in filled.items() if all(known(n) for _, n, _ in axes)})
 
@@ -67,7 +72,7 @@ def bound_stages(sch: Schedule, tensors: dict[str, Tensor], bounds: KernelBounds
         params.append(tensors[length])
     reads = {}
     for length in bounds.lengths():  # a sum of lengths: one expression, which every stage bounded by it shares
-        parts = [tensors[part](0) for part in length.split(LENGTH_SUM)]
+        parts = [IntImm(int(part), "int64") if part.isdigit() else tensors[part](0) for part in length.split(LENGTH_SUM)]
         reads[length] = sum(parts[1:], parts[0])
     for value, axes in bounds.outputs.items():
         sch[tensors[value]].run_time_bounds = {axis: reads[length] for axis, length in axes}

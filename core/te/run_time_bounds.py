@@ -14,9 +14,12 @@ from .tensor import ComputeOp, ExternOp, IterVar, Reduce, TensorRead
 # A stage whose points past a run-time length (along some of its axes) are padding that no reader uses runs its
 # loops over those axes only up to the length: a loop that alone walks the axis (plain, or the outer loop of a
 # split) takes ceil(length / step) as its extent, a symbolic For extent; a fused loop, or one whose tile starts
-# further in, skips each tile that starts past the length. Vector, unrolled, bound and tensorized loops and the
-# loops inside a reduction keep their static extents, so the schedule's micro-kernels stay as they are (a tile that
-# crosses the length is computed whole: its points past it are padding). A sum whose terms multiply by something
+# further in, skips each tile that starts past the length. A vector loop that alone walks the axis (an extent no
+# vector width divides: 257 keys), a row of accumulators inside a reduction too, takes min(extent, length), which
+# codegen runs in whole vectors up to the one crossing the length (core/codegen/vectorize.py). Other vector loops,
+# unrolled, bound and tensorized loops and the other loops inside a reduction keep their static extents, so the
+# schedule's micro-kernels stay as they are (a tile that crosses the length is computed whole: its points past it
+# are padding). A sum whose terms multiply by something
 # that holds 0 past a length along the summed axis (a mask's output, such as attention weights before their product
 # with the values; exp(x - max) of an x holding -inf there: a softmax's sum), and a max of something holding -inf
 # there, stop there too.
@@ -179,8 +182,15 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
             bounded[leaf] = minimum(IntImm(extents[leaf], leaf.var.dtype), (bound + (step - 1)) // step)
     for axis, length in sorted(lengths.items()):
         value = values[stage.op.axis[axis]]
-        for d, iv in enumerate(leaves[:outer]):
-            if not _mentions(value, iv.var) or stage.annotations.get(iv, ForKind.SERIAL) not in SKIPPABLE_KINDS \
+        for d, iv in enumerate(leaves):
+            kind = stage.annotations.get(iv, ForKind.SERIAL)
+            if kind is ForKind.VECTORIZED:  # one that alone walks the whole axis (no vector width divides it) stops,
+                # also inside a reduction (a micro-kernel's row of accumulators): codegen runs it in whole vectors
+                if iv not in fused and iv not in fixed and iv not in bounded and iv not in stage.tensorized \
+                        and _walks_axis(value, iv, leaves, extents, stage.op.axis[axis].extent):
+                    bounded[iv] = minimum(IntImm(extents[iv], iv.var.dtype), cast(iv.var.dtype, length))
+                continue
+            if d >= outer or not _mentions(value, iv.var) or kind not in SKIPPABLE_KINDS \
                     or iv in stage.bindings or iv in stage.tensorized or (iv in bounded and iv not in fused):
                 continue
             # the first point of the tile this leaf's iteration starts: deeper leaves at 0
@@ -197,6 +207,15 @@ def loop_bounds(stage: Stage, leaves: Sequence[IterVar], values: dict, lengths: 
             else:
                 conds.append(binop("lt", start, bound))
     return conds, bounded
+
+
+def _walks_axis(value: Expr, iv: IterVar, leaves: Sequence[IterVar], extents: dict, extent: int) -> bool:
+    """Whether the int64 leaf `iv` alone walks an axis of `extent` points (`value`: the axis as the leaves give it):
+    its extent is the axis', and the axis moves by one per iteration of it."""
+    if iv.var.dtype != "int64" or extents.get(iv) != extent or iv.kind == "reduce" or not _mentions(value, iv.var):
+        return False
+    others = {leaf.var: IntImm(0, leaf.var.dtype) for leaf in leaves if leaf is not iv}
+    return _step(simplify(substitute(value, others)), iv.var) == 1
 
 
 def summed_leaf(stage: Stage, axis: IterVar, lane: int, leaves: Sequence[IterVar]) -> tuple[Optional[IterVar], int]:

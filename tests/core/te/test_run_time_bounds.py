@@ -257,3 +257,57 @@ def test_a_softmax_over_an_input_holding_minus_infinity_past_the_length_reduces_
         np.testing.assert_allclose(out_value, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
         (exp_space,) = [w for b, w in zip(func.workspaces, workspaces) if b.name == "softmax_exp"]
         assert np.isnan(exp_space[:, valid:]).all() and not np.isnan(exp_space[:, :valid]).any()
+
+
+WIDE = 77  # no vector width divides it: the schedule vectorizes the whole axis, which codegen runs in chunks of 8
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_vector_loop_alone_along_a_bounded_axis_stops_in_whole_vectors(bounded):
+    a = te.placeholder((3, WIDE), "float32", "a")
+    length = te.placeholder((1,), "int64", "len")
+    out = te.compute((3, WIDE), lambda i, j: a[i, j] * 2.0, name="out")
+    sch = create_schedule([out])
+    sch[out].vectorize(out.op.axis[1])
+    if bounded:
+        sch[out].run_time_bounds = {1: length(0)}
+    func = lower(sch, [a, length, out], "wide_columns")
+    (vector,) = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.kind is ForKind.VECTORIZED]
+    assert str(vector.extent) == (f"min({WIDE}, {func.inputs[1].name}[0])" if bounded else str(WIDE))
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/wide.so"))
+    a_value = np.random.default_rng(9).standard_normal((3, WIDE)).astype(np.float32)
+    for valid in (0, 1, 8, 9, 71, 72, 73, WIDE):
+        out_value = np.full((3, WIDE), SENTINEL, np.float32)
+        lib.call("wide_columns", a_value, np.array([valid], np.int64), out_value)
+        # whole chunks of 8 up to the one holding the length, the last 5 columns as one group once it passes 72
+        done = (min(72, -(-valid // 8) * 8) if valid <= 72 else WIDE) if bounded else WIDE
+        np.testing.assert_allclose(out_value[:, :done], a_value[:, :done] * 2.0, rtol=1e-6)
+        assert (out_value[:, done:] == SENTINEL).all()
+
+
+def test_a_vector_loop_of_accumulators_inside_a_reduction_stops_in_whole_vectors_too():
+    a = te.placeholder((3, 16), "float32", "a")
+    b = te.placeholder((16, WIDE), "float32", "b")
+    length = te.placeholder((1,), "int64", "len")
+    k = te.reduce_axis(16, "k")
+    out = te.compute((3, WIDE), lambda i, j: te.sum(a[i, k] * b[k, j], k), name="out")
+    sch = create_schedule([out])
+    i, j = out.op.axis
+    sch[out].reorder(i, k, j)  # a row of accumulators per k: the scores of a query against every key
+    sch[out].vectorize(j)
+    sch[out].run_time_bounds = {1: length(0)}
+    func = lower(sch, [a, b, length, out], "wide_sums")
+    vectors = [s for s in walk_stmt(func.body) if isinstance(s, For) and s.kind is ForKind.VECTORIZED]
+    assert len(vectors) == 2 and all(str(s.extent) == f"min({WIDE}, {func.inputs[2].name}[0])" for s in vectors)
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = load_kernels(build_library([func], get_target("x86-64-v3"), f"{tmp}/wide_sums.so"))
+    rng = np.random.default_rng(10)
+    a_value = rng.standard_normal((3, 16)).astype(np.float32)
+    b_value = rng.standard_normal((16, WIDE)).astype(np.float32)
+    for valid in (1, 40, 73):
+        out_value = np.full((3, WIDE), SENTINEL, np.float32)
+        lib.call("wide_sums", a_value, b_value, np.array([valid], np.int64), out_value)
+        done = min(72, -(-valid // 8) * 8) if valid <= 72 else WIDE
+        np.testing.assert_allclose(out_value[:, :done], (a_value @ b_value)[:, :done], rtol=1e-5, atol=1e-5)
+        assert (out_value[:, done:] == SENTINEL).all()
