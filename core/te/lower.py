@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..errors import ScheduleError
-from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, cast, logical_and, select
+from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, cast, logical_and, maximum, minimum, select
 from ..tir.functor import rewrite_expr, rewrite_stmt, substitute, walk_stmt
 from ..tir.index_guard import with_index_fault
 from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
@@ -21,6 +21,12 @@ from .run_time_bounds import (clipped_stages, derived_fills, loop_bounds, skippa
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 from .tensorize import TensorizeError, tensorize_nest
+
+
+class RunTimeLayoutError(ScheduleError):
+    """A kernel argument laid out at run-time lengths (Schedule.run_time_layouts) reached a nest that addresses it
+    other than by plain loads and guarded stores (a reduction, a tensorized or hand-built nest): the caller
+    compiles that argument at its static layout instead."""
 
 
 def flat_index(shape: Sequence[int], indices: Sequence[Expr]) -> Expr:
@@ -44,6 +50,11 @@ class _Lowering:
         self.locals: list[Buffer] = []
         self.names = names
         self.strides: dict[Buffer, list[int]] = {}  # storage_align'd buffers: element stride per axis
+        # arguments laid out at run-time lengths: buffer -> axis -> the length (a te read, expanded when first used)
+        self.laid_out = {self.buffers[id(t.op)]: t.op for t in args if id(t.op) in sch.run_time_layouts}
+        self.layouts: dict[Buffer, dict[int, Expr]] = {buf: dict(sch.run_time_layouts[id(op)])
+                                                       for buf, op in self.laid_out.items()}
+        self._layout_loads: dict[Buffer, dict[int, Expr]] = {}
         self.attached: dict[int, tuple[Buffer, list[Expr]]] = {}  # compute_at op -> (local buffer, first point)
         self.threads: dict[Var, int] = {}  # threadIdx-bound loops around the nest being lowered -> extent
         for stage in sch.stages:
@@ -91,7 +102,12 @@ class _Lowering:
         return buf
 
     def address(self, buf: Buffer, indices: Sequence[Expr]) -> Expr:
-        """The flat element index of a logical point of `buf` (row-major, or its padded strides)."""
+        """The flat element index of a logical point of `buf` (row-major, or its padded strides, or row-major at its
+        run-time lengths)."""
+        layout = self.layout(buf)
+        if layout:
+            return flat_index([cast(i.dtype, layout[d]) if d in layout else n
+                               for d, (n, i) in enumerate(zip(buf.shape, map(as_expr, indices)))], indices)
         strides = self.strides.get(buf)
         if strides is None:
             return flat_index(buf.shape, indices)
@@ -99,6 +115,35 @@ class _Lowering:
         for i, stride in zip(indices, strides):
             index = index + i * stride
         return index
+
+    def layout(self, buf: Buffer) -> dict[int, Expr]:
+        """Axis -> run-time length (a Load) of an argument laid out at its run-time lengths; empty for others."""
+        if buf not in self.layouts:
+            return {}
+        if buf not in self._layout_loads:
+            self._layout_loads[buf] = {axis: self.expand(n) for axis, n in self.layouts[buf].items()}
+        return self._layout_loads[buf]
+
+    def layout_load(self, buf: Buffer, indices: Sequence[Expr]) -> Expr:
+        """A read of an argument laid out at run-time lengths: 0 past a length along its axis (what the padded
+        copy held there), the address clamped inside the array (the caller's array ends at the length)."""
+        indices, inside = [as_expr(i) for i in indices], []
+        for axis, length in self.layout(buf).items():
+            index = indices[axis]
+            length = cast(index.dtype, length)
+            inside.append(binop("lt", index, length))
+            indices[axis] = maximum(minimum(index, length - 1), IntImm(0, index.dtype))
+        return select(_all(inside), buf.load(self.address(buf, indices)), as_expr(0, buf.dtype))
+
+    def layout_guards(self, buf: Buffer, indices: Sequence[Expr]) -> list[Expr]:
+        """The conditions under which a point of `buf` lies inside its run-time lengths (where a store may go)."""
+        return [binop("lt", indices[axis], cast(as_expr(indices[axis]).dtype, length))
+                for axis, length in self.layout(buf).items()]
+
+    def refuse_layout(self, bufs: Sequence[Buffer], why: str) -> None:
+        laid_out = [b.name for b in bufs if b in self.layouts]
+        if laid_out:
+            raise RunTimeLayoutError(f"{', '.join(laid_out)}: laid out at run-time lengths, but {why}")
 
     # -- expressions ---------------------------------------------------------------------------
     def expand(self, expr: Expr) -> Expr:
@@ -118,7 +163,7 @@ class _Lowering:
             if buf is None:
                 kind = "placeholder" if isinstance(op, PlaceholderOp) else "tensor"
                 raise ScheduleError(f"{kind} {op.name} is read but not passed as an argument to lower()")
-            load = buf.load(self.address(buf, e.indices))
+            load = self.layout_load(buf, e.indices) if buf in self.layouts else buf.load(self.address(buf, e.indices))
             for axis, (length, fill) in self.clipped.get(id(op), {}).items():  # not computed past the length
                 index = e.indices[axis]
                 load = select(binop("lt", index, cast(index.dtype, self.expand(length))), load, fill)
@@ -220,7 +265,13 @@ class _Lowering:
                                   self.stage_nest(stage, region, buf, edge=True))
         buf = buf if buf is not None else self.buffers[id(op)]
         if isinstance(op, ExternOp):  # a hand-written loop program over its input buffers
+            self.refuse_layout([buf, *(self.buffers[id(t.op)] for t in op.inputs)], "a hand-written nest uses it")
             return op.build([self.buffers[id(t.op)] for t in op.inputs], buf)
+        if stage.tensorized:
+            self.refuse_layout([buf, *(b for b, laid in self.laid_out.items() if self.reads_of(stage.body, laid))],
+                               "a tensorized nest addresses it")
+        if region is not None:
+            self.refuse_layout([buf], "it is computed per tile of a consumer")
         leaves = stage.leaf_iter_vars
         ext = _leaf_extents(stage, region)
         values: dict[IterVar, Expr] = {iv: iv.var for iv in leaves}
@@ -290,8 +341,10 @@ class _Lowering:
         if not isinstance(body, Reduce):
             if epilogues:
                 raise ScheduleError(f"reverse_compute_at: {op.name} is not a reduction")
-            return finished(nest(leaves, Store(buf, out_index, body), guards + skips + main_skips))
+            inside = self.layout_guards(buf, [values[a] for a in op.axis])  # the caller's array ends at the lengths
+            return finished(nest(leaves, Store(buf, out_index, body), guards + skips + main_skips + inside))
 
+        self.refuse_layout([buf], "a reduction accumulates in it")
         update = Store(buf, out_index, body.combine(buf.load(out_index), body.source))
         first_reduce = next(k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv))
         inner = leaves[first_reduce:]
@@ -343,6 +396,7 @@ class _Lowering:
         clamped: dict[IterVar, int] = {}
         crop: list[Expr] = []
         cbuf = self.buffers[id(cop)]
+        self.refuse_layout([cbuf], "an epilogue writes it")
         if consumer.point_map is not None:
             return self._mapped_epilogue(producer, consumer, spatial, values, guards)
         if not reads_at_own_axes(self.sch, cop, pop) or len(cop.axis) != len(pop.axis) or any(
@@ -566,4 +620,4 @@ def _tensorize_deferred(body: Stmt) -> Stmt:
     return rewrite_stmt(body, lambda e: None, visit)
 
 
-__all__ = ["lower", "flat_index", "simplify", "as_expr"]
+__all__ = ["lower", "flat_index", "simplify", "as_expr", "RunTimeLayoutError"]
