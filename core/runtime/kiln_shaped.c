@@ -516,10 +516,10 @@ static int run_shaped(const char* who, kiln_model* model, const void* const* inp
             /* the zeros of a layout that follows the lengths are not kept across runs; an empty input's room for
              * the clamped reads of its kernels: the bucket's size */
             ins[i] = reserve(&scratch->in[i], numel(shape, nd) * (size_t)kiln_dyn_in_itemsize[i]);
-            if (ins[i]) scratch->in[i].bucket = -1;
-            if (ins[i] && numel(input_shapes[i], nd))
-                ins[i] = padded_input(&scratch->in[i], &copies, -1, in_dims + base, inputs[i], input_shapes[i], nd,
+            if (ins[i] && numel(input_shapes[i], nd)) /* bucket -2: no zeros are known, it clears them all */
+                ins[i] = padded_input(&scratch->in[i], &copies, -2, in_dims + base, inputs[i], input_shapes[i], nd,
                                       (size_t)kiln_dyn_in_itemsize[i]);
+            scratch->in[i].bucket = -1;
         } else {
             ins[i] = padded_input(&scratch->in[i], &copies, b, shape, inputs[i], input_shapes[i], nd,
                                   (size_t)kiln_dyn_in_itemsize[i]);
