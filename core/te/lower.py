@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..errors import ScheduleError
-from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, cast, logical_and, maximum, minimum, select
+from ..tir.expr import Buffer, Expr, IntImm, Load, Var, as_expr, binop, cast, logical_and, select
 from ..tir.functor import rewrite_expr, rewrite_stmt, substitute, walk_stmt
 from ..tir.index_guard import with_index_fault
 from ..tir.simplify import KEEP_UNIT_LOOP, simplify, simplify_stmt
@@ -18,15 +18,10 @@ from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, St
 from .bound import infer_region
 from .run_time_bounds import (clipped_stages, derived_fills, loop_bounds, skippable_axes, summed_lengths,
                               summed_operands)
+from .run_time_layouts import LayoutAddressing, RunTimeLayoutError
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 from .tensorize import TensorizeError, tensorize_nest
-
-
-class RunTimeLayoutError(ScheduleError):
-    """A kernel argument laid out at run-time lengths (Schedule.run_time_layouts) reached a nest that addresses it
-    other than by plain loads and guarded stores (a reduction, a tensorized or hand-built nest): the caller
-    compiles that argument at its static layout instead."""
 
 
 def flat_index(shape: Sequence[int], indices: Sequence[Expr]) -> Expr:
@@ -39,7 +34,7 @@ def flat_index(shape: Sequence[int], indices: Sequence[Expr]) -> Expr:
     return index
 
 
-class _Lowering:
+class _Lowering(LayoutAddressing):
     def __init__(self, sch: Schedule, args: Sequence[Tensor]):
         self.sch = sch
         self.buffers: dict[int, Buffer] = {}
@@ -50,11 +45,7 @@ class _Lowering:
         self.locals: list[Buffer] = []
         self.names = names
         self.strides: dict[Buffer, list[int]] = {}  # storage_align'd buffers: element stride per axis
-        # arguments laid out at run-time lengths: buffer -> axis -> the length (a te read, expanded when first used)
-        self.laid_out = {self.buffers[id(t.op)]: t.op for t in args if id(t.op) in sch.run_time_layouts}
-        self.layouts: dict[Buffer, dict[int, Expr]] = {buf: dict(sch.run_time_layouts[id(op)])
-                                                       for buf, op in self.laid_out.items()}
-        self._layout_loads: dict[Buffer, dict[int, Expr]] = {}
+        self.init_layouts(sch, args)  # arguments laid out at run-time lengths (core/te/run_time_layouts.py)
         self.attached: dict[int, tuple[Buffer, list[Expr]]] = {}  # compute_at op -> (local buffer, first point)
         self.threads: dict[Var, int] = {}  # threadIdx-bound loops around the nest being lowered -> extent
         for stage in sch.stages:
@@ -115,35 +106,6 @@ class _Lowering:
         for i, stride in zip(indices, strides):
             index = index + i * stride
         return index
-
-    def layout(self, buf: Buffer) -> dict[int, Expr]:
-        """Axis -> run-time length (a Load) of an argument laid out at its run-time lengths; empty for others."""
-        if buf not in self.layouts:
-            return {}
-        if buf not in self._layout_loads:
-            self._layout_loads[buf] = {axis: self.expand(n) for axis, n in self.layouts[buf].items()}
-        return self._layout_loads[buf]
-
-    def layout_load(self, buf: Buffer, indices: Sequence[Expr]) -> Expr:
-        """A read of an argument laid out at run-time lengths: 0 past a length along its axis (what the padded
-        copy held there), the address clamped inside the array (the caller's array ends at the length)."""
-        indices, inside = [as_expr(i) for i in indices], []
-        for axis, length in self.layout(buf).items():
-            index = indices[axis]
-            length = cast(index.dtype, length)
-            inside.append(binop("lt", index, length))
-            indices[axis] = maximum(minimum(index, length - 1), IntImm(0, index.dtype))
-        return select(_all(inside), buf.load(self.address(buf, indices)), as_expr(0, buf.dtype))
-
-    def layout_guards(self, buf: Buffer, indices: Sequence[Expr]) -> list[Expr]:
-        """The conditions under which a point of `buf` lies inside its run-time lengths (where a store may go)."""
-        return [binop("lt", indices[axis], cast(as_expr(indices[axis]).dtype, length))
-                for axis, length in self.layout(buf).items()]
-
-    def refuse_layout(self, bufs: Sequence[Buffer], why: str) -> None:
-        laid_out = [b.name for b in bufs if b in self.layouts]
-        if laid_out:
-            raise RunTimeLayoutError(f"{', '.join(laid_out)}: laid out at run-time lengths, but {why}")
 
     # -- expressions ---------------------------------------------------------------------------
     def expand(self, expr: Expr) -> Expr:
