@@ -304,6 +304,9 @@ class _Lowering(LayoutAddressing):
             if epilogues:
                 raise ScheduleError(f"reverse_compute_at: {op.name} is not a reduction")
             inside = self.layout_guards(buf, [values[a] for a in op.axis])  # the caller's array ends at the lengths
+            if any(_mentions(c, iv.var) for c in inside for iv in leaves
+                   if stage.annotations.get(iv) == ForKind.VECTORIZED):
+                self.refuse_layout([buf], "its laid-out axis is a vector loop's")
             return finished(nest(leaves, Store(buf, out_index, body), guards + skips + main_skips + inside))
 
         self.refuse_layout([buf], "a reduction accumulates in it")

@@ -65,6 +65,17 @@ def test_a_reduction_into_an_argument_laid_out_at_a_length_refuses():
     assert lower(sch, [a, length, sums], "sums").name == "sums"
 
 
+def test_a_store_along_a_vectorized_laid_out_axis_refuses():
+    a = te.placeholder((ROWS, COLS), "float32", "a")
+    length = te.placeholder((1,), "int64", "len")
+    out = te.compute((ROWS, COLS), lambda i, j: a[i, j] + 1.0, name="out")
+    sch = create_schedule([out])
+    sch[out].vectorize(out.op.axis[1])
+    sch.run_time_layouts = {id(out.op): {1: length(0)}}
+    with pytest.raises(RunTimeLayoutError, match="vector loop"):
+        lower(sch, [a, length, out], "columns")
+
+
 def test_without_layouts_a_kernel_addresses_its_arguments_at_their_static_shapes():
     a = te.placeholder((BATCH, ROWS, COLS), "float32", "a")
     out = te.compute((BATCH, ROWS, COLS), lambda b, t, d: a[b, t, d] * 2.0, name="out")
