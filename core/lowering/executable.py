@@ -281,7 +281,6 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
     An If or Loop node calls its branches / body, each built the same way (kernels named `prefix`...)."""
     consumers = graph.consumers()
     graph_outputs = set(graph.outputs)
-    graph = usable_layouts(graph, backend)
 
     def group_outputs(nodes: Sequence[Node]) -> list[str]:
         members = {id(n) for n in nodes}
@@ -296,6 +295,7 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
             nodes, types = _group_of(node, graph)
             work.append((nodes, types, list(node.outputs)))
 
+    graph = usable_layouts(graph, backend, [(nodes, outputs) for nodes, _, outputs in work])
     infos = [KernelInfo(prefix + _kernel_name(k, nodes), tuple(n.op for n in nodes), tuple(n.name for n in nodes),
                         sum(node_flops(n, types) for n in nodes), tuple(group_inputs(nodes)), tuple(outputs),
                         prefix + _kernel_name(k, nodes)) for k, (nodes, types, outputs) in enumerate(work)]

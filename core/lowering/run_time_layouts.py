@@ -6,6 +6,7 @@ from typing import Collection, Mapping, Sequence
 from ..graph.ir import Graph
 from ..graph.length_inputs import LENGTH_SUM, length_input_name
 from ..graph.op_defs.control_flow import CONTROL_FLOW_OPS
+from ..graph.ops import Pattern, get_op
 
 # A ranged artifact runs a size between its buckets in the smallest bucket that holds it. An input whose masked
 # axis is shorter than the bucket's (a KV cache, `past_key_values.N.key` at past 40 in the bucket of past 64), and
@@ -48,14 +49,17 @@ def with_run_time_layouts(graph: Graph, layouts: Mapping[str, tuple[tuple[int, s
     return graph.replace(run_time_layouts={v: axes for v, axes in layouts.items() if v in values})
 
 
-def usable_layouts(graph: Graph, backend) -> Graph:
-    """`graph` without run-time layouts where none can be used: code for a device (its runtime pads on the device)
-    or a graph with If/Loop calls (their branches address their arguments statically)."""
+def usable_layouts(graph: Graph, backend, kernels: Sequence[tuple[Sequence, Sequence[str]]]) -> Graph:
+    """`graph` without the run-time layouts none of its `kernels` ((nodes, outputs) each) can take: none for code for a
+    device (its runtime pads on the device) or a graph with If/Loop calls (their branches address their arguments
+    statically), and no output a reduction or a contraction writes (it accumulates in it; lowering would refuse)."""
     if not graph.run_time_layouts:
         return graph
     if not getattr(backend, "host_code", False) or any(n.op in CONTROL_FLOW_OPS for n in graph.nodes):
         return without_layouts(graph, graph.run_time_layouts)
-    return graph
+    accumulated = [o for nodes, outputs in kernels
+                   if max(get_op(n.op).pattern for n in nodes) >= Pattern.REDUCTION for o in outputs]
+    return without_layouts(graph, accumulated)
 
 
 def without_layouts(graph: Graph, values: Collection[str]) -> Graph:
