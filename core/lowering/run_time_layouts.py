@@ -12,12 +12,14 @@ from ..graph.ops import Pattern, get_op
 # axis is shorter than the bucket's (a KV cache, `past_key_values.N.key` at past 40 in the bucket of past 64), and
 # an output cut to its run-time length (`present.N.key`), used to be copied into and out of a buffer at the bucket's
 # shape at every call (core/runtime/kiln_shaped.c). Laid out at their run-time lengths instead, their kernels
-# address them with strides computed from the length inputs (core/te/lower.py: a read past a length gives 0, as the
-# zeroed copy did; a store past it is skipped), so the runtime hands the caller's pointers straight to the kernels.
-# The copy stays where the caller's array is not that layout (another padded dim: batch 3 in a bucket of 4, then
-# the copy is laid out at the run-time lengths too) and where a kernel cannot take the layout: a reduction, an
-# epilogue, a tensorized or hand-built nest, an If/Loop call, a device (non-host) target. Those values keep the
-# bucket's layout (build_executable drops them and lowers again).
+# address them with strides computed from the length inputs (core/te/run_time_layouts.py: a read past a length
+# gives 0, as the zeroed copy did; a store past it is skipped), so the runtime hands the caller's pointers straight to
+# the kernels. The copy stays where the caller's array is not that layout (another padded dim: batch 3 in a bucket
+# of 4, then the copy is laid out at the run-time lengths too), for a masked dim with a constant in its size (past
+# + 1) and where a kernel cannot take the layout: an output a reduction or contraction writes (a decoder's logits),
+# an epilogue, a store whose laid-out axis is a vector loop's, a tensorized or hand-built nest, an If/Loop call, a
+# device (non-host) target. Those values keep the bucket's layout (usable_layouts drops the predictable ones up
+# front, build_executable the others when a kernel refuses, and lowers again).
 
 
 def planned_layouts(plan, outputs: Mapping[str, Mapping[int, tuple[Mapping[str, int], int]]]
