@@ -497,6 +497,9 @@ static int run_shaped(const char* who, kiln_model* model, const void* const* inp
         padded_out[o] = 0;
         for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded_out[o] |= shape[d] != out_dims[base + d];
         padded_out[o] &= outputs[o] != NULL;
+        /* an empty output laid out at its lengths: its kernels' reads (no lane of them taken) still need an address */
+        padded_out[o] |= numel(shape, kiln_dyn_out_ndim[o]) == 0 &&
+                         laid_out(kiln_dyn_out_layout, b, out_offset(kiln_graph_num_outputs), base, kiln_dyn_out_ndim[o]);
         any |= padded_out[o];
     }
     scratch_set* scratch = any ? thread_scratch() : NULL;
@@ -513,12 +516,12 @@ static int run_shaped(const char* who, kiln_model* model, const void* const* inp
         int64_t shape[KILN_MAX_RANK];
         for (int d = 0; d < nd; d++) shape[d] = input_dim(base + d, sizes);
         if (laid_out(kiln_dyn_in_layout, b, in_offset(kiln_graph_num_inputs), base, nd)) {
-            /* the zeros of a layout that follows the lengths are not kept across runs; an empty input's room for
-             * the clamped reads of its kernels: the bucket's size */
-            ins[i] = reserve(&scratch->in[i], numel(shape, nd) * (size_t)kiln_dyn_in_itemsize[i]);
-            if (ins[i] && numel(input_shapes[i], nd)) /* bucket -2: no zeros are known, it clears them all */
-                ins[i] = padded_input(&scratch->in[i], &copies, -2, in_dims + base, inputs[i], input_shapes[i], nd,
-                                      (size_t)kiln_dyn_in_itemsize[i]);
+            /* the zeros of a layout that follows the lengths are not kept across runs (bucket -2: none known, all
+             * cleared); an empty input still takes an address (the idle lanes of its kernels' reads load element 0) */
+            ins[i] = numel(input_shapes[i], nd)
+                         ? padded_input(&scratch->in[i], &copies, -2, in_dims + base, inputs[i], input_shapes[i], nd,
+                                        (size_t)kiln_dyn_in_itemsize[i])
+                         : reserve(&scratch->in[i], (size_t)kiln_dyn_in_itemsize[i]);
             scratch->in[i].bucket = -1;
         } else {
             ins[i] = padded_input(&scratch->in[i], &copies, b, shape, inputs[i], input_shapes[i], nd,

@@ -6,7 +6,7 @@ import functools
 from typing import Sequence
 
 from ..errors import ScheduleError
-from ..tir.expr import Buffer, Expr, IntImm, as_expr, binop, cast, logical_and, maximum, minimum, select
+from ..tir.expr import Buffer, Expr, as_expr, binop, cast, logical_and, select
 
 
 class RunTimeLayoutError(ScheduleError):
@@ -36,14 +36,12 @@ class LayoutAddressing:
 
     def layout_load(self, buf: Buffer, indices: Sequence[Expr]) -> Expr:
         """A read of an argument laid out at run-time lengths: 0 past a length along its axis (what the padded
-        copy held there), the address clamped inside the array (the caller's array ends at the length)."""
-        indices, inside = [as_expr(i) for i in indices], []
-        for axis, length in self.layout(buf).items():
-            index = indices[axis]
-            length = cast(index.dtype, length)
-            inside.append(binop("lt", index, length))
-            indices[axis] = maximum(minimum(index, length - 1), IntImm(0, index.dtype))
-        return select(functools.reduce(logical_and, inside), buf.load(self.address(buf, indices)), as_expr(0, buf.dtype))
+        copy held there). The load is a select's arm, which codegen never speculates (core/codegen/analysis.py
+        may_trap: a branch, or a lane mask), so a point past the caller's array is never read."""
+        inside = [binop("lt", as_expr(indices[axis]), cast(as_expr(indices[axis]).dtype, length))
+                  for axis, length in self.layout(buf).items()]
+        return select(functools.reduce(logical_and, inside), buf.load(self.address(buf, indices)),
+                      as_expr(0, buf.dtype))
 
     def layout_guards(self, buf: Buffer, indices: Sequence[Expr]) -> list[Expr]:
         """The conditions under which a point of `buf` lies inside its run-time lengths (where a store may go)."""
