@@ -11,8 +11,8 @@ from ..tir.expr import Buffer, Expr, as_expr, binop, cast, logical_and, select
 
 class RunTimeLayoutError(ScheduleError):
     """A kernel argument laid out at run-time lengths (Schedule.run_time_layouts) reached a nest that addresses it
-    other than by plain loads and guarded stores (a reduction, a tensorized or hand-built nest): the caller
-    compiles that argument at its static layout instead."""
+    other than by plain loads and guarded stores (a reduction or epilogue writing it, a store along a vector loop,
+    a tensorized or hand-built nest): the caller compiles that argument at its static layout instead."""
 
 
 class LayoutAddressing:
@@ -38,21 +38,18 @@ class LayoutAddressing:
         """A read of an argument laid out at run-time lengths: 0 past a length along its axis (what the padded
         copy held there). The load is a select's arm, which codegen never speculates (core/codegen/analysis.py
         may_trap: a branch, or a lane mask), so a point past the caller's array is never read."""
-        inside = [binop("lt", as_expr(indices[axis]), cast(as_expr(indices[axis]).dtype, length))
-                  for axis, length in self.layout(buf).items()]
-        return select(functools.reduce(logical_and, inside), buf.load(self.address(buf, indices)),
-                      as_expr(0, buf.dtype))
+        return select(functools.reduce(logical_and, self.layout_guards(buf, indices)),
+                      buf.load(self.address(buf, indices)), as_expr(0, buf.dtype))
 
     def layout_guards(self, buf: Buffer, indices: Sequence[Expr]) -> list[Expr]:
         """The conditions under which a point of `buf` lies inside its run-time lengths (where a store may go)."""
-        return [binop("lt", indices[axis], cast(as_expr(indices[axis]).dtype, length))
+        return [binop("lt", as_expr(indices[axis]), cast(as_expr(indices[axis]).dtype, length))
                 for axis, length in self.layout(buf).items()]
 
     def refuse_layout(self, bufs: Sequence[Buffer], why: str) -> None:
         laid_out = [b.name for b in bufs if b in self.layouts]
         if laid_out:
             raise RunTimeLayoutError(f"{', '.join(laid_out)}: laid out at run-time lengths, but {why}")
-
 
 
 __all__ = ["LayoutAddressing", "RunTimeLayoutError"]
