@@ -124,6 +124,8 @@ def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], p
         with static.load() as fixed:
             fixed.set_num_threads(args.threads)
             err = max(float(np.abs(module.run(feeds)[n] - fixed.run(feeds)[n]).max()) for n in ("logits",))
+            module.run(feeds)
+            copied = copied_bytes(module)
             medians = {"dynamic": [], "static": []}
             for _ in range(args.rounds):
                 for name, run in (("dynamic", module.run), ("static", fixed.run)):
@@ -137,14 +139,26 @@ def step_latency(model: Path, module, ranges: dict, kv_shape: tuple[int, int], p
             if args.profile:
                 profiles.append((past, kernel_profile(module, fixed, feeds, args)))
         dyn, sta = statistics.median(medians["dynamic"]), statistics.median(medians["static"])
-        rows.append((past, dyn, sta, err))
+        rows.append((past, dyn, sta, err, copied))
     for past, lines in profiles:
         print(f"\npast {past}: " + "\n".join(lines))
     print(f"one-token step, batch 1: ranged artifact {ranges} vs a static compile at (1, 1, past); "
           f"{args.rounds} interleaved rounds x {args.calls} calls, medians, {args.threads} threads")
-    print(f"{'past':>6} {'ranged ms':>10} {'static ms':>10} {'ranged/static':>14} {'max |diff|':>11}")
-    for past, dyn, sta, err in rows:
-        print(f"{past:6d} {dyn:10.3f} {sta:10.3f} {dyn / sta:13.2f}x {err:11.1e}")
+    print(f"{'past':>6} {'ranged ms':>10} {'static ms':>10} {'ranged/static':>14} {'max |diff|':>11} {'copied B':>9}")
+    for past, dyn, sta, err, copied in rows:
+        print(f"{past:6d} {dyn:10.3f} {sta:10.3f} {dyn / sta:13.2f}x {err:11.1e} {copied:>9}")
+
+
+def copied_bytes(module) -> str:
+    """The bytes the last shaped run copied into and out of padded buffers (kiln_shaped_copied_bytes), or "-" for a
+    library without the counter."""
+    import ctypes
+
+    count = getattr(module._lib, "kiln_shaped_copied_bytes", None)
+    if count is None:
+        return "-"
+    count.restype = ctypes.c_int64
+    return str(count())
 
 
 def _stem(name: str) -> str:

@@ -17,6 +17,7 @@ from ..graph.ir import Graph
 from ..graph.padding import NotPaddable, padded_output_axes
 from ..lowering.bucketed import merge_buckets
 from ..lowering.executable import Executable
+from ..lowering.run_time_layouts import layout_table, planned_layouts, with_run_time_layouts
 from ..target import Target
 from .bucket_masks import MaskedBuckets, between_bucket_samples, find_masked
 from .buckets import (DEFAULT_SHAPES, LENGTH_CLASSES, MAX_BUCKETS, BucketPlan, default_specializations, length_classes,
@@ -136,7 +137,8 @@ class BucketedShapes:
             at_hi |= lost
         self.carried, self.masks = carried, masks
         self.plan, self.refused = masks.plan, dict(masks.refused)
-        return list(masks.graphs) or imported
+        layouts = planned_layouts(masks.plan, masks.outputs)
+        return [with_run_time_layouts(g, layouts) for g in masks.graphs] or imported
 
     def _stretched(self, plan: BucketPlan, stretch: set, refused: Mapping[str, str], at_hi: set,
                    masked: frozenset = frozenset()) -> BucketPlan:
@@ -183,7 +185,8 @@ class BucketedShapes:
         return {name: feeds[name] for name in self.user_inputs(graph)}
 
     def link(self, executables: Sequence[Executable], graphs: Sequence[Graph]) -> Linked:
-        merged = merge_buckets(executables, _tables(self.plan, graphs, self.carried, self.masks),
+        tables = _tables(self.plan, graphs, self.carried, self.masks, [e.run_time_layouts for e in executables])
+        merged = merge_buckets(executables, tables,
                                hidden_inputs=len(self.masks.length_variables))
         top = dataclasses.replace(merged.buckets[-1], weights=merged.weights)
         return Linked(merged.funcs, merged.plan, merged.weights, merged.plan.arena_bytes, top)
@@ -236,7 +239,7 @@ def find_padded(plan: BucketPlan, graphs: list[Graph]
 
 
 def _tables(plan: BucketPlan, graphs: Sequence[Graph], carried: dict[str, dict[str, list[int]]],
-            masks: MaskedBuckets) -> dict:
+            masks: MaskedBuckets, layouts: Sequence[Mapping[str, tuple]]) -> dict:
     """The dispatch tables of core/codegen/bucket_entry.py."""
     top, count = graphs[-1], len(plan.variables)
     inputs = top.inputs[:len(top.inputs) - len(masks.length_variables)]
@@ -269,7 +272,10 @@ def _tables(plan: BucketPlan, graphs: Sequence[Graph], carried: dict[str, dict[s
                                  f"case on its own")
             out_shapes += list(shape)
     itemsize = lambda n: element_bytes(top.type_of(n).dtype)  # noqa: E731
+    in_ranks, out_ranks = [len(top.type_of(n).shape) for n in inputs], [len(top.type_of(n).shape) for n in top.outputs]
     return {
+        "in_layout": ("i32", layout_table(layouts, inputs, in_ranks)),
+        "out_layout": ("i32", layout_table(layouts, top.outputs, out_ranks)),
         "num_buckets": ("i32", len(plan.buckets)), "num_vars": ("i32", len(plan.variables)),
         "in_ndim": ("i32", tuple(len(top.type_of(n).shape) for n in inputs)),
         "out_ndim": ("i32", tuple(len(top.type_of(n).shape) for n in top.outputs)),

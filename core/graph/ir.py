@@ -112,6 +112,9 @@ class Graph:
     run_time_bounds: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=FrozenDict, compare=False)
     # a mask's output -> ((axis, length input, fill), ...): past the length along the axis it holds the fill
     run_time_fills: Mapping[str, tuple[tuple[int, str, float], ...]] = field(default_factory=FrozenDict, compare=False)
+    # a graph input or output -> ((axis, length input), ...): laid out in memory at its run-time lengths along those
+    # axes (the caller's own array, no padded copy: core/lowering/run_time_layouts.py)
+    run_time_layouts: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=FrozenDict, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))

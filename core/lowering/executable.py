@@ -10,7 +10,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -27,10 +27,11 @@ from ..process.fork_map import forked_map
 from ..tir.kernel_dedup import note_digest, share_identical, structural_digest
 from .lowering_memo import derived_key, group_key, recall, remember
 from .run_time_bounds import NO_BOUNDS, KernelBounds, bound_stages, kernel_bounds, length_params
+from .run_time_layouts import usable_layouts, without_layouts
 from ..kernels.indexing import CHECKS_INDICES
 from ..kernels.registry import ScheduleFn, get_compute
 from ..target import Target
-from ..te.lower import lower
+from ..te.lower import RunTimeLayoutError, lower
 from ..te.schedule import create_schedule
 from ..te.tensor import Tensor, placeholder
 from ..tir.expr import Load
@@ -63,6 +64,8 @@ class Executable:
     weights: bytes
     kernels: tuple[KernelInfo, ...]
     memory: MemoryPlan
+    # the graph inputs and outputs its kernels address at their run-time lengths (Graph.run_time_layouts)
+    run_time_layouts: Mapping[str, tuple[tuple[int, str], ...]] = dataclasses.field(default_factory=dict)
 
 
 def _kernel_name(index: int, nodes: Sequence[Node]) -> str:
@@ -87,6 +90,9 @@ def lower_group(nodes: Sequence[Node], graph: Graph, target: Target, backend: "B
     inputs = group_inputs(nodes)
     whole = None if anchor_schedule else backend.group_kernel(nodes, graph, target, name, outputs, inputs)
     if whole is not None:  # a hand-built kernel (tuning never gives these groups a schedule: see group_task)
+        if bounds.layouts:
+            raise RunTimeLayoutError(f"{name}: a hand-built kernel addresses {', '.join(bounds.layouts)} at its "
+                                     f"static layout")
         return whole, inputs
     tensors: dict[str, Tensor] = {}
     params: list[Tensor] = []
@@ -175,8 +181,12 @@ class _KernelTask:
         none)."""
         func = func or recall(self.key, self.name)
         if func is None:
-            func, _ = lower_group(self.nodes, self.types, target, backend, self.name, self.outputs,
-                                  anchor_schedule=self.tuned, bounds=self.bounds)
+            try:
+                func, _ = lower_group(self.nodes, self.types, target, backend, self.name, self.outputs,
+                                      anchor_schedule=self.tuned, bounds=self.bounds)
+            except RunTimeLayoutError as err:  # build_executable lays these values out statically instead
+                err.values = tuple(self.bounds.layouts)
+                raise
             remember(self.key, func)
         if self.inplace_index is None:
             return func, None
@@ -285,6 +295,7 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
             nodes, types = _group_of(node, graph)
             work.append((nodes, types, list(node.outputs)))
 
+    graph = usable_layouts(graph, backend, [(nodes, outputs) for nodes, _, outputs in work])
     infos = [KernelInfo(prefix + _kernel_name(k, nodes), tuple(n.op for n in nodes), tuple(n.name for n in nodes),
                         sum(node_flops(n, types) for n in nodes), tuple(group_inputs(nodes)), tuple(outputs),
                         prefix + _kernel_name(k, nodes)) for k, (nodes, types, outputs) in enumerate(work)]
@@ -322,7 +333,12 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
         tasks[k] = _KernelTask(nodes, types, outputs, info.name, tuned, key,
                                None if value is None else info.inputs.index(value), bounds)
     inplace: dict[str, str] = {}
-    lowered = dict(_lower_tasks(tasks, target, backend))
+    try:
+        lowered = dict(_lower_tasks(tasks, target, backend))
+    except RunTimeLayoutError as err:  # a kernel addresses these arguments at their static layout only: all do
+        if not getattr(err, "values", ()):
+            raise
+        return build_executable(without_layouts(graph, err.values), target, backend, groups, schedule_for, prefix)
     for k in sorted(lowered):  # in kernel order, whatever order they were lowered in
         func, value_index = lowered[k]
         info = infos[k]
@@ -387,4 +403,4 @@ def build_executable(graph: Graph, target: Target, backend: "Backend", groups: O
     infos = [dataclasses.replace(info, func=f) for info, f in zip(infos, called)]
     unique += [f for parts in controls.values() for sub in parts.subs if sub is not None for f in sub.funcs]
     plan = ModelPlan(tuple(calls), len(graph.inputs), len(graph.outputs), memory.arena_bytes, len(blob))
-    return Executable(tuple(unique), plan, bytes(blob), tuple(infos), memory)
+    return Executable(tuple(unique), plan, bytes(blob), tuple(infos), memory, dict(graph.run_time_layouts))

@@ -21,15 +21,18 @@ class KernelBounds:
     outputs: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)  # value -> ((axis, length), ...)
     # an input's ((axis, length, fill), ...); an output's (a mask's output) the last: its own mask, which it writes
     fills: Mapping[str, tuple[tuple[int, str, float], ...]] = field(default_factory=dict)
+    # a kernel input or output laid out at its run-time lengths (Graph.run_time_layouts): value -> ((axis, length), ...)
+    layouts: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.outputs or self.fills)
+        return bool(self.outputs or self.fills or self.layouts)
 
     def lengths(self) -> list[str]:
         """The lengths the bounds read: a length input, or length inputs and a constant joined by LENGTH_SUM (their
         sum)."""
         return list(dict.fromkeys([n for axes in self.outputs.values() for _, n in axes] +
-                                  [n for axes in self.fills.values() for _, n, _ in axes]))
+                                  [n for axes in self.fills.values() for _, n, _ in axes] +
+                                  [n for axes in self.layouts.values() for _, n in axes]))
 
     def length_inputs(self) -> list[str]:
         return list(dict.fromkeys(part for length in self.lengths() for part in length.split(LENGTH_SUM)
@@ -37,8 +40,9 @@ class KernelBounds:
 
     def describe(self) -> str:
         """A memo key step (a bounded kernel differs from the same group's static one)."""
+        layouts = (sorted((v, tuple(a)) for v, a in self.layouts.items()),) if self.layouts else ()
         return "run-time bounds " + repr((sorted((v, tuple(a)) for v, a in self.outputs.items()),
-                                          sorted((v, tuple(a)) for v, a in self.fills.items())))
+                                          sorted((v, tuple(a)) for v, a in self.fills.items())) + layouts)
 
 
 NO_BOUNDS = KernelBounds()
@@ -53,9 +57,11 @@ def kernel_bounds(graph: Graph, nodes: Sequence[Node], inputs: Sequence[str], ou
     filled = {i: fills[i] for i in inputs if i in fills}
     masks = {o for node in nodes if node.op == "Where" for o in node.outputs}
     filled.update({o: fills[o][-1:] for o in outputs if o in fills and o in masks})
+    layouts = getattr(graph, "run_time_layouts", None) or {}
     known = lambda length: all(part in graph.inputs or part.isdigit() for part in length.split(LENGTH_SUM))  # noqa: E731
     return KernelBounds({o: bounds[o] for o in outputs if o in bounds and all(known(n) for _, n in bounds[o])},
-                        {v: axes for v, axes in filled.items() if all(known(n) for _, n, _ in axes)})
+                        {v: axes for v, axes in filled.items() if all(known(n) for _, n, _ in axes)},
+                        {v: layouts[v] for v in dict.fromkeys([*inputs, *outputs]) if v in layouts})
 
 
 def length_params(bounds: KernelBounds, inputs: Sequence[str]) -> list[str]:
@@ -78,6 +84,8 @@ def bound_stages(sch: Schedule, tensors: dict[str, Tensor], bounds: KernelBounds
         sch[tensors[value]].run_time_bounds = {axis: reads[length] for axis, length in axes}
     sch.run_time_fills = {id(tensors[value].op): {axis: (reads[length], fill) for axis, length, fill in axes}
                           for value, axes in bounds.fills.items() if value in tensors}
+    sch.run_time_layouts = {id(tensors[value].op): {axis: reads[length] for axis, length in axes}
+                            for value, axes in bounds.layouts.items() if value in tensors}
 
 
 __all__ = ["KernelBounds", "NO_BOUNDS", "kernel_bounds", "length_params", "bound_stages"]

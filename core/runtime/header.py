@@ -115,6 +115,9 @@ int kiln_num_buckets(void);
 int kiln_profile_shaped(kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes, void* const* outputs, double* call_ms);
 /* The bucket kiln_run_shaped runs for these input shapes (0 .. kiln_num_buckets() - 1), or -1 (kiln_last_error()). */
 int kiln_shaped_bucket(const int64_t* const* input_shapes);
+/* The bytes the calling thread's last kiln_run_shaped copied into padded inputs and out of padded outputs (0: every
+ * input and output went to the kernels as the caller's own array). */
+int64_t kiln_shaped_copied_bytes(void);
 /* Bucket b's kernel calls: how many (-1: no such bucket), and the name of call i (NULL past them). */
 int kiln_bucket_num_calls(int b);
 const char* kiln_bucket_call_name(int b, int i);

@@ -1,7 +1,10 @@
 /* Shape-bucketed models: kiln_run_shaped picks the smallest bucket that holds the actual input shapes,
  * zero-pads the inputs along padded axes (those the compiler proved harmless to pad) and masked axes (those
  * whose actual size the bucket takes as a run-time length input, appended after the model's inputs), runs
- * that bucket through kiln_run, and copies each output's valid part back at its true shape. Linked only into
+ * that bucket through kiln_run, and copies each output's valid part back at its true shape. An input or output
+ * whose bucket's kernels address it at its run-time lengths (kiln_dyn_in_layout / out_layout: a KV cache,
+ * core/lowering/run_time_layouts.py) is no copy at all when its other dims are the bucket's: the caller's array
+ * goes straight to the kernels. Linked only into
  * libraries compiled with input-shape ranges; the tables come from core/codegen/bucket_entry.py.
  * `kiln_graph_run` and `kiln_graph_profile` live here: they run the bucket selected by the calling thread
  * (the largest by default, its lengths at their largest, so kiln_run serves the declared upper bounds).
@@ -27,6 +30,7 @@ typedef int32_t (*kiln_runner)(void*, const void*, const void* const*, void* con
 extern const int32_t kiln_dyn_num_buckets, kiln_dyn_num_vars;
 extern const int32_t kiln_dyn_in_ndim[], kiln_dyn_out_ndim[], kiln_dyn_in_var[], kiln_dyn_out_var[];
 extern const int32_t kiln_dyn_var_mode[], kiln_dyn_in_itemsize[], kiln_dyn_out_itemsize[];
+extern const int32_t kiln_dyn_in_layout[], kiln_dyn_out_layout[];
 extern const int32_t kiln_dyn_num_lengths, kiln_dyn_length_var[];
 extern const int64_t kiln_dyn_in_fixed[], kiln_dyn_var_lo[], kiln_dyn_var_hi[], kiln_dyn_bucket_sizes[];
 extern const int64_t kiln_dyn_out_shapes[], kiln_dyn_in_coef[], kiln_dyn_in_const[], kiln_dyn_out_coef[];
@@ -142,6 +146,27 @@ static void accepted(int v, char* text, size_t size) {
         for (int c = 0; c < b; c++) seen |= kiln_dyn_bucket_sizes[c * kiln_dyn_num_vars + v] == s;
         if (!seen && used < size) used += snprintf(text + used, size - used, "%s%lld", used ? ", " : "", (long long)s);
     }
+}
+
+/* Input i's (output o's) shape as bucket b's kernels address it: the bucket's, but the actual size along the dims
+ * they take at their run-time lengths. */
+static void input_layout(int i, int b, const int64_t* sizes, const int64_t* actual_shape, int64_t* shape) {
+    const int base = in_offset(i);
+    const int32_t* laid = kiln_dyn_in_layout + (int64_t)b * in_offset(kiln_graph_num_inputs) + base;
+    for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) shape[d] = laid[d] ? actual_shape[d] : input_dim(base + d, sizes);
+}
+
+static void output_layout(int o, int b, const int64_t* actual_shape, int64_t* shape) {
+    const int base = out_offset(o), dims = out_offset(kiln_graph_num_outputs);
+    const int32_t* laid = kiln_dyn_out_layout + (int64_t)b * dims + base;
+    for (int d = 0; d < kiln_dyn_out_ndim[o]; d++)
+        shape[d] = laid[d] ? actual_shape[d] : kiln_dyn_out_shapes[(int64_t)b * dims + base + d];
+}
+
+static int laid_out(const int32_t* table, int b, int all_dims, int base, int ndim) {
+    int any = 0;
+    for (int d = 0; d < ndim; d++) any |= table[(int64_t)b * all_dims + base + d];
+    return any;
 }
 
 /* The actual size of every variable from the input shapes, checked; -1 with the error set. */
@@ -319,8 +344,13 @@ static void copy_items(void* data, int64_t begin, int64_t end) {
     }
 }
 
+static _Thread_local int64_t copied; /* the bytes the calling thread's last shaped run copied in and out */
+
+int64_t kiln_shaped_copied_bytes(void) { return copied; }
+
 /* Runs the planned copies (on the pool when they are large) and empties the plan. */
 static void run_copies(copy_plan* plan) {
+    copied += (int64_t)plan->bytes;
     int64_t items = 0;
     for (int i = 0; i < plan->count; i++) items += plan->copy[i].items;
     if (plan->bytes >= COPY_PARALLEL)
@@ -442,26 +472,34 @@ static const void* padded_input(scratch_buf* buf, copy_plan* copies, int b, cons
 static int run_shaped(const char* who, kiln_model* model, const void* const* inputs, const int64_t* const* input_shapes,
                       void* const* outputs, int64_t* const* output_shapes, double* call_ms) {
     int64_t actual[KILN_MAX_VARS];
+    copied = 0;
     int b = checked_bucket(who, inputs, outputs, input_shapes, actual);
     if (b < 0) return -1;
     const int64_t* sizes = kiln_dyn_bucket_sizes + (int64_t)b * kiln_dyn_num_vars;
-    const int64_t* out_shapes = kiln_dyn_out_shapes + (int64_t)b * out_offset(kiln_graph_num_outputs);
     const void* ins[kiln_graph_num_inputs + kiln_dyn_num_lengths + 1];
     void* outs[kiln_graph_num_outputs + 1];
     int padded_in[kiln_graph_num_inputs + 1], padded_out[kiln_graph_num_outputs + 1], any = 0, rc = -1;
+    int64_t in_dims[in_offset(kiln_graph_num_inputs) + 1], out_dims[out_offset(kiln_graph_num_outputs) + 1];
     for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
+        const int nd = kiln_dyn_in_ndim[i];
+        input_layout(i, b, sizes, input_shapes[i], in_dims + base);
         padded_in[i] = 0;
-        for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) padded_in[i] |= input_dim(base + d, sizes) != input_shapes[i][d];
-        /* an empty input (no past yet) may be NULL */
-        padded_in[i] &= inputs[i] != NULL || numel(input_shapes[i], kiln_dyn_in_ndim[i]) == 0;
+        for (int d = 0; d < nd; d++) padded_in[i] |= in_dims[base + d] != input_shapes[i][d];
+        /* an empty input (no past yet) may be NULL; laid out at its lengths, the kernels still take an address */
+        padded_in[i] &= inputs[i] != NULL || numel(input_shapes[i], nd) == 0;
+        padded_in[i] |= numel(input_shapes[i], nd) == 0 && laid_out(kiln_dyn_in_layout, b, in_offset(kiln_graph_num_inputs), base, nd);
         any |= padded_in[i];
     }
     for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         int64_t shape[KILN_MAX_RANK];
         actual_output_shape(o, b, actual, shape);
+        output_layout(o, b, shape, out_dims + base);
         padded_out[o] = 0;
-        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded_out[o] |= shape[d] != out_shapes[base + d];
+        for (int d = 0; d < kiln_dyn_out_ndim[o]; d++) padded_out[o] |= shape[d] != out_dims[base + d];
         padded_out[o] &= outputs[o] != NULL;
+        /* an empty output laid out at its lengths: its kernels' reads (no lane of them taken) still need an address */
+        padded_out[o] |= numel(shape, kiln_dyn_out_ndim[o]) == 0 &&
+                         laid_out(kiln_dyn_out_layout, b, out_offset(kiln_graph_num_outputs), base, kiln_dyn_out_ndim[o]);
         any |= padded_out[o];
     }
     scratch_set* scratch = any ? thread_scratch() : NULL;
@@ -474,10 +512,21 @@ static int run_shaped(const char* who, kiln_model* model, const void* const* inp
     for (int i = 0, base = 0; i < kiln_graph_num_inputs; base += kiln_dyn_in_ndim[i], i++) {
         ins[i] = inputs[i];
         if (!padded_in[i]) continue;
+        const int nd = kiln_dyn_in_ndim[i];
         int64_t shape[KILN_MAX_RANK];
-        for (int d = 0; d < kiln_dyn_in_ndim[i]; d++) shape[d] = input_dim(base + d, sizes);
-        ins[i] = padded_input(&scratch->in[i], &copies, b, shape, inputs[i], input_shapes[i], kiln_dyn_in_ndim[i],
-                              (size_t)kiln_dyn_in_itemsize[i]);
+        for (int d = 0; d < nd; d++) shape[d] = input_dim(base + d, sizes);
+        if (laid_out(kiln_dyn_in_layout, b, in_offset(kiln_graph_num_inputs), base, nd)) {
+            /* the zeros of a layout that follows the lengths are not kept across runs (bucket -2: none known, all
+             * cleared); an empty input still takes an address (the idle lanes of its kernels' reads load element 0) */
+            ins[i] = numel(input_shapes[i], nd)
+                         ? padded_input(&scratch->in[i], &copies, -2, in_dims + base, inputs[i], input_shapes[i], nd,
+                                        (size_t)kiln_dyn_in_itemsize[i])
+                         : reserve(&scratch->in[i], (size_t)kiln_dyn_in_itemsize[i]);
+            scratch->in[i].bucket = -1;
+        } else {
+            ins[i] = padded_input(&scratch->in[i], &copies, b, shape, inputs[i], input_shapes[i], nd,
+                                  (size_t)kiln_dyn_in_itemsize[i]);
+        }
         if (!ins[i]) {
             fail("%s: out of memory padding input %d", who, i);
             goto done;
@@ -487,7 +536,7 @@ static int run_shaped(const char* who, kiln_model* model, const void* const* inp
     for (int k = 0; k < kiln_dyn_num_lengths; k++) ins[kiln_graph_num_inputs + k] = &actual[kiln_dyn_length_var[k]];
     for (int o = 0, base = 0; o < kiln_graph_num_outputs; base += kiln_dyn_out_ndim[o], o++) {
         outs[o] = outputs[o];
-        if (padded_out[o] && !(outs[o] = reserve(&scratch->out[o], numel(out_shapes + base, kiln_dyn_out_ndim[o]) *
+        if (padded_out[o] && !(outs[o] = reserve(&scratch->out[o], numel(out_dims + base, kiln_dyn_out_ndim[o]) *
                                                                        (size_t)kiln_dyn_out_itemsize[o] + 1))) {
             fail("%s: out of memory for output %d", who, o);
             goto done;
@@ -500,7 +549,7 @@ static int run_shaped(const char* who, kiln_model* model, const void* const* inp
         int64_t shape[KILN_MAX_RANK];
         actual_output_shape(o, b, actual, shape);
         if (rc == 0 && padded_out[o])
-            plan_copy(&copies, outputs[o], shape, outs[o], out_shapes + base, shape, kiln_dyn_out_ndim[o],
+            plan_copy(&copies, outputs[o], shape, outs[o], out_dims + base, shape, kiln_dyn_out_ndim[o],
                       (size_t)kiln_dyn_out_itemsize[o]);
         if (rc == 0 && output_shapes && output_shapes[o])
             memcpy(output_shapes[o], shape, sizeof(int64_t) * (size_t)kiln_dyn_out_ndim[o]);

@@ -18,6 +18,7 @@ from ..tir.stmt import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, St
 from .bound import infer_region
 from .run_time_bounds import (clipped_stages, derived_fills, loop_bounds, skippable_axes, summed_lengths,
                               summed_operands)
+from .run_time_layouts import LayoutAddressing, RunTimeLayoutError
 from .schedule import Fuse, Schedule, Split, Stage, reads_at_own_axes
 from .tensor import ComputeOp, ExternOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorRead
 from .tensorize import TensorizeError, tensorize_nest
@@ -33,7 +34,7 @@ def flat_index(shape: Sequence[int], indices: Sequence[Expr]) -> Expr:
     return index
 
 
-class _Lowering:
+class _Lowering(LayoutAddressing):
     def __init__(self, sch: Schedule, args: Sequence[Tensor]):
         self.sch = sch
         self.buffers: dict[int, Buffer] = {}
@@ -44,6 +45,7 @@ class _Lowering:
         self.locals: list[Buffer] = []
         self.names = names
         self.strides: dict[Buffer, list[int]] = {}  # storage_align'd buffers: element stride per axis
+        self.init_layouts(sch, args)  # arguments laid out at run-time lengths (core/te/run_time_layouts.py)
         self.attached: dict[int, tuple[Buffer, list[Expr]]] = {}  # compute_at op -> (local buffer, first point)
         self.threads: dict[Var, int] = {}  # threadIdx-bound loops around the nest being lowered -> extent
         for stage in sch.stages:
@@ -91,7 +93,12 @@ class _Lowering:
         return buf
 
     def address(self, buf: Buffer, indices: Sequence[Expr]) -> Expr:
-        """The flat element index of a logical point of `buf` (row-major, or its padded strides)."""
+        """The flat element index of a logical point of `buf` (row-major, or its padded strides, or row-major at its
+        run-time lengths)."""
+        layout = self.layout(buf)
+        if layout:
+            return flat_index([cast(i.dtype, layout[d]) if d in layout else n
+                               for d, (n, i) in enumerate(zip(buf.shape, map(as_expr, indices)))], indices)
         strides = self.strides.get(buf)
         if strides is None:
             return flat_index(buf.shape, indices)
@@ -118,7 +125,7 @@ class _Lowering:
             if buf is None:
                 kind = "placeholder" if isinstance(op, PlaceholderOp) else "tensor"
                 raise ScheduleError(f"{kind} {op.name} is read but not passed as an argument to lower()")
-            load = buf.load(self.address(buf, e.indices))
+            load = self.layout_load(buf, e.indices) if buf in self.layouts else buf.load(self.address(buf, e.indices))
             for axis, (length, fill) in self.clipped.get(id(op), {}).items():  # not computed past the length
                 index = e.indices[axis]
                 load = select(binop("lt", index, cast(index.dtype, self.expand(length))), load, fill)
@@ -220,7 +227,13 @@ class _Lowering:
                                   self.stage_nest(stage, region, buf, edge=True))
         buf = buf if buf is not None else self.buffers[id(op)]
         if isinstance(op, ExternOp):  # a hand-written loop program over its input buffers
+            self.refuse_layout([buf, *(self.buffers[id(t.op)] for t in op.inputs)], "a hand-written nest uses it")
             return op.build([self.buffers[id(t.op)] for t in op.inputs], buf)
+        if stage.tensorized:
+            self.refuse_layout([buf, *(b for b, laid in self.laid_out.items() if self.reads_of(stage.body, laid))],
+                               "a tensorized nest addresses it")
+        if region is not None:
+            self.refuse_layout([buf], "it is computed per tile of a consumer")
         leaves = stage.leaf_iter_vars
         ext = _leaf_extents(stage, region)
         values: dict[IterVar, Expr] = {iv: iv.var for iv in leaves}
@@ -290,8 +303,13 @@ class _Lowering:
         if not isinstance(body, Reduce):
             if epilogues:
                 raise ScheduleError(f"reverse_compute_at: {op.name} is not a reduction")
-            return finished(nest(leaves, Store(buf, out_index, body), guards + skips + main_skips))
+            inside = self.layout_guards(buf, [values[a] for a in op.axis])  # the caller's array ends at the lengths
+            if any(_mentions(c, iv.var) for c in inside for iv in leaves
+                   if stage.annotations.get(iv) == ForKind.VECTORIZED):
+                self.refuse_layout([buf], "its laid-out axis is a vector loop's")
+            return finished(nest(leaves, Store(buf, out_index, body), guards + skips + main_skips + inside))
 
+        self.refuse_layout([buf], "a reduction accumulates in it")
         update = Store(buf, out_index, body.combine(buf.load(out_index), body.source))
         first_reduce = next(k for k, iv in enumerate(leaves) if self._is_reduce(stage, iv))
         inner = leaves[first_reduce:]
@@ -343,6 +361,7 @@ class _Lowering:
         clamped: dict[IterVar, int] = {}
         crop: list[Expr] = []
         cbuf = self.buffers[id(cop)]
+        self.refuse_layout([cbuf], "an epilogue writes it")
         if consumer.point_map is not None:
             return self._mapped_epilogue(producer, consumer, spatial, values, guards)
         if not reads_at_own_axes(self.sch, cop, pop) or len(cop.axis) != len(pop.axis) or any(
@@ -566,4 +585,4 @@ def _tensorize_deferred(body: Stmt) -> Stmt:
     return rewrite_stmt(body, lambda e: None, visit)
 
 
-__all__ = ["lower", "flat_index", "simplify", "as_expr"]
+__all__ = ["lower", "flat_index", "simplify", "as_expr", "RunTimeLayoutError"]

@@ -257,6 +257,8 @@ class Schedule:
         self._by_op: dict[int, Stage] = {}
         # placeholder op id -> axis -> (a read of a run-time length, the number the input holds past it)
         self.run_time_fills: dict[int, dict[int, tuple]] = {}
+        # kernel arguments laid out at run-time lengths (op id -> axis -> a read of the length): core/te/lower.py
+        self.run_time_layouts: dict[int, dict[int, object]] = {}
         seen: set[int] = set()
 
         def visit(t: Tensor) -> None:
