@@ -35,6 +35,7 @@ def add_length_inputs(builder: "GraphBuilder", lengths: Mapping[str, Mapping[int
     for variable, size in sizes.items():
         value = builder.add_input(length_input_name(variable), TensorType((1,), "int64"))
         builder.runtime_ints[value] = np.array([size], np.int64)
+        builder.runtime_smallest[value] = np.array([builder.length_floors.get(variable, 0)], np.int64)
         symbols[value], values[variable] = variable, value
     builder.length_symbols.update(symbols)
     for name, axes in lengths.items():

@@ -13,6 +13,7 @@ from typing import Optional
 import numpy as np
 
 from core.graph.bounded import Bound, arithmetic, combined, parts_of, shape_operand
+from core.graph.run_time_entries import entry_sources, extremes, int_length, same_length
 
 from .registry import ConvertContext
 
@@ -126,41 +127,21 @@ def _scaled_length(ctx: ConvertContext, in_len: str, scale: float, largest: int)
 def _sized_length(ctx: ConvertContext, sizes: str, operand, entry: int) -> tuple[int, Optional[str]]:
     """(largest, run-time length or None when static) of one entry of the sizes input."""
     b = ctx.builder
-    largest = int(operand[0][entry]) if operand is not None else None
-    value, index = _entry_source(b, sizes, entry)
-    constant = b.constant_value(value)
+    constant = b.constant_value(sizes)
     if constant is not None:
-        return int(constant.reshape(-1)[index]), None
-    for part in parts_of(b.shape_bounds.get(value)):
-        if part.axis == index:  # the entry is a run-time length itself (Shape of a bounded value)
-            return largest, part.length
-    count = b.type_of(value).numel
-    item = b.add_unbounded_node("Reshape", [value], 1, "length", shape=(count,))[0]
-    if count != 1:
-        item = b.add_unbounded_node("Slice", [item], 1, "length", starts=(index,), steps=(1,), sizes=(1,))[0]
-    if b.type_of(item).dtype != "int64":
-        item = b.add_unbounded_node("Cast", [item], 1, "length", to="int64")[0]
-    b.runtime_ints[item] = np.array([largest], np.int64)
-    return largest, item
-
-
-def _entry_source(b, sizes: str, entry: int) -> tuple[str, int]:
-    """The value that entry `entry` of a 1-D sizes vector comes from, through Concats and integer Casts, and its
-    index there (a constant part of a Concat makes the entry static)."""
-    value, index = sizes, entry
-    while (node := b.producer(value)) is not None:
-        if node.op == "Cast" and np.dtype(node.attrs["to"]).kind in "iu" and b.type_of(node.inputs[0]).rank == 1:
-            value = node.inputs[0]
-            continue
-        if node.op != "Concat" or any(b.type_of(i).rank != 1 for i in node.inputs):
-            break
-        for part in node.inputs:
-            count = b.type_of(part).shape[0]
-            if index < count:
-                value = part
-                break
-            index -= count
-    return value, index
+        return int(constant.reshape(-1)[entry]), None
+    largest = int(operand[0][entry])
+    sources = entry_sources(b, sizes)
+    source = sources[entry] if sources is not None else None
+    if isinstance(source, int):
+        return source, None
+    if source is None:
+        flat = b.add_unbounded_node("Reshape", [sizes], 1, "length", shape=(len(operand[0]),))[0]
+        source = b.add_unbounded_node("Slice", [flat], 1, "length", starts=(entry,), steps=(1,), sizes=(1,))[0]
+    low, high = extremes(b, source)
+    if low is not None and low == high:  # the same at every size in range
+        return int(high), None
+    return largest, int_length(b, same_length(b, source), largest)
 
 
 def _axis_tables(ctx: ConvertContext, largest: int, in_len: Optional[str], in_static: int, in_f: str, out_f: str,
