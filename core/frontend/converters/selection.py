@@ -10,6 +10,7 @@ import onnx
 from core.graph.bounded import arithmetic, entry_minus, length_constant, limit_length, parts_of, shape_operand
 from core.graph.length_inputs import affine_length, always_negative, largest_length, simplest_length
 
+from .pad_runtime import pad_at_run_time, pads_at_run_time
 from .registry import ConvertContext, converter
 
 
@@ -230,9 +231,13 @@ def pad_attrs(ctx: ConvertContext) -> str:
 @converter("Pad", since_version=11)
 def pad_inputs(ctx: ConvertContext) -> str:
     rank = ctx.type_of(0).rank
-    given = _int_list(ctx.constant(1, "pads"))
     value = ctx.optional_constant(2, "constant_value")
     axes = _int_list(ctx.optional_constant(3, "axes")) if ctx.opset >= 18 else None
+    fill = 0.0 if value is None or value.size == 0 else float(value.reshape(-1)[0])
+    listed = None if axes is None else [ctx.axis(a, rank, "axes") for a in axes]
+    if pads_at_run_time(ctx, ctx.input(1), listed):
+        return pad_at_run_time(ctx, ctx.input(1), fill, ctx.attr("mode", "constant"), listed)
+    given = _int_list(ctx.constant(1, "pads"))
     if axes is None:
         pads = given
     else:
@@ -244,7 +249,6 @@ def pad_inputs(ctx: ConvertContext) -> str:
             pads[a], pads[a + rank] = given[i], given[i + len(axes)]
     if len(pads) != 2 * rank:
         ctx.fail(f"pads {pads} need {2 * rank} values for a rank-{rank} input")
-    fill = 0.0 if value is None or value.size == 0 else float(value.reshape(-1)[0])
     return _pad(ctx, pads, fill)
 
 
