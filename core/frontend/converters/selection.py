@@ -9,6 +9,7 @@ import onnx
 
 from core.graph.bounded import arithmetic, entry_minus, length_constant, limit_length, parts_of, shape_operand
 from core.graph.length_inputs import affine_length, always_negative, largest_length, simplest_length
+from core.graph.run_time_entries import extremes
 
 from .pad_runtime import pad_at_run_time, pads_at_run_time
 from .registry import ConvertContext, converter
@@ -122,8 +123,12 @@ def _run_time_start_slice(ctx: ConvertContext) -> str:
     else:
         ends = [arithmetic(b, "Min", e, length_constant(b, dim)) for e in ends]
         length = arithmetic(b, "Max", arithmetic(b, "Sub", ends[1], ends[0]), length_constant(b, 0))
-    if count is None:
-        ctx.unsupported("a slice whose run-time start and end are not sums of input sizes")
+    if count is None:  # (offset + n) - offset: at most the end's largest less the start's smallest
+        (start_low, _), (_, end_high) = extremes(b, ends[0]), extremes(b, ends[1])
+        if start_low is None or end_high is None or start_low < 0:
+            ctx.unsupported("a slice whose run-time start and end are neither sums of input sizes nor of a known "
+                            "range")
+        count = max(int(end_high - start_low), 0)
     count = min(count, dim)
     positions = arithmetic(b, "Add", ends[0], b.add_constant(np.arange(count, dtype=np.int64), "position"))
     positions = arithmetic(b, "Min", positions, length_constant(b, max(dim - 1, 0)))  # padding reads the last entry
