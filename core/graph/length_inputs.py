@@ -72,7 +72,10 @@ def affine_length(builder: "GraphBuilder", value: str, symbols: Mapping[str, str
 def _affine_of_node(builder: "GraphBuilder", value: str, symbols: Mapping[str, str]) -> Optional[Affine]:
     marked = parts_of(builder.shape_bounds.get(value))
     if len(marked) == 1 and marked[0].length != value and builder.type_of(value).numel == 1:
-        # one entry of a run-time shape: that length
+        # one entry of a run-time shape: that length (unless it is this value reshaped: a length of its own)
+        own = builder.producer(marked[0].length)
+        if own is not None and own.op == "Reshape" and own.inputs[0] == value:
+            return None
         return affine_length(builder, marked[0].length, symbols)
     node = builder.producer(value)
     if node is None:
