@@ -1,0 +1,59 @@
+"""Bound rules for images with run-time height and width (core/graph/bound_rules_multi.py,
+bound_rules_spatial.py): flattening the sides into one axis, RoiAlign over the valid map, a product of the
+sides as a length; one ranged compile each, against ONNX Runtime at several sizes."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper as h, numpy_helper as nh
+
+import core
+
+IN_RANGE = ((7, 11), (12, 6), (9, 9), (6, 6), (12, 12))
+
+
+def _model(nodes, inits, outputs, opset: int = 17) -> bytes:
+    graph = h.make_graph(nodes, "image", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "H", "W"])],
+                         [h.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in outputs],
+                         [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)]).SerializeToString()
+
+
+def _check_sizes(model: bytes, seed: int) -> None:
+    art = core.compile(model, input_shapes={"x": "1,2,6..12,6..12"}, benchmark=False)
+    assert all(v["masked"] for v in art.metadata["dynamic_shapes"]["variables"]), \
+        art.metadata["dynamic_shapes"]["not_padded"]
+    session = ort.InferenceSession(model)
+    names = [o.name for o in session.get_outputs()]
+    rng = np.random.default_rng(seed)
+    with art.load() as module:
+        for height, width in IN_RANGE:
+            x = rng.standard_normal((1, 2, height, width)).astype(np.float32)
+            got, want = module.run({"x": x}), dict(zip(names, session.run(None, {"x": x})))
+            for name in names:
+                assert got[name].shape == want[name].shape, (name, height, width)
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+
+
+def test_height_and_width_flattened_into_one_axis_are_compacted():
+    """[1, H, W, 2] -> [1, H*W, 2] (a detector's anchors): the rows at the actual sides, in their order, and the
+    output cut at H*W (a product of the sides, not a sum: it comes back with its own run-time length)."""
+    model = _model([h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                    h.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+                    h.make_node("Reshape", ["t", "rows"], ["y"])],
+                   {"w": np.random.default_rng(1).standard_normal((2, 2, 3, 3)).astype(np.float32),
+                    "rows": np.array([1, -1, 2], np.int64)}, [("y", [1, "HW", 2])])
+    _check_sizes(model, 1)
+
+
+def test_roi_align_samples_the_valid_map_and_clamps_at_its_run_time_edges():
+    """Regions reaching past the smaller maps (x, y up to 13): samples clamp to the valid last row and column and
+    count as zero past them, as on a map of the actual size."""
+    rois = np.array([[0, 0, 5, 5], [2.5, 1, 13, 9], [4, 4, 12.6, 12.9], [-1, -1, 3, 2]], np.float32)
+    model = _model([h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                    h.make_node("RoiAlign", ["c", "rois", "batch"], ["y"], output_height=3, output_width=2,
+                                sampling_ratio=2, spatial_scale=1.0, mode="avg",
+                                coordinate_transformation_mode="half_pixel")],
+                   {"w": np.random.default_rng(2).standard_normal((3, 2, 3, 3)).astype(np.float32), "rois": rois,
+                    "batch": np.zeros(4, np.int64)}, [("y", [4, 3, 3, 2])], opset=16)
+    _check_sizes(model, 2)
