@@ -126,12 +126,14 @@ def test_yolo_style_model_exported_from_torch_with_batched_nms():
 
 
 # -- torchvision detectors (random weights, exported with torch.onnx.export) ------------------------------
-def _export_torchvision(name: str, size: int, score_threshold: float, fan_in_init: bool = False) -> onnx.ModelProto:
+def _export_torchvision(name: str, size: int, score_threshold: float, fan_in_init: bool = False,
+                        run_time_sides: bool = False) -> onnx.ModelProto:
     """The detector with its final score threshold (a constant in the export) turned into the graph input
     `score_threshold`: one compiled model then runs with detections and with none. `fan_in_init`
     re-draws the conv weights with He's fan-in scale: torchvision's fan-out init of the depthwise convs
     shrinks the random backbone's features to ~1e-8, which ties every score to float noise (the order
-    of near-equal detections would then differ between any two runtimes)."""
+    of near-equal detections would then differ between any two runtimes). `run_time_sides`: the image's
+    height and width exported as dynamic axes."""
     torch = pytest.importorskip("torch")
     models = pytest.importorskip("torchvision.models.detection")
     torch.manual_seed(0)
@@ -142,7 +144,8 @@ def _export_torchvision(name: str, size: int, score_threshold: float, fan_in_ini
     buffer = io.BytesIO()
     with torch.no_grad():
         torch.onnx.export(model, (torch.rand(1, 3, size, size),), buffer, opset_version=17, dynamo=False,
-                          input_names=["image"], output_names=["boxes", "scores", "labels"])
+                          input_names=["image"], output_names=["boxes", "scores", "labels"],
+                          dynamic_axes={"image": {2: "height", 3: "width"}} if run_time_sides else None)
     exported = onnx.load_from_string(buffer.getvalue())
     constants = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in exported.graph.node
                  if n.op_type == "Constant" and n.attribute[0].type == onnx.AttributeProto.TENSOR}
@@ -176,3 +179,29 @@ def test_torchvision_fasterrcnn():
     model = _export_torchvision("fasterrcnn_mobilenet_v3_large_320_fpn", 320, 0.05, fan_in_init=True)
     outs = _compare(model, _images(320, 1e-6), 1e-3)
     assert outs[0][0].shape[0] > 0 and outs[2][0].shape == (0, 4)
+
+
+@pytest.mark.slow
+def test_torchvision_fasterrcnn_takes_any_height_and_width_in_range_from_one_compile():
+    """The image's sides as run-time lengths through the transform's resize and pad, the backbone, the pyramid's
+    upsampling, the anchors and RoiAlign: one artifact (one shape bucket) runs sizes in range that no bucket has
+    and matches ONNX Runtime, detections counted at run time."""
+    import core
+
+    model = _export_torchvision("fasterrcnn_mobilenet_v3_large_320_fpn", 320, 0.05, fan_in_init=True,
+                                run_time_sides=True)
+    art = core.compile(model.SerializeToString(), input_shapes={"image": "1,3,256..384:384,256..384:384"},
+                       benchmark=False)
+    shapes = art.metadata["dynamic_shapes"]
+    assert len(shapes["buckets"]) == 1 and all(v["masked"] for v in shapes["variables"]), shapes["not_padded"]
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    with art.load() as module:
+        for height, width in ((300, 372), (384, 257), (321, 321)):
+            feed = {"image": rng.uniform(0, 1, (1, 3, height, width)).astype(np.float32),
+                    "score_threshold": np.array(1e-6, np.float32)}
+            got, want = module.run(feed), dict(zip(["boxes", "scores", "labels"], theirs.run(None, feed)))
+            assert want["boxes"].shape[0] > 0
+            for name in want:
+                assert got[name].shape == want[name].shape, (name, height, width)
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-3, err_msg=name)

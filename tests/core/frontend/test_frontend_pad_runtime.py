@@ -3,10 +3,9 @@ width in range, against ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
-import core
+from tests.core.driver.dynamic_models import check_image_sides
 
 IN_RANGE = ((7, 11), (12, 6), (9, 9), (6, 6), (8, 12))
 
@@ -19,17 +18,7 @@ def _model(nodes, inits, out_shape) -> bytes:
 
 
 def _check_sizes(model: bytes, seed: int) -> None:
-    art = core.compile(model, input_shapes={"x": "1,2,6..12,6..12"}, benchmark=False)
-    assert all(v["masked"] for v in art.metadata["dynamic_shapes"]["variables"]), \
-        art.metadata["dynamic_shapes"]["not_padded"]
-    session = ort.InferenceSession(model)
-    rng = np.random.default_rng(seed)
-    with art.load() as module:
-        for height, width in IN_RANGE:
-            x = rng.standard_normal((1, 2, height, width)).astype(np.float32)
-            got, want = module.run({"x": x})["y"], session.run(None, {"x": x})[0]
-            assert got.shape == want.shape
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    check_image_sides(model, seed, IN_RANGE)
 
 
 def test_a_constant_pad_at_the_end_of_run_time_sides_grows_them():

@@ -3,13 +3,11 @@ and width in range, against ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
-import core
+from tests.core.driver.dynamic_models import check_image_sides
 
-SIDES = "1,2,6..12,6..12"
 IN_RANGE = ((7, 11), (12, 6), (9, 9), (6, 6))
 
 
@@ -20,18 +18,8 @@ def _model(nodes, inits, out_shape) -> bytes:
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
 
 
-def _check_sizes(model: bytes, seed: int, sides=IN_RANGE) -> None:
-    art = core.compile(model, input_shapes={"x": SIDES}, benchmark=False)
-    variables = art.metadata["dynamic_shapes"]["variables"]
-    assert all(v["masked"] for v in variables), art.metadata["dynamic_shapes"]["not_padded"]
-    session = ort.InferenceSession(model)
-    rng = np.random.default_rng(seed)
-    with art.load() as module:
-        for height, width in sides:
-            x = rng.standard_normal((1, 2, height, width)).astype(np.float32)
-            got, want = module.run({"x": x})["y"], session.run(None, {"x": x})[0]
-            assert got.shape == want.shape
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+def _check_sizes(model: bytes, seed: int) -> None:
+    check_image_sides(model, seed, IN_RANGE)
 
 
 @pytest.mark.parametrize("mode, transform", [("linear", "half_pixel"), ("linear", "align_corners"),

@@ -4,10 +4,9 @@ sides as a length; one ranged compile each, against ONNX Runtime at several size
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
-import core
+from tests.core.driver.dynamic_models import check_image_sides
 
 IN_RANGE = ((7, 11), (12, 6), (9, 9), (6, 6), (12, 12))
 
@@ -20,19 +19,7 @@ def _model(nodes, inits, outputs, opset: int = 17) -> bytes:
 
 
 def _check_sizes(model: bytes, seed: int) -> None:
-    art = core.compile(model, input_shapes={"x": "1,2,6..12,6..12"}, benchmark=False)
-    assert all(v["masked"] for v in art.metadata["dynamic_shapes"]["variables"]), \
-        art.metadata["dynamic_shapes"]["not_padded"]
-    session = ort.InferenceSession(model)
-    names = [o.name for o in session.get_outputs()]
-    rng = np.random.default_rng(seed)
-    with art.load() as module:
-        for height, width in IN_RANGE:
-            x = rng.standard_normal((1, 2, height, width)).astype(np.float32)
-            got, want = module.run({"x": x}), dict(zip(names, session.run(None, {"x": x})))
-            for name in names:
-                assert got[name].shape == want[name].shape, (name, height, width)
-                np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+    check_image_sides(model, seed, IN_RANGE)
 
 
 def test_height_and_width_flattened_into_one_axis_are_compacted():
