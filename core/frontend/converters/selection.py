@@ -185,8 +185,7 @@ def _split_sizes(ctx: ConvertContext, dim: int, outputs: int) -> list[int]:
 def split(ctx: ConvertContext) -> list[str]:
     shape = ctx.shape(0)
     axis = ctx.axis(ctx.attr("axis", 0), len(shape))
-    bound = ctx.builder.bounds.get(ctx.input(0))
-    if bound is not None and bound.axis == axis:  # the parts' sizes would depend on the run-time length
+    if any(p.axis == axis for p in parts_of(ctx.builder.bounds.get(ctx.input(0)))):  # sizes would depend on it
         ctx.unsupported(f"Split along axis {axis}, whose length is data-dependent")
     sizes = _split_sizes(ctx, shape[axis], len(ctx.node.output))
     results, offset = [], 0
