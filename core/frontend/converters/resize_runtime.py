@@ -113,6 +113,8 @@ def _scaled_length(ctx: ConvertContext, in_len: str, scale: float, largest: int)
     """floor(length * scale) as an int64 [1] value (what a static resize makes of a constant scale); a whole
     scale as an integer product, which stays a sum of the input lengths (the runtime cuts an output by it)."""
     b = ctx.builder
+    if scale == 1.0:
+        return in_len
     if float(scale).is_integer():
         length = arithmetic(b, "Mul", in_len, b.add_constant(np.array([int(scale)], np.int64), "length"))
         b.runtime_ints[length] = np.array([largest], np.int64)
