@@ -44,3 +44,25 @@ def test_roi_align_samples_the_valid_map_and_clamps_at_its_run_time_edges():
                    {"w": np.random.default_rng(2).standard_normal((3, 2, 3, 3)).astype(np.float32), "rois": rois,
                     "batch": np.zeros(4, np.int64)}, [("y", [4, 3, 3, 2])], opset=16)
     _check_sizes(model, 2)
+
+
+def test_levels_flattened_joined_and_sliced_back_by_their_run_time_counts():
+    """A detector's per-level scores: two maps (full and half size) flattened to H*W*2 entries each, joined, then
+    the second level sliced back at [n0, n0 + n1) with both counts products of run-time sides (no sums of them)."""
+    def count(shape: str, out: str) -> list:
+        return [h.make_node("Gather", [shape, "two"], [f"{out}_h"]), h.make_node("Gather", [shape, "three"], [f"{out}_w"]),
+                h.make_node("Mul", [f"{out}_h", f"{out}_w"], [f"{out}_hw"]), h.make_node("Mul", [f"{out}_hw", "two"], [out])]
+
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             h.make_node("Transpose", ["c"], ["ct"], perm=[0, 2, 3, 1]), h.make_node("Reshape", ["ct", "flat"], ["c0"]),
+             h.make_node("Transpose", ["p"], ["pt"], perm=[0, 2, 3, 1]), h.make_node("Reshape", ["pt", "flat"], ["c1"]),
+             h.make_node("Concat", ["c0", "c1"], ["joined"], axis=1),
+             h.make_node("Shape", ["c"], ["sc"]), h.make_node("Shape", ["p"], ["sp"]), *count("sc", "n0"),
+             *count("sp", "n1"), h.make_node("Add", ["n0", "n1"], ["end"]),
+             h.make_node("Slice", ["joined", "n0", "end", "one"], ["level"]),
+             h.make_node("ReduceSum", ["level", "one"], ["y"], keepdims=0)]
+    inits = {"w": np.random.default_rng(3).standard_normal((2, 2, 3, 3)).astype(np.float32),
+             "flat": np.array([1, -1], np.int64), "two": np.array([2], np.int64), "three": np.array([3], np.int64),
+             "one": np.array([1], np.int64)}
+    _check_sizes(_model(nodes, inits, [("y", [1])]), 3)
