@@ -199,7 +199,7 @@ def test_torchvision_fasterrcnn_takes_any_height_and_width_in_range_from_one_com
     rng = np.random.default_rng(7)
     # shorter side 256: the transform's scale is 320/256 = 1.25, exact in binary, so ONNX Runtime's float32 resize
     # coordinates and Kiln's float64 tables agree (at a scale like 320/300 they round apart, and this random
-    # network turns that into pixels: a static compile at 300 x 372 is 2.3 px off too); boxes within 0.05 px
+    # network turns that into pixels: a static compile at 300 x 372 is 2.3 px off too); boxes within 0.05 px, scores 1e-3 as above
     with art.load() as module:
         for height, width in ((256, 300), (383, 256), (256, 384)):
             feed = {"image": rng.uniform(0, 1, (1, 3, height, width)).astype(np.float32),
@@ -208,5 +208,5 @@ def test_torchvision_fasterrcnn_takes_any_height_and_width_in_range_from_one_com
             assert want["boxes"].shape[0] > 0
             for name in want:
                 assert got[name].shape == want[name].shape, (name, height, width)
-                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=0.05 if name == "boxes" else 1e-4,
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=0.05 if name == "boxes" else 1e-3,
                                            err_msg=name)
