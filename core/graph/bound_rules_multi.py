@@ -44,8 +44,8 @@ def add_multi_bounded_node(node: BoundedNode) -> list[str]:
     rule = rule_for(node.op, Fact.MULTI_BOUND)
     if rule is None:
         raise node.refuse("its input has run-time lengths along several axes, which Kiln follows through "
-                          "elementwise ops, MatMul, Softmax, LayerNormalization, Transpose, Reshape, Slice, "
-                          "Gather, Concat (not along a run-time axis), reductions, Conv and pooling only")
+                          "elementwise ops, MatMul, Softmax, LayerNormalization, Transpose, Reshape, Slice, Split, "
+                          "Gather, Concat (not along a run-time axis), reductions, Conv, pooling and RoiAlign only")
     return rule(node)
 
 
@@ -143,7 +143,8 @@ def _merged_range(node: BoundedNode, parts: Sequence[Bound]) -> Optional[tuple[i
     shape, new = node.type(0).shape, tuple(node.attrs["shape"])
     for first in range(len(shape)):
         end = first + len(shape) - len(new) + 1
-        if end <= first + 1 or end > len(shape) or new != shape[:first] + (int(np.prod(shape[first:end])),) + shape[end:]:
+        merged = shape[:first] + (int(np.prod(shape[first:end])),) + shape[end:]
+        if end <= first + 1 or end > len(shape) or new != merged:
             continue
         inside = [p.axis for p in parts if first <= p.axis < end]
         if inside and (len(inside) > 1 or inside[0] != first):
