@@ -104,9 +104,14 @@ def _run_time_lengths(graph: onnx.GraphProto, builder: GraphBuilder, values: dic
 
 
 def _data_dependent(builder: GraphBuilder, value: str, symbols) -> bool:
-    """An output bounded along one axis by a length that is no sum of the input lengths (a count of detections)."""
+    """An output bounded along one axis by a length that is no sum of the input lengths (a count of detections);
+    not one that a run-time If picks among such sums (its branches' lengths), which stays refused."""
     bound = builder.bounds.get(value)
-    return isinstance(bound, Bound) and affine_length(builder, bound.length, symbols) is None
+    if not isinstance(bound, Bound) or affine_length(builder, bound.length, symbols) is not None:
+        return False
+    node = builder.producer(bound.length)
+    return not (node is not None and node.op == "Where"
+                and all(affine_length(builder, side, symbols) is not None for side in node.inputs[1:]))
 
 
 def _input_types(inputs: Sequence[onnx.ValueInfoProto], shapes: dict[str, Sequence[int]]) -> dict[str, TensorType]:
