@@ -210,9 +210,11 @@ def run_fasterrcnn(core, ort, threads: int) -> bool:
     transform's Resize and Pad, the backbone, the pyramid's upsampling, the anchors (Range, height x width x
     anchors flattened), RoiAlign and the detection count (an output of its own length) all take them, so one
     artifact runs any size in range. The random weights of this export still score boxes alike (2 distinct scores
-    in 100): NMS/TopK tie-breaks then decide the boxes' order, which differs from ONNX Runtime's (validation is
-    set to warn here). tests/core/frontend/test_frontend_detectors.py exports with fan-in weights (distinct
-    scores) and matches ONNX Runtime at sizes between the buckets."""
+    in 100): NMS/TopK tie-breaks then decide which boxes are kept and in what order, so a static compile of the
+    very size differs from ONNX Runtime as much (hundreds of pixels, sorted or not; validation is set to warn
+    here). What this checks is the ranged artifact against a static compile of each size (the same tie-breaks);
+    tests/core/frontend/test_frontend_detectors.py exports with fan-in weights (distinct scores) and matches ONNX
+    Runtime at sizes between the buckets."""
     start = time.perf_counter()
     artifact = core.compile(str(CACHE / "fasterrcnn.onnx"), benchmark=False, threads=threads, validate="warn",
                             input_shapes={"image": "3,256..512,256..512"})
@@ -231,9 +233,32 @@ def run_fasterrcnn(core, ort, threads: int) -> bool:
                 print(f"  image {height} x {width}: {mismatch}")
                 ok = False
                 continue
-            print(f"  image {height} x {width}: max abs err {err:.2e}")
-            ok = ok and err < 1e-3
+            unordered = _unordered_detection_error(module, session, {"image": image})
+            static = core.compile(str(CACHE / "fasterrcnn.onnx"), benchmark=False, threads=threads, validate="off",
+                                  input_shapes={"image": [3, height, width]})
+            with static.load() as exact:
+                want, got = exact.run({"image": image}), module.run({"image": image})
+            same_shapes = all(got[n].shape == want[n].shape for n in want)
+            versus_static = max((float(np.abs(got[n].astype(np.float64) - want[n]).max()) for n in want
+                                 if want[n].size), default=0.0) if same_shapes else float("inf")
+            print(f"  image {height} x {width}: max abs err {err:.2e}; detections sorted by their boxes on both "
+                  f"sides: {unordered:.2e}; against a static compile of this size: {versus_static:.2e}")
+            ok = ok and versus_static < 1e-3
     return ok
+
+
+def _unordered_detection_error(module, session, feeds) -> float:
+    """The largest difference once each side's detections are put in the order of their boxes (lexicographic):
+    what is left when only NMS/TopK tie-breaks ordered them differently."""
+    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    got = module.run(feeds)
+    errors = []
+    orders = {side: np.lexsort(outs["boxes"].T[::-1]) for side, outs in (("kiln", got), ("ort", expected))}
+    for name, want in expected.items():
+        if want.size:
+            mine, theirs = got[name][orders["kiln"]], want[orders["ort"]]
+            errors.append(float(np.abs(mine.astype(np.float64) - theirs).max()))
+    return max(errors, default=0.0)
 
 
 def main() -> int:
