@@ -206,21 +206,59 @@ def run_t5(core, ort, threads: int, tokens: int) -> bool:
 
 
 def run_fasterrcnn(core, ort, threads: int) -> bool:
-    """Today: height and width can be neither padded (the transform's Resize mixes positions) nor masked (the
-    detections' count is data-dependent, not a sum of input lengths), so each side compiles at 256 and 512 only;
-    and random weights score the boxes alike (2 distinct scores in 100), so NMS/TopK tie-breaks decide the order
-    and the comparison with ONNX Runtime fails on the boxes' order, not on their values."""
-    artifact = _compile(core, "fasterrcnn", {"image": "3,256..512,256..512"}, threads)
+    """Height and width run on run-time lengths inside each shape bucket (the variables are "masked"): the
+    transform's Resize and Pad, the backbone, the pyramid's upsampling, the anchors (Range, height x width x
+    anchors flattened), RoiAlign and the detection count (an output of its own length) all take them, so one
+    artifact runs any size in range. The random weights of this export still score boxes alike (2 distinct scores
+    in 100): NMS/TopK tie-breaks then decide which boxes are kept and in what order, so a static compile of the
+    very size differs from ONNX Runtime as much (hundreds of pixels, sorted or not; validation is set to warn
+    here). What this checks is the ranged artifact against a static compile of each size (the same tie-breaks);
+    tests/core/frontend/test_frontend_detectors.py exports with fan-in weights (distinct scores) and matches ONNX
+    Runtime at sizes between the buckets."""
+    start = time.perf_counter()
+    artifact = core.compile(str(CACHE / "fasterrcnn.onnx"), benchmark=False, threads=threads, validate="warn",
+                            input_shapes={"image": "3,256..512,256..512"})
+    shapes = artifact.metadata["dynamic_shapes"]
+    print(f"fasterrcnn: compiled in {time.perf_counter() - start:.1f} s, {len(shapes['buckets'])} buckets, "
+          f"run-time sides: {[v['name'] for v in shapes['variables'] if v['masked']]}")
     session = ort.InferenceSession(str(CACHE / "fasterrcnn.onnx"))
     rng = np.random.default_rng(0)
     ok = True
     with artifact.load() as module:
-        for height, width in ((300, 420), (512, 256)):
+        for height, width in ((300, 420), (512, 256), (257, 511), (384, 384)):
             image = rng.random((3, height, width), np.float32)
-            err = _max_error(module, session, {"image": image})
-            print(f"  image {height} x {width}: max abs err {err:.2e}")
-            ok = ok and err < 1e-3
+            try:
+                err = _max_error(module, session, {"image": image})
+            except AssertionError as mismatch:  # a detection count that differs (a tie at the threshold)
+                print(f"  image {height} x {width}: {mismatch}")
+                ok = False
+                continue
+            unordered = _unordered_detection_error(module, session, {"image": image})
+            static = core.compile(str(CACHE / "fasterrcnn.onnx"), benchmark=False, threads=threads, validate="off",
+                                  input_shapes={"image": [3, height, width]})
+            with static.load() as exact:
+                want, got = exact.run({"image": image}), module.run({"image": image})
+            same_shapes = all(got[n].shape == want[n].shape for n in want)
+            versus_static = max((float(np.abs(got[n].astype(np.float64) - want[n]).max()) for n in want
+                                 if want[n].size), default=0.0) if same_shapes else float("inf")
+            print(f"  image {height} x {width}: max abs err {err:.2e}; detections sorted by their boxes on both "
+                  f"sides: {unordered:.2e}; against a static compile of this size: {versus_static:.2e}")
+            ok = ok and versus_static < 1e-3
     return ok
+
+
+def _unordered_detection_error(module, session, feeds) -> float:
+    """The largest difference once each side's detections are put in the order of their boxes (lexicographic):
+    what is left when only NMS/TopK tie-breaks ordered them differently."""
+    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    got = module.run(feeds)
+    errors = []
+    orders = {side: np.lexsort(outs["boxes"].T[::-1]) for side, outs in (("kiln", got), ("ort", expected))}
+    for name, want in expected.items():
+        if want.size:
+            mine, theirs = got[name][orders["kiln"]], want[orders["ort"]]
+            errors.append(float(np.abs(mine.astype(np.float64) - theirs).max()))
+    return max(errors, default=0.0)
 
 
 def main() -> int:

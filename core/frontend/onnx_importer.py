@@ -6,7 +6,9 @@ through `_Scope`, seeing every value of the enclosing scopes; ONNX sequences and
 compile-time structures over tensor values (structured_values), flattened at the graph outputs."""
 from __future__ import annotations
 
+import sys
 from collections import ChainMap
+from contextlib import contextmanager
 from typing import Mapping, MutableMapping, Optional, Sequence
 
 import numpy as np
@@ -16,8 +18,8 @@ from core.errors import KilnError, ShapeError, UnsupportedOpError
 from core.graph.bounded import Bound, bound_pair
 from core.graph.builder import GraphBuilder
 from core.graph.ir import Graph, TensorType
-from core.graph.length_inputs import (Affine, add_length_inputs, filled_values, output_lengths, skippable_bounds,
-                                     skippable_outputs)
+from core.graph.length_inputs import (Affine, add_length_inputs, affine_length, filled_values, output_lengths,
+                                     skippable_bounds, skippable_outputs)
 
 from .converters import ConvertContext, UnsupportedFeature, find_converter
 from .converters.registry import canonical_domain
@@ -64,16 +66,52 @@ def _import(model: ModelSource, input_shapes, lengths=None) -> tuple[Graph, dict
 
     _convert_nodes(graph, opsets, builder, values)
     run_time, skippable, fills = {}, {}, {}
-    if symbols is not None:  # the runtime cuts these outputs by their lengths: no `::bound` outputs
-        run_time = output_lengths(builder, {o.name: values[o.name] for o in graph.output
-                                            if isinstance(values[o.name], str)}, symbols)
-        skippable, fills = skippable_bounds(builder, symbols), filled_values(builder, symbols)
-        builder.bounds.clear()
+    with _deep_length_arithmetic():
+        if symbols is not None:
+            run_time, skippable, fills = _run_time_lengths(graph, builder, values, symbols)
     builder.set_outputs(_bind_outputs(graph, builder, values))
     graph = builder.build()
     if symbols is not None:  # the outputs themselves: the runtime cuts them at their lengths
         skippable.update(skippable_outputs(run_time, symbols, graph.outputs))
     return graph.replace(run_time_bounds=skippable, run_time_fills=fills), run_time
+
+
+@contextmanager
+def _deep_length_arithmetic():
+    """Room for following a length through a detector's long chain of shape arithmetic (each op one level of
+    length_inputs.affine_length's walk; Python calls take no C stack since 3.11)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _run_time_lengths(graph: onnx.GraphProto, builder: GraphBuilder, values: dict, symbols):
+    """(each output's run-time lengths, skippable bounds, fills); the bounds left are those of outputs whose
+    length depends on the data, which get `::bound` outputs."""
+    # the runtime cuts the outputs by their lengths (no `::bound` outputs) but for those whose length depends on
+    # the data (detections after NMS), which keep theirs
+    outputs = {o.name: values[o.name] for o in graph.output if isinstance(values[o.name], str)}
+    counted = {name: value for name, value in outputs.items() if _data_dependent(builder, value, symbols)}
+    run_time = output_lengths(builder, {n: v for n, v in outputs.items() if n not in counted}, symbols)
+    skippable, fills = skippable_bounds(builder, symbols), filled_values(builder, symbols)
+    kept = {value: builder.bounds[value] for value in counted.values()}
+    builder.bounds.clear()
+    builder.bounds.update(kept)
+    return run_time, skippable, fills
+
+
+def _data_dependent(builder: GraphBuilder, value: str, symbols) -> bool:
+    """An output bounded along one axis by a length that is no sum of the input lengths (a count of detections);
+    not one that a run-time If picks among such sums (its branches' lengths), which stays refused."""
+    bound = builder.bounds.get(value)
+    if not isinstance(bound, Bound) or affine_length(builder, bound.length, symbols) is not None:
+        return False
+    node = builder.producer(bound.length)
+    return not (node is not None and node.op == "Where"
+                and all(affine_length(builder, side, symbols) is not None for side in node.inputs[1:]))
 
 
 def _input_types(inputs: Sequence[onnx.ValueInfoProto], shapes: dict[str, Sequence[int]]) -> dict[str, TensorType]:

@@ -516,10 +516,24 @@ def scatter_past_lengths(node: BoundedNode, entries: Sequence[Bound], data) -> l
 
 @bound_rule("RoiAlign")
 def _roi_align(node: BoundedNode) -> list[str]:
+    return roi_align_rule(node, [node.bound(0)] if node.bound(0) is not None else [])
+
+
+def roi_align_rule(node: BoundedNode, map_parts: Sequence[Bound]) -> list[str]:
+    """The regions (rois, batch indices) may come in a data-dependent number; the feature map may have run-time
+    height and width, which the kernel takes as its valid extent (its 4th input: edges clamp there)."""
     rois, batch = node.bound(1), node.bound(2)
-    if node.bound(0) is not None or (rois and rois.axis != 0) or (batch and batch.axis != 0):
-        raise node.refuse("only the regions (rois, batch indices) may come in a data-dependent number")
-    bound = rois or batch
+    if any(p.axis < 2 for p in map_parts) or (rois and rois.axis != 0) or (batch and batch.axis != 0):
+        raise node.refuse("only the regions (rois, batch indices) and the map's height and width may have "
+                          "run-time lengths")
+    b = node.builder
     inputs = [node.inputs[0]] + [node.mask(i, 0) if node.bound(i) is not None else node.inputs[i] for i in (1, 2)]
-    return set_bound(node.builder, node.emit(inputs), Bound(bound.length, 0))
+    if map_parts:
+        sides = {p.axis: p.length for p in map_parts}
+        shape = node.type(0).shape
+        extent = [sides.get(a) or length_constant(b, shape[a]) for a in (2, 3)]
+        inputs.append(b.add_unbounded_node("Concat", extent, 1, "extent", axis=0)[0])
+    outputs = node.emit(inputs)
+    bound = rois or batch
+    return set_bound(b, outputs, Bound(bound.length, 0)) if bound is not None else outputs
 

@@ -4,12 +4,13 @@ rule maps every bounded axis on its own, masking the ones the op reads across; o
 are refused by name (core/graph/bound_rules.py has the one-axis rules)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from core.graph.bound_rules import BoundedNode, reshaped_bound, scatter_past_lengths, sliced_bound
-from core.graph.bounded import Bound, MultiBound, combined, fill_value, masked, parts_of, set_bound, softmax_fills
+from core.graph.bounded import (Bound, MultiBound, arithmetic, combined, fill_value, length_constant, masked, parts_of,
+                                set_bound, softmax_fills)
 from core.graph.op_facts import Fact, elementwise_rule, op_rule, rule_for
 from core.graph.ops import Pattern, get_op
 
@@ -43,8 +44,8 @@ def add_multi_bounded_node(node: BoundedNode) -> list[str]:
     rule = rule_for(node.op, Fact.MULTI_BOUND)
     if rule is None:
         raise node.refuse("its input has run-time lengths along several axes, which Kiln follows through "
-                          "elementwise ops, MatMul, Softmax, LayerNormalization, Transpose, Reshape, Slice, "
-                          "Gather, Concat (not along a run-time axis), reductions, Conv and pooling only")
+                          "elementwise ops, MatMul, Softmax, LayerNormalization, Transpose, Reshape, Slice, Split, "
+                          "Gather, Concat (not along a run-time axis), reductions, Conv, pooling and RoiAlign only")
     return rule(node)
 
 
@@ -131,10 +132,62 @@ def _transpose(node: BoundedNode) -> list[str]:
 def _reshape(node: BoundedNode) -> list[str]:
     _data_only(node)
     parts = _parts(node, 0)
+    merge = _merged_range(node, parts)
+    if merge is not None:
+        return _compacted_merge(node, parts, *merge)
     moved = [reshaped_bound(node, p, [o.axis for o in parts if o is not p]) for p in parts]
     if len({p.axis for p in moved}) != len(moved):
         raise node.refuse("the reshape merges two run-time axes")
     return _emit(node, moved)
+
+
+def _merged_range(node: BoundedNode, parts: Sequence[Bound]) -> Optional[tuple[int, int]]:
+    """(first, end) when the reshape merges input axes first..end-1 into one and keeps the others, and a run-time
+    axis inside that range has others before it (an image's height x width x anchors flattened into one axis)."""
+    shape, new = node.type(0).shape, tuple(node.attrs["shape"])
+    for first in range(len(shape)):
+        end = first + len(shape) - len(new) + 1
+        merged = shape[:first] + (int(np.prod(shape[first:end])),) + shape[end:]
+        if end <= first + 1 or end > len(shape) or new != merged:
+            continue
+        inside = [p.axis for p in parts if first <= p.axis < end]
+        if inside and (len(inside) > 1 or inside[0] != first):
+            return first, end
+    return None
+
+
+def _compacted_merge(node: BoundedNode, parts: Sequence[Bound], first: int, end: int) -> list[str]:
+    """The merged axis laid out as the model at its actual lengths would: compacted position p splits into digits
+    by the run-time lengths (static sizes elsewhere), innermost last, read from where those digits sit in the
+    padded layout (one gather); valid up to the product of the lengths."""
+    b = node.builder
+    shape = node.type(0).shape
+    merged = int(np.prod(shape[first:end]))
+    flat = b.add_unbounded_node("Reshape", [node.inputs[0]], 1, node.hint, shape=(
+        int(np.prod(shape[:first])), merged, int(np.prod(shape[end:]))))[0]
+    lengths = {p.axis: p.length for p in parts}
+    rest = b.add_constant(np.arange(merged, dtype=np.int64), "position")
+    source, count, stride = None, None, 1
+    for axis in reversed(range(first, end)):
+        if axis in lengths:
+            radix = arithmetic(b, "Max", lengths[axis], length_constant(b, 1))  # an empty axis: no / 0
+            extent = lengths[axis]
+        else:
+            radix = extent = length_constant(b, shape[axis])
+        above = arithmetic(b, "Div", rest, radix)
+        digit = arithmetic(b, "Sub", rest, arithmetic(b, "Mul", above, radix))
+        term = arithmetic(b, "Mul", digit, length_constant(b, stride))
+        source = term if source is None else arithmetic(b, "Add", source, term)
+        count = extent if count is None else arithmetic(b, "Mul", count, extent)
+        rest, stride = above, stride * shape[axis]
+    valid = arithmetic(b, "Less", b.add_constant(np.arange(merged, dtype=np.int64), "position"), count)
+    source = b.add_unbounded_node("Where", [valid, source, length_constant(b, 0)], 1, "source")[0]
+    gathered = b.add_unbounded_node("Gather", [flat, source], 1, node.hint, axis=1)[0]
+    outputs = b.add_unbounded_node("Reshape", [gathered], 1, node.hint, shape=tuple(node.attrs["shape"]))
+    b.runtime_ints[count] = np.array([merged], np.int64)
+    moved = [Bound(count, first)] + [Bound(p.length, p.axis if p.axis < first else p.axis - (end - first) + 1)
+                                     for p in parts if not first <= p.axis < end]
+    return set_bound(b, outputs, combined(moved))
 
 
 @multi_rule("Slice")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.graph.bound_rules import BoundedNode, bound_rule
+from core.graph.bound_rules import BoundedNode, bound_rule, roi_align_rule
 from core.graph.bound_rules_multi import multi_rule
 from core.graph.bounded import Bound, arithmetic, combined, length_constant, masked, parts_of
 
@@ -79,6 +79,11 @@ def _global_average_pool(node: BoundedNode) -> list[str]:
     area = b.add_unbounded_node("Cast", [area], 1, "area", to=x.dtype)[0]
     full = b.add_constant(np.array([x.shape[2] * x.shape[3]], x.dtype), "area")
     return [arithmetic(b, "Div", arithmetic(b, "Mul", mean, full), area)]
+
+
+@multi_rule("RoiAlign")
+def _roi_align(node: BoundedNode) -> list[str]:
+    return roi_align_rule(node, parts_of(node.bound(0)))
 
 
 def _bounded(node: BoundedNode, outputs: list[str], parts) -> list[str]:

@@ -192,13 +192,46 @@ def select_bounded(builder: "GraphBuilder", flag: str, if_true: str, if_false: s
 _POSITIONAL = {"Concat": None, "Gather": (0,), "Slice": (0,), "Reshape": (0,), "Expand": (0,), "Identity": (0,),
                "Transpose": (0,)}
 _MONOTONE = {"Min": None, "Max": None, "Add": None, "Mul": None, "Sub": (0,), "Div": (0,), "ReduceMin": None,
-             "ReduceMax": None, "ReduceSum": None}
+             "ReduceMax": None, "ReduceSum": None, "Floor": (0,), "Ceil": (0,), "Round": (0,)}
+# Ops whose result shrinks as these run-time operands grow, when every value involved is positive (a scale
+# min(320 / shorter side, ...)): their largest value folds from those operands' smallest (runtime_smallest).
+_DECREASING = {"Reciprocal": 0, "Div": 1, "Sub": 1}
+
+
+def _operands(builder: "GraphBuilder", op: str, inputs: Sequence[str], attrs: Mapping) -> Optional[list[tuple]]:
+    """Per input (its largest, its smallest or None, whether the result falls as it grows), or None when the op
+    does not keep a largest value computable from its operands'."""
+    decreasing = _DECREASING.get(op)
+    if op == "Cast":
+        allowed = (0,) if np.dtype(attrs["to"]).kind in "iuf" else ()
+    elif op in _POSITIONAL or op in _MONOTONE or decreasing is not None:
+        allowed = {**_POSITIONAL, **_MONOTONE}.get(op, ())
+    else:
+        return None
+    operands = []
+    for index, name in enumerate(inputs):
+        constant = builder.constant_value(name)
+        falls = index == decreasing
+        if name in builder.runtime_ints and (falls or allowed is None or index in allowed):
+            operands.append((builder.runtime_ints[name], builder.runtime_smallest.get(name), falls))
+        elif constant is not None:
+            if op in ("Mul", "Div") and (constant < (1 if op == "Div" and index == 1 else 0)).any():
+                return None  # a negative factor (or a divisor below 1) turns the largest value into the smallest
+            operands.append((constant, constant, False))
+        else:
+            return None
+    if decreasing is not None and inputs[decreasing] in builder.runtime_ints:
+        smallest = [low for _, low, _ in operands]
+        if any(low is None or (np.asarray(low) <= 0).any() for low in smallest):
+            return None  # 1 / x falls as x grows for positive x only
+    return operands
 
 
 def track_runtime_ints(builder: "GraphBuilder", op: str, inputs: Sequence[str], attrs: Mapping,
                        outputs: Sequence[str]) -> bool:
-    """Records the largest value of a run-time int the node computes (builder.runtime_ints); True when it is an
-    arithmetic one, which may be a sum of run-time lengths (length_inputs.mark_sum_of_lengths)."""
+    """Records the largest value of a run-time int the node computes (builder.runtime_ints, and its smallest in
+    builder.runtime_smallest where the operands' are known: a float scale computed from the sides); True when it
+    is an arithmetic one, which may be a sum of run-time lengths (length_inputs.mark_sum_of_lengths)."""
     if len(outputs) != 1 or not any(i in builder.runtime_ints for i in inputs):
         return False
     if op == "Where":  # whichever side the run-time condition picks: the larger of the two largest values
@@ -206,23 +239,14 @@ def track_runtime_ints(builder: "GraphBuilder", op: str, inputs: Sequence[str], 
         if all(side is not None for side in sides):
             builder.runtime_ints[outputs[0]] = np.broadcast_to(np.maximum(*sides), builder.type_of(outputs[0]).shape)
         return False
-    if op == "Cast" and np.dtype(attrs["to"]).kind in "iu":
-        allowed = (0,)
-    elif op in _POSITIONAL or op in _MONOTONE:
-        allowed = {**_POSITIONAL, **_MONOTONE}[op]
-    else:
+    operands = _operands(builder, op, inputs, attrs)
+    if operands is None or any(falls and low is None for _, low, falls in operands):
         return False
-    arrays = []
-    for index, name in enumerate(inputs):
-        constant = builder.constant_value(name)
-        if name in builder.runtime_ints and (allowed is None or index in allowed):
-            arrays.append(builder.runtime_ints[name])
-        elif constant is not None:
-            if op in ("Mul", "Div") and (constant < (1 if op == "Div" else 0)).any():
-                return False  # a negative factor (or a divisor below 1) turns the largest value into the smallest
-            arrays.append(constant)
-        else:
-            return False
+    out_type = [builder.type_of(outputs[0])]
+    arrays = [low if falls else high for high, low, falls in operands]
+    if all(low is not None for _, low, _ in operands):
+        (smallest,) = fold_node(op, [high if falls else low for high, low, falls in operands], attrs, out_type)
+        builder.runtime_smallest[outputs[0]] = np.asarray(smallest)
     (largest,) = fold_node(op, arrays, attrs, [builder.type_of(outputs[0])])
     builder.runtime_ints[outputs[0]] = np.asarray(largest)
     if op not in _POSITIONAL:

@@ -43,6 +43,7 @@ class GraphBuilder:
         # a mask's output -> axis -> (length, fill: a number or None) past which it holds the fill its reader needs
         self.filled: dict[str, dict[int, tuple[str, object]]] = {}
         self.runtime_ints: dict[str, np.ndarray] = {}  # int values computed from run-time lengths -> largest
+        self.runtime_smallest: dict[str, np.ndarray] = {}  # those of them whose smallest value is known -> it
         self.bound_pairs: dict[tuple[str, int], str] = {}  # (length, axis) -> its [axis, length] value
         self.shape_bounds: dict[str, Bound | MultiBound] = {}  # run-time shape -> which entry (axis) is which length
         self.length_symbols: dict[str, str] = {}  # run-time length input -> its variable (length_inputs.py)

@@ -36,6 +36,7 @@ def add_length_inputs(builder: "GraphBuilder", lengths: Mapping[str, Mapping[int
     for variable, size in sizes.items():
         value = builder.add_input(length_input_name(variable), TensorType((1,), "int64"))
         builder.runtime_ints[value] = np.array([size], np.int64)
+        builder.runtime_smallest[value] = np.array([builder.length_floors.get(variable, 0)], np.int64)
         symbols[value], values[variable] = variable, value
     builder.length_symbols.update(symbols)
     for name, axes in lengths.items():
@@ -72,7 +73,10 @@ def affine_length(builder: "GraphBuilder", value: str, symbols: Mapping[str, str
 def _affine_of_node(builder: "GraphBuilder", value: str, symbols: Mapping[str, str]) -> Optional[Affine]:
     marked = parts_of(builder.shape_bounds.get(value))
     if len(marked) == 1 and marked[0].length != value and builder.type_of(value).numel == 1:
-        # one entry of a run-time shape: that length
+        # one entry of a run-time shape: that length (unless it is this value reshaped: a length of its own)
+        own = builder.producer(marked[0].length)
+        if own is not None and own.op == "Reshape" and own.inputs[0] == value:
+            return None
         return affine_length(builder, marked[0].length, symbols)
     node = builder.producer(value)
     if node is None:
@@ -228,6 +232,7 @@ def mark_sum_of_lengths(builder: "GraphBuilder", value: str) -> None:
         return
     affine = affine_length(builder, value, builder.length_symbols)
     if affine is None or not affine[0] or any(c < 0 for c in affine[0].values()) or affine[1] < 0:
+        _mark_product_of_lengths(builder, value)
         return
     builder.shape_bounds[_MARKING] = None  # the sum's own Add nodes are not marked in turn
     try:
@@ -236,6 +241,24 @@ def mark_sum_of_lengths(builder: "GraphBuilder", value: str) -> None:
         del builder.shape_bounds[_MARKING]
     if builder.type_of(length).shape == (1,):
         builder.shape_bounds[value] = Bound(length, 0)
+
+
+def _mark_product_of_lengths(builder: "GraphBuilder", value: str) -> None:
+    """A one-entry int that is not a sum of the lengths but never negative (height x width x anchors: a product
+    of them, at least 0 at every size in range) is a run-time length of its own: a shape built from it (the
+    anchors' level ids) is bounded by it."""
+    ttype, smallest = builder.type_of(value), builder.runtime_smallest.get(value)
+    if ttype.dtype != "int64" or smallest is None or (np.asarray(smallest) < 0).any():
+        return  # (int32 shape arithmetic stays unmarked: the markers that follow a length are int64)
+    builder.shape_bounds[_MARKING] = None
+    try:
+        length = value
+        if ttype.shape != (1,):
+            length = builder.add_unbounded_node("Reshape", [value], 1, "length", shape=(1,))[0]
+    finally:
+        del builder.shape_bounds[_MARKING]
+    builder.runtime_ints.setdefault(length, np.asarray(builder.runtime_ints[value]).reshape(1).astype(np.int64))
+    builder.shape_bounds[value] = Bound(length, 0)
 
 
 _MARKING = "::marking sums of lengths"  # a key no value has

@@ -1,6 +1,8 @@
 """RoiAlign compute: each (roi, channel, bin) averages (or takes the max of) a fixed sampling_ratio x
 sampling_ratio grid of bilinear samples, as ONNX's reference and ONNX Runtime do (samples beyond
-the feature map by more than a pixel count as zero)."""
+the feature map by more than a pixel count as zero). An optional fourth input, int64 [2], holds the feature
+map's valid height and width at run time (a map with run-time sides, core/graph/bound_rules.py): the edges
+clamp and cut there instead of at the buffer's."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
@@ -16,7 +18,10 @@ from .registry import register_compute
 @register_compute("RoiAlign")
 def roi_align(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], out_types: list[TensorType]):
     x, rois, batch = require(inputs, 3, "RoiAlign")
+    extent = inputs[3] if len(inputs) > 3 else None
     _, c, h, w = x.shape
+    if extent is not None:
+        h, w = extent(const(0, "int64")), extent(const(1, "int64"))
     out_h, out_w = int(attrs["output_height"]), int(attrs["output_width"])
     ratio = int(attrs["sampling_ratio"])
     scale = float(attrs.get("spatial_scale", 1.0))
@@ -34,12 +39,13 @@ def roi_align(inputs: Sequence[Optional[te.Tensor]], attrs: Mapping[str, Any], o
             length = maximum(length, const(1.0, acc))
         step = length / float(pooled)
         v = start + cast(acc, bin_index) * step + (cast(acc, sample) + 0.5) * step / float(ratio)
-        outside = logical_or(v < -1.0, v > float(size))
+        last = i64(size - 1) if isinstance(size, int) else size - i64(1)
+        outside = logical_or(v < -1.0, v > (float(size) if isinstance(size, int) else cast(acc, size)))
         v = maximum(v, const(0.0, acc))
         low = cast("int64", v)
-        edge = low >= size - 1
-        low = minimum(low, i64(size - 1))
-        high = select(edge, i64(size - 1), low + 1)
+        edge = low >= last
+        low = minimum(low, last)
+        high = select(edge, last, low + 1)
         frac = select(edge, const(0.0, acc), v - cast(acc, low))
         return low, high, 1.0 - frac, frac, outside
 

@@ -91,6 +91,8 @@ def _run_time_range(ctx: ConvertContext) -> str:
     delta = ctx.constant(2, "delta").reshape(())
     if delta != 1:
         ctx.fail("a Range with a run-time limit takes step 1 only")
+    if np.dtype(b.type_of(ctx.input(1)).dtype).kind == "f":  # its count would round up a float difference
+        ctx.unsupported("a float Range with a limit computed at run time")
     start = b.constant_value(ctx.input(0))
     if start is None and ctx.input(0) not in b.runtime_ints:
         ctx.fail("start (input 0) is computed at run time, but not from input sizes")

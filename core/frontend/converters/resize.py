@@ -1,10 +1,12 @@
 """Resize and Upsample: output sizes and per-axis interpolation tables are resolved at import time
-(scales/sizes/roi must be constants) and the IR op Interpolate gathers and weights the taps."""
+(scales/sizes/roi constants) or computed at run time (resize_runtime.py: an input with run-time extents,
+sizes from a run-time Shape), and the IR op Interpolate gathers and weights the taps."""
 from __future__ import annotations
 
 import numpy as np
 
 from .registry import ConvertContext, converter
+from .resize_runtime import needs_run_time_tables, resize_at_run_time
 from .resize_tables import COEFFS, COORDINATE_MODES, AxisTable, axis_table
 
 _POLICIES = ("stretch", "not_larger", "not_smaller")
@@ -15,6 +17,14 @@ def _float_input(ctx: ConvertContext, index: int, what: str) -> np.ndarray | Non
         return None
     value = ctx.constant(index, what).astype(np.float64).reshape(-1)
     return value if value.size else None
+
+
+def _given_input(ctx: ConvertContext, index: int) -> str | None:
+    """The value of an optional input, None when absent or an empty constant (ONNX's "not given")."""
+    if not ctx.has_input(index):
+        return None
+    constant = ctx.builder.constant_value(ctx.input(index))
+    return None if constant is not None and constant.size == 0 else ctx.input(index)
 
 
 def _output_geometry(ctx: ConvertContext, shape: tuple[int, ...], axes: list[int], scales, sizes,
@@ -132,6 +142,9 @@ def resize(ctx: ConvertContext) -> str:
     policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
     if policy not in _POLICIES:
         ctx.fail(f"unknown keep_aspect_ratio_policy {policy!r}")
+    scales_in, sizes_in = (_given_input(ctx, i) for i in (2, 3))
+    if needs_run_time_tables(ctx, ctx.input(0), sizes_in, scales_in):
+        return resize_at_run_time(ctx, ctx.input(0), scales_in, sizes_in, attrs, axes, policy)
     roi = _float_input(ctx, 1, "roi")
     scales = _float_input(ctx, 2, "scales")
     sizes = _float_input(ctx, 3, "sizes")

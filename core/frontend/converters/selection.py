@@ -9,7 +9,9 @@ import onnx
 
 from core.graph.bounded import arithmetic, entry_minus, length_constant, limit_length, parts_of, shape_operand
 from core.graph.length_inputs import affine_length, always_negative, largest_length, simplest_length
+from core.graph.run_time_entries import extremes
 
+from .pad_runtime import pad_at_run_time, pads_at_run_time
 from .registry import ConvertContext, converter
 
 
@@ -121,8 +123,12 @@ def _run_time_start_slice(ctx: ConvertContext) -> str:
     else:
         ends = [arithmetic(b, "Min", e, length_constant(b, dim)) for e in ends]
         length = arithmetic(b, "Max", arithmetic(b, "Sub", ends[1], ends[0]), length_constant(b, 0))
-    if count is None:
-        ctx.unsupported("a slice whose run-time start and end are not sums of input sizes")
+    if count is None:  # (offset + n) - offset: at most the end's largest less the start's smallest
+        (start_low, _), (_, end_high) = extremes(b, ends[0]), extremes(b, ends[1])
+        if start_low is None or end_high is None or start_low < 0:
+            ctx.unsupported("a slice whose run-time start and end are neither sums of input sizes nor of a known "
+                            "range")
+        count = max(int(end_high - start_low), 0)
     count = min(count, dim)
     positions = arithmetic(b, "Add", ends[0], b.add_constant(np.arange(count, dtype=np.int64), "position"))
     positions = arithmetic(b, "Min", positions, length_constant(b, max(dim - 1, 0)))  # padding reads the last entry
@@ -179,8 +185,7 @@ def _split_sizes(ctx: ConvertContext, dim: int, outputs: int) -> list[int]:
 def split(ctx: ConvertContext) -> list[str]:
     shape = ctx.shape(0)
     axis = ctx.axis(ctx.attr("axis", 0), len(shape))
-    bound = ctx.builder.bounds.get(ctx.input(0))
-    if bound is not None and bound.axis == axis:  # the parts' sizes would depend on the run-time length
+    if any(p.axis == axis for p in parts_of(ctx.builder.bounds.get(ctx.input(0)))):  # sizes would depend on it
         ctx.unsupported(f"Split along axis {axis}, whose length is data-dependent")
     sizes = _split_sizes(ctx, shape[axis], len(ctx.node.output))
     results, offset = [], 0
@@ -230,9 +235,13 @@ def pad_attrs(ctx: ConvertContext) -> str:
 @converter("Pad", since_version=11)
 def pad_inputs(ctx: ConvertContext) -> str:
     rank = ctx.type_of(0).rank
-    given = _int_list(ctx.constant(1, "pads"))
     value = ctx.optional_constant(2, "constant_value")
     axes = _int_list(ctx.optional_constant(3, "axes")) if ctx.opset >= 18 else None
+    fill = 0.0 if value is None or value.size == 0 else float(value.reshape(-1)[0])
+    listed = None if axes is None else [ctx.axis(a, rank, "axes") for a in axes]
+    if pads_at_run_time(ctx, ctx.input(1), listed):
+        return pad_at_run_time(ctx, ctx.input(1), fill, ctx.attr("mode", "constant"), listed)
+    given = _int_list(ctx.constant(1, "pads"))
     if axes is None:
         pads = given
     else:
@@ -244,7 +253,6 @@ def pad_inputs(ctx: ConvertContext) -> str:
             pads[a], pads[a + rank] = given[i], given[i + len(axes)]
     if len(pads) != 2 * rank:
         ctx.fail(f"pads {pads} need {2 * rank} values for a rank-{rank} input")
-    fill = 0.0 if value is None or value.size == 0 else float(value.reshape(-1)[0])
     return _pad(ctx, pads, fill)
 
 

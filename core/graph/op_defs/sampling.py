@@ -45,8 +45,10 @@ def _deform_columns(types: Sequence[TensorType], attrs: Mapping) -> list[TensorT
 
 @register_op("RoiAlign", Pattern.OPAQUE)
 def _roi_align(types: Sequence[TensorType], attrs: Mapping) -> list[TensorType]:
-    expect_arity("RoiAlign", types, 3)
-    x, rois, batch = types
+    expect_arity("RoiAlign", types, 3, 4)  # 4th: the map's valid [height, width] at run time (int64)
+    x, rois, batch = types[:3]
+    if len(types) == 4 and (types[3].shape != (2,) or types[3].dtype != "int64"):
+        raise ShapeError(f"RoiAlign: the valid extent {types[3]} must be int64 [2]")
     expect_dtype("RoiAlign", x, FLOAT_DTYPES)
     if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4 or batch.shape != (rois.shape[0],):
         raise ShapeError(f"RoiAlign: rois {rois} and batch_indices {batch} do not fit input {x}")

@@ -159,3 +159,25 @@ def assert_same_outputs(got: dict, expected: dict, rtol: float = 1e-4, atol: flo
     for name, value in expected.items():
         assert got[name].shape == value.shape, name
         np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)
+
+
+def check_image_sides(model: bytes, seed: int, sides, ranges: str = "1,2,6..12,6..12") -> None:
+    """Compiles `model` (input x[N, C, H, W]) once with `ranges`, checks that its sides run on run-time lengths
+    (masked, not bucketed), and compares every output with ONNX Runtime at each (height, width) of `sides`."""
+    import core
+    import onnxruntime as ort
+
+    art = core.compile(model, input_shapes={"x": ranges}, benchmark=False)
+    shapes = art.metadata["dynamic_shapes"]
+    assert all(v["masked"] for v in shapes["variables"] if v["name"] in ("H", "W")), shapes["not_padded"]
+    session = ort.InferenceSession(model)
+    names = [o.name for o in session.get_outputs()]
+    rng = np.random.default_rng(seed)
+    dims = [int(d) for d in ranges.split(",")[:2]]
+    with art.load() as module:
+        for height, width in sides:
+            x = rng.standard_normal((*dims, height, width)).astype(np.float32)
+            got, want = module.run({"x": x}), dict(zip(names, session.run(None, {"x": x})))
+            for name in names:
+                assert got[name].shape == want[name].shape, (name, height, width)
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
