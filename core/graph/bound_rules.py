@@ -73,14 +73,6 @@ def one_axis_rule(node: BoundedNode) -> Rule:
     return rule
 
 
-def gather_at(builder: "GraphBuilder", data: str, source: str, axis: int, hint: str) -> list[str]:
-    """`data` gathered along `axis` at computed positions (`source`, int64 length arithmetic), read as int32 indices
-    when the axis allows: the gather's kernel then runs at the data's vector width (8 float lanes), not int64's 4."""
-    if builder.type_of(data).shape[axis] < 2 ** 31:
-        source = builder.add_unbounded_node("Cast", [source], 1, "source", to="int32")[0]
-    return builder.add_unbounded_node("Gather", [data, source], 1, hint, axis=axis)
-
-
 def _with_axis(bound: Bound, axis: Optional[int]) -> Optional[Bound]:
     return None if axis is None else Bound(bound.length, axis)
 
@@ -171,7 +163,7 @@ def _compacted_reshape(node: BoundedNode, bound: Bound, first: int, end: int, ax
     count = arithmetic(b, "Mul", bound.length, length_constant(b, outer * inner))
     valid = arithmetic(b, "Less", b.add_constant(position, "position"), count)
     source = b.add_unbounded_node("Where", [valid, source, length_constant(b, 0)], 1, "source")[0]
-    (gathered,) = gather_at(b, flat, source, 1, node.hint)
+    gathered = b.add_unbounded_node("Gather", [flat, source], 1, node.hint, axis=1)[0]
     outputs = b.add_unbounded_node("Reshape", [gathered], 1, node.hint, shape=tuple(node.attrs["shape"]))
     b.merged_lengths[count] = (bound.length, outer, inner)
     return set_bound(b, outputs, Bound(count, axis))
@@ -216,7 +208,7 @@ def _spread_reshape(node: BoundedNode, bound: Bound, first: int, axis: int, end:
         b, "Mul", row, length), k), length_constant(b, inner)), within)
     valid = arithmetic(b, "Less", k, length)
     source = b.add_unbounded_node("Where", [valid, source, length_constant(b, 0)], 1, "source")[0]
-    (gathered,) = gather_at(b, flat, source, 1, node.hint)
+    gathered = b.add_unbounded_node("Gather", [flat, source], 1, node.hint, axis=1)[0]
     outputs = b.add_unbounded_node("Reshape", [gathered], 1, node.hint, shape=tuple(node.attrs["shape"]))
     return set_bound(b, outputs, Bound(length, axis))
 
@@ -341,7 +333,7 @@ def _compacted_concat(node: BoundedNode, axis: int) -> list[str]:
         part = b.add_unbounded_node("Where", [inside, moved, zero], 1, "source")[0]
         source = part if source is None else arithmetic(b, "Add", source, part)
         offset, static_offset = end, static_offset + dim
-    outputs = gather_at(b, joined, source, axis, node.hint)
+    outputs = b.add_unbounded_node("Gather", [joined, source], 1, node.hint, axis=axis)
     return set_bound(b, outputs, Bound(offset, axis))
 
 
