@@ -80,6 +80,28 @@ def may_trap(expr: Expr) -> bool:
     return False
 
 
+def speculation_safe(stmt: Stmt) -> bool:
+    """Whether running `stmt` at points the program would skip cannot fault, given its affine accesses stay
+    inside their buffers: no integer division by other than a nonzero constant, and no access whose index reads
+    memory or a let-bound value (a gather's position read past the valid part can be anything)."""
+    lets = {s.var for s in walk_stmt(stmt) if isinstance(s, LetStmt)}
+    for s in walk_stmt(stmt):
+        if isinstance(s, Store) and _indirect(s.index, lets):
+            return False
+        for expr in stmt_exprs(s):
+            for e in walk_expr(expr):
+                if isinstance(e, Load) and _indirect(e.index, lets):
+                    return False
+                if isinstance(e, BinOp) and e.op in ("div", "floordiv", "floormod", "truncmod") and \
+                        not is_float(e.dtype) and not (isinstance(e.b, IntImm) and e.b.value != 0):
+                    return False
+    return True
+
+
+def _indirect(index: Expr, lets: set) -> bool:
+    return any(isinstance(e, Load) or (isinstance(e, Var) and e in lets) for e in walk_expr(index))
+
+
 def const_int(expr: Expr) -> int | None:
     return expr.value if isinstance(expr, IntImm) else None
 

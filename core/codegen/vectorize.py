@@ -16,7 +16,7 @@ from ..tir.functor import substitute
 from ..tir.index_guard import INDEX_GUARD
 from ..tir.stmt import For, ForKind, IfThenElse, LetStmt, Seq, Stmt, Store
 from . import arith, index_guard
-from .analysis import check_store_dtype, const_int, may_trap, stride_of, uses_any
+from .analysis import check_store_dtype, const_int, may_trap, speculation_safe, stride_of, uses_any
 from .llvm_types import I1, I32, I64, const, is_float, itemsize, lanes_of, mangle, mem_type, reg_type, scalar_type
 
 if TYPE_CHECKING:  # the emitter calls this module for its vectorized loops
@@ -29,9 +29,9 @@ MAX_LANES = 64
 
 def emit_vectorized(fe: FunctionEmitter, loop: For) -> None:
     n, length = const_int(loop.extent), None
-    if n is None:  # min(n, a run-time length): the iterations past the length compute padding nobody reads
-        n, length = _capped(loop.extent)
-    if n is None or not vectorizable(loop.body, {loop.var}):
+    if n is None:  # min(n, a run-time length): the iterations past the length compute padding nobody reads,
+        n, length = _capped(loop.extent)  # so they must be unable to fault (no gather, no division by a variable)
+    if n is None or not vectorizable(loop.body, {loop.var}) or (length is not None and not speculation_safe(loop.body)):
         fe.serial_for(loop, fe.ctx.loop_md(("llvm.loop.vectorize.enable", True)))
         return
     if n <= 0:

@@ -238,3 +238,30 @@ def test_reduction_into_one_element_falls_back(build):
 def test_target_lanes():
     assert get_target("x86-64-v3").lanes("float32") == 8
     assert get_target("x86-64-v4").lanes("float32") == 16
+
+
+def test_loop_capped_by_a_length_stays_scalar_when_its_lanes_past_the_length_could_fault(build):
+    """A vectorized loop of extent min(n, length) runs whole vectors past the length only when those lanes cannot
+    fault; a division by a loaded divisor (0 past the length) or a gather at a loaded position stays a scalar loop
+    that stops at the length."""
+    from core.codegen.analysis import speculation_safe
+    from core.tir.expr import binop
+
+    n = 40
+    A, D, P, L, O = (Buffer("A", (n,), "int64"), Buffer("D", (n,), "int64"), Buffer("P", (n,), "int64"),
+                     Buffer("L", (1,), "int64"), Buffer("O", (n,), "int64"))
+    j = Var("j")
+    body = Store(O, j, binop("floordiv", A.load(j), D.load(j)) + A.load(P.load(j)))
+    assert not speculation_safe(body) and speculation_safe(Store(O, j, A.load(j) * 2))
+    func = PrimFunc("capped", (A, D, P, L, O), For(j, binop("min", IntImm(n, "int64"), L.load(IntImm(0))),
+                                                   ForKind.VECTORIZED, body), 1, 1)
+    assert "j.vchunk" not in lower_to_llvm_ir([func])
+    length = 13
+    a = np.arange(1, n + 1, dtype=np.int64) * 7
+    d = np.where(np.arange(n) < length, 3, 0).astype(np.int64)  # a division by 0 past the length would trap
+    p = np.where(np.arange(n) < length, np.arange(n)[::-1], 10 ** 12).astype(np.int64)  # so would this gather
+    o = np.full(n, -1, np.int64)
+    build(func).call("capped", a, d, p, np.array([length], np.int64), o)
+    want = np.full(n, -1, np.int64)
+    want[:length] = a[:length] // 3 + a[p[:length]]
+    np.testing.assert_array_equal(o, want)
