@@ -346,7 +346,9 @@ def _offset_concat(node: BoundedNode, axis: int) -> list[str]:
     last, before_last = node.bound(len(rest)), tail_dim - node.type(len(rest)).shape[axis]
     rest_length = length_constant(b, tail_dim) if last is None else \
         arithmetic(b, "Add", last.length, length_constant(b, before_last)) if before_last else last.length
-    return set_bound(b, [joined], Bound(arithmetic(b, "Add", length, rest_length), axis))
+    bound = Bound(arithmetic(b, "Add", length, rest_length), axis)
+    # 0 past the end, so that the product of attention weights with these values needs no mask pass of its own
+    return [masked(b, set_bound(b, [joined], bound)[0], 0, bound)]
 
 
 def _compacted_concat(node: BoundedNode, axis: int) -> list[str]:

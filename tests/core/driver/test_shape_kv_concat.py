@@ -34,6 +34,10 @@ def test_the_present_keys_and_values_are_an_offset_copy_of_past_and_new(new):
     assert len(presents) == 4 and writers
     for kernel in writers:  # the past's row i below its length, else the new entries' row i - past: a Where last
         assert kernel.ops[-1] == "Where" and "Concat" in kernel.ops, kernel.ops
+    # they hold 0 past their length, so the product of the attention weights with the values reads them unmasked
+    present_values = {o for o in presents if o.endswith("value")}
+    context = [k for k in exe.kernels if k.ops[0] == "MatMul" and set(k.inputs) & present_values]
+    assert len(context) == 2 and not any(k.ops == ("Where",) for k in exe.kernels)
     # no op compares positions against a part's start and end to build a table of positions (the compacting gather)
     assert not any("And" in k.ops and "GreaterOrEqual" in k.ops for k in exe.kernels), [k.ops for k in exe.kernels]
 
