@@ -317,7 +317,7 @@ def _concat(node: BoundedNode) -> list[str]:
     if axes != {axis}:  # the parts share the run-time length (ONNX requires equal dims off the axis)
         return set_bound(node.builder, node.emit(), node.bounded()[0][1])
     inner = [i for i, _ in node.bounded() if 0 < i < len(node.inputs) - 1]
-    if node.bound(0) is not None and len(node.inputs) > 1 and not inner:  # a KV cache: the past (bounded), then the new entries
+    if node.bound(0) is not None and len(node.inputs) > 1 and not inner:  # a KV cache: the past, then the new entries
         return _offset_concat(node, axis)
     return _compacted_concat(node, axis)
 
