@@ -288,11 +288,18 @@ class VectorBody:
             return arith.to_bool(b, x.dtype, v) if bool_result else v
 
         risky = [isinstance(x, Expr) and may_trap(x) for x in (t, f)]
+        if lanes_of(cond) > 1 and risky[0] and self.mask is None:
+            return self._whole_or_masked(cond, lambda: self.full(value(t)),
+                                         lambda: self._lanewise(cond, t, f, value, risky))
         if lanes_of(cond) == 1 and any(risky):
             zero = _zero_like(t, f, bool_result)
             tv = self.guarded(cond, lambda: self.full(value(t)), zero)
             fv = self.guarded(b.xor(cond, ir.Constant(I1, 1)), lambda: self.full(value(f)), zero)
             return b.select(cond, tv, fv)
+        return self._lanewise(cond, t, f, value, risky)
+
+    def _lanewise(self, cond: ir.Value, t, f, value: Callable, risky: list[bool]) -> ir.Value:
+        b = self.b
         if lanes_of(cond) > 1:
             tv = self.under_mask(cond, lambda: value(t)) if risky[0] else value(t)
             fv = self.under_mask(b.xor(cond, const("bool", 1, self.lanes)), lambda: value(f)) if risky[1] else value(f)
@@ -302,6 +309,28 @@ class VectorBody:
         if lanes_of(cond) > 1:  # a lane-varying condition needs both arms as full vectors
             tv, fv = self.full(tv), self.full(fv)
         return b.select(cond, tv, fv)
+
+    def _whole_or_masked(self, cond: ir.Value, whole: Callable[[], ir.Value],
+                         masked: Callable[[], ir.Value]) -> ir.Value:
+        """A select whose true arm may fault, on lanes that usually all take it (a read inside a run-time length but
+        in the tile crossing it): when every lane does, the arm's plain vector code (unmasked loads), else `masked`."""
+        b, fn = self.b, self.fe.fn
+        all_on = b.call(arith.declare(b.module, f"llvm.vector.reduce.and.{mangle(cond.type)}", I1, [cond.type]), [cond])
+        whole_bb, masked_bb, merge = (fn.append_basic_block(n) for n in ("vsel.whole", "vsel.masked", "vsel.join"))
+        b.cbranch(all_on, whole_bb, masked_bb)
+        b.position_at_end(masked_bb)
+        slow = masked()
+        slow_end = b.block
+        b.branch(merge)
+        b.position_at_end(whole_bb)
+        fast = arith.unify(b, whole(), slow)[0]
+        fast_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        phi = b.phi(slow.type)
+        phi.add_incoming(fast, fast_end)
+        phi.add_incoming(slow, slow_end)
+        return phi
 
     def load(self, e: Load) -> ir.Value:
         fe, b = self.fe, self.b
