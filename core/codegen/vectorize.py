@@ -314,23 +314,9 @@ class VectorBody:
                          masked: Callable[[], ir.Value]) -> ir.Value:
         """A select whose true arm may fault, on lanes that usually all take it (a read inside a run-time length but
         in the tile crossing it): when every lane does, the arm's plain vector code (unmasked loads), else `masked`."""
-        b, fn = self.b, self.fe.fn
+        b = self.b
         all_on = b.call(arith.declare(b.module, f"llvm.vector.reduce.and.{mangle(cond.type)}", I1, [cond.type]), [cond])
-        whole_bb, masked_bb, merge = (fn.append_basic_block(n) for n in ("vsel.whole", "vsel.masked", "vsel.join"))
-        b.cbranch(all_on, whole_bb, masked_bb)
-        b.position_at_end(masked_bb)
-        slow = masked()
-        slow_end = b.block
-        b.branch(merge)
-        b.position_at_end(whole_bb)
-        fast = arith.unify(b, whole(), slow)[0]
-        fast_end = b.block
-        b.branch(merge)
-        b.position_at_end(merge)
-        phi = b.phi(slow.type)
-        phi.add_incoming(fast, fast_end)
-        phi.add_incoming(slow, slow_end)
-        return phi
+        return self.fe.diamond(all_on, whole, masked, ("vsel.whole", "vsel.masked", "vsel.join"))
 
     def load(self, e: Load) -> ir.Value:
         fe, b = self.fe, self.b
