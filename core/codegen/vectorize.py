@@ -288,7 +288,7 @@ class VectorBody:
             return arith.to_bool(b, x.dtype, v) if bool_result else v
 
         risky = [isinstance(x, Expr) and may_trap(x) for x in (t, f)]
-        if lanes_of(cond) > 1 and risky[0] and self.mask is None:
+        if lanes_of(cond) > 1 and isinstance(t, Load) and risky[0] and not risky[1] and self.mask is None:
             return self._whole_or_masked(cond, lambda: self.full(value(t)),
                                          lambda: self._lanewise(cond, t, f, value, risky))
         if lanes_of(cond) == 1 and any(risky):
@@ -312,8 +312,9 @@ class VectorBody:
 
     def _whole_or_masked(self, cond: ir.Value, whole: Callable[[], ir.Value],
                          masked: Callable[[], ir.Value]) -> ir.Value:
-        """A select whose true arm may fault, on lanes that usually all take it (a read inside a run-time length but
-        in the tile crossing it): when every lane does, the arm's plain vector code (unmasked loads), else `masked`."""
+        """A read under a lane condition that lanes usually all meet (a laid-out read inside its run-time length, but
+        in the tile crossing it): when every lane does, the plain vector read (no mask), else `masked`. Only a bare
+        load, so the code it doubles stays one read."""
         b = self.b
         all_on = b.call(arith.declare(b.module, f"llvm.vector.reduce.and.{mangle(cond.type)}", I1, [cond.type]), [cond])
         return self.fe.diamond(all_on, whole, masked, ("vsel.whole", "vsel.masked", "vsel.join"))
