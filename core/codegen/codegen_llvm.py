@@ -327,16 +327,20 @@ class FunctionEmitter:
 
         if not any(isinstance(x, Expr) and may_trap(x) for x in (t, f)):
             return self.b.select(cond, value(t), value(f))
+        return self.diamond(cond, lambda: value(t), lambda: value(f), ("sel.t", "sel.f", "sel.end"))
+
+    def diamond(self, cond: ir.Value, then: Callable[[], ir.Value], otherwise: Callable[[], ir.Value],
+                names: tuple[str, str, str]) -> ir.Value:
+        """then() if i1 `cond` else otherwise(), each emitted in its own block (real control flow), joined by a phi."""
         b = self.b
-        then_bb, else_bb = self.fn.append_basic_block("sel.t"), self.fn.append_basic_block("sel.f")
-        merge = self.fn.append_basic_block("sel.end")
+        then_bb, else_bb, merge = (self.fn.append_basic_block(n) for n in names)
         b.cbranch(cond, then_bb, else_bb)
         b.position_at_end(then_bb)
-        tv = value(t)
+        tv = then()
         t_end = b.block
         b.branch(merge)
         b.position_at_end(else_bb)
-        fv = value(f)
+        fv = otherwise()
         f_end = b.block
         b.branch(merge)
         b.position_at_end(merge)

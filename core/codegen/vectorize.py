@@ -288,11 +288,18 @@ class VectorBody:
             return arith.to_bool(b, x.dtype, v) if bool_result else v
 
         risky = [isinstance(x, Expr) and may_trap(x) for x in (t, f)]
+        if lanes_of(cond) > 1 and isinstance(t, Load) and risky[0] and not risky[1] and self.mask is None:
+            return self._whole_or_masked(cond, lambda: self.full(value(t)),
+                                         lambda: self._lanewise(cond, t, f, value, risky))
         if lanes_of(cond) == 1 and any(risky):
             zero = _zero_like(t, f, bool_result)
             tv = self.guarded(cond, lambda: self.full(value(t)), zero)
             fv = self.guarded(b.xor(cond, ir.Constant(I1, 1)), lambda: self.full(value(f)), zero)
             return b.select(cond, tv, fv)
+        return self._lanewise(cond, t, f, value, risky)
+
+    def _lanewise(self, cond: ir.Value, t, f, value: Callable, risky: list[bool]) -> ir.Value:
+        b = self.b
         if lanes_of(cond) > 1:
             tv = self.under_mask(cond, lambda: value(t)) if risky[0] else value(t)
             fv = self.under_mask(b.xor(cond, const("bool", 1, self.lanes)), lambda: value(f)) if risky[1] else value(f)
@@ -302,6 +309,15 @@ class VectorBody:
         if lanes_of(cond) > 1:  # a lane-varying condition needs both arms as full vectors
             tv, fv = self.full(tv), self.full(fv)
         return b.select(cond, tv, fv)
+
+    def _whole_or_masked(self, cond: ir.Value, whole: Callable[[], ir.Value],
+                         masked: Callable[[], ir.Value]) -> ir.Value:
+        """A read under a lane condition that lanes usually all meet (a laid-out read inside its run-time length, but
+        in the tile crossing it): when every lane does, the plain vector read (no mask), else `masked`. Only a bare
+        load, so the code it doubles stays one read."""
+        b = self.b
+        all_on = b.call(arith.declare(b.module, f"llvm.vector.reduce.and.{mangle(cond.type)}", I1, [cond.type]), [cond])
+        return self.fe.diamond(all_on, whole, masked, ("vsel.whole", "vsel.masked", "vsel.join"))
 
     def load(self, e: Load) -> ir.Value:
         fe, b = self.fe, self.b

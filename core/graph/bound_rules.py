@@ -308,7 +308,39 @@ def _concat(node: BoundedNode) -> list[str]:
         raise node.refuse("its inputs are data-dependent along different axes")
     if axes != {axis}:  # the parts share the run-time length (ONNX requires equal dims off the axis)
         return set_bound(node.builder, node.emit(), node.bounded()[0][1])
+    inner = [i for i, _ in node.bounded() if 0 < i < len(node.inputs) - 1]
+    if node.bound(0) is not None and len(node.inputs) > 1 and not inner:  # a KV cache: the past, then the new entries
+        return _offset_concat(node, axis)
     return _compacted_concat(node, axis)
+
+
+def _offset_concat(node: BoundedNode, axis: int) -> list[str]:
+    """Concat along the data-dependent axis of a bounded first part (length p) and parts of which only the last may
+    be bounded: an offset copy. Position i < p is the first part's own i (the static concat's row: an affine read),
+    and i >= p the rest's i - p (clamped; past p + the rest's length it is padding), so a kernel picks its part with
+    one comparison per row instead of reading a table of computed positions, whose first kernel recomputes it."""
+    b = node.builder
+    rest = node.inputs[1:]
+    tail = rest[0] if len(rest) == 1 else b.add_unbounded_node("Concat", rest, 1, "tail", axis=axis)[0]
+    tail_dim = b.type_of(tail).shape[axis]
+    (joined,) = node.emit()
+    shape = b.type_of(joined).shape
+    length = node.bound(0).length
+    position = b.add_constant(np.arange(shape[axis], dtype=np.int64), "position")
+    shifted = arithmetic(b, "Max", arithmetic(b, "Sub", position, length), length_constant(b, 0))
+    moved = gather_at(b, tail, arithmetic(b, "Min", shifted, length_constant(b, tail_dim - 1)), axis, "tail")[0]
+    rows = [1] * len(shape)
+    rows[axis] = shape[axis]
+    row_position = b.add_constant(np.arange(shape[axis], dtype=np.int64).reshape(rows), "position")
+    head_length = b.add_unbounded_node("Reshape", [length], 1, "length", shape=(1,) * len(shape))[0]
+    in_head = b.add_unbounded_node("Less", [row_position, head_length], 1, "in_head")[0]
+    (joined,) = b.add_unbounded_node("Where", [in_head, joined, moved], 1, node.hint)
+    last, before_last = node.bound(len(rest)), tail_dim - node.type(len(rest)).shape[axis]
+    rest_length = length_constant(b, tail_dim) if last is None else \
+        arithmetic(b, "Add", last.length, length_constant(b, before_last)) if before_last else last.length
+    bound = Bound(arithmetic(b, "Add", length, rest_length), axis)
+    # 0 past the end, so that the product of attention weights with these values needs no mask pass of its own
+    return [masked(b, set_bound(b, [joined], bound)[0], 0, bound)]
 
 
 def _compacted_concat(node: BoundedNode, axis: int) -> list[str]:

@@ -154,6 +154,24 @@ def test_masked_lanes_never_touch_invalid_memory(build):
     np.testing.assert_allclose(o, ref, rtol=1e-6)
 
 
+def test_a_read_inside_a_run_time_length_is_unmasked_in_whole_tiles(build):
+    """select(j < n, A[j * 3], 0) with n read at run time: a tile whose lanes are all inside n takes the plain
+    gather (its own block), the tile crossing n the masked one, and no lane past n reads A (it ends at n * 3)."""
+    total = 40
+    N, O = Buffer("N", (1,), "int64"), Buffer("O", (total,), "float32")
+    j = Var("j")
+    for n in (0, 1, 7, 8, 9, 23, 40):
+        A = Buffer("A", (max(3 * n - 2, 1),), "float32")
+        body = For(j, IntImm(total), ForKind.VECTORIZED, Store(
+            O, j, select(cast("int64", j) < N.load(IntImm(0)), A.load(j * 3), FloatImm(0.0))))
+        func = PrimFunc(f"strided{n}", (A, N, O), body, 2, 1)
+        if n == 0:
+            assert "vsel.whole" in lower_to_llvm_ir([func])
+        a, o = RNG.standard_normal(max(3 * n - 2, 1)).astype("float32"), np.full(total, 9.0, "float32")
+        build(func).call(f"strided{n}", a, np.array([n], "int64"), o)
+        np.testing.assert_array_equal(o, np.concatenate([a[::3][:n], np.zeros(total - n, "float32")]))
+
+
 def test_inner_reduction_loop_in_vector_mode(build):
     # C[j] = sum_k A[k] * B[k, j] with j vectorized and k an inner serial loop (TVM-style dense).
     K, N = 7, 8

@@ -151,6 +151,27 @@ def test_compress_then_softmax_and_concat_along_the_axis():
     assert outs[2][0].shape == (3, 0) and outs[1][1].shape == (3, 8)
 
 
+def test_concat_along_the_axis_as_an_offset_copy_and_as_a_compacting_gather():
+    """A bounded first part then static ones (an offset copy), and a static first part or a bounded part in the
+    middle (the compacting gather)."""
+    nodes = [helper.make_node("Greater", ["flags", "zero"], ["keep"]),
+             helper.make_node("Compress", ["x", "keep"], ["kept"], axis=1),
+             helper.make_node("Less", ["flags", "zero"], ["drop"]),
+             helper.make_node("Compress", ["x", "drop"], ["dropped"], axis=1),
+             helper.make_node("Concat", ["kept", "bias", "ones"], ["offset"], axis=1),
+             helper.make_node("Concat", ["kept", "dropped", "bias"], ["middle"], axis=1),
+             helper.make_node("Concat", ["bias", "kept"], ["after"], axis=1)]
+    model = _model(nodes, {"x": (F32, [3, 6]), "flags": (F32, [6])},
+                   {"offset": (F32, 2), "middle": (F32, 2), "after": (F32, 2)},
+                   [_const("zero", 0.0, np.float32), _const("bias", RNG.standard_normal((3, 2)), np.float32),
+                    _const("ones", np.ones((3, 1)), np.float32)])
+    x = RNG.standard_normal((3, 6)).astype(np.float32)
+    flags = np.array([1, -1, 0.5, -2, 3, -0.5], np.float32)
+    outs = _matches_onnxruntime(model, [{"x": x, "flags": flags}, {"x": x, "flags": np.abs(flags)},
+                                        {"x": x, "flags": -np.abs(flags)}])
+    assert [o[0].shape for o in outs] == [(3, 6), (3, 9), (3, 3)]
+
+
 def test_selected_rows_through_matmul_slice_reshape_and_a_row_reduction():
     """Rows pass through (MatMul rows, Slice keeping the first 3, Reshape splitting the other axis,
     a reduction over the other axis); a MatMul over them (x^T x) masks the padding."""
