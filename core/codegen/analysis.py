@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import CodegenError
-from ..tir.expr import BinOp, Buffer, Cast, Expr, IntImm, Load, Var
+from ..tir.expr import BinOp, Buffer, Cast, Expr, IntImm, Load, Select, Var
 from ..tir.functor import stmt_exprs, walk_expr, walk_stmt
 from ..tir.stmt import Allocate, For, LetStmt, Stmt, Store
 from .llvm_types import is_float
@@ -83,14 +83,18 @@ def may_trap(expr: Expr) -> bool:
 def speculation_safe(stmt: Stmt) -> bool:
     """Whether running `stmt` at points the program would skip cannot fault, given its affine accesses stay
     inside their buffers: no integer division by other than a nonzero constant, and no access whose index reads
-    memory or a let-bound value (a gather's position read past the valid part can be anything)."""
+    memory or a let-bound value (a gather's position read past the valid part can be anything), but a read with
+    run-time strides (an index reading scalars at constant positions: the lengths of an argument laid out at
+    them) that is a select's arm: codegen reads it only where its condition (the layout's bounds) holds."""
     lets = {s.var for s in walk_stmt(stmt) if isinstance(s, LetStmt)}
+    guarded = {id(e.true_value) for s in walk_stmt(stmt) for expr in stmt_exprs(s) for e in walk_expr(expr)
+               if isinstance(e, Select) and isinstance(e.true_value, Load) and _strided(e.true_value.index, lets)}
     for s in walk_stmt(stmt):
         if isinstance(s, Store) and _indirect(s.index, lets):
             return False
         for expr in stmt_exprs(s):
             for e in walk_expr(expr):
-                if isinstance(e, Load) and _indirect(e.index, lets):
+                if isinstance(e, Load) and id(e) not in guarded and _indirect(e.index, lets):
                     return False
                 if isinstance(e, BinOp) and e.op in ("div", "floordiv", "floormod", "truncmod") and \
                         not is_float(e.dtype) and not (isinstance(e.b, IntImm) and e.b.value != 0):
@@ -100,6 +104,12 @@ def speculation_safe(stmt: Stmt) -> bool:
 
 def _indirect(index: Expr, lets: set) -> bool:
     return any(isinstance(e, Load) or (isinstance(e, Var) and e in lets) for e in walk_expr(index))
+
+
+def _strided(index: Expr, lets: set) -> bool:
+    """An index whose only reads of memory are scalars at constant positions (run-time strides, not positions)."""
+    return not any((isinstance(e, Load) and not isinstance(e.index, IntImm)) or (isinstance(e, Var) and e in lets)
+                   for e in walk_expr(index))
 
 
 def const_int(expr: Expr) -> int | None:

@@ -328,7 +328,8 @@ def _offset_concat(node: BoundedNode, axis: int) -> list[str]:
     length = node.bound(0).length
     position = b.add_constant(np.arange(shape[axis], dtype=np.int64), "position")
     shifted = arithmetic(b, "Max", arithmetic(b, "Sub", position, length), length_constant(b, 0))
-    moved = gather_at(b, tail, arithmetic(b, "Min", shifted, length_constant(b, tail_dim - 1)), axis, "tail")[0]
+    moved = b.add_unbounded_node("Gather", [tail, arithmetic(b, "Min", shifted, length_constant(b, tail_dim - 1))], 1,
+                                 "tail", axis=axis)[0]
     rows = [1] * len(shape)
     rows[axis] = shape[axis]
     row_position = b.add_constant(np.arange(shape[axis], dtype=np.int64).reshape(rows), "position")

@@ -283,3 +283,33 @@ def test_loop_capped_by_a_length_stays_scalar_when_its_lanes_past_the_length_cou
     want = np.full(n, -1, np.int64)
     want[:length] = a[:length] // 3 + a[p[:length]]
     np.testing.assert_array_equal(o, want)
+
+
+def test_loop_capped_by_a_length_runs_whole_vectors_over_a_read_laid_out_at_that_length(build):
+    """A transpose of keys laid out at their run-time length L (run-time strides, each read a select's arm under
+    j < L, as core/te/run_time_layouts.py writes it): its vector loop of extent min(n, L + 1) runs in whole vectors
+    up to the one crossing L + 1, since the reads past L are never made; a strided read outside a select is not."""
+    from core.codegen.analysis import speculation_safe
+    from core.tir.expr import binop
+
+    n, d, rows = 96, 4, 2  # a length class of 96 keys, 4 features per key
+    A, O = Buffer("A", (rows * n * d,), "float32"), Buffer("O", (rows * d * n,), "float32")
+    L = Buffer("L", (1,), "int64")
+    r, k, j = Var("r"), Var("k"), Var("j")
+    length = L.load(IntImm(0))
+    laid_out = A.load((r * length + j) * d + k)
+    body = Store(O, (r * d + k) * n + j, select(binop("lt", j, length), laid_out, FloatImm(0.0)))
+    assert speculation_safe(body) and not speculation_safe(Store(O, (r * d + k) * n + j, laid_out))
+    capped = For(j, binop("min", IntImm(n, "int64"), length + 1), ForKind.VECTORIZED, body)
+    func = PrimFunc("laid_out_transpose", (A, L, O), For(r, IntImm(rows), ForKind.SERIAL,
+                                                         For(k, IntImm(d), ForKind.SERIAL, capped)), 1, 1)
+    assert "j.vchunk" in lower_to_llvm_ir([func])
+    lib = build(func)
+    for keys in (0, 1, 7, 8, 40, 95, 96):  # past a vector's end, and the class's own size
+        compact = RNG.standard_normal((rows, keys, d)).astype("float32")
+        a = np.zeros(rows * n * d, "float32")  # the caller's compact array at the front, zeros behind it
+        a[:compact.size] = compact.ravel()
+        o = np.full((rows, d, n), -1, "float32")
+        lib.call("laid_out_transpose", a, np.array([keys], np.int64), o)
+        want = np.concatenate([compact.transpose(0, 2, 1), np.zeros((rows, d, 1), "float32")], axis=2)[..., :n]
+        np.testing.assert_array_equal(o[..., :min(n, keys + 1)], want)
