@@ -265,7 +265,7 @@ def test_loop_capped_by_a_length_stays_scalar_when_its_lanes_past_the_length_cou
     from core.codegen.analysis import speculation_safe
     from core.tir.expr import binop
 
-    n = 40
+    n = 100  # above MAX_LANES: vectorized, it would run in chunks (j.vchunk)
     A, D, P, L, O = (Buffer("A", (n,), "int64"), Buffer("D", (n,), "int64"), Buffer("P", (n,), "int64"),
                      Buffer("L", (1,), "int64"), Buffer("O", (n,), "int64"))
     j = Var("j")
